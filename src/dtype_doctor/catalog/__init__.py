@@ -1,0 +1,96 @@
+"""The knowledge: error families, their causes and their fixes.
+
+Data only, no torch import. Every producer (explain, watch, check, audit, numerics,
+env) names a family code; the catalog supplies the plain-words cause and the ranked
+fixes, made concrete with the names a producer knows (`module`, `param`, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
+
+from ..report import Finding, Fix, Severity
+from .families import FAMILIES
+from .model import Family, FixTemplate, MessagePattern
+
+__all__ = ["FAMILIES", "Family", "FixTemplate", "MessagePattern", "codes", "family", "finding", "fixes_for"]
+
+_BY_CODE = {f.code: f for f in FAMILIES}
+
+
+def codes() -> list[str]:
+    return list(_BY_CODE)
+
+
+def family(code: str) -> Family:
+    try:
+        return _BY_CODE[code]
+    except KeyError:
+        raise KeyError(f"unknown family code {code!r}") from None
+
+
+class _Names(dict):
+    """format_map mapping that fills a missing name with a readable placeholder."""
+
+    _DEFAULTS: ClassVar[dict[str, str]] = {
+        "module": "the module",
+        "module_class": "nn.Module",
+        "param": "the parameter",
+        "input": "the input",
+        "model": "model",
+        "dtype": "torch.float16",
+        "other_dtype": "torch.float32",
+        "file": "your code",
+        "line": "?",
+        "tensor": "x",
+    }
+
+    def __missing__(self, key: str) -> str:
+        return self._DEFAULTS.get(key, f"<{key}>")
+
+
+def fixes_for(code: str, context: Iterable[str] = (), **names: object) -> list[Fix]:
+    """Ranked fixes of a family for a context.
+
+    A template with `when` tags applies only if one of them is in `context`; one with
+    `unless` tags is dropped if any is present. Context-specific fixes come first,
+    in catalog order, then the general ones.
+    """
+    ctx = set(context)
+    fam = family(code)
+    specific: list[Fix] = []
+    general: list[Fix] = []
+    mapping = _Names({k: v for k, v in names.items() if v is not None})
+    for t in fam.fixes:
+        if t.unless and ctx & t.unless:
+            continue
+        if t.when and not (ctx & t.when):
+            continue
+        fix = Fix(title=t.title.format_map(mapping), snippet=t.snippet.format_map(mapping), why=t.why)
+        (specific if t.when else general).append(fix)
+    return specific + general
+
+
+def finding(
+    code: str,
+    context: Iterable[str] = (),
+    names: Mapping[str, object] | None = None,
+    **fields: object,
+) -> Finding:
+    """A Finding for `code` with the catalog's title, cause, severity and ranked fixes.
+
+    `fields` override or add Finding attributes (location, operands, evidence, message...).
+    """
+    fam = family(code)
+    names = dict(names or {})
+    base: dict[str, object] = {
+        "code": code,
+        "title": fam.title,
+        "severity": Severity(fam.severity),
+        "cause": fam.cause.format_map(_Names({k: v for k, v in names.items() if v is not None})),
+        "fixes": fixes_for(code, context, **names),
+        "related": list(fam.related),
+    }
+    base.update(fields)
+    return Finding(**base)  # type: ignore[arg-type]

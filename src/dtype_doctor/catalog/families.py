@@ -1,0 +1,8 @@
+"""All families, gathered from the catalog's data modules (one module per area)."""
+
+from __future__ import annotations
+
+from .errors import ERROR_FAMILIES
+from .model import Family
+
+FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES,)

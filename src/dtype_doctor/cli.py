@@ -1,0 +1,112 @@
+"""Thin command line: arguments → API → renderer."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from .errors import DoctorError
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_NOTHING = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like the rest of the tool
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """Options every report-producing command shares."""
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="write the report as JSON to PATH, or to stdout when no PATH is given",
+    )
+    out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report to PATH")
+    out.add_argument("-v", "--verbose", action="store_true", help="show all evidence")
+    out.add_argument("--no-color", action="store_true", help="plain text output")
+
+
+def emit(report, args: argparse.Namespace) -> None:
+    """Show a report the way the user asked: console, JSON (stdout or file), HTML."""
+    json_target = getattr(args, "json", None)
+    if json_target == "-":
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        from .render.console import render
+
+        render(report, verbose=getattr(args, "verbose", False), color=not getattr(args, "no_color", False))
+        if json_target:
+            _write(json_target, report.to_json() + "\n")
+    html_target = getattr(args, "html", None)
+    if html_target:
+        from .render.html import render_html
+
+        _write(html_target, render_html(report))
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .commands import COMMANDS
+
+    parser = _Parser(
+        prog="dtype-doctor",
+        description="Name, locate and fix PyTorch mixed-precision (fp16/bf16) failures.",
+        epilog="Exit codes: 0 ok/diagnosed, 1 problems found, 2 bad usage or input, 3 nothing recognised.",
+    )
+    parser.add_argument("--version", action="version", version=f"dtype-doctor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f".commands.{name}", __package__)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.endswith(f"commands.{name}"):
+                continue  # command not shipped in this build
+            raise
+        p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args._run(args) or 0)
+    except DoctorError as exc:
+        print(f"dtype-doctor {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # never show the user a traceback of the tool itself
+        if os.environ.get("DTYPE_DOCTOR_DEBUG"):
+            raise
+        print(
+            f"dtype-doctor {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(set DTYPE_DOCTOR_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE

@@ -1,0 +1,76 @@
+"""Every spelling of a dtype → one canonical name ("float32", "float16", "bfloat16", ...).
+
+No torch import: `explain` uses this on text, `watch` on str(torch.dtype).
+"""
+
+from __future__ import annotations
+
+import re
+
+CANONICAL = (
+    "float64", "float32", "float16", "bfloat16",
+    "float8_e4m3fn", "float8_e5m2",
+    "complex64", "complex128",
+    "int64", "int32", "int16", "int8", "uint8", "bool",
+)  # fmt: skip
+
+# Lower-cased spelling → canonical. Covers torch reprs, ATen/c10 scalar type names,
+# legacy tensor type names (torch.cuda.HalfTensor), CUDA/CPU type names (CUDABFloat16Type),
+# OneFlow (kFloat16) and numpy-ish short names.
+_ALIASES = {
+    "float": "float32", "float32": "float32", "fp32": "float32", "single": "float32",
+    "double": "float64", "float64": "float64", "fp64": "float64",
+    "half": "float16", "float16": "float16", "fp16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "long": "int64", "int64": "int64",
+    "int": "int32", "int32": "int32",
+    "short": "int16", "int16": "int16",
+    "char": "int8", "int8": "int8",
+    "byte": "uint8", "uint8": "uint8",
+    "bool": "bool",
+    "complexfloat": "complex64", "complex64": "complex64", "cfloat": "complex64",
+    "complexdouble": "complex128", "complex128": "complex128", "cdouble": "complex128",
+    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+}  # fmt: skip
+
+_PREFIX = re.compile(
+    r"^(?:struct\s+)?(?:c10::|at::|torch\.(?:cuda\.|xpu\.|mps\.)?|oneflow\.|flow\.|np\.|numpy\.)?"
+)
+_TYPE_NAME = re.compile(r"^(?:cuda|cpu|xpu|mps|sparse)?(?P<base>[a-z0-9_]+?)(?:tensor|type|storage)?$")
+
+
+def canonical(spelling: str | object | None) -> str | None:
+    """Return the canonical dtype name for any spelling, or None if it is not a dtype.
+
+    >>> canonical("struct c10::Half"), canonical("torch.cuda.FloatTensor"), canonical("kFloat16")
+    ('float16', 'float32', 'float16')
+    """
+    if spelling is None:
+        return None
+    text = str(spelling).strip().strip("'\"`()[]{},.:;")
+    if not text:
+        return None
+    text = _PREFIX.sub("", text)
+    # OneFlow / c10 enum style: kFloat16, kHalf, kBFloat16
+    if len(text) > 1 and text[0] == "k" and text[1].isupper():
+        text = text[1:]
+    low = text.lower()
+    if low in _ALIASES:
+        return _ALIASES[low]
+    m = _TYPE_NAME.match(low)
+    if m and m.group("base") in _ALIASES:
+        return _ALIASES[m.group("base")]
+    return None
+
+
+def is_low_precision(name: str | None) -> bool:
+    return name in ("float16", "bfloat16") or bool(name and name.startswith("float8"))
+
+
+def is_floating(name: str | None) -> bool:
+    return bool(name) and name.startswith(("float", "bfloat"))
+
+
+def torch_name(name: str | None) -> str:
+    """'float16' → 'torch.float16' (for fix snippets)."""
+    return f"torch.{name}" if name else "torch.float16"
