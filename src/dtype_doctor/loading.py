@@ -1,0 +1,141 @@
+"""Loading what the user points the CLI at: `PATH_OR_MODULE:FACTORY` and input specs.
+
+Shared by check, numerics, compare. Bad input raises DoctorError with one clear line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .dtypes import canonical
+from .errors import DoctorError
+
+_SHAPE = re.compile(r"^\d+(?:[x×,]\d+)*$")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor described by shape and dtype, e.g. `2x4x64x64:float32`."""
+
+    shape: tuple[int, ...]
+    dtype: str  # canonical name
+    name: str | None = None
+    kind: str = "randn"  # randn | randint (integer dtypes) | zeros
+
+    def make(self, device: Any = "cpu") -> Any:
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        if dtype.is_floating_point:
+            return torch.randn(self.shape, dtype=dtype, device=device)
+        if dtype == torch.bool:
+            return torch.ones(self.shape, dtype=dtype, device=device)
+        return torch.randint(0, 100, self.shape, dtype=dtype, device=device)
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    text = text.strip()
+    if not _SHAPE.match(text):
+        raise DoctorError(f"cannot parse shape {text!r}: expected e.g. 2x4x64x64")
+    return tuple(int(n) for n in re.split(r"[x×,]", text))
+
+
+def parse_dtype(text: str) -> str:
+    name = canonical(text)
+    if name is None:
+        raise DoctorError(f"unknown dtype {text!r}: expected e.g. float32, float16, bfloat16, int64")
+    return name
+
+
+def parse_input(text: str) -> TensorSpec:
+    """`[name=]SHAPE[:DTYPE]` → TensorSpec. DTYPE defaults to float32."""
+    name, _, rest = text.rpartition("=") if "=" in text else (None, "", text)
+    if name is not None and not name.isidentifier():
+        raise DoctorError(f"bad input name {name!r} in {text!r}")
+    shape_text, _, dtype_text = rest.partition(":")
+    return TensorSpec(parse_shape(shape_text), parse_dtype(dtype_text or "float32"), name or None)
+
+
+def spec_from_tuple(value: tuple) -> TensorSpec:
+    """The Python form `("2x4x64x64", "float32")`."""
+    if len(value) != 2 or not all(isinstance(v, str) for v in value):
+        raise DoctorError(f'bad input spec {value!r}: expected ("2x4x64x64", "float32")')
+    return TensorSpec(parse_shape(value[0]), parse_dtype(value[1]))
+
+
+def split_inputs(specs: list[str]) -> tuple[list[TensorSpec], dict[str, TensorSpec]]:
+    """CLI `--input` values → positional and keyword specs."""
+    args: list[TensorSpec] = []
+    kwargs: dict[str, TensorSpec] = {}
+    for text in specs:
+        spec = parse_input(text)
+        if spec.name:
+            kwargs[spec.name] = spec
+        elif kwargs:
+            raise DoctorError(f"positional input {text!r} after named inputs")
+        else:
+            args.append(spec)
+    return args, kwargs
+
+
+def load_object(target: str) -> Any:
+    """`path/to/file.py:NAME` or `package.module:NAME` → the object (a factory or a model)."""
+    if ":" not in target:
+        raise DoctorError(f"expected PATH_OR_MODULE:FACTORY, got {target!r}")
+    where, _, attr = target.rpartition(":")
+    if not attr.isidentifier():
+        raise DoctorError(f"bad factory name {attr!r} in {target!r}")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        module = _load_file(Path(where))
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise DoctorError(f"cannot import {where!r}: {exc}") from None
+        except Exception as exc:
+            raise DoctorError(f"importing {where!r} raised {type(exc).__name__}: {exc}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise DoctorError(f"{where!r} has no attribute {attr!r}") from None
+
+
+def _load_file(path: Path) -> Any:
+    if not path.is_file():
+        raise DoctorError(f"no such file: {path}")
+    name = f"_dtype_doctor_user_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise DoctorError(f"cannot load {path} as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise DoctorError(f"running {path} raised {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def call_factory(factory: Callable[[], Any] | Any, what: str = "factory") -> Any:
+    """Call a factory (or accept an already-built object), turning its failure into one line."""
+    if not callable(factory) or _is_module(factory):
+        return factory
+    try:
+        return factory()
+    except Exception as exc:
+        raise DoctorError(f"{what} raised {type(exc).__name__}: {exc}") from None
+
+
+def _is_module(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch) and isinstance(obj, torch.nn.Module)
