@@ -9,9 +9,9 @@ import re
 
 CANONICAL = (
     "float64", "float32", "float16", "bfloat16",
-    "float8_e4m3fn", "float8_e5m2",
-    "complex64", "complex128",
-    "int64", "int32", "int16", "int8", "uint8", "bool",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "complex32", "complex64", "complex128",
+    "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool",
 )  # fmt: skip
 
 # Lower-cased spelling → canonical. Covers torch reprs, ATen/c10 scalar type names,
@@ -31,10 +31,20 @@ _ALIASES = {
     "complexfloat": "complex64", "complex64": "complex64", "cfloat": "complex64",
     "complexdouble": "complex128", "complex128": "complex128", "cdouble": "complex128",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz",
+    "float8_e8m0fnu": "float8_e8m0fnu",
+    "complexhalf": "complex32", "complex32": "complex32", "chalf": "complex32",
+    "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64",
+    # CUDA C and Triton spellings (nvrtc / fuser / triton messages)
+    "__half": "float16", "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16",
+    "fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2",
+    # cuBLAS data type names
+    "cuda_r_16f": "float16", "cuda_r_16bf": "bfloat16", "cuda_r_32f": "float32", "cuda_r_64f": "float64",
 }  # fmt: skip
 
 _PREFIX = re.compile(
-    r"^(?:struct\s+)?(?:c10::|at::|torch\.(?:cuda\.|xpu\.|mps\.)?|oneflow\.|flow\.|np\.|numpy\.)?"
+    r"^(?:(?:struct|class)\s+)?(?:c10::|at::|torch\.(?:cuda\.|xpu\.|mps\.)?|oneflow\.|flow\.|np\.|numpy\.)?"
 )
 _TYPE_NAME = re.compile(r"^(?:cuda|cpu|xpu|mps|sparse)?(?P<base>[a-z0-9_]+?)(?:tensor|type|storage)?$")
 

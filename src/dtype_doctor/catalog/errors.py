@@ -1,147 +1,1017 @@
-"""Families of mixed-precision runtime errors: texts, causes, fixes. Data only."""
+"""Families of mixed-precision runtime errors: texts, causes, fixes. Data only.
+
+Every regex here runs only on lines that contain one of its `needles` (see MessagePattern);
+keep them linear: bounded repeats, no nested quantifiers.
+
+Names a fix may use (filled by the producer, placeholders otherwise): {module} the call that
+failed (`self.linear_1`), {tensor} the argument it got (`sample`), {dtype} the dtype of the
+model's parameters (`torch.float16`), {other_dtype} the odd operand's dtype.
+
+Context tags that rank fixes (set by explain from the traceback and the log, see context.py):
+multi-error (several different dtype mismatches in one run), inference, training, distributed,
+autocast, input-fp32 / input-low (the activation is fp32 / fp16-bf16), vae, apex, oneflow,
+deepspeed, gradscaler, cuda, windows...
+"""
 
 from __future__ import annotations
 
 from .model import Family, FixTemplate, MessagePattern
 
+_ = frozenset
+
+# A dtype spelling inside a message: Float, c10::Half, struct c10::Half, torch.cuda.HalfTensor,
+# CUDABFloat16Type, torch.float16, kFloat16... (dtypes.canonical names it).
+DT = r"(?:(?:struct|class) )?[\w:.]{1,40}"
+
+# ---- fixes shared by several families (one text, many families: no copy-paste) -----------------
+
+ONE_POLICY = FixTemplate(
+    "Choose one dtype policy for the whole model and apply it everywhere",
+    "model.to(dtype)              # one call, one dtype, after loading\n"
+    "# keep fp32 only where you decide to, and cast at that boundary",
+    "Several different dtype mismatches in one run mean modules disagree: some call .float(), "
+    "some keep fp16. Patching each op moves the error to the next one.",
+    when=_({"multi-error"}),
+)
+CAST_AT_SEAM = FixTemplate(
+    "Cast at the seam: give {module} its own dtype where the data enters it",
+    "{tensor} = {tensor}.to({dtype})   # where it enters {module}",
+    "A dtype check at the points where modules exchange data (cast automatically or warn) "
+    "stops a stray fp32/fp16 tensor from reaching the op.",
+)
+CREATE_WITH_DTYPE = FixTemplate(
+    "Give every tensor you create an explicit dtype (and device) taken from the model",
+    "mask = torch.ones(shape, dtype={dtype}, device=device)   # not torch.ones(shape)\n"
+    "t = torch.zeros_like(latents)                           # inherits dtype",
+    "torch.ones/zeros/randn/arange/linspace default to float32; one fp32 mask or timestep "
+    "concatenated with fp16 tensors silently promotes everything after it to fp32.",
+    unless=_({"inference"}),
+)
+AUTOCAST_INFERENCE = FixTemplate(
+    "Run inference under autocast, which casts each op's inputs for you",
+    'with torch.autocast("cuda", dtype={dtype}), torch.no_grad():\n'
+    "    response, history = model.chat(tokenizer, query, image=image, history=[])",
+    "Autocast picks the dtype per op, so an fp32 input meeting fp16 weights is cast at the matmul.",
+    when=_({"inference"}),
+    unless=_({"multi-error", "autocast"}),
+)
+LOAD_FP32 = FixTemplate(
+    "Load the model in float32 if memory allows",
+    "model = AutoModel.from_pretrained(path, torch_dtype=torch.float32)  # or model.float()",
+    "Doubles the memory of the weights but removes every fp16/fp32 seam; keep an eye on GPU memory.",
+    unless=_({"multi-error"}),
+)
+ONE_PRECISION_RUN = FixTemplate(
+    "Run the whole model in one precision (e.g. the launcher's --fp16 flag, or model.half())",
+    "torchrun --nproc-per-node=4 cli_demo.py ... --fp16\n# or, in code: model = model.half()",
+    "The input was converted to half but some parameters (biases) stayed float32: the model "
+    "was only half-converted, or the run flags and the model config disagree.",
+    when=_({"input-low"}),
+    unless=_({"multi-error", "autocast"}),
+)
+FRAGILE_FP32 = FixTemplate(
+    "Keep numerically fragile layers in float32 deliberately, casting at their boundary",
+    "x = norm(x.float()).to({dtype})   # or transformers' _keep_in_fp32_modules",
+    "fp32 norms/embeddings are fine when chosen on purpose and cast at the seam, not by accident.",
+    when=_({"input-low"}),
+    unless=_({"multi-error"}),
+)
+TEST_PER_HARDWARE = FixTemplate(
+    "Test precision and speed on each target GPU (V100 has no bf16; fp16 may need fp32 layers)",
+    "dtype-doctor compare model.py:build --input 1x3x224x224",
+    when=_({"input-low", "distributed"}),
+    unless=_({"multi-error"}),
+)
+UNIFORM_DTYPE_CHECK = FixTemplate(
+    "Add an explicit dtype check where modules exchange data",
+    'assert {tensor}.dtype == {dtype}, f"{{{tensor}.dtype}} reaches {module}"',
+    "Fails at the seam with a message that names both sides, instead of deep inside an op.",
+)
+NATIVE_AMP = FixTemplate(
+    "Use PyTorch native AMP (torch.autocast + torch.amp.GradScaler) instead of apex.amp",
+    'with torch.autocast("cuda", dtype=torch.float16):\n    loss = model(x)\nscaler.scale(loss).backward()',
+)
+
 ERROR_FAMILIES: tuple[Family, ...] = (
     Family(
         code="matmul-dtype-mismatch",
         title="Matrix multiply operands have different dtypes",
-        cause="Matrix multiply operands have different dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A matrix multiply (nn.Linear, mm, bmm, baddbmm, @) got operands of two dtypes: usually an "
+            "fp32 activation reaching fp16/bf16 weights (or the reverse). PyTorch never casts the "
+            "operands of a matmul for you outside autocast."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\b(?:expected )?mat1 and mat2 (?:must have|to have) the same dtype, but got:? (?P<input>{DT}) (?:and|!=) (?P<weight>{DT})\s*$",
+                note="F.linear with bias / addmm: mat1 is the input, mat2 the weight",
+                needles=("mat1 and mat2",),
+            ),
+            MessagePattern(
+                rf"\bself and mat2 must have the same dtype, but got (?P<bias>{DT}) and (?P<weight>{DT})",
+                note="F.linear / addmm: 'self' is the bias, mat2 the weight",
+                needles=("self and mat2",),
+            ),
+            MessagePattern(
+                rf"\bexpected m1 and m2 to have the same dtype, but got: (?P<m1>{DT}) != (?P<m2>{DT})",
+                roles=(("m1", "input"), ("m2", "weight")),
+                roles_if=(("matmul-call", (("m1", "left"), ("m2", "right"))),),
+                note="F.linear without bias, torch.mm, @ (2-D): m1 is the input, m2 the weight",
+                needles=("m1 and m2",),
+            ),
+            MessagePattern(
+                rf"\bInput dtypes must be the same, got: input:? (?P<input>{DT}), batch1: (?P<batch1>{DT}), batch2: (?P<batch2>{DT})",
+                note="baddbmm / addbmm (attention scores in many models)",
+                needles=("Input dtypes must be the same",),
+            ),
+            MessagePattern(
+                rf"\bdot : expected both vectors to have same dtype, but found (?P<left>{DT}) and (?P<right>{DT})",
+                note="torch.dot / 1-D matmul",
+                needles=("expected both vectors to have same dtype",),
+            ),
+            MessagePattern(
+                r"\bCUBLAS_STATUS_(?:NOT_SUPPORTED|INVALID_VALUE) when calling `?cublas(?:Gemm|LtMatmul)",
+                note="cuBLAS refused the dtype combination of a GEMM",
+                needles=("CUBLAS_STATUS_",),
+                confidence=0.6,
+            ),
+        ),
+        fixes=(
+            ONE_POLICY,
+            AUTOCAST_INFERENCE,
+            CAST_AT_SEAM,
+            CREATE_WITH_DTYPE,
+            LOAD_FP32,
+            UNIFORM_DTYPE_CHECK,
+        ),
+        related=("scalar-type-mismatch", "autocast-half-conflict"),
+        keywords=("mat1", "mat2", "linear", "matmul", "addmm", "bmm", "gemm", "cublas", "mm"),
     ),
     Family(
         code="scalar-type-mismatch",
         title="An op expected one scalar type and found another",
-        cause="An op expected one scalar type and found another.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A kernel checked that all its tensors share the dtype of the first one and found "
+            "another: the generic PyTorch check behind bmm, conv without bias, norms with mixed "
+            "weight/bias, custom CUDA extensions (apex, flash-attn, quantization kernels). The "
+            "frames above the message tell which op it was."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\b[Ee]xpected (?:object of )?scalar type (?P<expected>{DT}) but (?:found|got) (?:scalar type )?(?P<found>{DT})",
+                note="TORCH_CHECK in TensorIterator/ScalarType checks; bmm, conv (no bias), norms, extensions",
+                needles=("scalar type",),
+                confidence=0.6,
+            ),
+            MessagePattern(
+                rf"\bexpected dtype (?P<expected>{DT}) for `(?P<arg>\w+)`,? but got dtype (?P<found>{DT})",
+                note="lerp and other binary kernels (Adam's exp_avg.lerp_)",
+                needles=("expected dtype",),
+                info=("arg",),
+                confidence=0.6,
+            ),
+            MessagePattern(
+                rf"\bFound dtype (?P<found>{DT}) but expected (?P<expected>{DT})",
+                note="autograd engine: a backward function returned a gradient of the wrong dtype",
+                needles=("Found dtype",),
+                confidence=0.6,
+            ),
+            MessagePattern(
+                r"\bExpected all tensors to have the same dtype",
+                needles=("to have the same dtype",),
+                confidence=0.5,
+            ),
+        ),
+        fixes=(
+            ONE_POLICY,
+            AUTOCAST_INFERENCE,
+            CAST_AT_SEAM,
+            CREATE_WITH_DTYPE,
+            UNIFORM_DTYPE_CHECK,
+        ),
+        related=("matmul-dtype-mismatch", "norm-dtype-mismatch", "apex-conflict"),
+        keywords=("scalar type", "expected", "found", "dtype"),
     ),
     Family(
         code="conv-weight-dtype-mismatch",
         title="Convolution input and weight have different dtypes",
-        cause="Convolution input and weight have different dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A convolution got an input of one dtype and a weight of another: typically fp32 "
+            "latents or images reaching an fp16 model (or the reverse) while sampling or "
+            "pre-processing."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bInput type \((?P<input>{DT})\) and weight type \((?P<weight>{DT})\) should be the same",
+                note="conv on CUDA (torch.cuda.HalfTensor spelling) and CPU MKLDNN paths",
+                needles=("and weight type",),
+            ),
+        ),
+        fixes=(
+            ONE_POLICY,
+            AUTOCAST_INFERENCE,
+            CAST_AT_SEAM,
+            CREATE_WITH_DTYPE,
+            LOAD_FP32,
+        ),
+        related=("conv-bias-dtype-mismatch",),
+        keywords=("conv", "weight type", "input type", "conv2d", "cudnn"),
     ),
     Family(
         code="conv-bias-dtype-mismatch",
         title="Convolution input and bias have different dtypes",
-        cause="Convolution input and bias have different dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A convolution got an input of one dtype and a bias of another. PyTorch checks the "
+            "bias first on every device, so this text also appears when the weight is the odd "
+            "one. Input half + bias float: the model was only partly converted to half. "
+            "Input float + bias half: an fp32 tensor (latents, a mask, an image) reached an fp16 model."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bInput type \((?P<input>{DT})\) and bias type \((?P<bias>{DT})\) should be the same",
+                note="conv*d, conv_transpose*d: bias is checked before the backend",
+                needles=("and bias type",),
+            ),
+        ),
+        fixes=(
+            ONE_POLICY,
+            ONE_PRECISION_RUN,
+            FRAGILE_FP32,
+            TEST_PER_HARDWARE,
+            FixTemplate(
+                "Decode with the VAE's own dtype (cast the latents), or upcast the VAE to float32",
+                "latents = latents.to(vae.dtype)\nimage = vae.decode(latents / vae.config.scaling_factor)"
+                "\n# or: vae.to(torch.float32) when fp16 decoding gives NaNs/black images",
+                when=_({"vae"}),
+                unless=_({"multi-error"}),
+            ),
+            CAST_AT_SEAM,
+            CREATE_WITH_DTYPE,
+        ),
+        related=("conv-weight-dtype-mismatch",),
+        keywords=("conv", "bias type", "input type", "conv2d"),
     ),
     Family(
         code="norm-dtype-mismatch",
         title="Normalisation input and parameters have different dtypes",
-        cause="Normalisation input and parameters have different dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A LayerNorm/GroupNorm/BatchNorm/RMSNorm got an input and weight/bias of different "
+            "dtypes. On CPU an fp16/bf16 input with fp32 parameters is allowed, the reverse (fp32 "
+            "input, fp16 parameters) is not; 'mixed dtype (CPU)' says exactly that, and also appears "
+            "when fp16 parameters meet a bf16 input under autocast."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bmixed dtype \((?P<device>CPU|CUDA)\): (?:expect|all) (?:parameter|inputs?) (?:to have|must share) (?:the same )?(?:scalar type|dtype)(?: of (?P<expected>\w+))?",
+                roles=(("expected", "parameters expected"),),
+                info=("device",),
+                note="native layer_norm / group_norm / batch_norm on CPU",
+                needles=("mixed dtype (",),
+            ),
+            MessagePattern(
+                r"\bMismatch dtype between input and weight: input dtype = (?P<input>[\w:]+), weight dtype = (?P<weight>[\w:]+)",
+                note="rms_norm warning: falls back to the unfused path",
+                needles=("Mismatch dtype between input and weight",),
+                confidence=0.7,
+            ),
+        ),
+        fixes=(
+            ONE_POLICY,
+            FixTemplate(
+                "Keep the norm in float32 on purpose and cast around it",
+                "h = {module}({tensor}.float()).to({dtype})\n# or give the norm the input's dtype: "
+                "{module}.to({tensor}.dtype)",
+                "Norms are numerically fragile; fp32 parameters with fp16/bf16 input are the usual "
+                "choice, fp16 parameters with fp32 input are refused on CPU.",
+            ),
+            CAST_AT_SEAM,
+            CREATE_WITH_DTYPE,
+        ),
+        related=("autocast-half-conflict", "apex-conflict"),
+        keywords=("layer_norm", "group_norm", "norm", "layernorm", "groupnorm", "rmsnorm", "batch_norm"),
     ),
     Family(
         code="attention-dtype-mismatch",
         title="Attention query, key, value or mask have different dtypes",
-        cause="Attention query, key, value or mask have different dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "scaled_dot_product_attention needs query, key and value of one dtype, and a mask that "
+            "is bool, float32 or the query's dtype. Usually encoder_hidden_states (text "
+            "embeddings) or a mask were made in fp32 while the model runs in fp16/bf16."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bExpected query, key,? and value to have the same dtype, but got query\.dtype: (?P<query>{DT}),? key\.dtype: (?P<key>{DT}),? and value\.dtype: (?P<value>{DT})",
+                note="F.scaled_dot_product_attention",
+                needles=("Expected query, key",),
+            ),
+            MessagePattern(
+                rf"\bExpected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask\.dtype: (?P<mask>{DT}) and\s+query\.dtype: (?P<query>{DT})",
+                note="F.scaled_dot_product_attention mask",
+                needles=("attn_mask dtype",),
+            ),
+        ),
+        fixes=(
+            ONE_POLICY,
+            FixTemplate(
+                "Give the attention inputs (encoder_hidden_states, the mask) the model's dtype",
+                "encoder_hidden_states = encoder_hidden_states.to({dtype})\n"
+                "attn_mask = attn_mask.to({dtype})  # or a bool mask",
+            ),
+            AUTOCAST_INFERENCE,
+            CREATE_WITH_DTYPE,
+        ),
+        related=("flash-attention-dtype",),
+        keywords=("query", "key", "value", "attention", "sdpa", "attn_mask", "scaled_dot_product"),
     ),
     Family(
         code="flash-attention-dtype",
         title="Flash/memory-efficient attention needs fp16 or bf16 inputs",
-        cause="Flash/memory-efficient attention needs fp16 or bf16 inputs.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "flash-attn, xformers' memory-efficient kernels and PyTorch's flash SDPA backend only "
+            "run on fp16/bf16 query/key/value (of one dtype, on a supported GPU); fp32 inputs or a "
+            "mix find no kernel."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bFlashAttention only supports? fp16 and bf16 data type",
+                needles=("FlashAttention only support",),
+            ),
+            MessagePattern(
+                r"\b(?:query and key|query and value) must have the same dtype",
+                note="flash_attn_cuda",
+                needles=("must have the same dtype",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"\bNo operator found for `?memory_efficient_attention_\w+`? with inputs",
+                note="xformers dispatch",
+                needles=("No operator found for",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"\bExpected query, key and value to all be of dtype: \{(?P<supported>[\w, ]{1,60})\}\. Got Query dtype: (?P<query>[\w:]+), Key dtype: (?P<key>[\w:]+), and Value dtype: (?P<value>[\w:]+)",
+                info=("supported",),
+                note="PyTorch SDPA flash/efficient backend selection",
+                needles=("to all be of dtype",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Run attention in fp16/bf16: cast query/key/value (or the model) to one half dtype",
+                "q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))",
+            ),
+            FixTemplate(
+                "Or fall back to the math/SDPA path for fp32",
+                "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+                "with sdpa_kernel(SDPBackend.MATH):\n    out = F.scaled_dot_product_attention(q, k, v)",
+            ),
+            AUTOCAST_INFERENCE,
+        ),
+        related=("attention-dtype-mismatch", "bf16-unsupported-hardware"),
+        keywords=("flash", "flash_attn", "xformers", "memory_efficient", "attention", "sdpa"),
     ),
     Family(
         code="index-put-dtype-mismatch",
         title="Indexed assignment between different dtypes",
-        cause="Indexed assignment between different dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "x[idx] = v, index_put_, index_add_, scatter_ and masked_scatter_ do not cast the "
+            "source to the destination's dtype (plain copy_ does). An fp32 value written into an "
+            "fp16 buffer (a KV cache, a mask) fails."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bIndex put requires the source and destination dtypes match, got (?P<destination>{DT}) for the destination and (?P<source>{DT}) for the source",
+                needles=("Index put requires",),
+            ),
+            MessagePattern(
+                rf"\bindex_(?:add|copy|reduce)_?\(\): self \((?P<destination>{DT})\) and source \((?P<source>{DT})\) must have the same scalar type",
+                needles=("and source (",),
+            ),
+            MessagePattern(
+                r"\bscatter(?:_add|_reduce)?\(\): Expected self\.dtype to be equal to src\.dtype",
+                needles=("Expected self.dtype to be equal to src.dtype",),
+            ),
+            MessagePattern(
+                rf"\bmasked_scatter_?: expected self and source to have same dtypes but got ?(?P<destination>{DT}) and (?P<source>{DT})",
+                needles=("masked_scatter",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Cast the value to the destination's dtype before the indexed write",
+                "cache[idx] = value.to(cache.dtype)",
+            ),
+            CREATE_WITH_DTYPE,
+            ONE_POLICY,
+        ),
+        keywords=("index_put", "index put", "scatter", "index_add", "setitem", "destination", "source"),
     ),
     Family(
         code="loss-dtype-mismatch",
         title="Loss inputs or targets have the wrong dtype",
-        cause="Loss inputs or targets have the wrong dtype.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "Losses want fp32 (or fp16/bf16 under autocast) predictions and targets of the kind the "
+            "loss expects: class indices as int64 for cross_entropy/nll_loss, floats for "
+            "MSE/BCE. BCELoss is refused under autocast as numerically unsafe."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bbinary_cross_entropy and torch\.nn\.BCELoss are unsafe to autocast",
+                needles=("unsafe to autocast",),
+            ),
+            MessagePattern(
+                rf"\"(?P<kernel>nll_loss\w*|\w*cross_entropy\w*|\w*_loss\w*)\" not implemented for '(?P<target>{DT})'",
+                info=("kernel",),
+                needles=("loss",),
+            ),
+            MessagePattern(
+                rf"\bexpected scalar type Long but found (?P<target>{DT})",
+                note="nll_loss / cross_entropy with a non-int64 target",
+                needles=("scalar type Long",),
+                confidence=0.7,
+            ),
+            MessagePattern(
+                rf"\bresult type (?P<result>{DT}) can't be cast to the desired output type (?P<output>{DT})",
+                needles=("can't be cast to the desired output type",),
+                confidence=0.6,
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Compute the loss in float32 on float32 predictions; targets as the loss expects",
+                "loss = F.cross_entropy(logits.float(), target.long())\n"
+                "loss = F.mse_loss(pred.float(), target.float())",
+            ),
+            FixTemplate(
+                "Under autocast use BCEWithLogitsLoss (drop the sigmoid) instead of BCELoss",
+                "loss = F.binary_cross_entropy_with_logits(logits, target)",
+                when=_({"autocast"}),
+            ),
+        ),
+        keywords=("loss", "target", "cross_entropy", "nll_loss", "bce", "mse"),
     ),
     Family(
         code="oneflow-infer-dtype",
-        title="OneFlow type inference failed: float32 expected, float16 found",
-        cause="OneFlow type inference failed: float32 expected, float16 found.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        title="OneFlow type inference failed: two precision managers disagree",
+        cause=(
+            "OneFlow (OneDiff) compiled a graph in which an op expected float32 and got float16: "
+            "the model is already in fp16 (.half()) AND runs under torch.autocast, so two "
+            "precision managers from two frameworks fight; torch autocast decides some ops need "
+            "fp32 while the OneFlow graph holds fp16 weights."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bInferDataType Failed\.? Expected (?P<expected>k\w+), but got (?P<found>k\w+)",
+                needles=("InferDataType",),
+            ),
+            MessagePattern(
+                r"\bInferDataType\b",
+                needles=("InferDataType",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"\bCheck failed: \((?P<expected>kFloat\w*) == (?P<found>kFloat\w*|kHalf|kBFloat16)\)",
+                needles=("Check failed: (kFloat",),
+                confidence=0.8,
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Drop the redundant torch.autocast and keep the fp16 model",
+                "pipe = pipe.to(torch.float16)     # already half\n"
+                'images = pipe(prompt).images       # no `with torch.autocast("cuda")`',
+                "The model is already fp16; torch autocast on top of a OneFlow graph only adds casts "
+                "OneFlow's type inference refuses.",
+            ),
+            FixTemplate(
+                "If you need mixed precision, use OneFlow's own autocast instead of torch's",
+                'import oneflow as flow\nwith flow.autocast("cuda"):\n    images = pipe(prompt).images',
+            ),
+            FixTemplate(
+                "Never mix precision tools of two frameworks; measure the throughput of both options "
+                "on the target GPU and watch gradient stability when training",
+                "dtype-doctor compare ...",
+            ),
+        ),
+        related=("autocast-half-conflict",),
+        keywords=("oneflow", "onediff", "kfloat", "kfloat16", "inferdatatype", "flow"),
     ),
     Family(
         code="half-unsupported-kernel",
         title="This kernel has no float16/bfloat16 implementation on this device",
-        cause="This kernel has no float16/bfloat16 implementation on this device.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "The op has no {dtype} kernel for this device/build: old PyTorch CPU builds lacked "
+            "Half kernels (addmm_impl_cpu_, LayerNormKernelImpl, slow_conv2d_cpu), some CUDA "
+            "kernels lack BFloat16 on older GPUs."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\"(?P<kernel>[\w:]{1,80})\" not implemented for '(?P<dtype>Half|BFloat16|ComplexHalf|Float8_\w+)'",
+                info=("kernel",),
+                needles=(
+                    "not implemented for 'Half'",
+                    "not implemented for 'BFloat16'",
+                    "not implemented for 'ComplexHalf'",
+                    "not implemented for 'Float8",
+                ),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Run this model in float32 on this device (fp16/bf16 belongs on the GPU)",
+                'model = model.float()   # or model.to("cuda", torch.float16)',
+                unless=_({"cuda"}),
+            ),
+            FixTemplate(
+                "Upgrade PyTorch: CPU fp16 coverage grew a lot up to 2.6 (x86 FP16 support)",
+                "pip install -U torch",
+            ),
+            FixTemplate(
+                "Or keep just this op in float32",
+                "y = op({tensor}.float()).to({dtype})",
+            ),
+        ),
+        related=("bf16-unsupported-hardware", "mps-dtype-unsupported"),
+        keywords=("not implemented", "half", "kernel", "cpu"),
     ),
     Family(
         code="fp16-gradient-unscale",
         title="GradScaler was given float16 parameters",
-        cause="GradScaler was given float16 parameters.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "GradScaler refuses to unscale fp16 gradients: mixed precision training needs fp32 "
+            "master parameters. The model was cast with .half() (or loaded in fp16) and then "
+            "trained with autocast + GradScaler."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bAttempting to unscale FP16 gradients",
+                needles=("unscale FP16 gradients",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Keep the parameters in float32 and let autocast run the ops in fp16",
+                "model = model.float()            # no model.half() when training with GradScaler\n"
+                'with torch.autocast("cuda", dtype=torch.float16):\n    loss = model(x)\n'
+                "scaler.scale(loss).backward()",
+            ),
+            FixTemplate(
+                "Or train in bf16 without a scaler",
+                'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()',
+            ),
+            FixTemplate(
+                "With DeepSpeed/accelerate, let the framework own fp16 (fp16: enabled) instead of .half()",
+                'accelerator = Accelerator(mixed_precision="fp16")',
+                when=_({"deepspeed"}),
+            ),
+        ),
+        related=("grad-scaler-overflow",),
+        keywords=("gradscaler", "unscale", "scaler", "fp16 gradients"),
     ),
     Family(
         code="grad-scaler-overflow",
-        title="GradScaler found inf/NaN gradients and skipped steps",
-        cause="GradScaler found inf/NaN gradients and skipped steps.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        title="Loss scaler found inf/NaN gradients and skipped steps",
+        severity="warning",
+        cause=(
+            "The dynamic loss scaler saw inf/NaN gradients, skipped the optimizer step and lowered "
+            "the scale. A few skips early on are normal; many in a row (or the scale reaching its "
+            "minimum) mean fp16 overflows in the forward or backward pass."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bOVERFLOW!\s+Rank \d+ Skipping step",
+                note="DeepSpeed fp16 loss scaler",
+                needles=("OVERFLOW!",),
+            ),
+            MessagePattern(
+                r"\bGradient overflow\.\s+Skipping step",
+                note="apex / Megatron loss scaler",
+                needles=("Gradient overflow",),
+            ),
+            MessagePattern(
+                r"\b(?:Current loss scale already at minimum|Minimum loss scale reached)",
+                needles=("loss scale already at minimum", "Minimum loss scale reached"),
+            ),
+            MessagePattern(
+                r"\bgradient overflow detected, ignoring gradient",
+                note="fairseq",
+                needles=("gradient overflow detected",),
+            ),
+            MessagePattern(
+                r"\bDetected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`",
+                note="also printed when GradScaler skips the very first step",
+                needles=("Detected call of `lr_scheduler.step()`",),
+                confidence=0.4,
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Find the layer that overflows and keep it in float32 (or switch to bf16)",
+                "dtype-doctor numerics model.py:build --input 8x3x64x64:float16",
+            ),
+            FixTemplate(
+                "Lower the initial scale / raise the scale window",
+                "scaler = torch.amp.GradScaler(init_scale=2.**10, growth_interval=2000)",
+            ),
+        ),
+        related=("nonfinite-values", "fp16-gradient-unscale"),
+        keywords=("overflow", "skipping step", "loss scale", "scaler"),
     ),
     Family(
         code="nonfinite-values",
         title="NaN or inf values appeared",
-        cause="NaN or inf values appeared.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        severity="warning",
+        cause=(
+            "NaN/inf appeared in the activations, the loss or the output: fp16 overflows above "
+            "65504 (attention scores, VAE decoder, large activations), or underflows to 0 and is "
+            "then divided by. Black images and 'invalid value encountered in cast' are the "
+            "diffusion faces of it."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bprobability tensor contains either `inf`, `nan` or element < 0",
+                note="generate()/multinomial sampling from fp16 logits",
+                needles=("probability tensor contains",),
+                confidence=0.9,
+            ),
+            MessagePattern(
+                r"\bFunction '(?P<fn>\w+)' returned nan values in its \d+th output",
+                info=("fn",),
+                note="torch.autograd.detect_anomaly",
+                needles=("returned nan values",),
+            ),
+            MessagePattern(
+                r"\bRuntimeWarning: invalid value encountered in cast",
+                note="diffusers numpy_to_pil on NaN images (black images)",
+                needles=("invalid value encountered in cast",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"\bDetected inf/nan during batch_number=\d+",
+                note="transformers DebugUnderflowOverflow",
+                needles=("Detected inf/nan",),
+            ),
+            MessagePattern(
+                r"\b(?:\w{1,20}_)?[Ll]oss\b.{0,12}?(?:\bis\b|[=:])\s{0,3}(?:nan|NaN|NAN|inf|-inf|Inf)\b",
+                needles=("nan", "NaN", "NAN", "inf", "Inf"),
+                ignorecase=False,
+                confidence=0.7,
+            ),
+            MessagePattern(
+                r"\bInput contains (?:NaN|infinity)",
+                needles=("Input contains",),
+                confidence=0.6,
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Find the first module that produces the non-finite value",
+                "dtype-doctor numerics model.py:build --input 1x4x64x64:float16",
+            ),
+            FixTemplate(
+                "Decode with an fp32 VAE (fp16 VAEs overflow to NaN: black images)",
+                "pipe.vae.to(torch.float32)   # or an fp16-fixed VAE",
+                when=_({"vae"}),
+            ),
+            FixTemplate(
+                "Use bfloat16 instead of float16 (same range as float32)",
+                "model.to(torch.bfloat16)",
+            ),
+            FixTemplate(
+                "Keep the overflowing layer in float32 and cast at its boundary",
+                "h = {module}({tensor}.float()).to({dtype})",
+            ),
+        ),
+        related=("grad-scaler-overflow", "overflow-on-cast"),
+        keywords=("nan", "inf", "black", "overflow", "non-finite", "infinity"),
     ),
     Family(
         code="overflow-on-cast",
         title="Value out of range for the target dtype",
-        cause="Value out of range for the target dtype.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A Python number (often -1e9 or float('-inf') for masking, or 1e5 as a constant) does "
+            "not fit {dtype}: fp16 ends at 65504."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bvalue cannot be converted to type (?P<target>{DT}) without overflow",
+                needles=("without overflow",),
+            ),
+            MessagePattern(
+                r"\bRuntimeWarning: overflow encountered in cast",
+                needles=("overflow encountered in cast",),
+                confidence=0.7,
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Use the dtype's own limit instead of a hard-coded big number",
+                "scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)",
+            ),
+            FixTemplate("Or do this step in float32", "scores = scores.float().masked_fill(mask, -1e9)"),
+        ),
+        related=("nonfinite-values",),
+        keywords=("overflow", "converted", "range", "masked_fill", "finfo"),
     ),
     Family(
         code="bf16-unsupported-hardware",
         title="bfloat16 is not supported (natively) on this hardware",
-        cause="bfloat16 is not supported (natively) on this hardware.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "bf16 needs an Ampere-or-newer NVIDIA GPU (compute capability 8.0+), or a recent CPU; "
+            "V100/T4/Pascal only emulate it (slowly) or refuse."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bYour setup doesn't support bf16",
+                note="transformers TrainingArguments",
+                needles=("doesn't support bf16",),
+            ),
+            MessagePattern(
+                r"\b(?:Current CUDA Device does not support bfloat16|Bfloat16 is only supported on GPUs with compute capability)",
+                needles=("does not support bfloat16", "Bfloat16 is only supported"),
+            ),
+            MessagePattern(
+                r"\bbf16 mixed precision requires",
+                note="accelerate",
+                needles=("bf16 mixed precision requires",),
+            ),
+            MessagePattern(
+                r"\btype (?:bf16|fp8\w*) not supported in this architecture",
+                note="triton",
+                needles=("not supported in this architecture",),
+            ),
+            MessagePattern(
+                r"\bCUBLAS_STATUS_\w+ when calling `?cublas\w+\([^\n]{0,400}?CUDA_R_16BF",
+                needles=("CUDA_R_16BF",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Use float16 (with autocast + GradScaler for training) on this GPU",
+                'with torch.autocast("cuda", dtype=torch.float16):\n    out = model(x)',
+            ),
+            FixTemplate(
+                "Check the real support, not the emulated one",
+                "torch.cuda.is_bf16_supported(including_emulation=False)",
+            ),
+        ),
+        related=("half-unsupported-kernel",),
+        keywords=("bf16", "bfloat16", "compute capability", "ampere", "architecture"),
     ),
     Family(
         code="cudnn-half-unsupported",
         title="cuDNN has no kernel for this half-precision configuration",
-        cause="cuDNN has no kernel for this half-precision configuration.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "cuDNN found no algorithm for this conv/RNN with these dtypes, shapes and layout: mixed "
+            "fp16/fp32 operands, non-contiguous fp16 inputs, or an old cuDNN without bf16."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bcuDNN error: CUDNN_STATUS_(?:NOT_SUPPORTED|BAD_PARAM|ARCH_MISMATCH)",
+                needles=("CUDNN_STATUS_",),
+            ),
+            MessagePattern(
+                r"\bGET was unable to find an engine to execute this computation",
+                needles=("unable to find an engine",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Give the conv contiguous input and weight of one dtype",
+                "x = x.contiguous().to(conv.weight.dtype)",
+            ),
+            FixTemplate(
+                "Let PyTorch fall back: disable cuDNN for this op only to confirm",
+                "with torch.backends.cudnn.flags(enabled=False):\n    y = conv(x)",
+            ),
+            FixTemplate(
+                "Upgrade cuDNN/PyTorch (bf16 conv needs cuDNN 8+ and Ampere)", "pip install -U torch"
+            ),
+        ),
+        keywords=("cudnn", "conv", "engine", "cudnn_status"),
     ),
     Family(
         code="apex-conflict",
         title="NVIDIA apex kernels disagree with the model's dtypes",
-        cause="NVIDIA apex kernels disagree with the model's dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "NVIDIA apex is installed and was picked up by the code path: its fused kernels "
+            "(FusedLayerNorm, FusedRMSNorm swapped in for T5LayerNorm, amp) have their own "
+            "mixed-precision rules that disagree with the model's dtypes (fp16 activations, fp32 "
+            "norm weights)."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bNo module named '(?P<ext>fused_layer_norm_cuda|amp_C|fused_dense_cuda|apex_C)'",
+                info=("ext",),
+                note="apex built without its CUDA extensions",
+                needles=(
+                    "No module named 'fused_layer_norm_cuda'",
+                    "No module named 'amp_C'",
+                    "No module named 'fused_dense_cuda'",
+                    "No module named 'apex_C'",
+                ),
+            ),
+            MessagePattern(
+                r"\bfrom pyramid\.session import",
+                note="the PyPI 'apex' is an unrelated web package",
+                needles=("pyramid.session",),
+                confidence=0.7,
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Uninstall apex and fall back to PyTorch native AMP",
+                "pip uninstall -y apex",
+                "Without apex, transformers/xfuser use the PyTorch norms that follow the model's dtype.",
+            ),
+            FixTemplate(
+                "Check library versions: apex must be built for this exact torch/CUDA "
+                "(and is deprecated for AMP)",
+                "pip list | grep -i -E 'apex|torch|transformers|xfuser'\ndtype-doctor env",
+            ),
+            FixTemplate(
+                "Add explicit dtype checks where the norm receives its input",
+                "assert hidden_states.dtype == norm.weight.dtype",
+            ),
+            NATIVE_AMP,
+        ),
+        related=("norm-dtype-mismatch", "scalar-type-mismatch"),
+        keywords=("apex", "fused_layer_norm", "fusedrmsnorm", "fusedlayernorm", "amp_c"),
     ),
     Family(
         code="autocast-half-conflict",
         title="A model already in fp16/bf16 runs under autocast of the other dtype",
-        cause="A model already in fp16/bf16 runs under autocast of the other dtype.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "The model's weights were cast with .half()/.to(bfloat16) and it also runs under "
+            "torch.autocast with another low-precision dtype: autocast casts activations to its "
+            "dtype, the weights keep theirs, and the first norm or cat sees fp16 next to bf16 "
+            "(or fp32)."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bUnexpected floating ScalarType in at::autocast::prioritize",
+                note="cat/stack under CPU autocast with fp16 inputs while autocast is bf16 (or reverse)",
+                needles=("autocast::prioritize",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Use one precision tool: either the cast model without autocast, or an fp32 model with "
+                "autocast",
+                "model = model.float()                         # and keep the autocast\n"
+                "# or: model.half() and drop `with torch.autocast(...)`",
+            ),
+            FixTemplate(
+                "If you keep both, make the autocast dtype the model's dtype",
+                'with torch.autocast("cuda", dtype=next(model.parameters()).dtype):\n    out = model(x)',
+            ),
+        ),
+        related=("oneflow-infer-dtype", "norm-dtype-mismatch"),
+        keywords=("autocast", "prioritize", "amp"),
     ),
     Family(
         code="optimizer-state-dtype",
         title="Optimizer state and parameters have different dtypes",
-        cause="Optimizer state and parameters have different dtypes.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "The optimizer's state (exp_avg, exp_avg_sq, momentum) or its fused/foreach kernel got "
+            "tensors of different dtypes: parameters cast after the optimizer was built, fp16 "
+            "gradients with fp32 state, or a state_dict from a run in another precision."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bparams, grads, exp_avgs, and exp_avg_sqs must have same dtype",
+                note="fused Adam/AdamW",
+                needles=("exp_avg_sqs must have same dtype",),
+            ),
+            MessagePattern(
+                r"\bTensors of the same index must be on the same device and the same dtype",
+                note="foreach optimizers",
+                needles=("Tensors of the same index must be",),
+            ),
+            MessagePattern(
+                r"\b`fused=True` requires all the params to be floating point Tensors",
+                needles=("`fused=True` requires",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Cast the model first, then build the optimizer (and keep fp32 master weights)",
+                "model = model.to(dtype)\noptimizer = torch.optim.AdamW(model.parameters(), lr=lr)",
+            ),
+            FixTemplate(
+                "Train with fp32 parameters under autocast rather than .half() parameters",
+                'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x)',
+            ),
+            FixTemplate(
+                "With 8-bit / paged optimizers, follow the library's dtype rules for states",
+                "bnb.optim.AdamW8bit(model.parameters(), lr=lr)",
+                when=_({"bitsandbytes"}),
+            ),
+        ),
+        keywords=("optimizer", "adam", "exp_avg", "fused", "foreach", "state"),
     ),
     Family(
         code="mps-dtype-unsupported",
         title="This dtype is not supported on Apple MPS",
-        cause="This dtype is not supported on Apple MPS.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause="Apple's MPS backend has no float64 and limited bf16/fp8 support (bf16 needs macOS 14+).",
+        patterns=(
+            MessagePattern(
+                r"\bCannot convert a MPS Tensor to (?P<dtype>\w+) dtype as the MPS framework doesn't support",
+                needles=("MPS framework doesn't support",),
+            ),
+            MessagePattern(
+                r"\bto the MPS backend but it does not have support for that dtype",
+                needles=("MPS backend but it does not have support",),
+            ),
+            MessagePattern(
+                r"\bMPS (?:BFloat16|bfloat16) is only supported on (?:MacOS|macOS) \d+",
+                needles=("is only supported on MacOS", "is only supported on macOS"),
+            ),
+        ),
+        fixes=(
+            FixTemplate("Use float32 (or float16) on MPS", 'model.to("mps", torch.float32)'),
+            FixTemplate(
+                "Create tensors as float32, not float64, before moving them",
+                "torch.from_numpy(a).float().to('mps')",
+            ),
+        ),
+        keywords=("mps", "apple", "metal", "float64"),
     ),
     Family(
         code="quantized-compute-dtype",
         title="Quantized layer's compute dtype differs from its input",
-        cause="Quantized layer's compute dtype differs from its input.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A quantized layer (bitsandbytes 4/8-bit, GPTQ, AWQ) dequantizes to its compute dtype "
+            "and multiplies with the input: when the two differ it is slow or it fails."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\bInput type into Linear4bit is (?P<input>torch\.\w+), but bnb_4bit_compute_dtype=(?P<compute>torch\.\w+)",
+                needles=("Input type into Linear4bit",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Set the quantization compute dtype to the dtype of the activations",
+                "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)",
+            ),
+            FixTemplate(
+                "Load the non-quantized parts in the same dtype",
+                "AutoModelForCausalLM.from_pretrained(path, quantization_config=cfg, torch_dtype=torch.bfloat16)",
+            ),
+        ),
+        keywords=("bitsandbytes", "linear4bit", "quant", "gptq", "awq", "compute_dtype"),
     ),
     Family(
         code="jit-fuser-half",
         title="TorchScript/fuser failed on half precision",
-        cause="TorchScript/fuser failed on half precision.",
-        fixes=(FixTemplate("Make every operand of {module} the same dtype", "x = x.to({dtype})"),),
+        cause=(
+            "A TorchScript/nvFuser/NNC fused kernel was generated or run for fp16/bf16 and failed: "
+            "old fusers miss half support, and a scripted graph keeps the dtypes it was traced with."
+        ),
+        patterns=(
+            MessagePattern(
+                r"\b(?:nvrtc|NVRTC)[^\n]{0,200}?(?:__half|__nv_bfloat16)",
+                needles=("__half", "__nv_bfloat16"),
+            ),
+            MessagePattern(
+                r"\bidentifier \"(?:__half|__nv_bfloat16|half)\" is undefined",
+                needles=("is undefined",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Disable the fuser for this model to confirm",
+                "torch._C._jit_override_can_fuse_on_gpu(False)\ntorch._C._jit_set_texpr_fuser_enabled(False)",
+            ),
+            FixTemplate(
+                "Script/trace the model after casting it, with inputs of the same dtype",
+                "model = model.half()\ntraced = torch.jit.trace(model, example.half())",
+            ),
+            FixTemplate(
+                "Prefer torch.compile over TorchScript on current PyTorch", "model = torch.compile(model)"
+            ),
+        ),
+        keywords=("torchscript", "jit", "fuser", "nvfuser", "nvrtc", "scripted"),
+    ),
+    Family(
+        code="unknown",
+        title="Not recognised as a known mixed-precision error",
+        severity="info",
+        cause=(
+            "dtype-doctor found no known mixed-precision error family in this text. It does not "
+            "guess; the nearest families are listed by the words they share with the text."
+        ),
+        fixes=(
+            FixTemplate(
+                "Run the failing code under dtype-doctor to see the operands, modules and origins live",
+                "dtype-doctor run your_script.py",
+            ),
+            FixTemplate(
+                "Give explain the whole traceback (not only the last line), or the full log",
+                "dtype-doctor explain --file train.log",
+            ),
+        ),
     ),
 )
 

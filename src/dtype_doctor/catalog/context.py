@@ -1,0 +1,227 @@
+"""Context that decides between families and between fixes. Data only.
+
+Scopes: "op" = the two deepest frames of the error's traceback (which op raised);
+"local" = the error line and its whole traceback; "log" = anywhere in the input.
+"""
+
+from __future__ import annotations
+
+from .model import ContextSignal, Refinement
+
+_ = frozenset
+
+CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
+    # -- which op raised (deepest frames) ------------------------------------------------------
+    ContextSignal("op-linear", ("linear.py", "F.linear", "functional.linear", "in linear"), scope="op"),
+    ContextSignal(
+        "matmul-call",
+        ("torch.bmm", "torch.matmul", "torch.mm(", " @ ", "baddbmm", "einsum", ".bmm(", ".matmul(", ".mm("),
+        scope="op",
+    ),
+    ContextSignal(
+        "op-conv", ("conv.py", "_conv_forward", "F.conv", "conv1d(", "conv2d(", "conv3d("), scope="op"
+    ),
+    ContextSignal(
+        "op-norm",
+        (
+            "layer_norm",
+            "group_norm",
+            "batch_norm",
+            "rms_norm",
+            "normalization.py",
+            "LayerNorm",
+            "GroupNorm",
+            "RMSNorm",
+            "instance_norm",
+        ),
+        scope="op",
+    ),  # fmt: skip
+    ContextSignal(
+        "loss",
+        (
+            "loss.py",
+            "cross_entropy",
+            "nll_loss",
+            "mse_loss",
+            "binary_cross_entropy",
+            "criterion(",
+            "loss_fn(",
+        ),
+        scope="op",
+    ),
+    # -- libraries and set-ups in the error's own traceback ----------------------------------------
+    ContextSignal(
+        "apex",
+        (
+            "apex/",
+            "apex\\",
+            "apex.",
+            "fused_layer_norm",
+            "FusedRMSNorm",
+            "FusedLayerNorm",
+            "fused_rms_norm",
+            "amp_C",
+        ),
+    ),  # fmt: skip
+    ContextSignal("oneflow", ("oneflow", "onediff", "OneFlow", "OneDiff")),
+    ContextSignal("flash_attn", ("flash_attn", "flash_attention", "FlashAttention")),
+    ContextSignal("xformers", ("xformers",)),
+    ContextSignal("quantized", ("bitsandbytes", "Linear4bit", "Linear8bitLt", "auto_gptq", "awq", "gptq")),
+    ContextSignal(
+        "gradscaler", ("GradScaler", "grad_scaler.py", "scaler.step", "scaler.unscale_", "scaler.scale(")
+    ),
+    ContextSignal(
+        "vae",
+        (
+            "autoencoder_kl",
+            "AutoencoderKL",
+            "vae.decode",
+            "vae.encode",
+            "post_quant_conv",
+            "vae.py",
+            "vae_decode",
+            "decode_latents",
+        ),
+    ),  # fmt: skip
+    ContextSignal(
+        "autocast",
+        ("torch.autocast", "autocast_mode.py", "amp.autocast", "autocast(", "decorate_autocast"),
+    ),
+    ContextSignal(
+        "optimizer",
+        (
+            "torch/optim/",
+            "torch\\optim\\",
+            "optimizer.step",
+            "_multi_tensor_adam",
+            "_single_tensor_adam",
+            "_fused_adam",
+            "optim/adam",
+        ),
+    ),  # fmt: skip
+    ContextSignal("torchscript", ("TorchScript", "torch.jit", "torch/jit/", "nvfuser", "nvrtc")),
+    ContextSignal(
+        "inference",
+        (
+            "model.chat",
+            ".chat(",
+            ".generate(",
+            "generation/utils.py",
+            "inference_mode",
+            "no_grad",
+            "cli_demo",
+            "inference.py",
+            "infer.py",
+            "pipeline_",
+            "predict(",
+        ),
+    ),  # fmt: skip
+    ContextSignal(
+        "training",
+        (
+            "backward(",
+            "optimizer.step",
+            "train_step",
+            "training_step",
+            "Trainer",
+            "trainer.py",
+            "train.py",
+            "train_one_epoch",
+        ),
+    ),  # fmt: skip
+    ContextSignal(
+        "half-model",
+        (
+            ".half()",
+            "torch_dtype=torch.float16",
+            "dtype=torch.float16",
+            "torch_dtype=torch.bfloat16",
+            ".to(torch.float16)",
+            ".to(torch.bfloat16)",
+        ),
+    ),  # fmt: skip
+    ContextSignal("cuda", ("cuda", "CUDA", "cublas", "cudnn")),
+    ContextSignal("mps", ("MPS", "'mps'", '"mps"', "mps:", "torch.mps", "_mps")),
+    # -- facts about the whole run ---------------------------------------------------------------------
+    ContextSignal(
+        "apex-installed",
+        ("apex.normalization", "Discovered apex", "from apex", "import apex", "site-packages/apex"),
+        scope="log",
+    ),
+    ContextSignal("oneflow", ("oneflow", "onediff"), scope="log"),
+    ContextSignal(
+        "distributed",
+        ("[rank", "torchrun", "torch.distributed", "ChildFailedError", "[default0]", "LOCAL_RANK"),
+        scope="log",
+    ),
+    ContextSignal("deepspeed", ("deepspeed", "DeepSpeed"), scope="log"),
+    ContextSignal("windows", ("struct c10::", "\\site-packages\\", "class c10::"), scope="log"),
+)
+
+_MISMATCH = {
+    "scalar-type-mismatch",
+    "matmul-dtype-mismatch",
+    "norm-dtype-mismatch",
+    "conv-weight-dtype-mismatch",
+    "conv-bias-dtype-mismatch",
+}
+
+REFINEMENTS: tuple[Refinement, ...] = (
+    Refinement(
+        _({"scalar-type-mismatch", "norm-dtype-mismatch", "matmul-dtype-mismatch"}),
+        _({"apex"}),
+        "apex-conflict",
+        roles=(("expected", "expected (norm weight)"), ("found", "found (input)")),
+        note="apex kernels in the traceback",
+    ),
+    Refinement(
+        _({"scalar-type-mismatch", "norm-dtype-mismatch"}),
+        _({"apex-installed", "op-norm"}),
+        "apex-conflict",
+        note="apex in the environment and a norm raised",
+    ),
+    Refinement(_(_MISMATCH), _({"oneflow"}), "oneflow-infer-dtype", note="OneFlow/OneDiff frames"),
+    Refinement(_({"scalar-type-mismatch", "half-unsupported-kernel"}), _({"torchscript"}), "jit-fuser-half"),
+    Refinement(
+        _({"scalar-type-mismatch", "index-put-dtype-mismatch"}), _({"optimizer"}), "optimizer-state-dtype"
+    ),
+    Refinement(
+        _({"scalar-type-mismatch", "matmul-dtype-mismatch"}), _({"quantized"}), "quantized-compute-dtype"
+    ),
+    Refinement(
+        _({"scalar-type-mismatch", "attention-dtype-mismatch"}), _({"flash_attn"}), "flash-attention-dtype"
+    ),
+    Refinement(
+        _({"scalar-type-mismatch", "attention-dtype-mismatch"}), _({"xformers"}), "flash-attention-dtype"
+    ),
+    Refinement(
+        _({"norm-dtype-mismatch"}),
+        _({"autocast"}),
+        "autocast-half-conflict",
+        note="a norm refused its parameters under autocast: the model's own dtype fights autocast's",
+    ),
+    Refinement(_({"scalar-type-mismatch"}), _({"autocast", "half-model"}), "autocast-half-conflict"),
+    Refinement(_({"scalar-type-mismatch"}), _({"loss"}), "loss-dtype-mismatch"),
+    Refinement(
+        _({"scalar-type-mismatch"}),
+        _({"matmul-call"}),
+        "matmul-dtype-mismatch",
+        roles=(("expected", "left"), ("found", "right")),
+    ),
+    Refinement(
+        _({"scalar-type-mismatch"}),
+        _({"op-conv"}),
+        "conv-weight-dtype-mismatch",
+        roles=(("expected", "input"), ("found", "weight")),
+    ),
+    Refinement(
+        _({"scalar-type-mismatch"}),
+        _({"op-norm"}),
+        "norm-dtype-mismatch",
+        roles=(("expected", "input/weight"), ("found", "bias")),
+    ),
+    Refinement(_({"half-unsupported-kernel"}), _({"mps"}), "mps-dtype-unsupported"),
+    Refinement(_({"half-unsupported-kernel"}), _({"dtype-bfloat16", "cuda"}), "bf16-unsupported-hardware"),
+)
+
+__all__ = ["CONTEXT_SIGNALS", "REFINEMENTS"]

@@ -1,0 +1,78 @@
+"""`dtype-doctor explain`: an error message, traceback or log → what it is and how to fix it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import DoctorError
+
+HELP = "explain an error message, a traceback or a whole training log"
+DESCRIPTION = (
+    "Read PyTorch mixed-precision error text (one line, a traceback or a log of any size) and name "
+    "each error: its family, which operand is which and its dtype, where it was raised, and the "
+    "fixes that fit the set-up seen in the text (apex, OneFlow, autocast, torchrun ranks, ...). "
+    "Never imports torch."
+)
+EPILOG = """examples:
+  dtype-doctor explain "mat1 and mat2 must have the same dtype, but got Float and Half"
+  dtype-doctor explain --file train.log
+  dtype-doctor explain --file rank0.log --file rank1.log --json
+  python train.py 2>&1 | dtype-doctor explain -
+
+exit codes: 0 diagnosed, 3 nothing recognised, 2 bad usage or unreadable input"""
+
+MAX_BYTES = 2 * 1024**3  # refuse inputs above 2 GiB rather than exhaust memory
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import add_output_options
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("text", nargs="?", help="the error text; '-' reads standard input")
+    parser.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        default=[],
+        metavar="LOG",
+        help="read a log or traceback file (repeat for several files; '-' is standard input)",
+    )
+    add_output_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import EXIT_NOTHING, EXIT_OK, emit
+    from ..explain import explain_sources
+
+    sources: list[tuple[str | None, str | bytes]] = []
+    if args.text is not None:
+        sources.append(("<stdin>", _read_stdin()) if args.text == "-" else (None, args.text))
+    for path in args.file:
+        sources.append(("<stdin>", _read_stdin()) if path == "-" else (path, _read_file(path)))
+    if not sources:
+        raise DoctorError("give the error TEXT, --file LOG, or '-' to read standard input")
+    report = explain_sources(sources)
+    emit(report, args)
+    return EXIT_NOTHING if report.codes() == ["unknown"] else EXIT_OK
+
+
+def _read_stdin() -> bytes:
+    return sys.stdin.buffer.read()
+
+
+def _read_file(path: str) -> bytes:
+    if os.path.isdir(path):
+        raise DoctorError(f"{path} is a directory, not a log file")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise DoctorError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_BYTES:
+        raise DoctorError(f"{path} is larger than 2 GiB; pass the part around the error")
+    return data

@@ -1,0 +1,391 @@
+"""Error text, traceback or whole log → findings, through the catalog. Never imports torch.
+
+The scan is built for 50 MB logs: one pass of a combined needle regex (literal substrings
+taken from every family's patterns) finds candidate lines; only those lines meet the family
+regexes, and only the first occurrences of each distinct error pay for the walk up their
+traceback. Everything else is counting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from . import catalog
+from .catalog.context import CONTEXT_SIGNALS, REFINEMENTS
+from .catalog.model import ContextSignal, MessagePattern
+from .dtypes import canonical, is_low_precision, torch_name
+from .report import Evidence, Finding, Location, Operand, Report, Severity
+from .tracebacks import Frame, call_hint, culprit_frame, frames_above, op_of, split_rank
+
+__all__ = ["explain", "explain_sources"]
+
+WINDOW = 64 * 1024  # bytes of input above an error line searched for its traceback
+TRACED_PER_ERROR = 16  # occurrences of one error whose traceback is parsed; the rest are counted
+MAX_EVIDENCE = 8
+_MISMATCH_CODES = frozenset(
+    {
+        "scalar-type-mismatch",
+        "matmul-dtype-mismatch",
+        "norm-dtype-mismatch",
+        "conv-weight-dtype-mismatch",
+        "conv-bias-dtype-mismatch",
+        "attention-dtype-mismatch",
+        "index-put-dtype-mismatch",
+    }
+)
+_PARAM_ROLES = ("weight", "bias", "m2", "right", "batch2", "destination", "parameters expected", "expected")
+_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    prefilter: re.Pattern[str]
+    by_needle: dict[str, list[tuple[str, MessagePattern, re.Pattern[str]]]]
+    signals: dict[str, tuple[ContextSignal, ...]]
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> _Compiled:
+    by_needle: dict[str, list[tuple[str, MessagePattern, re.Pattern[str]]]] = {}
+    for fam in catalog.FAMILIES:
+        for pat in fam.patterns:
+            rx = re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
+            for needle in pat.needles:
+                by_needle.setdefault(needle, []).append((fam.code, pat, rx))
+    # longest first, so that a needle inside another still finds its line
+    alternation = "|".join(re.escape(n) for n in sorted(by_needle, key=len, reverse=True))
+    signals: dict[str, list[ContextSignal]] = {}
+    for sig in CONTEXT_SIGNALS:
+        signals.setdefault(sig.scope, []).append(sig)
+    return _Compiled(re.compile(alternation), by_needle, {k: tuple(v) for k, v in signals.items()})
+
+
+@dataclass
+class _Hit:
+    """One matched error line (all its occurrences, once folded)."""
+
+    code: str
+    pattern: MessagePattern
+    match: re.Match[str]
+    body: str
+    line_no: int
+    source: str | None
+    rank: int | None
+    frames: list[Frame] = field(default_factory=list)
+    tags: set[str] = field(default_factory=set)
+    count: int = 1
+    ranks: list[int] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+
+
+def explain(text: str | bytes, source: str | None = None) -> Report:
+    """Diagnose an error message, a traceback or a whole log.
+
+    >>> explain("mat1 and mat2 must have the same dtype, but got Float and Half").codes()
+    ['matmul-dtype-mismatch']
+    """
+    return explain_sources([(source, text)])
+
+
+def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report:
+    """Like `explain`, over several inputs (e.g. one log per rank); duplicates fold across them."""
+    hits: dict[tuple, _Hit] = {}
+    tails: list[tuple[str | None, str]] = []
+    names: list[str] = []
+    for source, raw in sources:
+        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        log_tags = _tags(text, _compiled().signals.get("log", ()))
+        _scan(text, source, log_tags, hits)
+        tails.append((source, text))
+        if source:
+            names.append(source)
+    report = Report(tool="explain", meta={"sources": names} if names else {})
+    if hits:
+        findings = _findings(list(hits.values()))
+    else:
+        findings = [_unknown(tails)]
+    findings.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], -f.confidence, _first_line(f)))
+    report.findings = findings
+    return report
+
+
+# ---- scan ------------------------------------------------------------------------------------------
+
+
+def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, _Hit]) -> None:
+    comp = _compiled()
+    search = comp.prefilter.search
+    pos = 0
+    line_no = 1
+    counted_to = 0
+    size = len(text)
+    while pos < size:
+        m = search(text, pos)
+        if m is None:
+            break
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.start())
+        if end == -1:
+            end = size
+        line_no += text.count("\n", counted_to, start)
+        counted_to = start
+        pos = end + 1
+        line = text[start:end].rstrip("\r")
+        if _is_frame_code(text, start):
+            continue  # `raise ValueError("Attempting to unscale ...")` quoted in a frame: not a second error
+        found = _match_line(line)
+        if found is None:
+            continue
+        code, pattern, match = found
+        rank, body = split_rank(line)
+        key = (code, body.strip()[:500])
+        hit = hits.get(key)
+        first = hit is None
+        if hit is None:
+            hit = hits[key] = _Hit(code, pattern, match, body.strip(), line_no, source, rank)
+            _trace(hit, text, start, line_no, log_tags)
+        else:
+            hit.count += 1
+            if hit.count <= TRACED_PER_ERROR and not hit.frames:
+                _trace(hit, text, start, line_no, log_tags)
+        new_rank = rank is not None and rank not in hit.ranks
+        if new_rank:
+            hit.ranks.append(rank)
+        if (first or new_rank) and len(hit.evidence) < MAX_EVIDENCE:
+            hit.evidence.append(Evidence(text=line.strip()[:500], line=line_no, source=source))
+
+
+def _match_line(line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
+    """The most confident family pattern matching this line (its needles are in it)."""
+    best: tuple[str, MessagePattern, re.Match[str]] | None = None
+    seen: set[int] = set()
+    for needle, entries in _compiled().by_needle.items():
+        if needle not in line:
+            continue
+        for code, pat, rx in entries:
+            if id(pat) in seen:
+                continue
+            seen.add(id(pat))
+            m = rx.search(line)
+            if m and (best is None or pat.confidence > best[1].confidence):
+                best = (code, pat, m)
+    return best
+
+
+def _is_frame_code(text: str, start: int) -> bool:
+    """Is the line starting at `start` the quoted source line below a `File "...", line N` line?"""
+    if start == 0:
+        return False
+    prev_start = text.rfind("\n", 0, start - 1) + 1
+    prev = text[prev_start : start - 1]
+    return 'File "' in prev and ", line " in prev
+
+
+def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: set[str]) -> None:
+    lo = max(0, start - WINDOW)
+    above = text[lo:start].split("\n")
+    if above and above[-1] == "":
+        above.pop()
+    if lo > 0 and above:
+        above.pop(0)  # partial line
+    frames, read = frames_above(above, hit.rank, line_no - len(above))
+    hit.frames = frames
+    signals = _compiled().signals
+    local_text = "\n".join([hit.body, *read])
+    op_text = "\n".join(f"{f.file} {f.function} {f.code or ''}" for f in frames[-2:]) + "\n" + hit.body
+    hit.tags = log_tags | _tags(local_text, signals.get("local", ())) | _tags(op_text, signals.get("op", ()))
+
+
+def _tags(text: str, signals: Iterable[ContextSignal]) -> set[str]:
+    tags = set()
+    low: str | None = None
+    for sig in signals:
+        if sig.tag in tags:
+            continue
+        if sig.ignorecase:
+            low = low if low is not None else text.lower()
+            hay = low
+        else:
+            hay = text
+        if any(n in hay for n in sig.needles):
+            tags.add(sig.tag)
+    return tags
+
+
+# ---- findings ------------------------------------------------------------------------------------
+
+
+def _operands(hit: _Hit, roles: dict[str, str]) -> list[Operand]:
+    pat = hit.pattern
+    base_roles = dict(pat.roles)
+    for tag, alt in pat.roles_if:
+        if tag in hit.tags and "op-linear" not in hit.tags:
+            base_roles.update(alt)
+    operands = []
+    for group, value in hit.match.groupdict().items():
+        if value is None or group in pat.info:
+            continue
+        role = base_roles.get(group, group)
+        role = roles.get(group, roles.get(role, role))
+        operands.append(Operand(role=role, dtype=canonical(value) or value, name=None))
+    return operands
+
+
+def _refine(code: str, tags: set[str]) -> tuple[str, dict[str, str], str]:
+    for ref in REFINEMENTS:
+        if code in ref.codes and ref.when <= tags and not (ref.unless & tags):
+            return ref.to, dict(ref.roles), ref.note
+    return code, {}, ""
+
+
+def _findings(hits: list[_Hit]) -> list[Finding]:
+    prepared = []
+    for hit in hits:
+        for op in (canonical(v) for k, v in hit.match.groupdict().items() if v and k not in hit.pattern.info):
+            if op:
+                hit.tags.add(f"dtype-{op}")
+        code, roles, note = _refine(hit.code, hit.tags)
+        operands = _operands(hit, roles)
+        prepared.append((hit, code, operands, note))
+    distinct = {
+        (c, tuple((o.role, o.dtype) for o in ops)) for _, c, ops, _ in prepared if c in _MISMATCH_CODES
+    }
+    multi = len(distinct) >= 2
+    return [_finding(hit, code, operands, note, multi) for hit, code, operands, note in prepared]
+
+
+def _finding(hit: _Hit, code: str, operands: list[Operand], note: str, multi: bool) -> Finding:
+    tags = set(hit.tags)
+    if multi and code in _MISMATCH_CODES | {"conv-bias-dtype-mismatch"}:
+        tags.add("multi-error")
+    input_dtype = next(
+        (o.dtype for o in operands if o.role in ("input", "m1", "left", "query", "source")), None
+    )
+    if input_dtype == "float32":
+        tags.add("input-fp32")
+    elif is_low_precision(input_dtype):
+        tags.add("input-low")
+    model_dtype = next((o.dtype for o in operands if o.role in _PARAM_ROLES and canonical(o.dtype)), None)
+    if model_dtype is None or model_dtype == input_dtype:
+        model_dtype = next((o.dtype for o in operands if is_low_precision(o.dtype)), model_dtype)
+    module_expr, arg = call_hint(hit.frames)
+    frame = culprit_frame(hit.frames)
+    names = {
+        "module": module_expr,
+        "tensor": arg,
+        "dtype": torch_name(model_dtype) if model_dtype and canonical(model_dtype) else "model.dtype",
+        "other_dtype": torch_name(input_dtype) if input_dtype and canonical(input_dtype) else None,
+        "file": frame.file if frame else None,
+        "line": frame.line if frame else None,
+    }
+    location = None
+    if frame or hit.rank is not None:
+        location = Location(
+            module=module_expr.removeprefix("self.") if module_expr else None,
+            op=op_of(hit.frames),
+            file=frame.file if frame else None,
+            line=frame.line if frame else None,
+            function=frame.function if frame else None,
+            rank=min(hit.ranks) if hit.ranks else hit.rank,
+        )
+    evidence = list(hit.evidence)
+    if frame and frame.log_line:
+        evidence.insert(1, Evidence(text=frame.describe()[:500], line=frame.log_line, source=hit.source))
+    data: dict[str, object] = {"context": sorted(tags)}
+    if hit.pattern.note:
+        data["spelling"] = hit.pattern.note
+    if code != hit.code:
+        data["refined_from"] = hit.code
+    if hit.ranks:
+        data["ranks"] = sorted(hit.ranks)
+    info = {k: v for k, v in hit.match.groupdict().items() if k in hit.pattern.info and v}
+    if info:
+        data.update(info)
+    confidence = max(hit.pattern.confidence, 0.85) if code != hit.code else hit.pattern.confidence
+    return catalog.finding(
+        code,
+        context=tags,
+        names=names,
+        message=_message(hit, operands, module_expr, arg, frame, note),
+        location=location,
+        operands=operands,
+        evidence=evidence,
+        count=hit.count,
+        confidence=round(confidence, 2),
+        data=data,
+    )
+
+
+def _message(
+    hit: _Hit,
+    operands: list[Operand],
+    module_expr: str | None,
+    arg: str | None,
+    frame: Frame | None,
+    note: str,
+) -> str:
+    parts = []
+    if operands:
+        parts.append(", ".join(f"{o.role} is {o.dtype}" for o in operands if o.dtype))
+    if module_expr:
+        parts.append(f"raised in {module_expr}({arg or ''})")
+    if frame:
+        parts.append(f"at {frame.file}:{frame.line} in {frame.function}")
+    if hit.ranks and len(hit.ranks) > 1:
+        parts.append(f"on ranks {', '.join(map(str, sorted(hit.ranks)))}")
+    if note:
+        parts.append(f"({note})")
+    if hit.pattern.note and not parts:
+        parts.append(hit.pattern.note)
+    text = "; ".join(p for p in parts if p)
+    return text[:1].upper() + text[1:] if text else ""
+
+
+def _first_line(f: Finding) -> int:
+    return min((e.line for e in f.evidence if e.line is not None), default=0)
+
+
+# ---- nothing recognised ----------------------------------------------------------------------------
+
+_ERROR_LINE = re.compile(r"\b\w{0,60}(?:Error|Exception|Warning)\b:?[^\n]{0,300}")
+
+
+def _unknown(inputs: list[tuple[str | None, str]]) -> Finding:
+    """An honest `unknown`: the last error-looking lines, and the families sharing the most words."""
+    evidence: list[Evidence] = []
+    sample_parts = []
+    for source, text in inputs:
+        tail = text[-16 * 1024 :]
+        lines = [ln for ln in tail.splitlines() if _ERROR_LINE.search(ln)][-3:]
+        if not lines and tail.strip():
+            lines = [tail.strip().splitlines()[-1]]
+        base = text.count("\n", 0, len(text) - len(tail)) + 1
+        tail_lines = tail.splitlines()
+        for ln in lines:
+            idx = len(tail_lines) - 1 - tail_lines[::-1].index(ln)
+            evidence.append(Evidence(text=ln.strip()[:500], line=base + idx, source=source))
+        sample_parts.append(tail)
+    sample = "\n".join(sample_parts).lower()
+    scores = []
+    for fam in catalog.FAMILIES:
+        score = sum(
+            1 for k in fam.keywords if re.search(rf"(?<![a-z0-9_]){re.escape(k)}(?![a-z0-9_])", sample)
+        )
+        if score:
+            scores.append((score, fam.code))
+    nearest = [code for _, code in sorted(scores, key=lambda s: (-s[0], s[1]))[:3]]
+    if nearest:
+        message = "No known mixed-precision error in this text. Nearest families: " + ", ".join(nearest) + "."
+    else:
+        message = "No known mixed-precision error in this text, and no dtype or precision words in it."
+    return catalog.finding(
+        "unknown",
+        message=message,
+        evidence=evidence,
+        related=nearest,
+        confidence=0.0,
+        data={"nearest": nearest},
+    )
