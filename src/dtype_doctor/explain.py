@@ -103,10 +103,7 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
         if source:
             names.append(source)
     report = Report(tool="explain", meta={"sources": names} if names else {})
-    if hits:
-        findings = _findings(list(hits.values()))
-    else:
-        findings = [_unknown(tails)]
+    findings = _findings(list(hits.values())) if hits else [_unknown(tails)]
     findings.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], -f.confidence, _first_line(f)))
     report.findings = findings
     return report

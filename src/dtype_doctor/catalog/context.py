@@ -35,7 +35,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "instance_norm",
         ),
         scope="op",
-    ),  # fmt: skip
+    ),
     ContextSignal(
         "loss",
         (
@@ -62,7 +62,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "fused_rms_norm",
             "amp_C",
         ),
-    ),  # fmt: skip
+    ),
     ContextSignal("oneflow", ("oneflow", "onediff", "OneFlow", "OneDiff")),
     ContextSignal("flash_attn", ("flash_attn", "flash_attention", "FlashAttention")),
     ContextSignal("xformers", ("xformers",)),
@@ -82,7 +82,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "vae_decode",
             "decode_latents",
         ),
-    ),  # fmt: skip
+    ),
     ContextSignal(
         "autocast",
         ("torch.autocast", "autocast_mode.py", "amp.autocast", "autocast(", "decorate_autocast"),
@@ -98,7 +98,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "_fused_adam",
             "optim/adam",
         ),
-    ),  # fmt: skip
+    ),
     ContextSignal("torchscript", ("TorchScript", "torch.jit", "torch/jit/", "nvfuser", "nvrtc")),
     ContextSignal(
         "inference",
@@ -115,7 +115,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "pipeline_",
             "predict(",
         ),
-    ),  # fmt: skip
+    ),
     ContextSignal(
         "training",
         (
@@ -128,7 +128,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "train.py",
             "train_one_epoch",
         ),
-    ),  # fmt: skip
+    ),
     ContextSignal(
         "half-model",
         (
@@ -139,7 +139,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             ".to(torch.float16)",
             ".to(torch.bfloat16)",
         ),
-    ),  # fmt: skip
+    ),
     ContextSignal("cuda", ("cuda", "CUDA", "cublas", "cudnn")),
     ContextSignal("mps", ("MPS", "'mps'", '"mps"', "mps:", "torch.mps", "_mps")),
     # -- facts about the whole run ---------------------------------------------------------------------

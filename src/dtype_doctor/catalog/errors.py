@@ -461,7 +461,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                rf"\bInferDataType Failed\.? Expected (?P<expected>k\w+), but got (?P<found>k\w+)",
+                r"\bInferDataType Failed\.? Expected (?P<expected>k\w+), but got (?P<found>k\w+)",
                 needles=("InferDataType",),
             ),
             MessagePattern(
