@@ -18,7 +18,7 @@ from .catalog.context import CONTEXT_SIGNALS, REFINEMENTS
 from .catalog.model import ContextSignal, MessagePattern
 from .dtypes import canonical, is_low_precision, torch_name
 from .report import Evidence, Finding, Location, Operand, Report, Severity
-from .tracebacks import Frame, call_hint, culprit_frame, frames_above, op_of, split_rank
+from .tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
 
 __all__ = ["explain", "explain_sources"]
 
@@ -131,7 +131,7 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, _
         counted_to = start
         pos = end + 1
         line = text[start:end].rstrip("\r")
-        if _is_frame_code(text, start):
+        if is_frame_line(line) or _is_frame_code(text, start):
             continue  # `raise ValueError("Attempting to unscale ...")` quoted in a frame: not a second error
         found = _match_line(line)
         if found is None:
@@ -256,6 +256,8 @@ def _findings(hits: list[_Hit]) -> list[Finding]:
 
 def _finding(hit: _Hit, code: str, operands: list[Operand], note: str, multi: bool) -> Finding:
     tags = set(hit.tags)
+    if "training" in tags or multi:
+        tags.discard("inference")  # sampling inside a training run: training's fixes apply
     if multi and code in _MISMATCH_CODES | {"conv-bias-dtype-mismatch"}:
         tags.add("multi-error")
     input_dtype = next(

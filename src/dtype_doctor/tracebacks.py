@@ -13,8 +13,12 @@ _RANK_PREFIX = re.compile(r"^\s{0,8}\[(?:rank|default)(\d{1,5})\]:\s?")
 _FRAME = re.compile(r'File "(?P<file>[^"\n]{1,500})", line (?P<line>\d{1,9})(?:, in (?P<fn>[^\s]{1,200}))?')
 _CARETS = re.compile(r"^[\s^~]+$")
 # `self.post_quant_conv(z)` / `self.model.vision(image)`: the module a frame called, and its argument
-_CALL = re.compile(r"\b(self(?:\.\w{1,80}){1,8})\(\s{0,4}(\w{1,80})?")
+_CALL = re.compile(r"\b(self(?:\.\w{1,80}){1,8})\(\s{0,4}(?:(\w{1,80})(?=\s{0,4}[,)]))?")
 _TORCH_PATH = re.compile(r"[/\\]torch[/\\]")
+# frameworks whose own `self.x(...)` calls are plumbing, not the user's modules
+_FRAMEWORK_PATH = re.compile(
+    r"[/\\](?:torch|oneflow|accelerate|deepspeed)[/\\]|[/\\]onediff[/\\]infer_compiler[/\\]|^<frozen "
+)
 
 MAX_WALK = 400  # lines looked at above one error line
 MAX_GAP = 25  # non-frame lines in a row that end a traceback
@@ -85,20 +89,24 @@ def frames_above(lines: list[str], rank: int | None, first_line_no: int) -> tupl
 
 
 def culprit_frame(frames: list[Frame]) -> Frame | None:
-    """The deepest frame outside torch itself (user or library code), else the deepest."""
+    """The deepest frame outside torch and framework plumbing (user or library code), else the deepest."""
     for frame in reversed(frames):
-        if not frame.is_torch:
+        if not _FRAMEWORK_PATH.search(frame.file):
             return frame
     return frames[-1] if frames else None
 
 
+def is_frame_line(line: str) -> bool:
+    return bool(_FRAME.search(line))
+
+
 def call_hint(frames: list[Frame]) -> tuple[str | None, str | None]:
-    """(`self.linear_1`, `sample`) from the deepest non-torch frame whose code calls a submodule."""
+    """(`self.linear_1`, `sample`) from the deepest library/user frame whose code calls a submodule."""
     for frame in reversed(frames):
-        if frame.is_torch or not frame.code:
+        if not frame.code or _FRAMEWORK_PATH.search(frame.file):
             continue
         m = _CALL.search(frame.code)
-        if m:
+        if m and not any(part.startswith("_") for part in m.group(1).split(".")[1:]):
             return m.group(1), m.group(2)
     return None, None
 
