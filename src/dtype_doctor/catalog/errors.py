@@ -422,7 +422,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 rf"\"(?P<kernel>nll_loss\w*|\w*cross_entropy\w*|\w*_loss\w*)\" not implemented for '(?P<target>{DT})'",
                 info=("kernel",),
-                needles=("loss",),
+                needles=("\" not implemented for '",),
             ),
             MessagePattern(
                 rf"\bexpected scalar type Long but found (?P<target>{DT})",
@@ -653,7 +653,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
             MessagePattern(
                 r"\b(?:\w{1,20}_)?[Ll]oss\b.{0,12}?(?:\bis\b|[=:])\s{0,3}(?:nan|NaN|NAN|inf|-inf|Inf)\b",
-                needles=("nan", "NaN", "NAN", "inf", "Inf"),
+                needles=("nan", "NaN", "NAN", " inf", "=inf", ":inf", "'inf", " Inf", "=Inf"),
                 ignorecase=False,
                 confidence=0.7,
             ),
