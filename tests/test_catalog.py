@@ -12,11 +12,32 @@ from dtype_doctor import catalog, explain
 from dtype_doctor.catalog.context import CONTEXT_SIGNALS, REFINEMENTS
 from dtype_doctor.dtypes import canonical
 
-REQUIRED = """matmul-dtype-mismatch scalar-type-mismatch conv-weight-dtype-mismatch conv-bias-dtype-mismatch
-norm-dtype-mismatch attention-dtype-mismatch flash-attention-dtype index-put-dtype-mismatch loss-dtype-mismatch
-oneflow-infer-dtype half-unsupported-kernel fp16-gradient-unscale grad-scaler-overflow nonfinite-values
-overflow-on-cast bf16-unsupported-hardware cudnn-half-unsupported apex-conflict autocast-half-conflict
-optimizer-state-dtype mps-dtype-unsupported quantized-compute-dtype jit-fuser-half unknown""".split()
+REQUIRED = [
+    "matmul-dtype-mismatch",
+    "scalar-type-mismatch",
+    "conv-weight-dtype-mismatch",
+    "conv-bias-dtype-mismatch",
+    "norm-dtype-mismatch",
+    "attention-dtype-mismatch",
+    "flash-attention-dtype",
+    "index-put-dtype-mismatch",
+    "loss-dtype-mismatch",
+    "oneflow-infer-dtype",
+    "half-unsupported-kernel",
+    "fp16-gradient-unscale",
+    "grad-scaler-overflow",
+    "nonfinite-values",
+    "overflow-on-cast",
+    "bf16-unsupported-hardware",
+    "cudnn-half-unsupported",
+    "apex-conflict",
+    "autocast-half-conflict",
+    "optimizer-state-dtype",
+    "mps-dtype-unsupported",
+    "quantized-compute-dtype",
+    "jit-fuser-half",
+    "unknown",
+]
 
 RECORDED = runpy.run_path(str(Path(__file__).parent / "data" / "recorded_messages.py"))["RECORDED"]
 CATALOG_DIR = Path(catalog.__file__).parent
