@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from . import catalog
 from .catalog.context import CONTEXT_SIGNALS, REFINEMENTS
+from .catalog.errors import TRIGGERS
 from .catalog.model import ContextSignal, MessagePattern
 from .dtypes import canonical, is_low_precision, torch_name
 from .report import Evidence, Finding, Location, Operand, Report, Severity
@@ -42,7 +43,7 @@ _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 @dataclass(frozen=True)
 class _Compiled:
-    prefilter: re.Pattern[str]
+    triggers: tuple[str, ...]
     by_needle: dict[str, list[tuple[str, MessagePattern, re.Pattern[str]]]]
     signals: dict[str, tuple[ContextSignal, ...]]
 
@@ -55,12 +56,26 @@ def _compiled() -> _Compiled:
             rx = re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
             for needle in pat.needles:
                 by_needle.setdefault(needle, []).append((fam.code, pat, rx))
-    # longest first, so that a needle inside another still finds its line
-    alternation = "|".join(re.escape(n) for n in sorted(by_needle, key=len, reverse=True))
+    uncovered = [n for n in by_needle if not any(t in n for t in TRIGGERS)]
     signals: dict[str, list[ContextSignal]] = {}
     for sig in CONTEXT_SIGNALS:
         signals.setdefault(sig.scope, []).append(sig)
-    return _Compiled(re.compile(alternation), by_needle, {k: tuple(v) for k, v in signals.items()})
+    return _Compiled((*TRIGGERS, *uncovered), by_needle, {k: tuple(v) for k, v in signals.items()})
+
+
+def _candidate_lines(text: str) -> list[int]:
+    """Start offsets of the lines holding a trigger, in order: one str.find pass per trigger."""
+    starts: set[int] = set()
+    find, rfind = text.find, text.rfind
+    for trigger in _compiled().triggers:
+        p = find(trigger)
+        while p != -1:
+            starts.add(rfind("\n", 0, p) + 1)
+            end = find("\n", p)
+            if end == -1:
+                break
+            p = find(trigger, end)
+    return sorted(starts)
 
 
 @dataclass
@@ -79,6 +94,8 @@ class _Hit:
     count: int = 1
     ranks: list[int] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
+    traced: int = 1
+    place: tuple | None = None  # (file, line) of the culprit frame, once traced
 
 
 def explain(text: str | bytes, source: str | None = None) -> Report:
@@ -92,7 +109,7 @@ def explain(text: str | bytes, source: str | None = None) -> Report:
 
 def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report:
     """Like `explain`, over several inputs (e.g. one log per rank); duplicates fold across them."""
-    hits: dict[tuple, _Hit] = {}
+    hits: dict[tuple, list[_Hit]] = {}
     tails: list[tuple[str | None, str]] = []
     names: list[str] = []
     for source, raw in sources:
@@ -103,7 +120,8 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
         if source:
             names.append(source)
     report = Report(tool="explain", meta={"sources": names} if names else {})
-    findings = _findings(list(hits.values())) if hits else [_unknown(tails)]
+    found = [hit for group in hits.values() for hit in group]
+    findings = _findings(found) if found else [_unknown(tails)]
     findings.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], -f.confidence, _first_line(f)))
     report.findings = findings
     return report
@@ -112,24 +130,16 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
 # ---- scan ------------------------------------------------------------------------------------------
 
 
-def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, _Hit]) -> None:
-    comp = _compiled()
-    search = comp.prefilter.search
-    pos = 0
+def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, list[_Hit]]) -> None:
     line_no = 1
     counted_to = 0
     size = len(text)
-    while pos < size:
-        m = search(text, pos)
-        if m is None:
-            break
-        start = text.rfind("\n", 0, m.start()) + 1
-        end = text.find("\n", m.start())
+    for start in _candidate_lines(text):
+        end = text.find("\n", start)
         if end == -1:
             end = size
         line_no += text.count("\n", counted_to, start)
         counted_to = start
-        pos = end + 1
         line = text[start:end].rstrip("\r")
         if is_frame_line(line) or _is_frame_code(text, start):
             continue  # `raise ValueError("Attempting to unscale ...")` quoted in a frame: not a second error
@@ -139,19 +149,27 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, _
         code, pattern, match = found
         rank, body = split_rank(line)
         key = (code, body.strip()[:500])
-        hit = hits.get(key)
-        first = hit is None
-        if hit is None:
-            hit = hits[key] = _Hit(code, pattern, match, body.strip(), line_no, source, rank)
-            _trace(hit, text, start, line_no, log_tags)
+        group = hits.setdefault(key, [])
+        traced = sum(h.traced for h in group)
+        if traced < TRACED_PER_ERROR:
+            # the same text raised at another place is another finding: trace, then fold by place
+            probe = _Hit(code, pattern, match, body.strip(), line_no, source, rank)
+            _trace(probe, text, start, line_no, log_tags)
+            hit = next((h for h in group if h.place == probe.place), None)
+            if hit is None:
+                group.append(probe)
+                hit = probe
+            else:
+                hit.count += 1
+                hit.traced += 1
         else:
+            hit = group[-1]
             hit.count += 1
-            if hit.count <= TRACED_PER_ERROR and not hit.frames:
-                _trace(hit, text, start, line_no, log_tags)
         new_rank = rank is not None and rank not in hit.ranks
         if new_rank:
             hit.ranks.append(rank)
-        if (first or new_rank) and len(hit.evidence) < MAX_EVIDENCE:
+        new_source = not any(e.source == source for e in hit.evidence)
+        if (hit.count == 1 or new_rank or new_source) and len(hit.evidence) < MAX_EVIDENCE:
             hit.evidence.append(Evidence(text=line.strip()[:500], line=line_no, source=source))
 
 
@@ -190,6 +208,8 @@ def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: set[str]) -
         above.pop(0)  # partial line
     frames, read = frames_above(above, hit.rank, line_no - len(above))
     hit.frames = frames
+    frame = culprit_frame(frames)
+    hit.place = (frame.file, frame.line) if frame else None
     signals = _compiled().signals
     local_text = "\n".join([hit.body, *read])
     op_text = "\n".join(f"{f.file} {f.function} {f.code or ''}" for f in frames[-2:]) + "\n" + hit.body
@@ -352,27 +372,27 @@ def _first_line(f: Finding) -> int:
 _ERROR_LINE = re.compile(r"\b\w{0,60}(?:Error|Exception|Warning)\b:?[^\n]{0,300}")
 
 
+@lru_cache(maxsize=1)
+def _keywords_rx() -> re.Pattern[str]:
+    words = sorted({k for fam in catalog.FAMILIES for k in fam.keywords}, key=len, reverse=True)
+    return re.compile(r"(?<![a-z0-9_])(" + "|".join(map(re.escape, words)) + r")(?![a-z0-9_])")
+
+
 def _unknown(inputs: list[tuple[str | None, str]]) -> Finding:
     """An honest `unknown`: the last error-looking lines, and the families sharing the most words."""
     evidence: list[Evidence] = []
     sample_parts = []
     for source, text in inputs:
         tail = text[-16 * 1024 :]
-        lines = [ln for ln in tail.splitlines() if _ERROR_LINE.search(ln)][-3:]
-        if not lines and tail.strip():
-            lines = [tail.strip().splitlines()[-1]]
         base = text.count("\n", 0, len(text) - len(tail)) + 1
-        tail_lines = tail.splitlines()
-        for ln in lines:
-            idx = len(tail_lines) - 1 - tail_lines[::-1].index(ln)
-            evidence.append(Evidence(text=ln.strip()[:500], line=base + idx, source=source))
+        numbered = [(base + i, ln.strip()) for i, ln in enumerate(tail.split("\n")) if ln.strip()]
+        picked = [(n, ln) for n, ln in numbered if _ERROR_LINE.search(ln)][-3:] or numbered[-1:]
+        evidence.extend(Evidence(text=ln[:500], line=n, source=source) for n, ln in picked)
         sample_parts.append(tail)
-    sample = "\n".join(sample_parts).lower()
+    words = set(_keywords_rx().findall("\n".join(sample_parts).lower()))
     scores = []
     for fam in catalog.FAMILIES:
-        score = sum(
-            1 for k in fam.keywords if re.search(rf"(?<![a-z0-9_]){re.escape(k)}(?![a-z0-9_])", sample)
-        )
+        score = sum(1 for k in fam.keywords if k in words)
         if score:
             scores.append((score, fam.code))
     nearest = [code for _, code in sorted(scores, key=lambda s: (-s[0], s[1]))[:3]]

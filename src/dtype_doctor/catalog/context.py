@@ -148,7 +148,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         ("apex.normalization", "Discovered apex", "from apex", "import apex", "site-packages/apex"),
         scope="log",
     ),
-    ContextSignal("oneflow", ("oneflow", "onediff"), scope="log"),
+    ContextSignal("oneflow-installed", ("oneflow", "onediff"), scope="log"),
     ContextSignal(
         "distributed",
         ("[rank", "torchrun", "torch.distributed", "ChildFailedError", "[default0]", "LOCAL_RANK"),
