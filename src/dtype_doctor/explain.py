@@ -44,23 +44,28 @@ _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 @dataclass(frozen=True)
 class _Compiled:
     triggers: tuple[str, ...]
-    by_needle: dict[str, list[tuple[str, MessagePattern, re.Pattern[str]]]]
+    by_needle: dict[str, list[tuple[str, MessagePattern]]]
     signals: dict[str, tuple[ContextSignal, ...]]
 
 
 @lru_cache(maxsize=1)
 def _compiled() -> _Compiled:
-    by_needle: dict[str, list[tuple[str, MessagePattern, re.Pattern[str]]]] = {}
+    by_needle: dict[str, list[tuple[str, MessagePattern]]] = {}
     for fam in catalog.FAMILIES:
         for pat in fam.patterns:
-            rx = re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
             for needle in pat.needles:
-                by_needle.setdefault(needle, []).append((fam.code, pat, rx))
+                by_needle.setdefault(needle, []).append((fam.code, pat))
     uncovered = [n for n in by_needle if not any(t in n for t in TRIGGERS)]
     signals: dict[str, list[ContextSignal]] = {}
     for sig in CONTEXT_SIGNALS:
         signals.setdefault(sig.scope, []).append(sig)
     return _Compiled((*TRIGGERS, *uncovered), by_needle, {k: tuple(v) for k, v in signals.items()})
+
+
+@lru_cache(maxsize=None)
+def _regex(pat: MessagePattern) -> re.Pattern[str]:
+    """Compiled on first use: a one-line `explain` compiles 2 regexes, not 80 (start-up budget)."""
+    return re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
 
 
 def _candidate_lines(text: str) -> list[int]:
@@ -180,11 +185,11 @@ def _match_line(line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
     for needle, entries in _compiled().by_needle.items():
         if needle not in line:
             continue
-        for code, pat, rx in entries:
+        for code, pat in entries:
             if id(pat) in seen:
                 continue
             seen.add(id(pat))
-            m = rx.search(line)
+            m = _regex(pat).search(line)
             if m and (best is None or pat.confidence > best[1].confidence):
                 best = (code, pat, m)
     return best

@@ -9,12 +9,10 @@ import sys
 from ..errors import DoctorError
 
 HELP = "explain an error message, a traceback or a whole training log"
-DESCRIPTION = (
-    "Read PyTorch mixed-precision error text (one line, a traceback or a log of any size) and name "
-    "each error: its family, which operand is which and its dtype, where it was raised, and the "
-    "fixes that fit the set-up seen in the text (apex, OneFlow, autocast, torchrun ranks, ...). "
-    "Never imports torch."
-)
+DESCRIPTION = """\
+Read PyTorch mixed-precision error text (one line, a traceback, or a log of any size) and name each
+error: its family, which operand is which and its dtype, where it was raised, and the fixes that fit
+the set-up the text shows (apex, OneFlow, autocast, torchrun ranks...). Never imports torch."""
 EPILOG = """examples:
   dtype-doctor explain "mat1 and mat2 must have the same dtype, but got Float and Half"
   dtype-doctor explain --file train.log
@@ -31,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("text", nargs="?", help="the error text; '-' reads standard input")
+    parser.add_argument("text", nargs="?", metavar="TEXT", help="the error text; '-' reads standard input")
     parser.add_argument(
         "-f",
         "--file",
