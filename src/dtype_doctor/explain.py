@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from . import catalog
 from .catalog.context import CONTEXT_SIGNALS, REFINEMENTS
@@ -24,7 +24,7 @@ from .tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_
 __all__ = ["explain", "explain_sources"]
 
 WINDOW = 64 * 1024  # bytes of input above an error line searched for its traceback
-TRACED_PER_ERROR = 16  # occurrences of one error whose traceback is parsed; the rest are counted
+TRACED_PER_ERROR = 64  # occurrences of one error text whose traceback is parsed; later ones are counted
 MAX_EVIDENCE = 8
 _MISMATCH_CODES = frozenset(
     {
@@ -62,7 +62,7 @@ def _compiled() -> _Compiled:
     return _Compiled((*TRIGGERS, *uncovered), by_needle, {k: tuple(v) for k, v in signals.items()})
 
 
-@lru_cache(maxsize=None)
+@cache
 def _regex(pat: MessagePattern) -> re.Pattern[str]:
     """Compiled on first use: a one-line `explain` compiles 2 regexes, not 80 (start-up budget)."""
     return re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
