@@ -71,7 +71,8 @@ ONE_PRECISION_RUN = FixTemplate(
 )
 FRAGILE_FP32 = FixTemplate(
     "Keep numerically fragile layers in float32 deliberately, casting at their boundary",
-    "x = norm(x.float()).to({dtype})   # or transformers' _keep_in_fp32_modules",
+    "{module}.float()                                    # the whole layer, on purpose\n"
+    "y = {module}({tensor}.float()).to({tensor}.dtype)   # or transformers' _keep_in_fp32_modules",
     "fp32 norms/embeddings are fine when chosen on purpose and cast at the seam, not by accident.",
     when=_({"input-low"}),
     unless=_({"multi-error"}),
