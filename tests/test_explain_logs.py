@@ -118,3 +118,34 @@ def test_evidence_points_at_the_error_line(name):
         ev = f.evidence[0]
         assert ev.source == str(path)
         assert lines[ev.line - 1].strip() == ev.text
+
+
+TB = """Traceback (most recent call last):
+  File "/work/{name}.py", line {line}, in forward
+    h = self.{attr}(x)
+  File "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", line 134, in forward
+    return F.linear(input, self.weight, self.bias)
+RuntimeError: mat1 and mat2 must have the same dtype, but got Float and Half
+"""
+
+
+def test_same_text_at_two_places_is_two_findings_and_a_logged_repeat_folds():
+    log = (
+        TB.format(name="unet", line=10, attr="time_proj")
+        + "ERROR train: RuntimeError: mat1 and mat2 must have the same dtype, but got Float and Half\n"
+        + TB.format(name="text_encoder", line=77, attr="proj")
+    )
+    report = explain(log)
+    assert [(f.location.module, f.count) for f in report.findings] == [("time_proj", 2), ("proj", 1)]
+
+
+def test_a_big_noisy_log_finds_the_one_error_and_its_line():
+    noise = "".join(
+        f"step {i} | loss 1.{i % 97:02d} | lr 1e-4 | info: saved checkpoint\n" for i in range(40000)
+    )
+    log = noise + TB.format(name="model", line=5, attr="out") + noise
+    report = explain(log)
+    assert report.codes() == ["matmul-dtype-mismatch"]
+    f = report.findings[0]
+    assert f.evidence[0].line == 40000 + 6
+    assert f.location.module == "out" and f.location.line == 5

@@ -153,14 +153,17 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, l
             continue
         code, pattern, match = found
         rank, body = split_rank(line)
-        key = (code, body.strip()[:500])
+        key = (code, match.group(0)[:500])  # the message itself, whatever prefix the logger added
         group = hits.setdefault(key, [])
         traced = sum(h.traced for h in group)
         if traced < TRACED_PER_ERROR:
             # the same text raised at another place is another finding: trace, then fold by place
             probe = _Hit(code, pattern, match, body.strip(), line_no, source, rank)
             _trace(probe, text, start, line_no, log_tags)
-            hit = next((h for h in group if h.place == probe.place), None)
+            if probe.place is None and group:  # a bare repeat (a logger line): the last traceback's error
+                hit = group[-1]
+            else:
+                hit = next((h for h in group if h.place == probe.place), None)
             if hit is None:
                 group.append(probe)
                 hit = probe
