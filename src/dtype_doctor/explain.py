@@ -217,7 +217,7 @@ def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: set[str]) -
     frames, read = frames_above(above, hit.rank, line_no - len(above))
     hit.frames = frames
     frame = culprit_frame(frames)
-    hit.place = (frame.file, frame.line) if frame else None
+    hit.place = (frame.file, frame.line, frame.function) if frame else None
     signals = _compiled().signals
     local_text = "\n".join([hit.body, *read])
     op_text = "\n".join(f"{f.file} {f.function} {f.code or ''}" for f in frames[-2:]) + "\n" + hit.body
@@ -286,7 +286,7 @@ def _finding(hit: _Hit, code: str, operands: list[Operand], note: str, multi: bo
     tags = set(hit.tags)
     if "training" in tags or multi:
         tags.discard("inference")  # sampling inside a training run: training's fixes apply
-    if multi and code in _MISMATCH_CODES | {"conv-bias-dtype-mismatch"}:
+    if multi and code in _MISMATCH_CODES:
         tags.add("multi-error")
     input_dtype = next(
         (o.dtype for o in operands if o.role in ("input", "m1", "left", "query", "source")), None

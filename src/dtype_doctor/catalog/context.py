@@ -171,7 +171,6 @@ REFINEMENTS: tuple[Refinement, ...] = (
         _({"scalar-type-mismatch", "norm-dtype-mismatch", "matmul-dtype-mismatch"}),
         _({"apex"}),
         "apex-conflict",
-        roles=(("expected", "expected (norm weight)"), ("found", "found (input)")),
         note="apex kernels in the traceback",
     ),
     Refinement(
