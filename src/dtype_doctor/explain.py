@@ -37,7 +37,7 @@ _MISMATCH_CODES = frozenset(
         "index-put-dtype-mismatch",
     }
 )
-_PARAM_ROLES = ("weight", "bias", "m2", "right", "batch2", "destination", "parameters expected", "expected")
+_PARAM_ROLES = ("weight", "bias", "m2", "right", "batch2", "destination", "parameters (required)", "expected")
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
@@ -356,7 +356,7 @@ def _message(
 ) -> str:
     parts = []
     if operands:
-        parts.append(", ".join(f"{o.role} is {o.dtype}" for o in operands if o.dtype))
+        parts.append(", ".join(f"{o.role}: {o.dtype}" for o in operands if o.dtype))
     if module_expr:
         parts.append(f"raised in {module_expr}({arg or ''})")
     if frame:

@@ -275,7 +275,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         patterns=(
             MessagePattern(
                 r"\bmixed dtype \((?P<device>CPU|CUDA)\): (?:expect|all) (?:parameter|inputs?) (?:to have|must share) (?:the same )?(?:scalar type|dtype)(?: of (?P<expected>\w+))?",
-                roles=(("expected", "parameters expected"),),
+                roles=(("expected", "parameters (required)"),),
                 info=("device",),
                 note="native layer_norm / group_norm / batch_norm on CPU",
                 needles=("mixed dtype (",),
