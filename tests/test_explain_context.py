@@ -95,3 +95,38 @@ def test_ranks_interleaved_line_by_line_keep_their_own_frames():
     log = "\n".join(x for pair in zip(a, b, strict=True) for x in pair) + "\n"
     report = explain(log)
     assert sorted((f.location.module, f.location.rank) for f in report.findings) == [("norm", 1), ("proj", 0)]
+
+
+IPYTHON = """---------------------------------------------------------------------------
+RuntimeError                              Traceback (most recent call last)
+Cell In[7], line 3
+      1 vae = AutoencoderKL.from_pretrained(path).half()
+      2 latents = torch.randn(1, 4, 64, 64)
+----> 3 image = vae.decode(latents).sample
+
+File ~/venv/lib/python3.11/site-packages/diffusers/models/autoencoders/autoencoder_kl.py:291, in AutoencoderKL._decode(self, z, return_dict)
+    288 if self.use_tiling and (z.shape[-1] > self.tile_latent_min_size):
+    289     return self.tiled_decode(z, return_dict=return_dict)
+--> 291 z = self.post_quant_conv(z)
+    292 dec = self.decoder(z)
+
+File ~/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py:456, in Conv2d._conv_forward(self, input, weight, bias)
+    452 if self.padding_mode != 'zeros':
+    453     return F.conv2d(F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode),
+    454                     weight, bias, self.stride,
+    455                     _pair(0), self.dilation, self.groups)
+--> 456 return F.conv2d(input, weight, bias, self.stride,
+    457                 self.padding, self.dilation, self.groups)
+
+RuntimeError: Input type (float) and bias type (c10::Half) should be the same
+"""
+
+
+def test_jupyter_traceback_gives_module_and_location():
+    f = explain(IPYTHON).findings[0]
+    assert f.code == "conv-bias-dtype-mismatch"
+    assert f.location.module == "post_quant_conv"
+    assert f.location.line == 291 and f.location.function == "_decode"
+    assert f.location.op == "conv._conv_forward"
+    assert "vae" in f.data["context"]
+    assert "VAE" in f.fixes[0].title or "vae" in f.fixes[0].snippet

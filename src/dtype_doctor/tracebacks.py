@@ -11,6 +11,13 @@ from dataclasses import dataclass
 # `[rank3]: ...` (torchrun >= 2.2), `[default3]:...` (elastic agent), `rank3: ...`
 _RANK_PREFIX = re.compile(r"^\s{0,8}\[(?:rank|default)(\d{1,5})\]:\s?")
 _FRAME = re.compile(r'File "(?P<file>[^"\n]{1,500})", line (?P<line>\d{1,9})(?:, in (?P<fn>[^\s]{1,200}))?')
+# IPython/Jupyter: `File ~/venv/.../linear.py:114, in Linear.forward(self, input)`, `Cell In[3], line 5`,
+# and the executed line marked `-> 114     return F.linear(...)` / `----> 5 lin(x)`
+_IPY_FRAME = re.compile(
+    r"^\s{0,4}(?:File (?P<file>[^\s:][^\n]{0,500}?):(?P<line>\d{1,9}), in (?P<fn>[^\s(]{1,200})"
+    r"|Cell (?P<cell>In ?\[\d{1,6}\]), line (?P<cline>\d{1,9}))"
+)
+_IPY_ARROW = re.compile(r"^\s{0,8}-{0,8}> ?\s{0,4}\d{1,9}\s(?P<code>.{0,300})")
 _CARETS = re.compile(r"^[\s^~]+$")
 # `self.post_quant_conv(z)` / `self.model.vision(image)`: the module a frame called, and its argument
 _CALL = re.compile(r"\b(self(?:\.\w{1,80}){1,8})\(\s{0,4}(?:(\w{1,80})(?=\s{0,4}[,)]))?")
@@ -70,22 +77,36 @@ def frames_above(lines: list[str], rank: int | None, first_line_no: int) -> tupl
         if "Traceback (most recent call last)" in body:
             break
         read.append(body)
-        m = _FRAME.search(body)
-        if m:
-            frames.append(
-                Frame(m.group("file"), int(m.group("line")), m.group("fn"), pending_code, first_line_no + i)
-            )
+        frame = _parse_frame(body, pending_code, first_line_no + i)
+        if frame:
+            frames.append(frame)
             pending_code = None
             gap = 0
             continue
         gap += 1
         if gap > MAX_GAP:
             break
+        arrow = _IPY_ARROW.match(body)
+        if arrow:
+            pending_code = arrow.group("code").strip()
+            continue
         stripped = body.strip()
-        if stripped and not _CARETS.match(stripped):
+        if stripped and not _CARETS.match(stripped) and not stripped[0].isdigit():
             pending_code = stripped[:300]
     frames.reverse()
     return frames, read
+
+
+def _parse_frame(body: str, code: str | None, log_line: int) -> Frame | None:
+    m = _FRAME.search(body)
+    if m:
+        return Frame(m.group("file"), int(m.group("line")), m.group("fn"), code, log_line)
+    m = _IPY_FRAME.match(body)
+    if m and m.group("cell"):
+        return Frame(f"<{m.group('cell')}>", int(m.group("cline")), "<cell>", code, log_line)
+    if m:
+        return Frame(m.group("file"), int(m.group("line")), m.group("fn").rsplit(".", 1)[-1], code, log_line)
+    return None
 
 
 def culprit_frame(frames: list[Frame]) -> Frame | None:
@@ -97,7 +118,8 @@ def culprit_frame(frames: list[Frame]) -> Frame | None:
 
 
 def is_frame_line(line: str) -> bool:
-    return bool(_FRAME.search(line))
+    """A `File "...", line N` line, or IPython's frame header or `-> N code` line: never an error line."""
+    return bool(_FRAME.search(line) or _IPY_FRAME.match(line) or _IPY_ARROW.match(line))
 
 
 def call_hint(frames: list[Frame]) -> tuple[str | None, str | None]:
