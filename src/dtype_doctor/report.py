@@ -172,6 +172,12 @@ class Report:
     def __bool__(self) -> bool:  # a Report is always truthy; use .findings to test emptiness
         return True
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a Report as the HTML report's body."""
+        from .render.html import fragment, style
+
+        return style() + fragment(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,

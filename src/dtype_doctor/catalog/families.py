@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .errors import ERROR_FAMILIES
+from .integrations import INTEGRATION_FAMILIES
 from .model import Family
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES,)
+FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *INTEGRATION_FAMILIES)
