@@ -13,7 +13,7 @@ from .. import catalog
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin
 from .modules import Names
-from .provenance import Provenance, caller_frames, tag_to_origin, where
+from .provenance import SKIP, Provenance, caller_frames, frame_kind, tag_to_origin, where
 
 
 def torch_name(dtype: torch.dtype | None) -> str | None:
@@ -71,6 +71,22 @@ def _root_method_input(t: torch.Tensor) -> Origin | None:
     return None
 
 
+def _variable_name(t: torch.Tensor | None) -> str | None:
+    """The name of a local variable in user or library code (not torch) that holds `t`."""
+    if t is None:
+        return None
+    f = sys._getframe(2)
+    for _ in range(64):
+        if f is None:
+            return None
+        if frame_kind(f.f_code) != SKIP:
+            for name, value in f.f_locals.items():
+                if value is t and name != "self":
+                    return name
+        f = f.f_back
+    return None
+
+
 def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     known = names.tensor(t)
     if known is not None:
@@ -115,6 +131,7 @@ def build(
     path = names.module(module)
     ops: list[Operand] = []
     odd = None
+    odd_tensor = None
     param_name = None
     for s in operands:
         origin = s.origin or origin_of(s.tensor, names, prov)
@@ -131,14 +148,14 @@ def build(
             )
         )
         if s.odd and odd is None:
-            odd = ops[-1]
+            odd, odd_tensor = ops[-1], s.tensor
     ctx = set(context or ())
     lib = _library(root) or _library(module)
     if lib:
         ctx.add(lib)
     if odd is not None and odd.origin is not None:
         ctx.add(f"odd-{odd.origin.kind}")
-    odd_name = (odd.name or odd.role) if odd else None
+    odd_name = (odd.name or _variable_name(odd_tensor) or odd.role) if odd else None
     odd_file = odd.origin.file if odd and odd.origin and odd.origin.file else (ufile or file)
     odd_line = odd.origin.line if odd and odd.origin and odd.origin.file else (uline or line)
     fix_names = {
@@ -157,7 +174,8 @@ def build(
     if not message:
         parts = ", ".join(f"{o.role} {o.dtype}" for o in ops)
         need = f"; it needs {canonical(expected)}" if expected is not None else ""
-        message = f"{op} in '{path or '<root>'}': {parts}{need}"
+        place = f" in '{path or '<root>'}'" if module is not None else ""
+        message = f"{op}{place}: {parts}{need}"
     extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
     if ufile and (ufile, uline) != (file, line):
         extra["your_code"] = f"{ufile}:{uline}"
@@ -182,6 +200,17 @@ def build(
     )  # fmt: skip
 
 
+def _chain(origin: Origin, depth: int = 0, limit: int = 6) -> list[tuple[int, Origin]]:
+    """The ancestors of an origin, depth-first, as (depth, origin) pairs."""
+    out: list[tuple[int, Origin]] = []
+    for c in origin.chain:
+        if len(out) >= limit:
+            break
+        out.append((depth, c))
+        out.extend(_chain(c, depth + 1, limit - len(out)))
+    return out[:limit]
+
+
 def note_text(finding: Finding) -> str:
     """The diagnosis as an exception note: a few plain lines, no colour."""
     lines = [f"dtype-doctor [{finding.code}] {finding.title}"]
@@ -194,7 +223,7 @@ def note_text(finding: Finding) -> str:
         origin = o.origin.describe() if o.origin else ""
         lines.append(f"  {o.role:<8} {o.dtype or '?':<9} {shape:<14} <- {origin}")
         if o.origin:
-            lines.extend(f"  {'':<34}<- {c.describe()}" for c in o.origin.chain[:3])
+            lines.extend(f"  {'':<34}{'  ' * depth}<- {c.describe()}" for depth, c in _chain(o.origin))
     for fix in finding.fixes[:2]:
         lines.append(f"  fix: {fix.title}")
         if fix.snippet:

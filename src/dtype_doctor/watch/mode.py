@@ -59,7 +59,7 @@ def classify(func: Any) -> Any:
     name = getattr(func, "__name__", "") or ""
     if name in _CAST_NAMES:
         return CAST
-    if name in _PASS_NAMES or name.startswith("_foreach"):
+    if name in _PASS_NAMES or name.startswith(("_foreach", "is_", "_is_", "_has_")):
         return PASS
     inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
     return Generic(name, inplace, not inplace and name not in _NO_PROMOTION)

@@ -385,25 +385,26 @@ class Session:
         else:
             return
         prov = self.prov
+        dtypes = {i.dtype for i in inputs if isinstance(i, torch.Tensor) and i.dim() > 0}
+        promoted = len(dtypes) > 1 and kind is not CAST
         for o in outs:
             if not o.is_floating_point() or any(o is i for i in inputs):
                 continue
             dt = o.dtype
             parent = None
             same = False
-            for i in inputs:
-                if isinstance(i, torch.Tensor) and i.dtype == dt:
-                    same = True
-                    parent = prov.get(i)
-                    if parent is not None:
-                        break
-            if parent is not None and kind is not CAST:
-                prov.set(o, parent)
+            if not promoted:
+                for i in inputs:
+                    if isinstance(i, torch.Tensor) and i.dtype == dt:
+                        same = True
+                        parent = prov.get(i)
+                        if parent is not None:
+                            break
+            if parent is not None:
+                prov.set(o, parent)  # the dtype came with this input: share its origin
                 continue
             if kind is CAST and same:
-                if parent is not None:
-                    prov.set(o, parent)
-                continue
+                continue  # a device move or a no-op cast of an untracked tensor
             tags = []
             seen_dt = set()
             for i in inputs:
@@ -412,7 +413,6 @@ class Session:
                     t = prov.get(i)
                     if t is not None and _depth(t) < _MAX_DEPTH:
                         tags.append(t)
-            promoted = len(seen_dt) > 1 and kind is not CAST
             inner, user = caller_frames(3)
             new_kind = "cast" if kind is CAST else ("promotion" if promoted else "op")
             prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
