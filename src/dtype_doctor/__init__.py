@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 # name → module that defines it; imported on first use
 _LAZY = {
     "explain": "explain",
+    "watch": "watch",
 }
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Report",
     "Severity",
     "explain",
+    "watch",
 ]
 
 

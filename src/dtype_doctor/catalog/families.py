@@ -5,5 +5,6 @@ from __future__ import annotations
 from .errors import ERROR_FAMILIES
 from .integrations import INTEGRATION_FAMILIES
 from .model import Family
+from .watch import WATCH_FAMILIES
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *INTEGRATION_FAMILIES)
+FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *WATCH_FAMILIES, *INTEGRATION_FAMILIES)

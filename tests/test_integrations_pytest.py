@@ -1,0 +1,95 @@
+"""The pytest plugin, driven through pytester: a failing test shows the finding, not only the raw error."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+HAS_WATCH = importlib.util.find_spec("dtype_doctor.watch") is not None
+needs_watch = pytest.mark.skipif(
+    not HAS_WATCH, reason="dtype_doctor.watch (the watch branch) is not merged into this build"
+)
+
+FAILING_TEST = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.proj(x)
+
+def test_half_model_float_input({args}):
+    torch.manual_seed(0)
+    model = Net().half()
+    model(torch.randn(2, 4))
+"""
+
+
+def _plugin_args() -> list[str]:
+    """`-p` the plugin unless the installed package already registers it through its entry point."""
+    registered = any(ep.name == "dtype_doctor" for ep in importlib.metadata.entry_points(group="pytest11"))
+    return [] if registered else ["-p", "dtype_doctor.integrations.pytest_plugin"]
+
+
+@needs_watch
+def test_option_reports_the_finding_with_module_and_fix(pytester):
+    pytester.makepyfile(FAILING_TEST.format(args=""))
+    result = pytester.runpytest(*_plugin_args(), "--dtype-doctor", "-rf")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "- dtype-doctor -" in text  # the report section
+    assert "matmul-dtype-mismatch" in text
+    assert "'proj'" in text and "float16" in text and "float32" in text
+    # the one-line summary names the finding, then keeps the raw error
+    result.stdout.fnmatch_lines(["FAILED *dtype-doctor matmul-dtype-mismatch*mat1 and mat2*"])
+
+
+@needs_watch
+def test_fixture_runs_the_body_under_watch(pytester):
+    pytester.makepyfile(
+        FAILING_TEST.format(args="dtype_doctor")
+        + """
+def test_session_is_the_watch_session(dtype_doctor):
+    assert hasattr(dtype_doctor, "report")
+"""
+    )
+    result = pytester.runpytest(*_plugin_args(), "-rf")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["FAILED *test_half_model_float_input*dtype-doctor matmul-dtype-mismatch*"])
+
+
+def test_without_option_or_fixture_nothing_changes(pytester):
+    pytester.makepyfile(
+        """
+def test_plain():
+    raise RuntimeError("mat1 and mat2 must have the same dtype, but got Float and Half")
+"""
+    )
+    result = pytester.runpytest(*_plugin_args(), "-rf")
+    result.assert_outcomes(failed=1)
+    assert "dtype-doctor" not in result.stdout.str()
+
+
+def test_option_is_registered_in_help(pytester):
+    result = pytester.runpytest(*_plugin_args(), "--help")
+    result.stdout.fnmatch_lines(["*--dtype-doctor*", "*--dtype-doctor-mode*"])
+
+
+def test_plugin_import_is_light():
+    code = (
+        "import sys, dtype_doctor.integrations.pytest_plugin; "
+        "heavy = [m for m in ('torch', 'transformers', 'dtype_doctor.watch', 'rich') if m in sys.modules]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
