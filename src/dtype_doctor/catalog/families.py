@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from .audit import AUDIT_FAMILIES, FIX_FAMILIES
 from .errors import ERROR_FAMILIES
 from .model import Family
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES,)
+FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *AUDIT_FAMILIES, *FIX_FAMILIES)
