@@ -30,7 +30,7 @@ from .policy import (
 )
 from .report import Location, Operand, Report
 
-__all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "fix", "guard"]
+__all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "convert", "fix", "guard"]
 
 log = logging.getLogger("dtype_doctor")
 
@@ -78,14 +78,7 @@ def fix(
     previous = getattr(model, _FIX_ATTR, None)
     if isinstance(previous, FixPlan):
         previous.remove_hooks()
-    kept: list[tuple[str, nn.Module]] = []
-    if target != torch.float32:
-        patterns = (*keep_fp32, *(re.compile(p) for p in hf_keep_fp32(model, target)))
-        kept = kept_modules(model, patterns)
-    kept_ids = {id(sub) for _, m in kept for sub in m.modules()}
-    with torch.no_grad():
-        for module in model.modules():
-            _convert_own(module, torch.float32 if id(module) in kept_ids else target)
+    kept = convert(model, target, keep_fp32)
     handles: list[RemovableHandle] = []
     if cast_inputs:
         handles.append(model.register_forward_pre_hook(_cast_inputs_to(target), with_kwargs=True))
@@ -94,6 +87,24 @@ def fix(
         handles.append(module.register_forward_hook(_cast_outputs_to(target)))
     object.__setattr__(model, _FIX_ATTR, FixPlan(target, [n for n, _ in kept], handles))
     return model
+
+
+def convert(
+    model: nn.Module, dtype: torch.dtype | str, keep_fp32: Iterable[KeepPattern] = ()
+) -> list[tuple[str, nn.Module]]:
+    """Convert in place like `from_pretrained(torch_dtype=dtype)`: everything to `dtype` except the
+    kept modules (`keep_fp32` and the model's own `_keep_in_fp32_modules`), which become float32.
+    No hooks. Returns the kept (name, module) pairs."""
+    target = to_torch_dtype(dtype)
+    kept: list[tuple[str, nn.Module]] = []
+    if target != torch.float32:
+        patterns = (*keep_fp32, *(re.compile(p) for p in hf_keep_fp32(model, target)))
+        kept = kept_modules(model, patterns)
+    kept_ids = {id(sub) for _, m in kept for sub in m.modules()}
+    with torch.no_grad():
+        for module in model.modules():
+            _convert_own(module, torch.float32 if id(module) in kept_ids else target)
+    return kept
 
 
 def _convert_own(module: nn.Module, dtype: torch.dtype) -> None:

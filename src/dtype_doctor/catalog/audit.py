@@ -113,6 +113,22 @@ AUDIT_FAMILIES: tuple[Family, ...] = (
 
 FIX_FAMILIES: tuple[Family, ...] = (
     Family(
+        code="check-incomplete",
+        title="The meta dry run stopped before the end of forward",
+        cause=(
+            "An op could not run on the meta device (it reads tensor values: .item(), data-dependent "
+            "shapes, a copy to CPU) or failed for a reason that is not a dtype. The findings before it stand; "
+            "what comes after it was not checked."
+        ),
+        severity="warning",
+        fixes=(
+            FixTemplate(
+                "Check that part with a small real run under watch instead",
+                "with dtype_doctor.watch(model, mode='fix') as s:\n    model(*small_inputs)",
+            ),
+        ),
+    ),
+    Family(
         code="module-input-cast",
         title="dtype-doctor cast a module input to the module's parameter dtype",
         cause=(
