@@ -164,8 +164,13 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
 
 
 def _fix_session(model: nn.Module, report: Report):
-    from .watch import watch
+    """watch(mode="fix") when this build has it, else the small built-in rule check."""
+    try:
+        from .watch import watch
+    except ImportError:
+        from .dryrun import MetaRuleSession
 
+        return MetaRuleSession(model, report)
     return watch(model=model, mode="fix", report=report)
 
 
@@ -225,6 +230,10 @@ class _AutocastEmulation(torch.overrides.TorchFunctionMode):
 # ---------------------------------------------------------------- folding repeats
 
 
+def loc_module(finding: Finding) -> str | None:
+    return finding.location.module if finding.location else None
+
+
 def fold_repeats(report: Report) -> None:
     """One finding per mismatch and repeated block: `layers.*.q_proj` ×32, the first one kept."""
     kept: dict[tuple, Finding] = {}
@@ -244,7 +253,7 @@ def fold_repeats(report: Report) -> None:
             out.append(f)
             continue
         first.count += f.count
-        modules = first.data.setdefault("modules", [module])
+        modules = first.data.setdefault("modules", [loc_module(first)])
         if module not in modules:
             modules.append(module)
     for f in out:

@@ -6,4 +6,7 @@ from .audit import AUDIT_FAMILIES, FIX_FAMILIES
 from .errors import ERROR_FAMILIES
 from .model import Family
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *AUDIT_FAMILIES, *FIX_FAMILIES)
+# First definition of a code wins: check's fallback defines "silent-promotion" until watch's catalog does.
+FAMILIES: tuple[Family, ...] = tuple(
+    {f.code: f for f in reversed((*ERROR_FAMILIES, *AUDIT_FAMILIES, *FIX_FAMILIES))}.values()
+)[::-1]
