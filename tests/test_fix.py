@@ -59,7 +59,9 @@ def vae_fp32():
 @pytest.fixture(scope="module")
 def gpt2_fp32():
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0, eos_token_id=0)
+    config = transformers.GPT2Config(
+        n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0, eos_token_id=0
+    )
     return transformers.GPT2LMHeadModel(config).eval()
 
 
@@ -157,7 +159,9 @@ def test_fix_keeps_fp32_islands_exact_and_is_repeatable():
     with torch.no_grad():
         model[1].weight.fill_(1 + 1e-6)  # not representable in fp16: must not pass through it
     dd.fix(model, torch.bfloat16, keep_fp32=("norm",))
-    assert model[1].weight.dtype == torch.float32 and model[1].weight[0].item() == pytest.approx(1 + 1e-6, abs=0)
+    assert model[1].weight.dtype == torch.float32 and model[1].weight[0].item() == pytest.approx(
+        1 + 1e-6, abs=0
+    )
     assert model[0].weight.dtype == torch.bfloat16
     assert model._dtype_doctor_fix.kept == ["1"]
     out = model(torch.randn(3, 4))  # fp32 input, fp32 island inside a bf16 model: casts at the borders

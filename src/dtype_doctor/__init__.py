@@ -19,6 +19,7 @@ _LAZY = {
     "audit": "audit",
     "fix": "fix",
     "guard": "fix",
+    "watch": "watch",
 }
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "explain",
     "fix",
     "guard",
+    "watch",
 ]
 
 

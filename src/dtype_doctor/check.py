@@ -164,13 +164,8 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
 
 
 def _fix_session(model: nn.Module, report: Report):
-    """watch(mode="fix") when this build has it, else the small built-in rule check."""
-    try:
-        from .watch import watch
-    except ImportError:
-        from .dryrun import MetaRuleSession
+    from .watch import watch
 
-        return MetaRuleSession(model, report)
     return watch(model=model, mode="fix", report=report)
 
 

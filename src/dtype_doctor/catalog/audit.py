@@ -113,22 +113,6 @@ AUDIT_FAMILIES: tuple[Family, ...] = (
 
 FIX_FAMILIES: tuple[Family, ...] = (
     Family(
-        code="silent-promotion",
-        title="An op silently promoted a low-precision tensor to float32",
-        cause=(
-            "{module} combined tensors of different dtypes (cat, stack, +, where): the result is the wider "
-            "dtype, and the fp32 tensor then reaches a layer whose weights are fp16/bf16 (the OneTrainer "
-            "latent_mask)."
-        ),
-        severity="warning",
-        fixes=(
-            FixTemplate(
-                "Create the odd tensor in the model's dtype, or cast it before combining",
-                "mask = mask.to(latents.dtype)",
-            ),
-        ),
-    ),
-    Family(
         code="check-incomplete",
         title="The meta dry run stopped before the end of forward",
         cause=(
