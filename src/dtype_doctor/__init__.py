@@ -15,6 +15,10 @@ __version__ = "0.1.0"
 # name → module that defines it; imported on first use
 _LAZY = {
     "explain": "explain",
+    "check": "check",
+    "audit": "audit",
+    "fix": "fix",
+    "guard": "fix",
     "watch": "watch",
 }
 
@@ -29,7 +33,11 @@ __all__ = [
     "Origin",
     "Report",
     "Severity",
+    "audit",
+    "check",
     "explain",
+    "fix",
+    "guard",
     "watch",
 ]
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from .audit import AUDIT_FAMILIES, FIX_FAMILIES
 from .errors import ERROR_FAMILIES
 from .integrations import INTEGRATION_FAMILIES
 from .model import Family
 from .watch import WATCH_FAMILIES
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *WATCH_FAMILIES, *INTEGRATION_FAMILIES)
+FAMILIES: tuple[Family, ...] = (
+    *ERROR_FAMILIES,
+    *WATCH_FAMILIES,
+    *AUDIT_FAMILIES,
+    *FIX_FAMILIES,
+    *INTEGRATION_FAMILIES,
+)

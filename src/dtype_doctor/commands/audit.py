@@ -1,0 +1,48 @@
+"""`dtype-doctor audit`: the dtype map of a model or pipeline and what in it will fail."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cli import EXIT_FINDINGS, EXIT_OK, add_output_options, emit
+from ._target import add_target_arguments, dtype_option, load_target
+
+HELP = "dtype map of a model/pipeline: mixed weight/bias, fp32 islands, pipeline components, scaler set-ups"
+DESCRIPTION = (
+    "Look at a model, a diffusers pipeline or a (model, optimizer, GradScaler) set-up returned by a factory, "
+    "without running it: the folded dtype map, modules whose weight and bias disagree, fp32 islands and "
+    "whether they are deliberate, pipeline components in different dtypes, GradScaler/optimizer set-ups "
+    "that will fail, and a low-precision model under autocast. Exit 1 when an error is found."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser)
+    add_output_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = load_target(args)
+    dtype = dtype_option(args.dtype)
+    autocast = dtype_option(args.autocast)
+
+    from torch import nn
+
+    from ..audit import audit
+    from ..check import build_on_meta
+    from ..loading import call_factory
+
+    if callable(target) and not isinstance(target, nn.Module):
+        try:
+            obj = build_on_meta(target)
+        except Exception:
+            obj = call_factory(target)  # a pipeline or a (model, optimizer, scaler) set-up
+    else:
+        obj = target
+    if dtype is not None and isinstance(obj, nn.Module):
+        from ..fix import convert
+
+        convert(obj, dtype, args.keep_fp32)
+    report = audit(obj, autocast=autocast)
+    emit(report, args)
+    return EXIT_FINDINGS if report.errors else EXIT_OK
