@@ -44,13 +44,13 @@ def _plugin_args() -> list[str]:
 @needs_watch
 def test_option_reports_the_finding_with_module_and_fix(pytester):
     pytester.makepyfile(FAILING_TEST.format(args=""))
-    result = pytester.runpytest(*_plugin_args(), "--dtype-doctor", "-rf")
+    result = pytester.runpytest(*_plugin_args(), "--dtype-doctor", "-rf", "-vv")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     assert "- dtype-doctor -" in text  # the report section
     assert "matmul-dtype-mismatch" in text
     assert "'proj'" in text and "float16" in text and "float32" in text
-    # the one-line summary names the finding, then keeps the raw error
+    # the one-line summary names the finding, then keeps the raw error (-vv: lines are not cut)
     result.stdout.fnmatch_lines(["FAILED *dtype-doctor matmul-dtype-mismatch*mat1 and mat2*"])
 
 
@@ -63,7 +63,7 @@ def test_session_is_the_watch_session(dtype_doctor):
     assert hasattr(dtype_doctor, "report")
 """
     )
-    result = pytester.runpytest(*_plugin_args(), "-rf")
+    result = pytester.runpytest(*_plugin_args(), "-rf", "-vv")  # -vv: summary lines are not cut
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["FAILED *test_half_model_float_input*dtype-doctor matmul-dtype-mismatch*"])
 
