@@ -33,7 +33,16 @@ SCRIPT = Path(__file__).parent / "data" / "ddp_ranks.py"
 HAS_WATCH = importlib.util.find_spec("dtype_doctor.watch") is not None
 
 
-def _torchrun(scenario: str, out: Path) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One torchrun launch of tests/data/ddp_ranks.py (its three scenarios), shared by the tests."""
+    if not HAS_WATCH:
+        pytest.skip("dtype_doctor.watch (the watch branch) is not merged into this build")
+    out = tmp_path_factory.mktemp("ranks")
+    return _torchrun(out), out
+
+
+def _torchrun(out: Path) -> subprocess.CompletedProcess:
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip(f"torchrun not found next to {sys.executable}")
@@ -43,7 +52,7 @@ def _torchrun(scenario: str, out: Path) -> subprocess.CompletedProcess:
         "OMP_NUM_THREADS": "1",
     }
     proc = subprocess.Popen(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(SCRIPT), scenario, str(out)],
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(SCRIPT), str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -56,14 +65,13 @@ def _torchrun(scenario: str, out: Path) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
-        pytest.fail(f"torchrun {scenario} hung:\n{stderr[-3000:]}")
+        pytest.fail(f"torchrun hung:\n{stderr[-3000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-def test_torchrun_gathers_to_rank0_and_names_the_rank_whose_model_differs(tmp_path):
-    done = _torchrun("dtype_map", tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    merged = Report.from_json((tmp_path / "merged.json").read_text())
+def test_torchrun_gathers_to_rank0_and_names_the_rank_whose_model_differs(ranks):
+    _, out = ranks
+    merged = Report.from_json((out / "dtype_map" / "merged.json").read_text())
     assert merged.meta["ranks"] == [0, 1]
     divergent = [f for f in merged.findings if f.code == "rank-divergence"]
     assert {f.location.module for f in divergent} == {"vision.0"}
@@ -72,30 +80,25 @@ def test_torchrun_gathers_to_rank0_and_names_the_rank_whose_model_differs(tmp_pa
     assert "module 'vision.0' holds bfloat16; ranks 0: float32" in finding.message
 
 
-@pytest.mark.skipif(
-    not HAS_WATCH, reason="dtype_doctor.watch (the watch branch) is not merged into this build"
-)
-def test_torchrun_watch_fix_mode_merges_on_rank0(tmp_path):
-    done = _torchrun("watch_fix", tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "dtype-doctor.rank0.json").exists() and (tmp_path / "dtype-doctor.rank1.json").exists()
-    merged = Report.from_json((tmp_path / "dtype-doctor.json").read_text())
+def test_torchrun_watch_fix_mode_merges_on_rank0(ranks):
+    out = ranks[1] / "watch_fix"
+    assert (out / "dtype-doctor.rank0.json").exists() and (out / "dtype-doctor.rank1.json").exists()
+    merged = Report.from_json((out / "dtype-doctor.json").read_text())
     first = merged.findings[0]
     assert first.code == "rank-divergence" and first.location.rank == 1
     assert first.location.module == "vision.0"
     assert "float32" in {o.dtype for o in first.operands}
 
 
-@pytest.mark.skipif(
-    not HAS_WATCH, reason="dtype_doctor.watch (the watch branch) is not merged into this build"
-)
-def test_torchrun_failing_rank_reports_then_merge_command(tmp_path, capsys):
-    done = _torchrun("watch_error", tmp_path)
+def test_torchrun_failing_rank_reports_then_merge_command(ranks, capsys):
+    done, out = ranks
+    out = out / "watch_error"
     assert done.returncode != 0  # rank 1's RuntimeError ends the run, as without the tool
     assert "mat1 and mat2 must have the same dtype" in done.stderr
-    rank1 = Report.from_json((tmp_path / "dtype-doctor.rank1.json").read_text())
+    assert not (out / "dtype-doctor.json").exists()  # no collective is tried after a failure
+    rank1 = Report.from_json((out / "dtype-doctor.rank1.json").read_text())
     assert rank1.findings and all(f.location.rank == 1 for f in rank1.findings)
-    code = main(["merge", str(tmp_path / "dtype-doctor.rank*.json"), "--json"])
+    code = main(["merge", str(out / "dtype-doctor.rank*.json"), "--json"])
     assert code == 1
     merged = json.loads(capsys.readouterr().out)
     first = merged["findings"][0]

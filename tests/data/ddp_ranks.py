@@ -1,4 +1,5 @@
-"""Run under torchrun --nproc-per-node 2 (gloo, CPU). argv: SCENARIO OUT_DIR.
+"""Run under torchrun --nproc-per-node 2 (gloo, CPU). argv: OUT_DIR. Three scenarios, one launch
+(each in OUT_DIR/<scenario>/), the failing one last:
 
 dtype_map: rank 1 loads its model differently (the vision tower in bfloat16); reports are gathered to
            rank 0 with gather_reports, which writes merged.json.
@@ -30,29 +31,36 @@ class Tiny(nn.Module):
         return self.proj(self.vision(x))
 
 
-def main() -> None:
-    scenario, out = sys.argv[1], Path(sys.argv[2])
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+def scenario(name: str, out: Path, rank: int) -> None:
+    out.mkdir(exist_ok=True)
     torch.manual_seed(0)
     model = Tiny()
-    if scenario == "dtype_map":
+    if name == "dtype_map":
         if rank == 1:
             model.vision.to(torch.bfloat16)
         report = Report(tool="run", meta={"dtype_map": module_dtype_map(model)})
         merged = gather_reports(tag_report(report, rank_info()))
         if rank == 0:
             (out / "merged.json").write_text(merged.to_json())
-    else:
-        model.to(torch.bfloat16)
-        x = torch.randn(2, 8, dtype=torch.float32 if rank == 1 else torch.bfloat16)
-        mode = "fix" if scenario == "watch_fix" else "observe"
-        if scenario == "watch_error" and rank == 1:
-            # let rank 0 finish first: torchrun stops the other workers when one fails
-            while not (out / "dtype-doctor.rank0.json").exists():
-                time.sleep(0.05)
-        with distributed_watch(model, path=out / "dtype-doctor.json", mode=mode):
-            model(x)
+        return
+    model.to(torch.bfloat16)
+    x = torch.randn(2, 8, dtype=torch.float32 if rank == 1 else torch.bfloat16)
+    mode = "fix" if name == "watch_fix" else "observe"
+    if name == "watch_error" and rank == 1:
+        # let rank 0 finish first: torchrun stops the other workers when one fails
+        while not (out / "dtype-doctor.rank0.json").exists():
+            time.sleep(0.05)
+    with distributed_watch(model, path=out / "dtype-doctor.json", mode=mode):
+        model(x)
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    for name in ("dtype_map", "watch_fix", "watch_error"):
+        scenario(name, out / name, rank)
+        dist.barrier()
     dist.destroy_process_group()
 
 
