@@ -93,3 +93,55 @@ def test_plugin_import_is_light():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------ assert_dtype_consistent (on check)
+
+MASKED = """
+import torch
+from torch import nn
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(5, 3)
+
+    def forward(self, latent):
+        mask = torch.ones(latent.shape[0], 1, device=latent.device)  # float32 whatever the model dtype
+        return self.proj(torch.cat([latent, mask], dim=1))
+"""
+
+
+def _masked():
+    namespace: dict = {}
+    exec(compile(MASKED, "masked_model.py", "exec"), namespace)
+    return namespace["Masked"]()
+
+
+def test_assert_dtype_consistent_names_the_leak_and_where_it_was_born():
+    torch = pytest.importorskip("torch")
+    from dtype_doctor import assert_dtype_consistent
+
+    with pytest.raises(AssertionError) as info:
+        assert_dtype_consistent(_masked(), "2x4:float16", dtype=torch.float16)
+    text = str(info.value)
+    assert text.startswith("1 dtype problem in Masked: silent-promotion")
+    assert "op torch.ones at masked_model.py:12" in text  # where the float32 mask was born
+    assert "mask = mask.to(torch.float16)" in text
+    # a float32 input into the fp16 model is an error at the Linear, named with its module
+    with pytest.raises(AssertionError, match="matmul-dtype-mismatch in 'proj'"):
+        assert_dtype_consistent(_masked(), torch.randn(2, 4), dtype=torch.float16, allow=["silent-promotion"])
+    # errors only: the promotion alone passes
+    assert assert_dtype_consistent(_masked(), "2x4:float16", dtype=torch.float16, min_severity="error")
+
+
+def test_assert_dtype_consistent_passes_a_consistent_model():
+    torch = pytest.importorskip("torch")
+    from dtype_doctor import assert_dtype_consistent
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    report = assert_dtype_consistent(model, "2x4:float16", dtype=torch.float16)
+    assert report.tool == "check" and not report.errors
+    with pytest.raises(AssertionError, match="matmul-dtype-mismatch"):
+        assert_dtype_consistent(model, {"input": torch.randn(2, 4)}, dtype=torch.float16)

@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 # name → module that defines it; imported on first use
 _LAZY = {
+    "assert_dtype_consistent": "testing",
     "explain": "explain",
     "check": "check",
     "audit": "audit",
@@ -33,6 +34,7 @@ __all__ = [
     "Origin",
     "Report",
     "Severity",
+    "assert_dtype_consistent",
     "audit",
     "check",
     "explain",

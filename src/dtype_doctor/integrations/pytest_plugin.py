@@ -11,7 +11,7 @@ use it start as fast as before.
 
 from __future__ import annotations
 
-import io
+import contextlib
 from typing import Any
 
 import pytest
@@ -100,10 +100,8 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 def _close_quietly(holder: _Watched, exc: BaseException | None) -> None:
-    try:
+    with contextlib.suppress(Exception):  # an error of the tool never replaces the test's own failure
         holder.close(exc)
-    except Exception:  # an error of the tool never replaces the test's own failure
-        pass
 
 
 def _explain(excinfo: pytest.ExceptionInfo) -> list:
@@ -118,18 +116,6 @@ def _explain(excinfo: pytest.ExceptionInfo) -> list:
         return []
     findings = getattr(result, "findings", result)
     return [f for f in (findings or []) if getattr(f, "code", "unknown") != "unknown"]
-
-
-def _plain(findings: list) -> str:
-    from rich.console import Console
-
-    from dtype_doctor.render.console import finding_panel
-
-    buf = io.StringIO()
-    console = Console(file=buf, no_color=True, width=110, highlight=False, force_terminal=False)
-    for index, finding in enumerate(findings, 1):
-        console.print(finding_panel(finding, index))
-    return buf.getvalue()
 
 
 def _headline(finding: Any) -> str:
@@ -154,7 +140,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             findings = _explain(call.excinfo)
         if not findings:
             return report
-        report.sections.append(("dtype-doctor", _plain(findings)))
+        from dtype_doctor.render.text import render_plain
+
+        report.sections.append(("dtype-doctor", render_plain(findings)))
         crash = getattr(report.longrepr, "reprcrash", None)
         if report.failed and crash is not None:
             crash.message = f"{_headline(findings[0])} | {crash.message}"
