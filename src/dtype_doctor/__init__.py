@@ -44,6 +44,19 @@ __all__ = [
 ]
 
 
+def load_ipython_extension(shell: Any) -> None:
+    """`%load_ext dtype_doctor`: the %%dtype_doctor cell magic (integrations/ipython.py, loaded now)."""
+    from .integrations.ipython import load_ipython_extension as load
+
+    load(shell)
+
+
+def unload_ipython_extension(shell: Any) -> None:
+    from .integrations.ipython import unload_ipython_extension as unload
+
+    unload(shell)
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
