@@ -77,7 +77,7 @@ def test_torchrun_gathers_to_rank0_and_names_the_rank_whose_model_differs(ranks)
     assert {f.location.module for f in divergent} == {"vision.0"}
     (finding,) = divergent
     assert finding.location.rank == 1
-    assert "module 'vision.0' holds bfloat16; ranks 0: float32" in finding.message
+    assert "module 'vision.0' holds bfloat16; rank 0: float32" in finding.message
 
 
 def test_torchrun_watch_fix_mode_merges_on_rank0(ranks):

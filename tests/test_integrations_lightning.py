@@ -55,7 +55,9 @@ def test_lightning_logs_the_planted_mismatch_in_fix_mode(tmp_path):
     (finding,) = [f for f in callback.report.findings if f.code == "matmul-dtype-mismatch"]
     assert finding.location.module == "encoder.0"
     assert {(o.role, o.dtype) for o in finding.operands} >= {("input", "float32"), ("weight", "bfloat16")}
-    assert "matmul-dtype-mismatch" in html.read_text()
+    page = html.read_text()
+    assert "matmul-dtype-mismatch" in page and "Module tree by dtype" in page
+    assert callback.report.meta["dtype_map"]["encoder.0"] == {"type": "Linear", "dtypes": {"bfloat16": 2}}
 
 
 def test_lightning_failure_keeps_the_error_and_adds_the_diagnosis(capsys):

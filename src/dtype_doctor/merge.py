@@ -31,6 +31,11 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
+def _ranks_label(ranks: Sequence[int]) -> str:
+    """'rank 2' / 'ranks 0, 1, 3'."""
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {_ranks_text(ranks)}"
+
+
 def _what(f: Finding) -> str:
     where = f" in '{f.location.module or '<root>'}'" if f.location and f.location.module is not None else ""
     dtypes = ", ".join(f"{o.role} {o.dtype}" for o in f.operands if o.dtype)
@@ -172,14 +177,13 @@ def _merge_dtype_maps(
             if dtypes == majority:
                 continue
             others = sorted(r for r in by_rank if r not in odd)
-            label = "rank" if len(odd) == 1 else "ranks"
             findings.append(
                 catalog.finding(
                     _RANK_CODE,
                     names={"ranks": _ranks_text(sorted(odd))},
                     message=(
-                        f"{label} {_ranks_text(sorted(odd))}: module '{module or '<root>'}' holds "
-                        f"{', '.join(sorted(dtypes)) or 'no tensors'}; ranks {_ranks_text(others)}: "
+                        f"{_ranks_label(sorted(odd))}: module '{module or '<root>'}' holds "
+                        f"{', '.join(sorted(dtypes)) or 'no tensors'}; {_ranks_label(others)}: "
                         f"{', '.join(sorted(majority)) or 'no tensors'}"
                     ),
                     location=Location(

@@ -27,8 +27,9 @@ INTEGRATION_FAMILIES: tuple[Family, ...] = (
                 "Mixed-precision flags read per process (env, config) can differ between ranks.",
             ),
             FixTemplate(
-                "Compare the per-rank reports: dtype-doctor merge report.rank*.json -v",
-                "",
+                "Check dtypes where the rank's data enters the model, on every rank",
+                "assert x.dtype == next(model.parameters()).dtype, (dist.get_rank(), x.dtype)",
+                "The first rank to fail the assert names the branch that differs.",
             ),
         ),
         severity="error",

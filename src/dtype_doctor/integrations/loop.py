@@ -35,6 +35,7 @@ class LoopWatch:
         self.summary = summary
         self.report = Report(tool="train")
         self._session: Any = None
+        self._model: Any = None
         self._announced = 0
 
     @property
@@ -53,6 +54,7 @@ class LoopWatch:
         )
         session.__enter__()
         self._session = session
+        self._model = model
 
     def stop(self, exc: BaseException | None = None) -> Report:
         """Close the session (an exception gets watch's diagnosis in its notes), summarise, write files."""
@@ -89,6 +91,13 @@ class LoopWatch:
         return lines
 
     def _finish(self) -> None:
+        if self._model is not None and "dtype_map" not in self.report.meta:
+            from .dtype_map import module_dtype_map
+
+            try:
+                self.report.meta["dtype_map"] = module_dtype_map(self._model)
+            except Exception as exc:  # the map is a nicety; never fail the run's end for it
+                log.warning("dtype-doctor: cannot map the model's dtypes: %s", exc)
         if self.summary:
             from ..render.console import render
 
