@@ -414,7 +414,12 @@ class Session:
                     if t is not None and _depth(t) < _MAX_DEPTH:
                         tags.append(t)
             inner, user = caller_frames(3)
-            new_kind = "cast" if kind is CAST else ("promotion" if promoted else "op")
+            if kind is CAST:
+                new_kind = "cast"
+            elif _autocast_dtype(o.device.type) == dt:
+                new_kind = "autocast"  # autocast chose this dtype, not the code
+            else:
+                new_kind = "promotion" if promoted else "op"
             prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
 
     # ---- when the op itself raises -----------------------------------------------------------
