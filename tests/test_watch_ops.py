@@ -203,9 +203,9 @@ def test_autocast_casts_are_not_reported():
 
 def test_half_model_under_the_other_autocast_is_reported_before_the_norm_fails():
     model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)).half()
-    with pytest.raises(RuntimeError, match="mixed dtype") as err:
-        with watch(model=model) as s, torch.autocast("cpu", dtype=torch.bfloat16):
-            model(torch.randn(2, 8))
+    bf16_autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="mixed dtype") as err, watch(model=model) as s, bf16_autocast:
+        model(torch.randn(2, 8))
     first = s.report.findings[0]
     assert first.code == "autocast-half-conflict" and first.location.module == "0"
     norm = s.report.findings[1]
@@ -215,9 +215,9 @@ def test_half_model_under_the_other_autocast_is_reported_before_the_norm_fails()
 
 
 def test_cat_under_the_other_autocast_is_reported():
-    with pytest.raises(RuntimeError, match="prioritize"), watch() as s:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            torch.cat([torch.ones(2, dtype=H), torch.ones(2, dtype=H)])
+    bf16_autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="prioritize"), watch() as s, bf16_autocast:
+        torch.cat([torch.ones(2, dtype=H), torch.ones(2, dtype=H)])
     assert s.report.findings[0].code == "autocast-half-conflict"
 
 

@@ -40,6 +40,7 @@ class Names:
         self._modules: dict[int, str] = {}
         self._tensors: dict[int, tuple[Any, str, str, nn.Module]] = {}
         self._objects: list[nn.Module] = []
+        self._missed: set[int] = set()
         self._built = False
 
     def add_root(self, module: nn.Module) -> None:
@@ -48,6 +49,7 @@ class Names:
         prefix = "" if "" not in self.roots else type(module).__name__
         self.roots[prefix] = module
         self._built = False
+        self._missed.clear()
 
     def _build(self) -> None:
         self._modules.clear()
@@ -96,9 +98,15 @@ class Names:
         if not self._built:
             self._build()
         entry = self._tensors.get(id(t))
-        if (entry is None or entry[0]() is not t) and isinstance(t, nn.Parameter):
-            self._build()
+        if (
+            (entry is None or entry[0]() is not t)
+            and isinstance(t, nn.Parameter)
+            and id(t) not in self._missed
+        ):
+            self._build()  # a parameter added since (an adapter injected after the first forward)
             entry = self._tensors.get(id(t))
+            if entry is None or entry[0]() is not t:
+                self._missed.add(id(t))  # not under any root: do not rebuild for it again
         if entry is None or entry[0]() is not t:
             return None
         return entry[1], entry[2], entry[3]
