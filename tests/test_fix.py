@@ -31,7 +31,7 @@ def unet_fp32():
     return diffusers.UNet2DConditionModel(
         block_out_channels=(32, 64),
         layers_per_block=1,
-        sample_size=16,
+        sample_size=8,
         in_channels=5,  # 4 latent channels + the OneTrainer latent_mask
         out_channels=4,
         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
@@ -68,8 +68,8 @@ def gpt2_fp32():
 def onetrainer_inputs():
     """fp16 latents, an fp32 mask made with torch.ones (default dtype), fp32 text embeddings."""
     torch.manual_seed(1)
-    latents = torch.randn(1, 4, 16, 16).half()
-    mask = torch.ones(1, 1, 16, 16)  # the GenerateImageLike latent_mask: float32 by default
+    latents = torch.randn(1, 4, 8, 8).half()
+    mask = torch.ones(1, 1, 8, 8)  # the GenerateImageLike latent_mask: float32 by default
     sample = torch.cat([latents, mask], dim=1)  # silently promoted to float32
     return sample, torch.tensor([10.0]), torch.randn(1, 7, 32)
 
