@@ -22,9 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    target = load_target(args)
     dtype = dtype_option(args.dtype)
     autocast = dtype_option(args.autocast)
+    target = load_target(args)
 
     from torch import nn
 

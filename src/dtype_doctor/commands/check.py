@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..loading import split_inputs
 
-    factory = load_target(args)
-    dtype = dtype_option(args.dtype)
+    dtype = dtype_option(args.dtype)  # cheap checks first: bad input fails before torch is imported
     autocast = dtype_option(args.autocast)
     positional, named = split_inputs(args.input)
+    factory = load_target(args)
 
     from ..check import build_on_meta, check
     from .defaults import default_inputs
