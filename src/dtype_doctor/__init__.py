@@ -15,6 +15,12 @@ __version__ = "0.1.0"
 # name → module that defines it; imported on first use
 _LAZY = {
     "explain": "explain",
+    "NumericsMonitor": "numerics",
+    "ScalerMonitor": "numerics",
+    "find_fp32_set": "numerics",
+    "keep_in_fp32": "numerics",
+    "monitor_numerics": "numerics",
+    "watch_scaler": "numerics",
 }
 
 __all__ = [
@@ -24,11 +30,17 @@ __all__ = [
     "Finding",
     "Fix",
     "Location",
+    "NumericsMonitor",
     "Operand",
     "Origin",
     "Report",
+    "ScalerMonitor",
     "Severity",
     "explain",
+    "find_fp32_set",
+    "keep_in_fp32",
+    "monitor_numerics",
+    "watch_scaler",
 ]
 
 

@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from .errors import ERROR_FAMILIES
 from .model import Family
+from .numerics import NUMERICS_FAMILIES
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES,)
+FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *NUMERICS_FAMILIES)
