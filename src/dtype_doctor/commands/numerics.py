@@ -40,24 +40,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from ..cli import EXIT_FINDINGS, EXIT_OK, emit
     from ..errors import DoctorError
     from ..loading import call_factory, load_object, parse_dtype, split_inputs
-    from ..numerics import NumericsMonitor, find_fp32_set
-    from ..numerics.stats import iter_tensors
     from ..report import Fix, Report, Severity
 
     if args.steps < 1 or args.every < 1:
         raise DoctorError("--steps and --every must be at least 1")
+    dtype_name = parse_dtype(args.dtype) if args.dtype else None
+    if dtype_name is not None and not dtype_name.startswith(("float", "bfloat")):
+        raise DoctorError(f"--dtype must be a floating dtype, got {args.dtype}")
+    specs, kw_specs = split_inputs(args.input)  # bad input fails before torch and the model load
+
+    import torch
+
+    from ..numerics import NumericsMonitor, find_fp32_set
+    from ..numerics.stats import iter_tensors
+
+    dtype = getattr(torch, dtype_name) if dtype_name else None
     model = call_factory(load_object(args.target))
     if not isinstance(model, torch.nn.Module):
         raise DoctorError(f"{args.target} did not give a torch.nn.Module (got {type(model).__name__})")
-    dtype = getattr(torch, parse_dtype(args.dtype)) if args.dtype else None
-    if dtype is not None and not dtype.is_floating_point:
-        raise DoctorError(f"--dtype must be a floating dtype, got {args.dtype}")
-    specs, kw_specs = split_inputs(args.input)
     # a floating input follows --dtype unless its spec named a dtype itself
     pinned = [":" in text.rpartition("=")[2] for text in args.input]
     pinned_args = [p for text, p in zip(args.input, pinned, strict=True) if "=" not in text]

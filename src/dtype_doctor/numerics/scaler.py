@@ -179,13 +179,13 @@ def findings_for(h: ScalerHistory) -> list:
         )
     low = min(scales)
     if low < 1:
-        at = scales.index(low)
+        at = next(i for i, s in enumerate(scales) if s < 1)
         out.append(
             catalog.finding(
                 "grad-scaler-collapse",
                 message=(
-                    f"{h.name}'s scale fell to {fmt(low)} at step {at} (from {fmt(h.init_scale)}): "
-                    f"{len(skipped)} of {n} steps were skipped."
+                    f"{h.name}'s scale fell below 1 at step {at} (from {fmt(h.init_scale)}) and reached "
+                    f"{fmt(low)}: {len(skipped)} of {n} steps were skipped."
                 ),
                 location=Location(op="GradScaler.update", step=at),
                 data={"min_scale": low, "skipped_steps": skipped},
