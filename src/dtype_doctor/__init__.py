@@ -21,6 +21,12 @@ _LAZY = {
     "fix": "fix",
     "guard": "fix",
     "watch": "watch",
+    "NumericsMonitor": "numerics",
+    "ScalerMonitor": "numerics",
+    "find_fp32_set": "numerics",
+    "keep_in_fp32": "numerics",
+    "monitor_numerics": "numerics",
+    "watch_scaler": "numerics",
 }
 
 __all__ = [
@@ -30,17 +36,23 @@ __all__ = [
     "Finding",
     "Fix",
     "Location",
+    "NumericsMonitor",
     "Operand",
     "Origin",
     "Report",
+    "ScalerMonitor",
     "Severity",
     "assert_dtype_consistent",
     "audit",
     "check",
     "explain",
+    "find_fp32_set",
     "fix",
     "guard",
+    "keep_in_fp32",
+    "monitor_numerics",
     "watch",
+    "watch_scaler",
 ]
 
 

@@ -6,6 +6,7 @@ from .audit import AUDIT_FAMILIES, FIX_FAMILIES
 from .errors import ERROR_FAMILIES
 from .integrations import INTEGRATION_FAMILIES
 from .model import Family
+from .numerics import NUMERICS_FAMILIES
 from .watch import WATCH_FAMILIES
 
 FAMILIES: tuple[Family, ...] = (
@@ -13,5 +14,6 @@ FAMILIES: tuple[Family, ...] = (
     *WATCH_FAMILIES,
     *AUDIT_FAMILIES,
     *FIX_FAMILIES,
+    *NUMERICS_FAMILIES,
     *INTEGRATION_FAMILIES,
 )
