@@ -161,3 +161,18 @@ def test_cli_html_unwritable_path_is_one_line(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write" in err
+
+
+def test_check_html_of_a_real_model_in_the_browser(tmp_path):
+    """`check --html`: a real producer's report, rendered and read back from the browser."""
+    pytest.importorskip("torch")
+    model_file = Path(__file__).parent / "data" / "masked_model.py"
+    out = tmp_path / "check.html"
+    code = main(
+        ["check", f"{model_file}:Masked", "--dtype", "float16", "--input", "2x4:float16", "--html", str(out)]
+    )
+    assert code in (0, 1)
+    dom = render(out, tmp_path).dom
+    assert "silent-promotion" in dom
+    assert "op torch.ones at" in dom and "masked_model.py:13" in dom
+    assert "mask = mask.to(torch.float16)" in dom
