@@ -75,3 +75,29 @@ def test_lightning_clean_run_logs_zero():
     trainer = _fit(callback, torch.bfloat16)
     assert trainer.callback_metrics["dtype_doctor/findings"] == 0
     assert callback.report.findings == []
+
+
+class Overflowing(Regressor):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        hidden = self.encoder(x) * 3e4  # past float16's 65504
+        return nn.functional.mse_loss(self.head(hidden).float(), y)
+
+
+def test_lightning_numerics_logs_the_fp16_overflow():
+    callback = DtypeDoctorCallback(numerics=True, summary=False)
+    torch.manual_seed(0)
+    model = Overflowing().half()
+    data = TensorDataset(torch.randn(8, 6, dtype=torch.float16) * 100, torch.randn(8, 1))
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        enable_checkpointing=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(model, DataLoader(data, batch_size=4))
+    assert trainer.callback_metrics["dtype_doctor/fp16-overflow"] >= 1
+    assert any(f.code == "fp16-overflow" and f.location.module == "head" for f in callback.report.findings)

@@ -13,6 +13,10 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+# Loaded here, before pytester's in-process runs: each run restores sys.modules afterwards, and
+# torch cannot be imported a second time in one process.
+torch = pytest.importorskip("torch")
+
 HAS_WATCH = importlib.util.find_spec("dtype_doctor.watch") is not None
 needs_watch = pytest.mark.skipif(
     not HAS_WATCH, reason="dtype_doctor.watch (the watch branch) is not merged into this build"
@@ -110,7 +114,6 @@ def _masked():
 
 
 def test_assert_dtype_consistent_names_the_leak_and_where_it_was_born():
-    torch = pytest.importorskip("torch")
     from dtype_doctor import assert_dtype_consistent
 
     with pytest.raises(AssertionError) as info:
@@ -128,7 +131,6 @@ def test_assert_dtype_consistent_names_the_leak_and_where_it_was_born():
 
 
 def test_assert_dtype_consistent_passes_a_consistent_model():
-    torch = pytest.importorskip("torch")
     from dtype_doctor import assert_dtype_consistent
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
@@ -136,3 +138,21 @@ def test_assert_dtype_consistent_passes_a_consistent_model():
     assert report.tool == "check" and not report.errors
     with pytest.raises(AssertionError, match="matmul-dtype-mismatch"):
         assert_dtype_consistent(model, {"input": torch.randn(2, 4)}, dtype=torch.float16)
+
+
+@needs_watch
+def test_unrelated_failure_is_not_blamed_on_a_warning(pytester):
+    pytester.makepyfile(
+        """
+import torch
+
+def test_other_bug(dtype_doctor):
+    torch.cat([torch.ones(2, dtype=torch.float16), torch.ones(2)])  # a silent promotion, a warning
+    assert 1 + 1 == 3
+"""
+    )
+    result = pytester.runpytest(*_plugin_args(), "-rf", "-vv")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "- dtype-doctor -" in text and "silent-promotion" in text  # shown in the section
+    result.stdout.fnmatch_lines(["FAILED *::test_other_bug - assert (1 + 1) == 3"])  # its own error leads

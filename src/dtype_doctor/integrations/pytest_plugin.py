@@ -12,6 +12,7 @@ use it start as fast as before.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import pytest
@@ -118,6 +119,24 @@ def _explain(excinfo: pytest.ExceptionInfo) -> list:
     return [f for f in (findings or []) if getattr(f, "code", "unknown") != "unknown"]
 
 
+_DTYPE_TEXT = re.compile(
+    r"dtype|scalar ?type|same type|\b(?:half|bfloat16|float|float16|fp16|bf16|inf|nan)\b|(?:Half|Float)Tensor",
+    re.IGNORECASE,
+)
+
+
+def _leading(findings: list, excinfo: pytest.ExceptionInfo | None) -> Any:
+    """The finding to name in the summary line: an error, or any finding when the test's own
+    error is about dtypes; None when the failure has another cause (a warning seen on the way is
+    then only in the section)."""
+    errors = [f for f in findings if str(getattr(f.severity, "value", f.severity)) == "error"]
+    if errors:
+        return errors[0]
+    if excinfo is not None and _DTYPE_TEXT.search(str(excinfo.value)):
+        return findings[0]
+    return None
+
+
 def _headline(finding: Any) -> str:
     where = finding.location.describe() if finding.location else ""
     operands = ", ".join(f"{o.role} {o.dtype}" for o in finding.operands if o.dtype)
@@ -144,8 +163,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
         report.sections.append(("dtype-doctor", render_plain(findings)))
         crash = getattr(report.longrepr, "reprcrash", None)
-        if report.failed and crash is not None:
-            crash.message = f"{_headline(findings[0])} | {crash.message}"
+        lead = _leading(findings, call.excinfo)
+        if report.failed and crash is not None and lead is not None:
+            crash.message = f"{_headline(lead)} | {crash.message}"
     except Exception:
         pass  # never let the plugin hide the test's own result
     return report
