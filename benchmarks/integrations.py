@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from dtype_doctor import catalog
-from dtype_doctor.integrations.dtype_map import module_dtype_map
+from dtype_doctor.dtype_map import module_dtype_map
 from dtype_doctor.integrations.transformers import DtypeDoctorCallback
 from dtype_doctor.merge import merge_reports
 from dtype_doctor.render.html import render_html

@@ -176,3 +176,17 @@ def test_check_html_of_a_real_model_in_the_browser(tmp_path):
     assert "silent-promotion" in dom
     assert "op torch.ones at" in dom and "masked_model.py:13" in dom
     assert "mask = mask.to(torch.float16)" in dom
+
+
+def test_audit_rows_draw_the_tree_with_repeats():
+    torch = pytest.importorskip("torch")
+    from dtype_doctor.audit import audit
+
+    layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4), layers).half()
+    model[1].float()
+    html = render_html(audit(model))
+    tree = html[html.index("Module tree by dtype") :]
+    assert re.search(r"\(root\)</span>.*?float16.*?float32.*?mixed", tree, re.S)
+    assert re.search(r">1</span><span class=\"type\">LayerNorm</span><span class=\"dt\"[^>]*>float32<", tree)
+    assert "<root>" not in tree.replace("&lt;root&gt;", "")

@@ -66,6 +66,9 @@ def check(
             "inputs": _describe_inputs(args, kw),
         }
     )
+    from .audit import dtype_map
+
+    report.meta["dtype_map"] = dtype_map(mirror)  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
         report.extend(_autocast_findings(mirror, "", report.meta["autocast"]))
     _dry_run(mirror, args, kw, report, autocast)

@@ -7,10 +7,11 @@ integrations/distributed.py calls `merge_reports` on the reports it collected.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from . import catalog
+from .dtype_map import iter_map
 from .report import Evidence, Finding, Location, Report
 
 _RANK_CODE = "rank-divergence"
@@ -133,21 +134,6 @@ def _model_dtype_snippet(f: Finding) -> str | None:
     return None
 
 
-def _entry_dtypes(entry: Any) -> tuple[str, frozenset[str]]:
-    if isinstance(entry, str):
-        return "", frozenset({entry})
-    if not isinstance(entry, Mapping):
-        return "", frozenset()
-    dtypes = entry.get("dtypes")
-    if isinstance(dtypes, Mapping | list | tuple):
-        found = frozenset(str(d) for d in dtypes)
-    elif entry.get("dtype"):
-        found = frozenset({str(entry["dtype"])})
-    else:
-        found = frozenset()
-    return str(entry.get("type", "") or ""), found
-
-
 def _merge_dtype_maps(
     reports: Sequence[Report], ranks: Sequence[int], world: list[int]
 ) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
@@ -155,13 +141,9 @@ def _merge_dtype_maps(
     per_module: dict[str, dict[int, frozenset[str]]] = {}
     types: dict[str, str] = {}
     for rank, report in zip(ranks, reports, strict=True):
-        dmap = report.meta.get("dtype_map")
-        if not isinstance(dmap, Mapping):
-            continue
-        for module, entry in dmap.items():
-            type_, dtypes = _entry_dtypes(entry)
-            types.setdefault(module, type_)
-            per_module.setdefault(module, {})[rank] = dtypes
+        for entry in iter_map(report.meta.get("dtype_map")):
+            types.setdefault(entry.path, entry.type)
+            per_module.setdefault(entry.path, {})[rank] = frozenset(entry.dtypes)
     merged: dict[str, dict[str, Any]] = {}
     findings: list[Finding] = []
     for module, by_rank in per_module.items():

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dtype_doctor.dtype_map import module_dtype_map
 from dtype_doctor.integrations.distributed import distributed_watch, gather_reports, rank_info, tag_report
-from dtype_doctor.integrations.dtype_map import module_dtype_map
 from dtype_doctor.report import Report
 
 

@@ -166,7 +166,7 @@ def distributed_watch(
 def _finish(state: DistributedSession, model: Any, path: Any, gather: bool) -> None:
     report = state.report
     if model is not None and "dtype_map" not in report.meta:
-        from .dtype_map import module_dtype_map
+        from ..dtype_map import module_dtype_map
 
         report.meta["dtype_map"] = module_dtype_map(model)
     if state.info is None:  # not a distributed run: one plain report

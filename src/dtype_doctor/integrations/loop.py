@@ -92,7 +92,7 @@ class LoopWatch:
 
     def _finish(self) -> None:
         if self._model is not None and "dtype_map" not in self.report.meta:
-            from .dtype_map import module_dtype_map
+            from ..dtype_map import module_dtype_map
 
             try:
                 self.report.meta["dtype_map"] = module_dtype_map(self._model)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
+from ..dtype_map import report_map
 from ..report import Finding, Operand, Origin, Report, Severity
 from .svg import render_plot
 
@@ -41,6 +42,7 @@ _CSS = """
 .dtype-doctor h1{font-size:22px;margin:0 0 4px}
 .dtype-doctor h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid var(--line);padding-bottom:4px}
 .dtype-doctor .muted{color:var(--muted)}
+.dtype-doctor .msg{white-space:pre-wrap}
 .dtype-doctor .summary span{display:inline-block;margin-right:10px;padding:2px 10px;border-radius:12px;
 color:#fff;font-weight:600}
 .dtype-doctor .sev-error{background:#dc2626}.dtype-doctor .sev-warning{background:#d97706}
@@ -174,7 +176,7 @@ def _finding(f: Finding, index: int) -> str:
         f'<span class="code">{escape(f.code)}</span>{count} {escape(f.title)}</h3>',
     ]
     if f.message:
-        out.append(f"<p>{escape(f.message)}</p>")
+        out.append(f'<p class="msg">{escape(f.message)}</p>')
     if f.location and f.location.describe():
         out.append(f"<p><b>where</b> {escape(f.location.describe())}</p>")
     if f.operands:
@@ -252,24 +254,6 @@ class _Node:
         self.findings: list[int] = []
 
 
-def _entry_dtypes(entry: Any) -> tuple[str, dict[str, int]]:
-    """(module type, {dtype: count}) from one dtype_map value in any of its accepted shapes."""
-    if isinstance(entry, str):
-        return "", {entry: 1}
-    if not isinstance(entry, Mapping):
-        return "", {}
-    dtypes = entry.get("dtypes")
-    if isinstance(dtypes, Mapping):
-        counts = {str(k): int(v) if isinstance(v, int | float) else 1 for k, v in dtypes.items()}
-    elif isinstance(dtypes, list | tuple):
-        counts = {str(d): 1 for d in dtypes}
-    elif entry.get("dtype"):
-        counts = {str(entry["dtype"]): 1}
-    else:
-        counts = {}
-    return str(entry.get("type", "") or ""), counts
-
-
 def _tree(report: Report) -> str:
     root = _Node()
 
@@ -279,20 +263,18 @@ def _tree(report: Report) -> str:
             node = node.children.setdefault(part, _Node())
         return node
 
-    dmap = report.meta.get("dtype_map")
-    entries = dmap.items() if isinstance(dmap, Mapping) else []
-    if isinstance(dmap, list):
-        entries = [(str(e.get("module", "")), e) for e in dmap if isinstance(e, Mapping)]
-    for path, entry in entries:
-        node = node_for(str(path))
-        node.type, node.dtypes = _entry_dtypes(entry)
+    entries = report_map(report)
+    for entry in entries:
+        node = node_for(entry.path)
+        node.type = entry.type + (f" ×{entry.repeat}" if entry.repeat > 1 else "")
+        node.dtypes = dict(entry.dtypes)
     for index, f in enumerate(report.findings, 1):
         loc = f.location
         if loc is None or loc.module is None:
             continue
         node = node_for(loc.module)
         node.findings.append(index)
-        if not dmap:  # no map: colour by what the finding saw
+        if not entries:  # no map: colour by what the finding saw
             node.type = node.type or (loc.module_type or "")
             for op in f.operands:
                 if op.dtype:
