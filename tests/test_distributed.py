@@ -216,3 +216,8 @@ def test_deepspeed_bad_config_is_a_doctor_error(tmp_path):
         audit_deepspeed_config(None, tmp_path / "missing.json")
     with pytest.raises(DoctorError, match="not valid JSON"):
         audit_deepspeed_config(None, "{oops")
+
+
+def test_fsdp_without_policy_says_so():
+    report = audit_fsdp_policy(_model().half())
+    assert report.findings == [] and "no MixedPrecision policy" in report.meta["note"]

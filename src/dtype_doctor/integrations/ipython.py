@@ -62,7 +62,7 @@ def run_cell_under_watch(shell: Any, options: argparse.Namespace, code: str) -> 
 
     model = shell.user_ns.get(options.model) if options.model else None
     if options.model and model is None:
-        raise NameError(f"%%{_NAME} --model {options.model}: no such name in the notebook")
+        raise _ArgumentError(f"%%{_NAME}: --model {options.model}: no such name in the notebook")
     source = shell.transform_cell(code)
     filename = shell.compile.cache(source)  # tracebacks and origins show the cell's own lines
     compiled = shell.compile(source, filename, "exec")
@@ -76,8 +76,11 @@ def run_cell_under_watch(shell: Any, options: argparse.Namespace, code: str) -> 
         if options.html:
             from ..render.html import render_html
 
-            with open(options.html, "w", encoding="utf-8") as fh:
-                fh.write(render_html(report))
+            try:
+                with open(options.html, "w", encoding="utf-8") as fh:
+                    fh.write(render_html(report))
+            except OSError as exc:  # never replace the cell's own outcome
+                print(f"%%{_NAME}: cannot write {options.html}: {exc.strerror or exc}")
         if report.findings or not options.quiet:
             display(report)
     return session
@@ -90,19 +93,26 @@ def load_ipython_extension(shell: Any) -> None:
     class DtypeDoctorMagics(Magics):
         @line_cell_magic(_NAME)
         def dtype_doctor(self, line: str, cell: str | None = None) -> None:
+            """Run a cell (%%dtype_doctor) or a statement (%dtype_doctor STATEMENT) under watch.
+
+            Options: --mode observe|strict|fix, --numerics, --model NAME (root module for
+            qualified names), --html PATH (write the report), --quiet (no display when clean).
+            """
             try:
                 if cell is None:
                     words, code = _split_line(line)
                 else:
                     words, code = shlex.split(line), cell
                 options = _parser().parse_args(words)
-            except (_ArgumentError, ValueError) as exc:
+                if not code.strip():
+                    raise _ArgumentError(f"%{_NAME}: nothing to run")
+            except (_ArgumentError, ValueError) as exc:  # usage: one line, not a traceback
                 print(exc)
                 return
-            if not code.strip():
-                print(f"%{_NAME}: nothing to run")
-                return
-            run_cell_under_watch(self.shell, options, code)
+            try:
+                run_cell_under_watch(self.shell, options, code)
+            except _ArgumentError as exc:
+                print(exc)
 
     shell.register_magics(DtypeDoctorMagics)
     _register_text_formatter(shell)

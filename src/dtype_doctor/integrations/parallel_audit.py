@@ -65,10 +65,16 @@ def _fsdp_finding(detail: str, dtype: str | None, severity: Severity | None = No
     )
 
 
-def audit_fsdp_policy(model: Any, mixed_precision: Any) -> Report:
+def audit_fsdp_policy(model: Any, mixed_precision: Any = None) -> Report:
     """Findings where an FSDP MixedPrecision (FSDP1) or MixedPrecisionPolicy (FSDP2) policy — the
-    object or a dict with param_dtype/reduce_dtype/buffer_dtype — disagrees with the model."""
+    object or a dict with param_dtype/reduce_dtype/buffer_dtype — disagrees with the model.
+    Without a policy, an FSDP1-wrapped model's own `mixed_precision` is read."""
     report = Report(tool="audit", meta={"audited": "fsdp-mixed-precision"})
+    if mixed_precision is None:
+        mixed_precision = getattr(model, "mixed_precision", None)
+    if mixed_precision is None:
+        report.meta["note"] = "no MixedPrecision policy given or found on the model: nothing to compare"
+        return report
     params, buffers = _model_dtypes(model)
     param_dtype = _policy_dtype(mixed_precision, "param_dtype")
     reduce_dtype = _policy_dtype(mixed_precision, "reduce_dtype") or param_dtype
