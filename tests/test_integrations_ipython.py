@@ -89,7 +89,7 @@ def test_report_repr_in_notebook_and_terminal(shell):
 
 
 def test_the_cells_own_value_error_is_not_swallowed(shell):
-    result, html, _ = _run(shell, "%%dtype_doctor\nraise ValueError('from the cell')\n")
+    result, _, _ = _run(shell, "%%dtype_doctor\nraise ValueError('from the cell')\n")
     assert isinstance(result.error_in_exec, ValueError) and "from the cell" in str(result.error_in_exec)
     result, _, cap = _run(shell, "%%dtype_doctor --model nothing_here\nmodel\n")
     assert result.success and "--model nothing_here: no such name" in cap.stdout
