@@ -92,7 +92,7 @@ def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     if known is not None:
         kind, qual, owner = known
         return Origin(kind=kind, name=qual, module=names.module(owner), dtype=canonical(t.dtype))
-    tag = prov.get(t)
+    tag = prov.lookup(t)
     if tag is not None:
         return tag_to_origin(tag, names.module)
     found = _root_method_input(t)
