@@ -40,7 +40,12 @@ def _gpt2():
 
 def _clip_vision_bf16():
     cfg = transformers.CLIPVisionConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16, patch_size=4
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=16,
+        patch_size=4,
     )
     model = transformers.CLIPVisionModel(cfg).to(torch.bfloat16)
     # fp32 pixels into a bf16 model: CLIP casts them itself, a real mixed-dtype path
