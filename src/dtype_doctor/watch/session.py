@@ -89,11 +89,25 @@ class Session:
         if not self._active:
             return
         self._active = False
-        for step in (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics):
+        for step in (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics, self._rerank):
             try:
                 step()
             except Exception as exc:
                 self.internal_error(exc)
+
+    def _rerank(self) -> None:
+        """Several different mismatches in one run: one dtype policy beats patching each op."""
+        from .. import catalog
+
+        errors = [f for f in self.report.errors if f.code != "fp16-gradient-unscale"]
+        if len({(f.code, f.location.module if f.location else None) for f in errors}) < 2:
+            return
+        for f in errors:
+            names = getattr(f, "fix_names", None)
+            if names is not None:
+                context = {*f.data.get("context", ()), "multi-error"}
+                f.data["context"] = sorted(context)
+                f.fixes = catalog.fixes_for(f.code, context, **names)
 
     def _mode_exit(self) -> None:
         self._mode.__exit__(None, None, None)
@@ -110,7 +124,8 @@ class Session:
             from ..errors import DoctorError
 
             raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
-        self._numerics = NumericsMonitor(report=self.report, model=self.model, every=self._every)
+        model = self.model if isinstance(self.model, nn.Module) else None
+        self._numerics = NumericsMonitor(report=self.report, model=model, every=self._every)
         self._numerics.start()
 
     def _stop_numerics(self) -> None:
