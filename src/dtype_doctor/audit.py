@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import catalog
+from ._callable import make_callable
 from .dtypes import is_low_precision, torch_name
 from .policy import NORM_WORDS, dominant_dtype, dtype_name, hf_keep_fp32, matches, own_float_dtypes
 from .report import Finding, Location, Operand, Report, Severity
@@ -455,3 +456,6 @@ def _optimizer_findings(opt: torch.optim.Optimizer, names: dict[int, str]) -> li
             )
         )
     return findings
+
+
+make_callable(__name__, "audit")

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from . import catalog
+from ._callable import make_callable
 from .audit import _autocast_findings, _pattern
 from .errors import DoctorError
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
@@ -256,3 +257,6 @@ def fold_repeats(report: Report) -> None:
         if len(modules) > 1:
             f.message += f"  (also in {len(modules) - 1} more: {_pattern(modules[0])})"
     report.findings = out
+
+
+make_callable(__name__, "check")

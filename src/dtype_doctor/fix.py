@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from . import catalog
+from ._callable import make_callable
 from .dtypes import torch_name
 from .policy import (
     KeepPattern,
@@ -275,3 +276,6 @@ def _arg_names(module: nn.Module) -> list[str]:
         except (TypeError, ValueError):
             _ARG_NAMES[cls] = []
     return _ARG_NAMES[cls]
+
+
+make_callable(__name__, "fix")
