@@ -48,7 +48,7 @@ class Origin:
             text = f"buffer '{self.name}'"
         elif self.kind == "input":
             text = f"model input '{self.name}'"
-        elif self.kind in ("op", "cast", "promotion"):
+        elif self.kind in ("op", "cast", "promotion", "autocast"):
             text = f"{self.kind} {self.op or '?'}"
         else:
             text = self.name or self.kind

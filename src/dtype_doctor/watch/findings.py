@@ -214,6 +214,8 @@ def _chain(origin: Origin, depth: int = 0, limit: int = 6) -> list[tuple[int, Or
 def note_text(finding: Finding) -> str:
     """The diagnosis as an exception note: a few plain lines, no colour."""
     lines = [f"dtype-doctor [{finding.code}] {finding.title}"]
+    if finding.message:
+        lines.append(f"  {finding.message}")
     if finding.location:
         lines.append(f"  at {finding.location.describe()}")
     if finding.data.get("your_code"):

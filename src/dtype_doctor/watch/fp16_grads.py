@@ -17,6 +17,17 @@ _ADAPTER = re.compile(r"lora|adapter|peft|ia3|prefix", re.IGNORECASE)
 _SHOWN = 8
 
 
+def _adapter_of(qual: str, names: Names) -> list[str]:
+    """The nearest module above a parameter whose type or name says adapter/LoRA: 'LoRALinear at '2''."""
+    path = qual.rpartition(".")[0]
+    for mod_path, mod in names.ancestors(path):
+        if _ADAPTER.search(type(mod).__name__):
+            return [f"{type(mod).__name__} at '{mod_path or '<root>'}'"]
+    if _ADAPTER.search(qual):
+        return [f"{type(o).__name__} at '{p}'" for p, o in names.ancestors(path)[:1]]
+    return []
+
+
 def fp16_gradient_finding(
     optimizer: Any, names: Names, prov: Provenance, root: nn.Module | None
 ) -> Finding | None:
@@ -51,7 +62,7 @@ def fp16_gradient_finding(
                 ),
             )
         )
-    adapters = sorted({t for q, t in owners.items() if _ADAPTER.search(q) or _ADAPTER.search(t)})
+    adapters = sorted({a for q, _, owner in bad if owner is not None for a in _adapter_of(q, names)})
     context = {"all-params-fp16" if len(bad) == total else "some-params-fp16"}
     if adapters:
         context.add("adapter")

@@ -39,6 +39,8 @@ class Names:
         self.roots = dict(roots)
         self._modules: dict[int, str] = {}
         self._tensors: dict[int, tuple[Any, str, str, nn.Module]] = {}
+        self._objects: list[nn.Module] = []
+        self._missed: set[int] = set()
         self._built = False
 
     def add_root(self, module: nn.Module) -> None:
@@ -47,14 +49,18 @@ class Names:
         prefix = "" if "" not in self.roots else type(module).__name__
         self.roots[prefix] = module
         self._built = False
+        self._missed.clear()
 
     def _build(self) -> None:
         self._modules.clear()
         self._tensors.clear()
+        self._objects = []
         for prefix, root in self.roots.items():
             for name, mod in root.named_modules(remove_duplicate=False):
                 full = ".".join(p for p in (prefix, name) if p)
-                self._modules.setdefault(id(mod), full)
+                if id(mod) not in self._modules:
+                    self._modules[id(mod)] = full
+                    self._objects.append(mod)
                 for kind, table in (("parameter", mod._parameters), ("buffer", mod._buffers)):
                     for pname, t in table.items():
                         if t is not None:
@@ -74,14 +80,33 @@ class Names:
             name = self._modules.get(id(module))
         return name if name is not None else type(module).__name__
 
+    def ancestors(self, path: str) -> list[tuple[str, nn.Module]]:
+        """(path, module) of the module at `path` and of each module above it, innermost first."""
+        if not self._built:
+            self._build()
+        by_path = {name: mod for mod in self._objects for name in [self._modules.get(id(mod))] if name}
+        parts = path.split(".") if path else []
+        out = []
+        for n in range(len(parts), -1, -1):
+            p = ".".join(parts[:n])
+            if p in by_path:
+                out.append((p, by_path[p]))
+        return out
+
     def tensor(self, t: torch.Tensor) -> tuple[str, str, nn.Module] | None:
         """(kind, qualified name, owner module) of a parameter or buffer, by identity."""
         if not self._built:
             self._build()
         entry = self._tensors.get(id(t))
-        if (entry is None or entry[0]() is not t) and isinstance(t, nn.Parameter):
-            self._build()
+        if (
+            (entry is None or entry[0]() is not t)
+            and isinstance(t, nn.Parameter)
+            and id(t) not in self._missed
+        ):
+            self._build()  # a parameter added since (an adapter injected after the first forward)
             entry = self._tensors.get(id(t))
+            if entry is None or entry[0]() is not t:
+                self._missed.add(id(t))  # not under any root: do not rebuild for it again
         if entry is None or entry[0]() is not t:
             return None
         return entry[1], entry[2], entry[3]

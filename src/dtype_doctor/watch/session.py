@@ -22,6 +22,7 @@ from .modules import ModuleStack, Names, argument_names, roots_of
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, op_name
 
 MODES = ("observe", "strict", "fix")
+_RANK = {"input": 0, "parameter": 1, "buffer": 1, "op": 2}  # which same-dtype input's origin an output shares
 _MAX_DEPTH = 6  # origin chains longer than this are cut (a loop that re-casts a carried tensor)
 _DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 
@@ -394,12 +395,17 @@ class Session:
             parent = None
             same = False
             if not promoted:
+                rank = 9
                 for i in inputs:
                     if isinstance(i, torch.Tensor) and i.dtype == dt:
                         same = True
-                        parent = prov.get(i)
-                        if parent is not None:
-                            break
+                        t = prov.get(i)
+                        if t is not None and _RANK.get(t.kind, 1) < rank:
+                            parent, rank = t, _RANK.get(t.kind, 1)
+                            if rank == 0:
+                                break
+                if parent is None and same:
+                    parent = self._parameter_tag(inputs, dt)
             if parent is not None:
                 prov.set(o, parent)  # the dtype came with this input: share its origin
                 continue
@@ -414,8 +420,25 @@ class Session:
                     if t is not None and _depth(t) < _MAX_DEPTH:
                         tags.append(t)
             inner, user = caller_frames(3)
-            new_kind = "cast" if kind is CAST else ("promotion" if promoted else "op")
+            if kind is CAST:
+                new_kind = "cast"
+            elif _autocast_dtype(o.device.type) == dt:
+                new_kind = "autocast"  # autocast chose this dtype, not the code
+            else:
+                new_kind = "promotion" if promoted else "op"
             prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
+
+    def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
+        """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
+        for i in inputs:
+            if isinstance(i, torch.Tensor) and i.dtype == dt:
+                known = self.names.tensor(i)
+                if known is not None:
+                    kind, qual, owner = known
+                    tag = Tag(kind, dt, None, qual, owner)
+                    self.prov.set(i, tag)
+                    return tag
+        return None
 
     # ---- when the op itself raises -----------------------------------------------------------
     def on_failure(
@@ -429,9 +452,18 @@ class Session:
                     return
                 finding = self._failure_finding(exc, func, kind, args, kwargs)
             if finding is not None and hasattr(exc, "add_note"):
-                exc.add_note(F.note_text(finding))
+                exc.add_note(F.note_text(finding) + self._earlier(finding))
         except Exception as err:
             self.internal_error(err)
+
+    def _earlier(self, finding: Any) -> str:
+        """Silent promotions seen before a failure: often where the wrong dtype came in."""
+        lines = []
+        for f in self.report.findings:
+            if f.code == "silent-promotion" and f is not finding and len(lines) < 3:
+                loc = f.location
+                lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
+        return "\n" + "\n".join(lines) if lines else ""
 
     def _failure_finding(self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
         """An op with no contract failed on dtypes: name its operands and their origins."""
