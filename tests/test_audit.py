@@ -187,3 +187,20 @@ def test_cli_audit_hf_config_with_dtype(tmp_path, capsys, monkeypatch):
     # T5 declares _keep_in_fp32_modules = ["wo"]: kept in fp32 on purpose, and said so
     assert islands and all(f["data"]["deliberate"] for f in islands)
     assert any(".wo" in m for f in islands for m in f["data"]["modules"])
+
+
+def test_a_7b_llama_map_fits_on_one_screen():
+    config = transformers.LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        vocab_size=32000,
+    )
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    convert(model, torch.float16, keep_fp32=("norm",))
+    found = by_code(dd.audit(model), "dtype-map")[0]
+    lines = found.message.splitlines()
+    assert len(lines) <= 15
+    assert any(line.strip().startswith("0-31 (LlamaDecoderLayer ×32)") for line in lines)

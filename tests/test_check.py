@@ -278,3 +278,23 @@ def test_cli_check_config_that_is_not_a_model(workdir, capsys, monkeypatch):
     code, _, err = cli_in_process(capsys, monkeypatch, workdir, "check", "--hf-config", "scheduler.json")
     assert code == 2
     assert "'DDPMScheduler' is not a diffusers model class" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_op_meta_cannot_run_stops_the_dry_run_with_what_was_found():
+    class ReadsValues(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = self.a(x)
+            if x.sum().item() > 0:  # data-dependent: impossible on meta
+                x = x * 2
+            return self.b(x)
+
+    report = dd.check(ReadsValues(), ("2x4", "float32"), dtype="float16")
+    assert report.codes() == ["matmul-dtype-mismatch", "check-incomplete"]
+    stop = report.findings[1]
+    assert stop.severity == dd.Severity.WARNING and "meta" in stop.message
+    assert stop.location.file.endswith("test_check.py")

@@ -55,7 +55,7 @@ def check(
     if dtype is not None:
         from .fix import convert
 
-        kept = [name for name, _ in convert(mirror, dtype, keep_fp32)]
+        kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)]
     args = meta_inputs(example_inputs)
     kw = meta_inputs(kwargs)
     report.meta.update(

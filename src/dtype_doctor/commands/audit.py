@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if dtype is not None and isinstance(obj, nn.Module):
         from ..fix import convert
 
-        convert(obj, dtype, args.keep_fp32)
+        convert(obj, dtype, args.keep_fp32, loading=True)
     report = audit(obj, autocast=autocast)
     emit(report, args)
     return EXIT_FINDINGS if report.errors else EXIT_OK
