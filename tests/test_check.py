@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
+from dtype_doctor.check import mirror_on_meta  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +82,7 @@ def test_unet_fp16_fp32_sample_same_first_failure_as_real_run(unet):
     roles = {o.role: o.dtype for o in first.operands}
     assert roles["input"] == "float32" and roles["weight"] == "float16"
     # a plain meta run reports a later op in a different module (the conv_in bias check) instead
-    meta = dd.check.__globals__["mirror_on_meta"](unet).half()
+    meta = mirror_on_meta(unet).half()
     with pytest.raises(RuntimeError, match="bias type"):
         meta(sample.to("meta"), t.to("meta"), encoder_hidden_states=ehs.to("meta"))
     # one pass lists every mismatch: the fp32 encoder states reach every cross-attention to_k/to_v
@@ -120,7 +121,7 @@ def test_llama_fp32_inputs_embeds_same_first_failure_and_plain_meta_misses_it(ll
 def test_user_model_is_never_modified_and_data_never_copied(llama_config):
     model = transformers.LlamaForCausalLM(llama_config)
     before = {n: (p.dtype, p.device, p.data_ptr()) for n, p in model.named_parameters()}
-    mirror = dd.check.__globals__["mirror_on_meta"](model)
+    mirror = mirror_on_meta(model)
     assert all(p.is_meta for p in mirror.parameters())
     assert [n for n, _ in mirror.named_parameters()] == list(before)
     report = dd.check(model, "1x8:int64", dtype="bfloat16")
