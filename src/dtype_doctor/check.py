@@ -19,7 +19,7 @@ from torch import nn
 
 from . import catalog
 from ._callable import make_callable
-from .audit import _autocast_findings, _pattern
+from .audit import autocast_findings, autocast_of, module_pattern
 from .errors import DoctorError
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
 from .policy import KeepPattern, dtype_name, map_tensors, to_torch_dtype
@@ -67,8 +67,11 @@ def check(
             "inputs": _describe_inputs(args, kw),
         }
     )
+    if autocast is None:
+        autocast = autocast_of(model)  # accelerate's prepare wraps forward in torch.autocast
+        report.meta["autocast"] = autocast
     if autocast is not None:
-        report.extend(_autocast_findings(mirror, "", report.meta["autocast"]))
+        report.extend(autocast_findings(mirror, "", report.meta["autocast"]))
     _dry_run(mirror, args, kw, report, autocast)
     fold_repeats(report)
     first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
@@ -121,7 +124,18 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
         for value in (*module._parameters.values(), *module._buffers.values(), *vars(module).values()):
             if isinstance(value, torch.Tensor) and id(value) not in memo:
                 memo[id(value)] = _meta_like(value)
-    return copy.deepcopy(model, memo)
+    mirror = copy.deepcopy(model, memo)
+    _drop_offload_hooks(mirror)
+    return mirror
+
+
+def _drop_offload_hooks(mirror: nn.Module) -> None:
+    """accelerate's device-map/offload hooks would move real weights into the mirror: remove them."""
+    if not any(hasattr(m, "_hf_hook") for m in mirror.modules()):
+        return
+    from accelerate.hooks import remove_hook_from_module
+
+    remove_hook_from_module(mirror, recurse=True)
 
 
 def meta_inputs(value: Any) -> Any:
@@ -239,7 +253,7 @@ def fold_repeats(report: Report) -> None:
         module = loc.module if loc else None
         key = (
             f.code,
-            _pattern(module) if module else module,
+            module_pattern(module) if module else module,
             loc.op if loc else None,
             tuple((o.role, o.dtype) for o in f.operands),
         )
@@ -255,7 +269,7 @@ def fold_repeats(report: Report) -> None:
     for f in out:
         modules = f.data.get("modules", [])
         if len(modules) > 1:
-            f.message += f"  (also in {len(modules) - 1} more: {_pattern(modules[0])})"
+            f.message += f"  (also in {len(modules) - 1} more: {module_pattern(modules[0])})"
     report.findings = out
 
 
