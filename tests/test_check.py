@@ -305,3 +305,13 @@ def test_an_op_meta_cannot_run_stops_the_dry_run_with_what_was_found():
     stop = report.findings[1]
     assert stop.severity == dd.Severity.WARNING and "meta" in stop.message
     assert stop.location.file.endswith("test_check.py")
+
+
+def test_an_offloaded_model_is_checked_without_touching_its_weights(llama_config):
+    accelerate = pytest.importorskip("accelerate")
+    model = transformers.LlamaForCausalLM(llama_config).half()
+    accelerate.cpu_offload(model, execution_device="cpu")  # parameters on meta, weights in the hooks
+    report = dd.check(model, inputs_embeds=("1x4x64", "float32"), dtype=None)
+    assert report.meta["first_error"]["module"] == "model.layers.0.self_attn.q_proj"
+    out = model(inputs_embeds=torch.randn(1, 4, 64).half())  # the user's hooks still work
+    assert out.logits.dtype == torch.float16 and not out.logits.is_meta

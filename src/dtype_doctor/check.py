@@ -130,12 +130,19 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
 
 
 def _drop_offload_hooks(mirror: nn.Module) -> None:
-    """accelerate's device-map/offload hooks would move real weights into the mirror: remove them."""
-    if not any(hasattr(m, "_hf_hook") for m in mirror.modules()):
-        return
-    from accelerate.hooks import remove_hook_from_module
+    """accelerate's device-map/offload hooks would move real weights into the mirror: unhook it.
 
-    remove_hook_from_module(mirror, recurse=True)
+    Not accelerate's remove_hook_from_module: detaching an offload hook writes weights back."""
+    for module in mirror.modules():
+        if "_hf_hook" not in vars(module):
+            continue
+        old = vars(module).get("_old_forward")
+        del module._hf_hook
+        if old is not None:
+            module.forward = old
+            del module._old_forward
+        else:
+            vars(module).pop("forward", None)
 
 
 def meta_inputs(value: Any) -> Any:
