@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ from . import catalog
 from ._callable import make_callable
 from .audit import autocast_findings, autocast_of, module_pattern
 from .errors import DoctorError
+from .fix import convert
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
 from .policy import KeepPattern, dtype_name, map_tensors, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
@@ -50,28 +51,22 @@ def check(
     """
     model = build_on_meta(model_or_factory)
     mirror = mirror_on_meta(model)
+    kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)] if dtype is not None else []
+    # an autocast given, or the one accelerate's prepare() wrapped around forward
+    autocast = dtype_name(to_torch_dtype(autocast)) if autocast is not None else autocast_of(model)
+    args, kw = meta_inputs(example_inputs), meta_inputs(kwargs)
     report = Report(tool="check")
-    kept: list[str] = []
-    if dtype is not None:
-        from .fix import convert
-
-        kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)]
-    args = meta_inputs(example_inputs)
-    kw = meta_inputs(kwargs)
     report.meta.update(
         {
             "model": type(model).__name__,
             "dtype": dtype_name(to_torch_dtype(dtype)) if dtype is not None else None,
             "kept_fp32": kept,
-            "autocast": dtype_name(to_torch_dtype(autocast)) if autocast is not None else None,
+            "autocast": autocast,
             "inputs": _describe_inputs(args, kw),
         }
     )
-    if autocast is None:
-        autocast = autocast_of(model)  # accelerate's prepare wraps forward in torch.autocast
-        report.meta["autocast"] = autocast
     if autocast is not None:
-        report.extend(autocast_findings(mirror, "", report.meta["autocast"]))
+        report.extend(autocast_findings(mirror, "", autocast))
     _dry_run(mirror, args, kw, report, autocast)
     fold_repeats(report)
     first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
@@ -155,11 +150,13 @@ def meta_inputs(value: Any) -> Any:
         return meta_inputs(spec_from_tuple(value))
     if isinstance(value, torch.Tensor):
         return value if value.is_meta else torch.empty_like(value, device="meta")
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(meta_inputs(v) for v in value))
+    if isinstance(value, (list, tuple)):
         return type(value)(meta_inputs(v) for v in value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # dicts, and BatchEncoding-like mappings
         return {k: meta_inputs(v) for k, v in value.items()}
-    return map_tensors(value, meta_inputs)
+    return value
 
 
 def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
@@ -175,6 +172,7 @@ def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
 
 def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autocast: Any) -> None:
     session = _fix_session(model, report)
+    # entered after watch, so it sees each call first: the contracts get the autocast dtypes
     emulate = (
         _AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
     )
@@ -247,7 +245,7 @@ class _AutocastEmulation(torch.overrides.TorchFunctionMode):
 # ---------------------------------------------------------------- folding repeats
 
 
-def loc_module(finding: Finding) -> str | None:
+def _module_of(finding: Finding) -> str | None:
     return finding.location.module if finding.location else None
 
 
@@ -270,7 +268,7 @@ def fold_repeats(report: Report) -> None:
             out.append(f)
             continue
         first.count += f.count
-        modules = first.data.setdefault("modules", [loc_module(first)])
+        modules = first.data.setdefault("modules", [_module_of(first)])
         if module not in modules:
             modules.append(module)
     for f in out:
