@@ -204,3 +204,13 @@ def test_a_7b_llama_map_fits_on_one_screen():
     lines = found.message.splitlines()
     assert len(lines) <= 15
     assert any(line.strip().startswith("0-31 (LlamaDecoderLayer ×32)") for line in lines)
+
+
+def test_cli_audit_of_something_that_is_not_a_model(tmp_path, capsys, monkeypatch):
+    (tmp_path / "odd.py").write_text("def build():\n    return 'a string'\n")
+    from dtype_doctor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", "odd.py:build"]) == 2
+    err = capsys.readouterr().err
+    assert "gave a str, not a model, pipeline or optimizer" in err and len(err.strip().splitlines()) == 1

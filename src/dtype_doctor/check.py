@@ -26,7 +26,7 @@ from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
 from .policy import KeepPattern, dtype_name, map_tensors, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
 
-__all__ = ["build_on_meta", "check", "meta_inputs", "mirror_on_meta"]
+__all__ = ["build", "build_on_meta", "check", "meta_inputs", "mirror_on_meta"]
 
 _SPEC_TEXT = re.compile(r"^\d+(?:[x×,]\d+)*(?::\w+)?$")
 
@@ -82,22 +82,26 @@ def check(
 # ---------------------------------------------------------------- the model on meta
 
 
-def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
-    """A module as given, or a factory's result built under `torch.device("meta")` (no memory).
+def build(factory_or_object: Any) -> Any:
+    """Call a factory under `torch.device("meta")` (no memory); an object is returned as is.
 
     A factory that cannot build on meta (it reads tensor values at init) is built normally.
     """
-    if isinstance(model_or_factory, nn.Module):
-        return model_or_factory
-    if not callable(model_or_factory):
-        raise DoctorError(f"check needs an nn.Module or a factory, got {type(model_or_factory).__name__}")
+    if isinstance(factory_or_object, nn.Module) or not callable(factory_or_object):
+        return factory_or_object
     try:
         with torch.device("meta"):
-            model = model_or_factory()
+            return factory_or_object()
     except Exception:
-        model = call_factory(model_or_factory)
+        return call_factory(factory_or_object)
+
+
+def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
+    """A module as given, or a factory's module built on meta (see `build`)."""
+    model = build(model_or_factory)
     if not isinstance(model, nn.Module):
-        raise DoctorError(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
+        what = "the factory returned" if callable(model_or_factory) else "check needs an nn.Module, got"
+        raise DoctorError(f"{what} {type(model).__name__}, not a torch.nn.Module")
     return model
 
 
@@ -146,7 +150,7 @@ def meta_inputs(value: Any) -> Any:
         return torch.empty(value.shape, dtype=getattr(torch, value.dtype), device="meta")
     if isinstance(value, str) and _SPEC_TEXT.match(value):
         return meta_inputs(parse_input(value))
-    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value):
+    if _is_spec_tuple(value):
         return meta_inputs(spec_from_tuple(value))
     if isinstance(value, torch.Tensor):
         return value if value.is_meta else torch.empty_like(value, device="meta")
@@ -157,6 +161,16 @@ def meta_inputs(value: Any) -> Any:
     if isinstance(value, Mapping):  # dicts, and BatchEncoding-like mappings
         return {k: meta_inputs(v) for k, v in value.items()}
     return value
+
+
+def _is_spec_tuple(value: Any) -> bool:
+    """("2x4x64x64", "float32") is a spec; ("a cat", "a dog") is a real input."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, str) for v in value)
+        and _SPEC_TEXT.match(value[0]) is not None
+    )
 
 
 def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
