@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
+from dtype_doctor.check import mirror_on_meta  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +82,7 @@ def test_unet_fp16_fp32_sample_same_first_failure_as_real_run(unet):
     roles = {o.role: o.dtype for o in first.operands}
     assert roles["input"] == "float32" and roles["weight"] == "float16"
     # a plain meta run reports a later op in a different module (the conv_in bias check) instead
-    meta = dd.check.__globals__["mirror_on_meta"](unet).half()
+    meta = mirror_on_meta(unet).half()
     with pytest.raises(RuntimeError, match="bias type"):
         meta(sample.to("meta"), t.to("meta"), encoder_hidden_states=ehs.to("meta"))
     # one pass lists every mismatch: the fp32 encoder states reach every cross-attention to_k/to_v
@@ -120,7 +121,7 @@ def test_llama_fp32_inputs_embeds_same_first_failure_and_plain_meta_misses_it(ll
 def test_user_model_is_never_modified_and_data_never_copied(llama_config):
     model = transformers.LlamaForCausalLM(llama_config)
     before = {n: (p.dtype, p.device, p.data_ptr()) for n, p in model.named_parameters()}
-    mirror = dd.check.__globals__["mirror_on_meta"](model)
+    mirror = mirror_on_meta(model)
     assert all(p.is_meta for p in mirror.parameters())
     assert [n for n, _ in mirror.named_parameters()] == list(before)
     report = dd.check(model, "1x8:int64", dtype="bfloat16")
@@ -162,6 +163,12 @@ def test_autocast_of_another_dtype_over_a_half_model_is_reported(llama_config):
         model = transformers.LlamaForCausalLM(llama_config)
     report = dd.check(model, ("1x8", "int64"), dtype="float16", autocast="bfloat16")
     assert "low-precision-under-autocast" in report.codes()
+    # an autocast put around forward by accelerate is found without being named
+    accelerate = pytest.importorskip("accelerate")
+    real = transformers.LlamaForCausalLM(llama_config).half()
+    wrapped = accelerate.Accelerator(mixed_precision="bf16", cpu=True).prepare(real)
+    found = dd.check(wrapped, ("1x8", "int64"), dtype=None)
+    assert found.meta["autocast"] == "bfloat16" and "low-precision-under-autocast" in found.codes()
     # the same dtype is only redundant: no error from the emulated autocast
     same = dd.check(model, ("1x8", "int64"), dtype="float16", autocast="float16")
     assert not [f for f in same.errors if f.code != "low-precision-under-autocast"]
@@ -278,3 +285,33 @@ def test_cli_check_config_that_is_not_a_model(workdir, capsys, monkeypatch):
     code, _, err = cli_in_process(capsys, monkeypatch, workdir, "check", "--hf-config", "scheduler.json")
     assert code == 2
     assert "'DDPMScheduler' is not a diffusers model class" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_op_meta_cannot_run_stops_the_dry_run_with_what_was_found():
+    class ReadsValues(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = self.a(x)
+            if x.sum().item() > 0:  # data-dependent: impossible on meta
+                x = x * 2
+            return self.b(x)
+
+    report = dd.check(ReadsValues(), ("2x4", "float32"), dtype="float16")
+    assert report.codes() == ["matmul-dtype-mismatch", "check-incomplete"]
+    stop = report.findings[1]
+    assert stop.severity == dd.Severity.WARNING and "meta" in stop.message
+    assert stop.location.file.endswith("test_check.py")
+
+
+def test_an_offloaded_model_is_checked_without_touching_its_weights(llama_config):
+    accelerate = pytest.importorskip("accelerate")
+    model = transformers.LlamaForCausalLM(llama_config).half()
+    accelerate.cpu_offload(model, execution_device="cpu")  # parameters on meta, weights in the hooks
+    report = dd.check(model, inputs_embeds=("1x4x64", "float32"), dtype=None)
+    assert report.meta["first_error"]["module"] == "model.layers.0.self_attn.q_proj"
+    out = model(inputs_embeds=torch.randn(1, 4, 64).half())  # the user's hooks still work
+    assert out.logits.dtype == torch.float16 and not out.logits.is_meta

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import catalog
+from ._callable import make_callable
 from .dtypes import is_low_precision, torch_name
 from .policy import NORM_WORDS, dominant_dtype, dtype_name, hf_keep_fp32, matches, own_float_dtypes
 from .report import Finding, Location, Operand, Report, Severity
@@ -74,9 +75,9 @@ def audit(
         report.add(_map_finding(prefix, model))
         report.extend(mixed_parameter_findings(model, prefix))
         report.extend(fp32_island_findings(model, prefix))
-        found = _autocast_of(model) if autocast is None else _autocast_dtype(autocast)
+        found = autocast_of(model) if autocast is None else _autocast_dtype(autocast)
         if found is not None:
-            report.extend(_autocast_findings(model, prefix, found))
+            report.extend(autocast_findings(model, prefix, found))
     if setup.pipeline:
         report.extend(pipeline_findings(setup.models))
     report.extend(_training_findings(setup))
@@ -207,7 +208,7 @@ def _map_finding(prefix: str, model: nn.Module) -> Finding:
 # ---------------------------------------------------------------- per-module findings
 
 
-def _pattern(path: str) -> str:
+def module_pattern(path: str) -> str:
     """`layers.3.mlp` → `layers.*.mlp`: one finding for a repeated block."""
     return _INDEX.sub("*", path)
 
@@ -222,7 +223,7 @@ def mixed_parameter_findings(model: nn.Module, prefix: str = "") -> list[Finding
     for name, module in model.named_modules():
         own = own_float_dtypes(module)
         if len(set(own.values())) > 1:
-            key = (_pattern(_join(prefix, name)), type(module), tuple(sorted(own.items())))
+            key = (module_pattern(_join(prefix, name)), type(module), tuple(sorted(own.items())))
             groups[key].append(_join(prefix, name))
     findings = []
     for (pattern, cls, own), paths in groups.items():
@@ -281,7 +282,7 @@ def fp32_island_findings(model: nn.Module, prefix: str = "") -> list[Finding]:
                     islands.append((path, None, "Parameter", deliberate))
     groups: dict[tuple, list[str]] = defaultdict(list)
     for path, _, type_name, deliberate in islands:
-        groups[(_pattern(_join(prefix, path)), type_name, deliberate)].append(_join(prefix, path))
+        groups[(module_pattern(_join(prefix, path)), type_name, deliberate)].append(_join(prefix, path))
     findings = []
     for (pattern, type_name, deliberate), paths in groups.items():
         shown = paths[0] if len(paths) == 1 else pattern
@@ -359,7 +360,7 @@ def _autocast_dtype(value: torch.dtype | str | bool) -> str:
     return dtype_name(to_torch_dtype(value))
 
 
-def _autocast_of(model: nn.Module) -> str | None:
+def autocast_of(model: nn.Module) -> str | None:
     """The dtype of a torch.autocast wrapped around model.forward (accelerate's prepare does this)."""
     seen: set[int] = set()
     stack = [getattr(model, "forward", None)]
@@ -378,7 +379,7 @@ def _autocast_of(model: nn.Module) -> str | None:
     return None
 
 
-def _autocast_findings(model: nn.Module, prefix: str, autocast_dtype: str) -> list[Finding]:
+def autocast_findings(model: nn.Module, prefix: str, autocast_dtype: str) -> list[Finding]:
     main = dominant_dtype(model)
     if not is_low_precision(main):
         return []
@@ -455,3 +456,6 @@ def _optimizer_findings(opt: torch.optim.Optimizer, names: dict[int, str]) -> li
             )
         )
     return findings
+
+
+make_callable(__name__, "audit")

@@ -11,20 +11,22 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from . import catalog
-from .audit import _autocast_findings, _pattern
+from ._callable import make_callable
+from .audit import autocast_findings, autocast_of, module_pattern
 from .errors import DoctorError
+from .fix import convert
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
 from .policy import KeepPattern, dtype_name, map_tensors, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
 
-__all__ = ["build_on_meta", "check", "meta_inputs", "mirror_on_meta"]
+__all__ = ["build", "build_on_meta", "check", "meta_inputs", "mirror_on_meta"]
 
 _SPEC_TEXT = re.compile(r"^\d+(?:[x×,]\d+)*(?::\w+)?$")
 
@@ -49,20 +51,17 @@ def check(
     """
     model = build_on_meta(model_or_factory)
     mirror = mirror_on_meta(model)
+    kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)] if dtype is not None else []
+    # an autocast given, or the one accelerate's prepare() wrapped around forward
+    autocast = dtype_name(to_torch_dtype(autocast)) if autocast is not None else autocast_of(model)
+    args, kw = meta_inputs(example_inputs), meta_inputs(kwargs)
     report = Report(tool="check")
-    kept: list[str] = []
-    if dtype is not None:
-        from .fix import convert
-
-        kept = [name for name, _ in convert(mirror, dtype, keep_fp32)]
-    args = meta_inputs(example_inputs)
-    kw = meta_inputs(kwargs)
     report.meta.update(
         {
             "model": type(model).__name__,
             "dtype": dtype_name(to_torch_dtype(dtype)) if dtype is not None else None,
             "kept_fp32": kept,
-            "autocast": dtype_name(to_torch_dtype(autocast)) if autocast is not None else None,
+            "autocast": autocast,
             "inputs": _describe_inputs(args, kw),
         }
     )
@@ -70,7 +69,7 @@ def check(
 
     report.meta["dtype_map"] = dtype_map(mirror)  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
-        report.extend(_autocast_findings(mirror, "", report.meta["autocast"]))
+        report.extend(autocast_findings(mirror, "", autocast))
     _dry_run(mirror, args, kw, report, autocast)
     fold_repeats(report)
     first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
@@ -86,22 +85,26 @@ def check(
 # ---------------------------------------------------------------- the model on meta
 
 
-def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
-    """A module as given, or a factory's result built under `torch.device("meta")` (no memory).
+def build(factory_or_object: Any) -> Any:
+    """Call a factory under `torch.device("meta")` (no memory); an object is returned as is.
 
     A factory that cannot build on meta (it reads tensor values at init) is built normally.
     """
-    if isinstance(model_or_factory, nn.Module):
-        return model_or_factory
-    if not callable(model_or_factory):
-        raise DoctorError(f"check needs an nn.Module or a factory, got {type(model_or_factory).__name__}")
+    if isinstance(factory_or_object, nn.Module) or not callable(factory_or_object):
+        return factory_or_object
     try:
         with torch.device("meta"):
-            model = model_or_factory()
+            return factory_or_object()
     except Exception:
-        model = call_factory(model_or_factory)
+        return call_factory(factory_or_object)
+
+
+def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
+    """A module as given, or a factory's module built on meta (see `build`)."""
+    model = build(model_or_factory)
     if not isinstance(model, nn.Module):
-        raise DoctorError(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
+        what = "the factory returned" if callable(model_or_factory) else "check needs an nn.Module, got"
+        raise DoctorError(f"{what} {type(model).__name__}, not a torch.nn.Module")
     return model
 
 
@@ -123,7 +126,25 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
         for value in (*module._parameters.values(), *module._buffers.values(), *vars(module).values()):
             if isinstance(value, torch.Tensor) and id(value) not in memo:
                 memo[id(value)] = _meta_like(value)
-    return copy.deepcopy(model, memo)
+    mirror = copy.deepcopy(model, memo)
+    _drop_offload_hooks(mirror)
+    return mirror
+
+
+def _drop_offload_hooks(mirror: nn.Module) -> None:
+    """accelerate's device-map/offload hooks would move real weights into the mirror: unhook it.
+
+    Not accelerate's remove_hook_from_module: detaching an offload hook writes weights back."""
+    for module in mirror.modules():
+        if "_hf_hook" not in vars(module):
+            continue
+        old = vars(module).get("_old_forward")
+        del module._hf_hook
+        if old is not None:
+            module.forward = old
+            del module._old_forward
+        else:
+            vars(module).pop("forward", None)
 
 
 def meta_inputs(value: Any) -> Any:
@@ -132,15 +153,27 @@ def meta_inputs(value: Any) -> Any:
         return torch.empty(value.shape, dtype=getattr(torch, value.dtype), device="meta")
     if isinstance(value, str) and _SPEC_TEXT.match(value):
         return meta_inputs(parse_input(value))
-    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value):
+    if _is_spec_tuple(value):
         return meta_inputs(spec_from_tuple(value))
     if isinstance(value, torch.Tensor):
         return value if value.is_meta else torch.empty_like(value, device="meta")
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(meta_inputs(v) for v in value))
+    if isinstance(value, (list, tuple)):
         return type(value)(meta_inputs(v) for v in value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # dicts, and BatchEncoding-like mappings
         return {k: meta_inputs(v) for k, v in value.items()}
-    return map_tensors(value, meta_inputs)
+    return value
+
+
+def _is_spec_tuple(value: Any) -> bool:
+    """("2x4x64x64", "float32") is a spec; ("a cat", "a dog") is a real input."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, str) for v in value)
+        and _SPEC_TEXT.match(value[0]) is not None
+    )
 
 
 def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
@@ -156,6 +189,7 @@ def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
 
 def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autocast: Any) -> None:
     session = _fix_session(model, report)
+    # entered after watch, so it sees each call first: the contracts get the autocast dtypes
     emulate = (
         _AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
     )
@@ -228,7 +262,7 @@ class _AutocastEmulation(torch.overrides.TorchFunctionMode):
 # ---------------------------------------------------------------- folding repeats
 
 
-def loc_module(finding: Finding) -> str | None:
+def _module_of(finding: Finding) -> str | None:
     return finding.location.module if finding.location else None
 
 
@@ -241,7 +275,7 @@ def fold_repeats(report: Report) -> None:
         module = loc.module if loc else None
         key = (
             f.code,
-            _pattern(module) if module else module,
+            module_pattern(module) if module else module,
             loc.op if loc else None,
             tuple((o.role, o.dtype) for o in f.operands),
         )
@@ -251,11 +285,14 @@ def fold_repeats(report: Report) -> None:
             out.append(f)
             continue
         first.count += f.count
-        modules = first.data.setdefault("modules", [loc_module(first)])
+        modules = first.data.setdefault("modules", [_module_of(first)])
         if module not in modules:
             modules.append(module)
     for f in out:
         modules = f.data.get("modules", [])
         if len(modules) > 1:
-            f.message += f"  (also in {len(modules) - 1} more: {_pattern(modules[0])})"
+            f.message += f"  (also in {len(modules) - 1} more: {module_pattern(modules[0])})"
     report.findings = out
+
+
+make_callable(__name__, "check")

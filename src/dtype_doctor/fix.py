@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from . import catalog
+from ._callable import make_callable
 from .dtypes import torch_name
 from .policy import (
     KeepPattern,
@@ -90,11 +91,18 @@ def fix(
 
 
 def convert(
-    model: nn.Module, dtype: torch.dtype | str, keep_fp32: Iterable[KeepPattern] = ()
+    model: nn.Module,
+    dtype: torch.dtype | str,
+    keep_fp32: Iterable[KeepPattern] = (),
+    *,
+    loading: bool = False,
 ) -> list[tuple[str, nn.Module]]:
-    """Convert in place like `from_pretrained(torch_dtype=dtype)`: everything to `dtype` except the
-    kept modules (`keep_fp32` and the model's own `_keep_in_fp32_modules`), which become float32.
-    No hooks. Returns the kept (name, module) pairs."""
+    """Convert in place: everything to `dtype` except the kept modules (`keep_fp32` and the model's
+    own `_keep_in_fp32_modules`), which become float32. No hooks. Returns the kept (name, module) pairs.
+
+    loading=True mimics `from_pretrained(torch_dtype=dtype)`, which leaves non-persistent buffers (not
+    in the checkpoint) in the dtype they were made in; otherwise every floating buffer is cast, as
+    `Module.to` does."""
     target = to_torch_dtype(dtype)
     kept: list[tuple[str, nn.Module]] = []
     if target != torch.float32:
@@ -103,11 +111,11 @@ def convert(
     kept_ids = {id(sub) for _, m in kept for sub in m.modules()}
     with torch.no_grad():
         for module in model.modules():
-            _convert_own(module, torch.float32 if id(module) in kept_ids else target)
+            _convert_own(module, torch.float32 if id(module) in kept_ids else target, loading)
     return kept
 
 
-def _convert_own(module: nn.Module, dtype: torch.dtype) -> None:
+def _convert_own(module: nn.Module, dtype: torch.dtype, loading: bool) -> None:
     """Cast the module's own floating parameters and buffers, never its children's (each tensor is
     cast once, straight to its final dtype, so fp32 islands lose no precision on the way)."""
     for p in module._parameters.values():
@@ -116,6 +124,8 @@ def _convert_own(module: nn.Module, dtype: torch.dtype) -> None:
             if p.grad is not None:
                 p.grad = p.grad.to(dtype)
     for name, b in module._buffers.items():
+        if loading and name in module._non_persistent_buffers_set:
+            continue  # computed at init (rotary inv_freq...): loading in a dtype leaves them as they are
         if b is not None and b.is_floating_point() and b.dtype != dtype:
             module._buffers[name] = b.to(dtype)
 
@@ -275,3 +285,6 @@ def _arg_names(module: nn.Module) -> list[str]:
         except (TypeError, ValueError):
             _ARG_NAMES[cls] = []
     return _ARG_NAMES[cls]
+
+
+make_callable(__name__, "fix")

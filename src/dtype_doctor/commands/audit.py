@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..cli import EXIT_FINDINGS, EXIT_OK, add_output_options, emit
+from ..errors import DoctorError
 from ._target import add_target_arguments, dtype_option, load_target
 
 HELP = "dtype map of a model/pipeline: mixed weight/bias, fp32 islands, pipeline components, scaler set-ups"
@@ -28,21 +29,17 @@ def run(args: argparse.Namespace) -> int:
 
     from torch import nn
 
-    from ..audit import audit
-    from ..check import build_on_meta
-    from ..loading import call_factory
+    from ..audit import audit, collect
+    from ..check import build
+    from ..fix import convert
 
-    if callable(target) and not isinstance(target, nn.Module):
-        try:
-            obj = build_on_meta(target)
-        except Exception:
-            obj = call_factory(target)  # a pipeline or a (model, optimizer, scaler) set-up
-    else:
-        obj = target
+    obj = build(target)  # a model, a pipeline or a (model, optimizer, scaler) set-up
+    found = collect(obj)
+    if not found.models and not found.optimizers:
+        name = args.target or args.hf_config
+        raise DoctorError(f"{name} gave a {type(obj).__name__}, not a model, pipeline or optimizer")
     if dtype is not None and isinstance(obj, nn.Module):
-        from ..fix import convert
-
-        convert(obj, dtype, args.keep_fp32)
+        convert(obj, dtype, args.keep_fp32, loading=True)
     report = audit(obj, autocast=autocast)
     emit(report, args)
     return EXIT_FINDINGS if report.errors else EXIT_OK
