@@ -54,6 +54,14 @@ class _Frame:
 class NumericsMonitor:
     """Watch a model's value ranges; findings go into `report`.
 
+    model: the root whose modules are watched (qualified names from it); None: every outermost
+        module called while started is adopted as a root.
+    every: monitor one step in N (the others cost one hook call per module).
+    backward: also watch gradients (module outputs and parameters) when autograd runs.
+    scaler: watch every torch.amp.GradScaler whose update() runs while started.
+    shadow: re-run a forward producer in float32 at its next call, to tell range from precision.
+    auto_step: a step ends with each outermost module call; False: only at `step()`.
+
     >>> with NumericsMonitor(model=vae) as mon:      # or .start() / .stop()
     ...     vae.decode(z)
     >>> mon.report.codes()
@@ -68,6 +76,7 @@ class NumericsMonitor:
         backward: bool = True,
         scaler: bool = True,
         shadow: bool = True,
+        auto_step: bool = True,
     ) -> None:
         if every < 1:
             raise ValueError("every must be >= 1")
@@ -82,7 +91,7 @@ class NumericsMonitor:
         self.scaler_monitor = ScalerMonitor(report=self.report) if scaler else None
         self._advisor = advice.Advisor(self.report)
         self._active = False
-        self._explicit_steps = False
+        self._explicit_steps = not auto_step  # steps end only at step()
         self._handles: list[Any] = []
         self._names: dict[int, str] = {}  # id(module) → qualified name
         self._modules: dict[str, nn.Module] = {}
