@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 from transformers.debug_utils import DebugUnderflowOverflow
 
 from dtype_doctor.numerics import NumericsMonitor
@@ -36,12 +36,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--no-lm-head", action="store_true", help="GPT2Model: without the 50257-way head")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
     config = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
-    model = GPT2LMHeadModel(config).to(dtype).eval()
+    model = (GPT2Model if args.no_lm_head else GPT2LMHeadModel)(config).to(dtype).eval()
     hf_model = copy.deepcopy(model)
     DebugUnderflowOverflow(hf_model)  # permanent hooks: on its own copy
     ids = torch.randint(0, config.vocab_size, (1, args.seq))
@@ -55,21 +56,25 @@ def main() -> None:
 
     def fwd_bwd(m: torch.nn.Module) -> Callable[[], None]:
         def run() -> None:
-            m(input_ids=ids).logits.float().mean().backward()
+            m(input_ids=ids)[0].float().mean().backward()
             m.zero_grad(set_to_none=True)
 
         return run
+
+    measured: dict[int, int] = {}
 
     def monitored(run: Callable[[], None], **options) -> Callable[[], None]:
         monitor = NumericsMonitor(model=model, scaler=False, **options)
 
         def go() -> None:
+            before = monitor.tensors_measured
             monitor.start()
             try:
                 run()
                 run()  # the second call's pre-hook analyses the first step: the read-back is timed
             finally:
                 monitor.stop()
+            measured[id(go)] = (monitor.tensors_measured - before) // 2
 
         return go
 
@@ -99,17 +104,18 @@ def main() -> None:
             cpus[name].append(cpu / 2)
     wall_min = {name: min(t) for name, t in walls.items()}
     cpu_med = {name: statistics.median(t) for name, t in cpus.items()}
+    per_step = {name: measured.get(id(run)) for name, run in modes.items()}
     print(
-        f"GPT-2-124M shape, batch 1, seq {args.seq}, {args.dtype}, {args.threads} thread(s), "
+        f"{type(model).__name__}, GPT-2-124M shape, batch 1, seq {args.seq}, {args.dtype}, {args.threads} thread(s), "
         f"{args.reps} rounds, torch {torch.__version__}"
     )
-    print("| mode | CPU ms/step (median) | ratio | wall ms/step (min) | ratio |")
-    print("|---|---:|---:|---:|---:|")
+    print("| mode | CPU ms/step (median) | ratio | wall ms/step (min) | ratio | tensors measured/step |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name in modes:
         base = "forward: plain" if name.startswith("forward") else "fwd+bwd: plain"
         print(
             f"| {name} | {cpu_med[name] * 1e3:.0f} | {cpu_med[name] / cpu_med[base]:.2f}× "
-            f"| {wall_min[name] * 1e3:.0f} | {wall_min[name] / wall_min[base]:.2f}× |"
+            f"| {wall_min[name] * 1e3:.0f} | {wall_min[name] / wall_min[base]:.2f}× | {per_step[name] or ''} |"
         )
 
 

@@ -86,6 +86,7 @@ class NumericsMonitor:
         self.backward = backward
         self.shadow = shadow
         self.step_index = 0
+        self.tensors_measured = 0  # stats rows computed so far (outputs, inputs, gradients)
         self.internal_error: str | None = None
         self.producers: list = []  # every analysis.Producer found, in order
         self.scaler_monitor = ScalerMonitor(report=self.report) if scaler else None
@@ -126,6 +127,8 @@ class NumericsMonitor:
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
         self._advisor.finish(self._modules)
+        self._names.clear()  # a later start() adopts (and hooks) the roots again
+        self._roots.clear()
         if self.internal_error:
             self.report.meta["numerics_internal_error"] = self.internal_error
         return self.report
@@ -187,6 +190,7 @@ class NumericsMonitor:
             self._reset_step()
             return
         values = read_rows(self._rows)
+        self.tensors_measured += len(values)
         step = self._pending_step if self._pending_step is not None else self.step_index
         producers = forward_producers(self._records, values, self._infos, step)
         if self.backward:
@@ -212,11 +216,11 @@ class NumericsMonitor:
             return entry[1]
         return None
 
-    def _measure(self, tensor: torch.Tensor) -> int:
+    def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
         if self._pending_step is None:
             self._pending_step = self.step_index
         slot = len(self._rows)
-        self._rows.append(tensor_stats(tensor))
+        self._rows.append(tensor_stats(tensor, signed))
         self._infos.append(
             TensorInfo(str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), tensor.numel())
         )
@@ -245,7 +249,7 @@ class NumericsMonitor:
             for tensor in iter_tensors(value):
                 slot = self._slot(tensor)
                 if slot is None:
-                    slot = self._measure(tensor)
+                    slot = self._measure(tensor, signed=True)
                     self._made_by[slot] = scope
                     self._records.append(Sighting(slot, scope, path, name))
                 call.in_slots.append(slot)
