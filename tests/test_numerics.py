@@ -203,3 +203,48 @@ def test_float16_underflow_of_gradients_is_reported():
     assert finding.data["phase"] == "backward"  # the forward's float16 outputs are fine
     assert set(finding.data["tensors"]) == {"embed.weight", "embed.bias", "head.weight", "head.bias"}
     assert any("GradScaler" in f.title for f in finding.fixes)
+
+
+class _MaskedBlock(nn.Module):
+    """Builds an additive causal mask (-inf) between modules, like many attention implementations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        mask = torch.full((n, n), float("-inf"), dtype=x.dtype).triu(1)
+        h, _ = self.attn(x, x, x, attn_mask=mask, need_weights=False)
+        return self.out(h)
+
+
+@pytest.mark.parametrize("out_scale", [1.0, 3e3])
+def test_an_additive_minus_inf_mask_is_not_a_producer(out_scale):
+    torch.manual_seed(0)
+    block = _MaskedBlock()
+    with torch.no_grad():
+        block.out.weight.mul_(out_scale)
+    block = block.half().eval()
+    assert all(p.isfinite().all() for p in block.parameters())
+    with monitor_numerics(block) as monitor, torch.no_grad():
+        y = block(torch.randn(1, 5, 16).half() * 30)
+    if out_scale == 1.0:
+        assert y.isfinite().all() and monitor.report.findings == []
+    else:
+        assert not y.isfinite().all()
+        assert [p.path for p in monitor.producers] == ["out"]
+
+
+def test_a_monitor_can_be_started_again():
+    model = _tower(head_scale=1e4)
+    x = torch.randn(4, 16).half() * 100
+    monitor = NumericsMonitor(model=model, backward=False)
+    for _ in range(2):
+        monitor.start()
+        with torch.no_grad():
+            model(x)
+        monitor.stop()
+    assert [p.step for p in monitor.producers] == [0, 1]
+    assert monitor.tensors_measured > 0

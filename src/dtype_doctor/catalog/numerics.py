@@ -30,7 +30,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Run {module} in bfloat16: in float32 it reaches {fp32_absmax}, which bfloat16 holds",
-                "model.to(torch.bfloat16)  # or keep float16 and keep {module} in float32 (below)",
+                "model.to(torch.bfloat16)\n# or stay in float16 and keep the module in float32 (below)",
                 "The value is finite and within bfloat16's range: only float16's range is too small.",
                 when=frozenset({"bf16-fits"}),
             ),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .stats import ABSMAX, MIN_NONZERO
+from .stats import ABSMAX, MAX, MIN_NONZERO
 
 
 @dataclass
@@ -106,14 +106,31 @@ def _operand(values: list[list[float]], infos: list[TensorInfo], slot: int, name
     return Operand(name, info.dtype, info.shape, row[ABSMAX], row[MIN_NONZERO])
 
 
+def mask_slots(records: list[Call | Sighting], values: list[list[float]]) -> set[int]:
+    """Tensors made between modules whose only non-finite values are -inf: additive attention masks."""
+    return {
+        rec.slot
+        for rec in records
+        if isinstance(rec, Sighting)
+        and math.isinf(values[rec.slot][ABSMAX])
+        and not math.isnan(values[rec.slot][MAX])
+        and values[rec.slot][MAX] < math.inf
+    }
+
+
 def forward_producers(
     records: list[Call | Sighting], values: list[list[float]], infos: list[TensorInfo], step: int
 ) -> list[Producer]:
     producers: list[Producer] = []
+    masks = mask_slots(records, values)
+
+    def bad(slot: int) -> bool:
+        return slot not in masks and _bad(values, slot)
+
     last_bad = -1
     for index, rec in enumerate(records):
         if isinstance(rec, Sighting):
-            if _bad(values, rec.slot):
+            if bad(rec.slot):
                 if last_bad < 0:
                     producers.append(
                         Producer(
@@ -131,11 +148,11 @@ def forward_producers(
                 last_bad = index
             continue
         new_outs = [s for s in rec.out_slots if s not in rec.in_slots]
-        if not any(_bad(values, s) for s in rec.out_slots):
+        if not any(bad(s) for s in rec.out_slots):
             continue
-        inputs_ok = not any(_bad(values, s) for s in rec.in_slots)
-        if inputs_ok and last_bad < rec.start and any(_bad(values, s) for s in new_outs):
-            out = next(s for s in new_outs if _bad(values, s))
+        inputs_ok = not any(bad(s) for s in rec.in_slots)
+        if inputs_ok and last_bad < rec.start and any(bad(s) for s in new_outs):
+            out = next(s for s in new_outs if bad(s))
             producers.append(
                 Producer(
                     phase="forward",

@@ -54,6 +54,14 @@ class _Frame:
 class NumericsMonitor:
     """Watch a model's value ranges; findings go into `report`.
 
+    model: the root whose modules are watched (qualified names from it); None: every outermost
+        module called while started is adopted as a root.
+    every: monitor one step in N (the others cost one hook call per module).
+    backward: also watch gradients (module outputs and parameters) when autograd runs.
+    scaler: watch every torch.amp.GradScaler whose update() runs while started.
+    shadow: re-run a forward producer in float32 at its next call, to tell range from precision.
+    auto_step: a step ends with each outermost module call; False: only at `step()`.
+
     >>> with NumericsMonitor(model=vae) as mon:      # or .start() / .stop()
     ...     vae.decode(z)
     >>> mon.report.codes()
@@ -68,6 +76,7 @@ class NumericsMonitor:
         backward: bool = True,
         scaler: bool = True,
         shadow: bool = True,
+        auto_step: bool = True,
     ) -> None:
         if every < 1:
             raise ValueError("every must be >= 1")
@@ -77,12 +86,13 @@ class NumericsMonitor:
         self.backward = backward
         self.shadow = shadow
         self.step_index = 0
+        self.tensors_measured = 0  # stats rows computed so far (outputs, inputs, gradients)
         self.internal_error: str | None = None
         self.producers: list = []  # every analysis.Producer found, in order
         self.scaler_monitor = ScalerMonitor(report=self.report) if scaler else None
         self._advisor = advice.Advisor(self.report)
         self._active = False
-        self._explicit_steps = False
+        self._explicit_steps = not auto_step  # steps end only at step()
         self._handles: list[Any] = []
         self._names: dict[int, str] = {}  # id(module) → qualified name
         self._modules: dict[str, nn.Module] = {}
@@ -117,6 +127,8 @@ class NumericsMonitor:
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
         self._advisor.finish(self._modules)
+        self._names.clear()  # a later start() adopts (and hooks) the roots again
+        self._roots.clear()
         if self.internal_error:
             self.report.meta["numerics_internal_error"] = self.internal_error
         return self.report
@@ -178,6 +190,7 @@ class NumericsMonitor:
             self._reset_step()
             return
         values = read_rows(self._rows)
+        self.tensors_measured += len(values)
         step = self._pending_step if self._pending_step is not None else self.step_index
         producers = forward_producers(self._records, values, self._infos, step)
         if self.backward:
@@ -203,11 +216,11 @@ class NumericsMonitor:
             return entry[1]
         return None
 
-    def _measure(self, tensor: torch.Tensor) -> int:
+    def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
         if self._pending_step is None:
             self._pending_step = self.step_index
         slot = len(self._rows)
-        self._rows.append(tensor_stats(tensor))
+        self._rows.append(tensor_stats(tensor, signed))
         self._infos.append(
             TensorInfo(str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), tensor.numel())
         )
@@ -236,7 +249,7 @@ class NumericsMonitor:
             for tensor in iter_tensors(value):
                 slot = self._slot(tensor)
                 if slot is None:
-                    slot = self._measure(tensor)
+                    slot = self._measure(tensor, signed=True)
                     self._made_by[slot] = scope
                     self._records.append(Sighting(slot, scope, path, name))
                 call.in_slots.append(slot)

@@ -1,7 +1,7 @@
 """Range statistics of a tensor, computed on its device with no host sync.
 
 One row per tensor: [abs-max, smallest non-zero magnitude, count below the smallest normal
-(non-zero), count of zeros]. Rows are stacked and read once per step (`read_rows`).
+(non-zero), count of zeros, signed max]. Rows are stacked and read once per step (`read_rows`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-ABSMAX, MIN_NONZERO, N_TINY, N_ZERO = range(4)
+ABSMAX, MIN_NONZERO, N_TINY, N_ZERO, MAX = range(5)
 
 FP16_MAX = 65504.0
 FP16_TINY = 6.103515625e-05  # smallest normal float16
@@ -54,20 +54,23 @@ def measurable(x: object) -> bool:
 
 
 @torch.no_grad()
-def tensor_stats(x: torch.Tensor) -> torch.Tensor:
-    """A float32 row [absmax, min_nonzero, n_tiny, n_zero] on x's device; no sync.
+def tensor_stats(x: torch.Tensor, signed: bool = False) -> torch.Tensor:
+    """A float32 row [absmax, min_nonzero, n_tiny, n_zero, max] on x's device; no sync.
 
     NaN anywhere makes absmax NaN, an inf makes it inf, so finiteness needs no extra pass.
+    The signed max costs one more pass and is only computed when asked (`signed`), to tell an
+    additive attention mask (-inf only) from an overflow; otherwise it repeats absmax.
     """
     a = x.detach().abs()
     absmax = a.amax()
+    top = x.detach().amax() if signed else absmax
     zero = a == 0
     n_zero = zero.sum()
     # zeros become inf so that the minimum and the "below tiny" count see only non-zeros
     a.masked_fill_(zero, math.inf)
     min_nonzero = a.amin()
     n_tiny = (a < tiny_threshold(x.dtype)).sum()
-    return torch.stack((absmax.float(), min_nonzero.float(), n_tiny.float(), n_zero.float()))
+    return torch.stack((absmax.float(), min_nonzero.float(), n_tiny.float(), n_zero.float(), top.float()))
 
 
 def read_rows(rows: list[torch.Tensor]) -> list[list[float]]:
