@@ -190,3 +190,34 @@ def test_audit_rows_draw_the_tree_with_repeats():
     assert re.search(r"\(root\)</span>.*?float16.*?float32.*?mixed", tree, re.S)
     assert re.search(r">1</span><span class=\"type\">LayerNorm</span><span class=\"dt\"[^>]*>float32<", tree)
     assert "<root>" not in tree.replace("&lt;root&gt;", "")
+
+
+def test_compare_report_shows_table_and_plots_in_the_browser(tmp_path):
+    """A real `dtype-doctor compare --json` output (tests/data/compare_report.json: a 4-layer MLP,
+    5 precisions plus keep-fp32 variants, CPU) → the comparison table and its bar charts."""
+    report = Report.from_json((Path(__file__).parent / "data" / "compare_report.json").read_text())
+    path = tmp_path / "compare.html"
+    path.write_text(render_html(report), encoding="utf-8")
+    dom = render(path, tmp_path).dom
+    table = dom[dom.index("Precision comparison") :]
+    names = [v["name"] for v in report.meta["compare"]["variants"]]
+    assert names[:3] == ["fp32", "fp16", "bf16"]
+    for name in names:
+        assert f"<td>{name}</td>" in table
+    for title in ("Latency (median)", "Peak memory", "Output error vs fp32", "Per-module error"):
+        assert title in dom
+    assert dom.count("<rect") >= 3 * len(names) - 2  # bars (error: fp32 itself is 0, not drawn on log)
+    assert "precision-recommendation" in dom
+
+
+def test_bar_chart_labels_and_log_floor():
+    from dtype_doctor.render.svg import render_plot
+
+    names = ["fp32", "fp16", "bf16", "autocast-fp16", "autocast-bf16", "autocast-bf16+keep3"]
+    values = [1e-4, 1e-2, 3e-3, 1e-4, 3e-3, 2e-3]
+    svg = render_plot({"title": "t", "kind": "bar", "x": names, "series": {"e": values}, "log": True})
+    heights = [float(h) for h in re.findall(r'<rect [^>]*height="([0-9.]+)"', svg)]
+    assert len(heights) == 6 and min(heights) > 5  # the smallest value still has a visible bar
+    assert "rotate(-30" in svg  # long labels are slanted, not overprinted
+    short = render_plot({"title": "t", "kind": "bar", "x": ["a", "b"], "series": {"e": [1, 2]}})
+    assert "rotate(" not in short

@@ -16,8 +16,9 @@ from typing import Any
 from ..dtype_map import report_map
 from ..report import Finding, Operand, Origin, Report, Severity
 from .svg import render_plot
+from .views import producer_views
 
-_STRUCTURED_META = ("dtype_map", "plots", "tables")
+_STRUCTURED_META = ("dtype_map", "plots", "tables", "compare")
 
 DTYPE_COLOURS = {
     "float32": "#2563eb",
@@ -114,12 +115,13 @@ def fragment(report: Report) -> str:
     tree = _tree(report)
     if tree:
         out.append("<h2>Module tree by dtype</h2>" + _dtype_legend() + tree)
-    plots = list(_plots(report.meta.get("plots")))
+    view_tables, view_plots = producer_views(report)
+    plots = list(_plots(report.meta.get("plots"))) + view_plots
+    tables = [t for t in _as_list(report.meta.get("tables")) if isinstance(t, Mapping)] + view_tables
+    for table in tables:
+        out.append(f"<h2>{escape(str(table.get('title', 'Table')))}</h2>" + _table(table))
     if plots:
         out.append("<h2>Plots</h2>" + "".join(render_plot(p) for p in plots))
-    for table in _as_list(report.meta.get("tables")):
-        if isinstance(table, Mapping):
-            out.append(f"<h2>{escape(str(table.get('title', 'Table')))}</h2>" + _table(table))
     return '<div class="dtype-doctor">' + "\n".join(p for p in out if p) + "</div>"
 
 

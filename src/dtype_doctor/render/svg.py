@@ -67,7 +67,9 @@ def _scale(values: Sequence[float], log: bool) -> tuple[float, float, bool]:
     if log:
         positive = [v for v in values if v > 0]
         if positive:
-            return math.log10(min(positive)), math.log10(max(positive)), True
+            lo, hi = math.log10(min(positive)), math.log10(max(positive))
+            pad = max((hi - lo) * 0.1, 0.25)  # so that the smallest bar is not drawn at height 0
+            return lo - pad, hi + pad / 4, True
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     if not log:
         lo = min(lo, 0.0)
@@ -111,9 +113,9 @@ def _y(value: float, lo: float, hi: float, log: bool) -> float | None:
     return _H - _BOTTOM - (value - lo) / span * (_H - _TOP - _BOTTOM)
 
 
-def _svg(parts: list[str], title: str) -> str:
+def _svg(parts: list[str], title: str, height: int = _H) -> str:
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {height}" width="{_W}" height="{height}" '
         f'role="img" aria-label="{escape(title)}">' + "".join(parts) + "</svg>"
     )
 
@@ -181,9 +183,15 @@ def _bar(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
                 f"<title>{escape(str(name))} {escape(str(labels[j] if j < len(labels) else j))}: "
                 f"{_fmt(v)}</title></rect>"
             )
+    crowded = any(len(str(label)) * 6.5 > group_w for label in labels)
     for j, label in enumerate(labels):
-        parts.append(
-            f'<text x="{_LEFT + (j + 0.5) * group_w:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">'
-            f"{escape(str(label))[:16]}</text>"
-        )
-    return _svg(parts, str(plot.get("title", "")))
+        x, y = _LEFT + (j + 0.5) * group_w, _H - _BOTTOM + 14
+        if crowded:  # long labels: slanted, ending under their bar
+            parts.append(
+                f'<text x="{x:.1f}" y="{y}" text-anchor="end" transform="rotate(-30 {x:.1f} {y})">'
+                f"{escape(str(label))[:24]}</text>"
+            )
+        else:
+            parts.append(f'<text x="{x:.1f}" y="{y}" text-anchor="middle">{escape(str(label))[:24]}</text>')
+    height = _H + (60 if crowded else 0)
+    return _svg(parts, str(plot.get("title", "")), height)
