@@ -225,7 +225,8 @@ def test_bar_chart_labels_and_log_floor():
 
 def test_grad_scaler_history_is_plotted():
     finding = catalog.finding(
-        "grad-scaler-overflow", data={"skipped_steps": [0, 1, 2], "scales": [65536.0, 32768.0, 16384.0, 8192.0]}
+        "grad-scaler-overflow",
+        data={"skipped_steps": [0, 1, 2], "scales": [65536.0, 32768.0, 16384.0, 8192.0]},
     )
     html = render_html(Report(tool="numerics", findings=[finding]))
     assert "GradScaler scale per step (grad-scaler-overflow)" in html

@@ -44,7 +44,9 @@ def test_half_model_float_input({args}):
 def _plugin_args() -> list[str]:
     """`-p` the plugin unless the installed package already registers it through its entry point."""
     registered = any(ep.name == "dtype_doctor" for ep in importlib.metadata.entry_points(group="pytest11"))
-    return [] if registered else ["-p", "dtype_doctor.integrations.pytest_plugin"]
+    # hypothesis and xdist are not needed inside, and each in-process run would import them anew
+    quiet = ["-p", "no:hypothesispytest", "-p", "no:xdist"]
+    return quiet if registered else [*quiet, "-p", "dtype_doctor.integrations.pytest_plugin"]
 
 
 @needs_watch
