@@ -158,3 +158,23 @@ def test_other_bug(dtype_doctor):
     text = result.stdout.str()
     assert "- dtype-doctor -" in text and "silent-promotion" in text  # shown in the section
     result.stdout.fnmatch_lines(["FAILED *::test_other_bug - assert (1 + 1) == 3"])  # its own error leads
+
+
+HAS_EXPLAIN = importlib.util.find_spec("dtype_doctor.explain") is not None
+
+
+@pytest.mark.skipif(
+    not HAS_EXPLAIN, reason="dtype_doctor.explain (the explain branch) is not merged into this build"
+)
+def test_error_no_op_saw_is_explained_from_its_text(pytester):
+    # e.g. re-raised from a worker process or a C++ extension: watch saw no failing op
+    pytester.makepyfile(
+        """
+def test_from_a_worker():
+    raise RuntimeError("Input type (c10::Half) and bias type (float) should be the same")
+"""
+    )
+    result = pytester.runpytest(*_plugin_args(), "--dtype-doctor", "-rf", "-vv")
+    result.assert_outcomes(failed=1)
+    assert "- dtype-doctor -" in result.stdout.str()
+    result.stdout.fnmatch_lines(["FAILED *::test_from_a_worker - dtype-doctor conv-bias-dtype-mismatch*"])
