@@ -14,8 +14,20 @@ __version__ = "0.1.0"
 
 # name → module that defines it; imported on first use
 _LAZY = {
+    "assert_dtype_consistent": "testing",
     "explain": "explain",
     "explain_sources": "explain",
+    "check": "check",
+    "audit": "audit",
+    "fix": "fix",
+    "guard": "fix",
+    "watch": "watch",
+    "NumericsMonitor": "numerics",
+    "ScalerMonitor": "numerics",
+    "find_fp32_set": "numerics",
+    "keep_in_fp32": "numerics",
+    "monitor_numerics": "numerics",
+    "watch_scaler": "numerics",
 }
 
 __all__ = [
@@ -25,13 +37,38 @@ __all__ = [
     "Finding",
     "Fix",
     "Location",
+    "NumericsMonitor",
     "Operand",
     "Origin",
     "Report",
+    "ScalerMonitor",
     "Severity",
+    "assert_dtype_consistent",
+    "audit",
+    "check",
     "explain",
     "explain_sources",
+    "find_fp32_set",
+    "fix",
+    "guard",
+    "keep_in_fp32",
+    "monitor_numerics",
+    "watch",
+    "watch_scaler",
 ]
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """`%load_ext dtype_doctor`: the %%dtype_doctor cell magic (integrations/ipython.py, loaded now)."""
+    from .integrations.ipython import load_ipython_extension as load
+
+    load(shell)
+
+
+def unload_ipython_extension(shell: Any) -> None:
+    from .integrations.ipython import unload_ipython_extension as unload
+
+    unload(shell)
 
 
 def __getattr__(name: str) -> Any:

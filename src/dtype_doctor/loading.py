@@ -139,3 +139,64 @@ def call_factory(factory: Callable[[], Any] | Any, what: str = "factory") -> Any
 def _is_module(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     return bool(torch) and isinstance(obj, torch.nn.Module)
+
+
+def hf_config_factory(path: str) -> Callable[[], Any]:
+    """A Hugging Face `config.json` (a file or a folder holding one) → a factory building the model
+    from the config alone (no weights): transformers (`model_type`) or diffusers (`_class_name`)."""
+    import json
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "config.json"
+    if not file.is_file():
+        raise DoctorError(f"no such file: {file}")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DoctorError(f"{file} is not a JSON config: {exc}") from None
+    if not isinstance(data, dict):
+        raise DoctorError(f"{file} is not a model config (expected a JSON object)")
+    if "_class_name" in data:
+        return _diffusers_factory(file, data)
+    if "model_type" in data:
+        return _transformers_factory(file, data)
+    raise DoctorError(
+        f"{file} is not a transformers or diffusers model config (it has no 'model_type' or '_class_name')"
+    )
+
+
+def _diffusers_factory(file: Path, data: dict) -> Callable[[], Any]:
+    try:
+        import diffusers
+        import torch
+    except ImportError as exc:
+        raise DoctorError(f"{file} is a diffusers config, but diffusers cannot be imported: {exc}") from None
+    name = data["_class_name"]
+    cls = getattr(diffusers, str(name), None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module) and hasattr(cls, "from_config")):
+        raise DoctorError(
+            f"{file}: {name!r} is not a diffusers model class (a pipeline or scheduler config?)"
+        )
+    config = {k: v for k, v in data.items() if not k.startswith("_")}
+    return lambda: cls.from_config(config)
+
+
+def _transformers_factory(file: Path, data: dict) -> Callable[[], Any]:
+    try:
+        import transformers
+    except ImportError as exc:
+        raise DoctorError(
+            f"{file} is a transformers config, but transformers cannot be imported: {exc}"
+        ) from None
+    fields = dict(data)
+    model_type = fields.pop("model_type")
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:
+        raise DoctorError(f"{file}: not a usable transformers config: {exc}") from None
+    archs = [a for a in (data.get("architectures") or []) if isinstance(getattr(transformers, a, None), type)]
+    if archs:
+        cls = getattr(transformers, archs[0])
+        return lambda: cls(config)
+    return lambda: transformers.AutoModel.from_config(config)

@@ -48,7 +48,7 @@ class Origin:
             text = f"buffer '{self.name}'"
         elif self.kind == "input":
             text = f"model input '{self.name}'"
-        elif self.kind in ("op", "cast", "promotion"):
+        elif self.kind in ("op", "cast", "promotion", "autocast"):
             text = f"{self.kind} {self.op or '?'}"
         else:
             text = self.name or self.kind
@@ -171,6 +171,12 @@ class Report:
 
     def __bool__(self) -> bool:  # a Report is always truthy; use .findings to test emptiness
         return True
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a Report as the HTML report's body."""
+        from .render.html import fragment, style
+
+        return style() + fragment(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {

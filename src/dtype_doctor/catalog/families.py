@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from .audit import AUDIT_FAMILIES, FIX_FAMILIES
 from .errors import ERROR_FAMILIES
+from .integrations import INTEGRATION_FAMILIES
 from .model import Family
+from .numerics import NUMERICS_FAMILIES
+from .watch import WATCH_FAMILIES
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES,)
+FAMILIES: tuple[Family, ...] = (
+    *ERROR_FAMILIES,
+    *WATCH_FAMILIES,
+    *AUDIT_FAMILIES,
+    *FIX_FAMILIES,
+    *NUMERICS_FAMILIES,
+    *INTEGRATION_FAMILIES,
+)

@@ -1,0 +1,161 @@
+"""Families found by measuring values (numerics): overflow, underflow, GradScaler health. Data only."""
+
+from __future__ import annotations
+
+from .model import Family, FixTemplate
+
+_KEEP_FP32 = FixTemplate(
+    "Keep {modules} in float32, casting at its border",
+    "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+    "Only these modules run in float32; their inputs are cast up and their outputs back, "
+    "so the rest of the model keeps its speed and memory.",
+    when=frozenset({"forward"}),
+)
+_BF16 = FixTemplate(
+    "Run in bfloat16 instead of float16: the range, not the precision, is the problem",
+    "model.to(torch.bfloat16)  # or torch.autocast(device_type, dtype=torch.bfloat16)",
+    "bfloat16 has float32's exponent range (max 3.39e38) with float16's memory; it keeps fewer "
+    "mantissa bits, so compare the outputs against a float32 run.",
+)
+
+NUMERICS_FAMILIES: tuple[Family, ...] = (
+    Family(
+        code="fp16-overflow",
+        title="A float16 value overflowed (|x| > 65504) and became inf/NaN",
+        cause=(
+            "float16 holds magnitudes up to 65504; a larger result becomes inf, and inf - inf, "
+            "0 * inf or a norm over it then gives NaN. {where} produced the first non-finite value "
+            "from finite inputs; the modules after it only passed it on."
+        ),
+        fixes=(
+            FixTemplate(
+                "Run {module} in bfloat16: in float32 it reaches {fp32_absmax}, which bfloat16 holds",
+                "model.to(torch.bfloat16)\n# or stay in float16 and keep the module in float32 (below)",
+                "The value is finite and within bfloat16's range: only float16's range is too small.",
+                when=frozenset({"bf16-fits"}),
+            ),
+            FixTemplate(
+                "Keep the VAE in float32 (diffusers' switch for this)",
+                "pipe.vae.to(torch.float32)\n# or let the pipeline upcast it to decode:\npipe.vae.config.force_upcast = True",
+                "The SD/SDXL VAE decoder overflows float16 (black or NaN images): diffusers #6815.",
+                when=frozenset({"diffusers-vae"}),
+            ),
+            FixTemplate(
+                "Keep '{leaf}' in float32 when loading (transformers' switch for this)",
+                '{model_class}._keep_in_fp32_modules = ["{leaf}"]\n'
+                "model = {model_class}.from_pretrained(..., dtype=torch.float16)",
+                "transformers upcasts the listed modules when loading in float16 (T5 keeps 'wo').",
+                when=frozenset({"transformers"}),
+            ),
+            _KEEP_FP32,
+            FixTemplate(
+                "Scale the input down before {module}",
+                "x = x / {scale}  # its input reaches {input_absmax}",
+                "The input is already large; a smaller input keeps the result inside float16.",
+                when=frozenset({"large-input"}),
+            ),
+            FixTemplate(
+                "Use GradScaler (dynamic loss scaling), or scale the loss down",
+                'scaler = torch.amp.GradScaler("cuda")\nscaler.scale(loss).backward()\n'
+                "scaler.step(optimizer)\nscaler.update()",
+                "GradScaler skips the step and lowers the scale when gradients overflow.",
+                when=frozenset({"backward"}),
+            ),
+            FixTemplate(
+                "Keep {module} in float32 so that its backward runs in float32",
+                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+                when=frozenset({"backward"}),
+            ),
+            FixTemplate(
+                _BF16.title, _BF16.snippet, _BF16.why, unless=frozenset({"bf16-fits", "bf16-exceeds"})
+            ),
+        ),
+        related=("nonfinite-values", "fp16-headroom", "grad-scaler-overflow"),
+        keywords=("inf", "nan", "overflow", "black image", "65504"),
+    ),
+    Family(
+        code="fp16-headroom",
+        title="Values come close to, or would exceed, float16's 65504 limit",
+        cause=(
+            "float16 overflows above 65504. These module outputs are within a factor {factor} of it "
+            "(or, measured in a wider dtype, above it): a slightly larger input or another step "
+            "overflows them to inf."
+        ),
+        fixes=(
+            _KEEP_FP32,
+            _BF16,
+            FixTemplate(
+                "Keep the VAE in float32 (diffusers' switch for this)",
+                "pipe.vae.to(torch.float32)",
+                when=frozenset({"diffusers-vae"}),
+            ),
+        ),
+        severity="warning",
+        related=("fp16-overflow",),
+    ),
+    Family(
+        code="fp16-underflow",
+        title="Values too small for float16 are flushed to zero or lose precision",
+        cause=(
+            "float16's smallest normal magnitude is 6.1e-05 (subnormals reach 6e-08 with fewer bits, "
+            "below that a value becomes 0). A large share of these non-zero values lies below 6.1e-05: "
+            "in float16 they lose precision or vanish, which for gradients means no update."
+        ),
+        fixes=(
+            FixTemplate(
+                "Scale the loss with GradScaler so that small gradients survive float16",
+                'scaler = torch.amp.GradScaler("cuda")\nscaler.scale(loss).backward()',
+                when=frozenset({"backward"}),
+            ),
+            _BF16,
+            FixTemplate(
+                "Keep {module} in float32",
+                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+            ),
+        ),
+        severity="warning",
+        related=("fp16-headroom",),
+    ),
+    Family(
+        code="grad-scaler-collapse",
+        title="GradScaler's scale fell below 1: gradients overflow even unscaled",
+        cause=(
+            "The scale halves at every step with inf/NaN gradients. Below 1 it shrinks the gradients "
+            "instead of protecting them, and steps keep being skipped: the overflow is not caused by "
+            "the scaling but by the float16 range of the model itself (common for bf16-pretrained "
+            "models run in float16)."
+        ),
+        fixes=(
+            FixTemplate(
+                "Train in bfloat16 autocast (no GradScaler needed)",
+                'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()',
+            ),
+            FixTemplate(
+                "Find the layer that overflows and keep it in float32",
+                "dtype-doctor numerics model.py:make_model --input 1x3x64x64 --dtype float16 --train",
+            ),
+        ),
+        related=("grad-scaler-overflow", "fp16-overflow"),
+    ),
+    Family(
+        code="grad-scaler-growth",
+        title="GradScaler's scale keeps growing without bound",
+        cause=(
+            "The scale doubles after every run of steps without inf/NaN gradients. Far above 2**24 it "
+            "means the gradients are tiny or zero: the loss may not reach the parameters, or they are "
+            "frozen, or the gradients underflow to 0 even after scaling."
+        ),
+        fixes=(
+            FixTemplate(
+                "Check that the scaled parameters receive gradients",
+                "print([n for n, p in model.named_parameters() if p.requires_grad and p.grad is None])",
+            ),
+            FixTemplate(
+                "Cap the growth (fewer doublings)",
+                'scaler = torch.amp.GradScaler("cuda", growth_interval=2000, growth_factor=2.0)',
+            ),
+        ),
+        severity="warning",
+        related=("grad-scaler-overflow", "fp16-underflow"),
+    ),
+)

@@ -1,0 +1,53 @@
+"""Families only `watch` can see: silent promotions and the tool's own troubles. Data only."""
+
+from __future__ import annotations
+
+from .model import Family, FixTemplate
+
+WATCH_FAMILIES: tuple[Family, ...] = (
+    Family(
+        code="silent-promotion",
+        title="A float16/bfloat16 tensor met a wider float and was silently promoted",
+        cause=(
+            "{op} received tensors of different floating dtypes ({dtype} and {other_dtype}); PyTorch "
+            "promotes the result to the wider one without a word, so a float32 tensor leaks into the "
+            "low-precision path and a later layer fails or runs in the wrong precision."
+        ),
+        severity="warning",
+        fixes=(
+            FixTemplate(
+                "Create {input} in the model's dtype at {file}:{line}",
+                "{tensor} = torch.zeros(..., dtype={dtype}, device=device)  # or .to({dtype})",
+                "Every tensor created without dtype= is float32 (torch.get_default_dtype()).",
+                when=frozenset({"odd-op"}),
+            ),
+            FixTemplate(
+                "Cast {input} to {dtype} before {op} at {file}:{line}",
+                "{tensor} = {tensor}.to({dtype})",
+                "Casting where the two paths meet keeps one dtype policy for the whole model.",
+            ),
+            FixTemplate(
+                "If the wide result is wanted, make it explicit",
+                "out = {op}([a.float(), b.float()])  # deliberate float32",
+                "An explicit upcast documents intent and is not reported.",
+            ),
+        ),
+        related=("matmul-dtype-mismatch", "conv-bias-dtype-mismatch"),
+    ),
+    Family(
+        code="tool-internal-error",
+        title="dtype-doctor hit an internal error and skipped part of its analysis",
+        cause=(
+            "The watcher caught an exception in its own code; your program ran unchanged, but some "
+            "operations may not have been checked."
+        ),
+        severity="info",
+        fixes=(
+            FixTemplate(
+                "Report it with the evidence below",
+                "DTYPE_DOCTOR_DEBUG=1 dtype-doctor run script.py",
+                "The evidence names the internal exception.",
+            ),
+        ),
+    ),
+)

@@ -1,0 +1,298 @@
+"""check: every dtype mismatch a real run would hit, found with no compute and no GPU.
+
+The model is mirrored on the `meta` device (structure, dtypes and names, no data) and run there under
+the contracts of `watch(mode="fix")`: meta kernels skip the dtype checks of linear/mm/addmm/norms/
+index_put, the contracts do not, and fix mode casts the odd operand so one pass lists every mismatch.
+The user's model is never modified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import catalog
+from ._callable import make_callable
+from .audit import autocast_findings, autocast_of, module_pattern
+from .errors import DoctorError
+from .fix import convert
+from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
+from .policy import KeepPattern, dtype_name, map_tensors, to_torch_dtype
+from .report import Evidence, Finding, Location, Report, Severity
+
+__all__ = ["build", "build_on_meta", "check", "meta_inputs", "mirror_on_meta"]
+
+_SPEC_TEXT = re.compile(r"^\d+(?:[x×,]\d+)*(?::\w+)?$")
+
+
+def check(
+    model_or_factory: nn.Module | Callable[[], nn.Module],
+    *example_inputs: Any,
+    dtype: torch.dtype | str | None = torch.float16,
+    keep_fp32: Iterable[KeepPattern] = (),
+    autocast: torch.dtype | str | None = None,
+    **kwargs: Any,
+) -> Report:
+    """Dry-run `model(*example_inputs, **kwargs)` on meta and report every dtype mismatch.
+
+    model_or_factory: a module (on any device: it is mirrored on meta, never modified) or a
+    zero-argument factory (called under `torch.device("meta")`). dtype: the precision to check the
+    model in, converted on the mirror as `from_pretrained(torch_dtype=dtype)` would (the model's
+    `_keep_in_fp32_modules` and `keep_fp32` stay float32); None keeps the dtypes as they are.
+    Inputs: real or meta tensors, specs like `("2x4x64x64", "float32")` or "2x4x64x64:float32",
+    nested in lists/dicts, or any other value (passed as is). autocast: the dtype of an autocast the
+    model will run under (its per-op casts are emulated).
+    """
+    model = build_on_meta(model_or_factory)
+    mirror = mirror_on_meta(model)
+    kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)] if dtype is not None else []
+    # an autocast given, or the one accelerate's prepare() wrapped around forward
+    autocast = dtype_name(to_torch_dtype(autocast)) if autocast is not None else autocast_of(model)
+    args, kw = meta_inputs(example_inputs), meta_inputs(kwargs)
+    report = Report(tool="check")
+    report.meta.update(
+        {
+            "model": type(model).__name__,
+            "dtype": dtype_name(to_torch_dtype(dtype)) if dtype is not None else None,
+            "kept_fp32": kept,
+            "autocast": autocast,
+            "inputs": _describe_inputs(args, kw),
+        }
+    )
+    from .audit import dtype_map
+
+    report.meta["dtype_map"] = dtype_map(mirror)  # the checked dtypes, folded; the HTML draws the tree
+    if autocast is not None:
+        report.extend(autocast_findings(mirror, "", autocast))
+    _dry_run(mirror, args, kw, report, autocast)
+    fold_repeats(report)
+    first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
+    if first is not None and first.location is not None:
+        report.meta["first_error"] = {
+            "code": first.code,
+            "module": first.location.module,
+            "op": first.location.op,
+        }
+    return report
+
+
+# ---------------------------------------------------------------- the model on meta
+
+
+def build(factory_or_object: Any) -> Any:
+    """Call a factory under `torch.device("meta")` (no memory); an object is returned as is.
+
+    A factory that cannot build on meta (it reads tensor values at init) is built normally.
+    """
+    if isinstance(factory_or_object, nn.Module) or not callable(factory_or_object):
+        return factory_or_object
+    try:
+        with torch.device("meta"):
+            return factory_or_object()
+    except Exception:
+        return call_factory(factory_or_object)
+
+
+def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
+    """A module as given, or a factory's module built on meta (see `build`)."""
+    model = build(model_or_factory)
+    if not isinstance(model, nn.Module):
+        what = "the factory returned" if callable(model_or_factory) else "check needs an nn.Module, got"
+        raise DoctorError(f"{what} {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    meta = torch.empty_like(t, device="meta")
+    if isinstance(t, nn.Parameter):
+        return nn.Parameter(meta, requires_grad=t.requires_grad)
+    return meta
+
+
+def mirror_on_meta(model: nn.Module) -> nn.Module:
+    """A deep copy of the module tree whose tensors are meta tensors of the same shapes and dtypes.
+
+    The data is never copied: every parameter, buffer and tensor attribute is pre-seeded in
+    deepcopy's memo with its meta twin, so only the Python structure is duplicated.
+    """
+    memo: dict[int, Any] = {}
+    for module in model.modules():
+        for value in (*module._parameters.values(), *module._buffers.values(), *vars(module).values()):
+            if isinstance(value, torch.Tensor) and id(value) not in memo:
+                memo[id(value)] = _meta_like(value)
+    mirror = copy.deepcopy(model, memo)
+    _drop_offload_hooks(mirror)
+    return mirror
+
+
+def _drop_offload_hooks(mirror: nn.Module) -> None:
+    """accelerate's device-map/offload hooks would move real weights into the mirror: unhook it.
+
+    Not accelerate's remove_hook_from_module: detaching an offload hook writes weights back."""
+    for module in mirror.modules():
+        if "_hf_hook" not in vars(module):
+            continue
+        old = vars(module).get("_old_forward")
+        del module._hf_hook
+        if old is not None:
+            module.forward = old
+            del module._old_forward
+        else:
+            vars(module).pop("forward", None)
+
+
+def meta_inputs(value: Any) -> Any:
+    """Inputs as meta tensors: real tensors become meta twins, specs become meta tensors."""
+    if isinstance(value, TensorSpec):
+        return torch.empty(value.shape, dtype=getattr(torch, value.dtype), device="meta")
+    if isinstance(value, str) and _SPEC_TEXT.match(value):
+        return meta_inputs(parse_input(value))
+    if _is_spec_tuple(value):
+        return meta_inputs(spec_from_tuple(value))
+    if isinstance(value, torch.Tensor):
+        return value if value.is_meta else torch.empty_like(value, device="meta")
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(meta_inputs(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(meta_inputs(v) for v in value)
+    if isinstance(value, Mapping):  # dicts, and BatchEncoding-like mappings
+        return {k: meta_inputs(v) for k, v in value.items()}
+    return value
+
+
+def _is_spec_tuple(value: Any) -> bool:
+    """("2x4x64x64", "float32") is a spec; ("a cat", "a dog") is a real input."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, str) for v in value)
+        and _SPEC_TEXT.match(value[0]) is not None
+    )
+
+
+def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
+    out = {}
+    for key, value in [*((f"arg{i}", a) for i, a in enumerate(args)), *kwargs.items()]:
+        if isinstance(value, torch.Tensor):
+            out[key] = f"{'x'.join(map(str, value.shape)) or 'scalar'}:{dtype_name(value.dtype)}"
+    return out
+
+
+# ---------------------------------------------------------------- the dry run
+
+
+def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autocast: Any) -> None:
+    session = _fix_session(model, report)
+    # entered after watch, so it sees each call first: the contracts get the autocast dtypes
+    emulate = (
+        _AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
+    )
+    try:
+        with torch.no_grad(), session, emulate:
+            model(*args, **kwargs)
+    except Exception as exc:  # the dry run stopped: say where, keep what was found
+        report.add(_incomplete(exc))
+
+
+def _fix_session(model: nn.Module, report: Report):
+    from .watch import watch
+
+    return watch(model=model, mode="fix", report=report)
+
+
+def _incomplete(exc: BaseException) -> Finding:
+    frame = _user_frame(exc.__traceback__)
+    return catalog.finding(
+        "check-incomplete",
+        message=f"the dry run stopped at {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+        location=Location(file=frame[0], line=frame[1], function=frame[2]) if frame else None,
+        evidence=[Evidence(text=str(exc)[:500], source="meta dry run")],
+    )
+
+
+def _user_frame(tb) -> tuple[str, int, str] | None:
+    """The deepest traceback frame outside torch and dtype_doctor."""
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        name = code.co_filename.replace("\\", "/")
+        if "/torch/" not in name and "/dtype_doctor/" not in name:
+            found = (name, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    return found
+
+
+class _AutocastEmulation(torch.overrides.TorchFunctionMode):
+    """Autocast's per-op casts, applied to meta tensors (autocast has no meta dispatch key).
+
+    CUDA's policy: matmul-like ops run in the autocast dtype, norms and softmax in float32; the
+    cast happens before the op reaches the watch contracts, as it does on a GPU.
+    """
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        F = torch.nn.functional
+        low = [F.linear, torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, torch.einsum]
+        low += [F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d]
+        low += [F.scaled_dot_product_attention, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm]
+        low += [torch.Tensor.bmm]
+        fp32 = [F.layer_norm, F.group_norm, F.softmax, F.log_softmax, torch.softmax, torch.Tensor.softmax]
+        fp32 += [F.rms_norm, torch.exp, torch.log, torch.pow, torch.cumsum, torch.sum, torch.prod]
+        self.policy = {**dict.fromkeys(low, dtype), **dict.fromkeys(fp32, torch.float32)}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = self.policy.get(func)
+        if target is not None:
+
+            def cast(t: torch.Tensor) -> torch.Tensor:
+                return t.to(target) if t.is_floating_point() and t.dtype != torch.float64 else t
+
+            args, kwargs = map_tensors(args, cast), map_tensors(kwargs, cast)
+        return func(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- folding repeats
+
+
+def _module_of(finding: Finding) -> str | None:
+    return finding.location.module if finding.location else None
+
+
+def fold_repeats(report: Report) -> None:
+    """One finding per mismatch and repeated block: `layers.*.q_proj` ×32, the first one kept."""
+    kept: dict[tuple, Finding] = {}
+    out: list[Finding] = []
+    for f in report.findings:
+        loc = f.location
+        module = loc.module if loc else None
+        key = (
+            f.code,
+            module_pattern(module) if module else module,
+            loc.op if loc else None,
+            tuple((o.role, o.dtype) for o in f.operands),
+        )
+        first = kept.get(key)
+        if first is None:
+            kept[key] = f
+            out.append(f)
+            continue
+        first.count += f.count
+        modules = first.data.setdefault("modules", [_module_of(first)])
+        if module not in modules:
+            modules.append(module)
+    for f in out:
+        modules = f.data.get("modules", [])
+        if len(modules) > 1:
+            f.message += f"  (also in {len(modules) - 1} more: {module_pattern(modules[0])})"
+    report.findings = out
+
+
+make_callable(__name__, "check")

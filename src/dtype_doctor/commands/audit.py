@@ -1,0 +1,45 @@
+"""`dtype-doctor audit`: the dtype map of a model or pipeline and what in it will fail."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cli import EXIT_FINDINGS, EXIT_OK, add_output_options, emit
+from ..errors import DoctorError
+from ._target import add_target_arguments, dtype_option, load_target
+
+HELP = "dtype map of a model/pipeline: mixed weight/bias, fp32 islands, pipeline components, scaler set-ups"
+DESCRIPTION = (
+    "Look at a model, a diffusers pipeline or a (model, optimizer, GradScaler) set-up returned by a factory, "
+    "without running it: the folded dtype map, modules whose weight and bias disagree, fp32 islands and "
+    "whether they are deliberate, pipeline components in different dtypes, GradScaler/optimizer set-ups "
+    "that will fail, and a low-precision model under autocast. Exit 1 when an error is found."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser)
+    add_output_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    dtype = dtype_option(args.dtype)
+    autocast = dtype_option(args.autocast)
+    target = load_target(args)
+
+    from torch import nn
+
+    from ..audit import audit, collect
+    from ..check import build
+    from ..fix import convert
+
+    obj = build(target)  # a model, a pipeline or a (model, optimizer, scaler) set-up
+    found = collect(obj)
+    if not found.models and not found.optimizers:
+        name = args.target or args.hf_config
+        raise DoctorError(f"{name} gave a {type(obj).__name__}, not a model, pipeline or optimizer")
+    if dtype is not None and isinstance(obj, nn.Module):
+        convert(obj, dtype, args.keep_fp32, loading=True)
+    report = audit(obj, autocast=autocast)
+    emit(report, args)
+    return EXIT_FINDINGS if report.errors else EXIT_OK

@@ -1,0 +1,72 @@
+"""dtype-doctor merge: fold per-rank JSON reports into one and name the rank that differs."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+from pathlib import Path
+
+from ..cli import EXIT_FINDINGS, EXIT_OK, _write, add_output_options, emit
+from ..errors import DoctorError
+
+HELP = "merge per-rank reports (report.rank*.json) of a distributed run into one"
+DESCRIPTION = (
+    "Fold the JSON reports that each rank of a torchrun/distributed run wrote into one report. "
+    "Findings seen on several ranks are folded (their ranks listed); a finding or a module dtype "
+    "that not every rank shares becomes a rank-divergence finding, shown first."
+)
+
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports", nargs="+", metavar="REPORT", help="per-rank JSON reports (globs allowed)")
+    parser.add_argument("-o", "--output", metavar="PATH", help="write the merged report as JSON to PATH")
+    add_output_options(parser)
+
+
+def _expand(patterns: list[str]) -> list[Path]:
+    paths: list[Path] = []
+    for pattern in patterns:
+        if glob.has_magic(pattern):
+            found = sorted(glob.glob(pattern))
+            if not found:
+                raise DoctorError(f"no file matches {pattern}")
+            paths.extend(Path(p) for p in found)
+        else:
+            paths.append(Path(pattern))
+    return paths
+
+
+def load_rank_report(path: Path, index: int):
+    """(rank, Report) from one file; the rank comes from the report, else the file name, else `index`."""
+    from ..merge import report_rank
+    from ..report import Report
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        report = Report.from_json(text)
+    except (json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DoctorError(f"{path} is not a dtype-doctor JSON report: {exc}") from None
+    match = _RANK_IN_NAME.search(path.name)
+    return report_rank(report, int(match.group(1)) if match else index), report
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..merge import merge_reports
+
+    loaded = [load_rank_report(p, i) for i, p in enumerate(_expand(args.reports))]
+    ranks = [r for r, _ in loaded]
+    if len(set(ranks)) != len(ranks):
+        raise DoctorError(f"two reports claim the same rank (ranks {ranks}); pass one report per rank")
+    merged = merge_reports([rep for _, rep in loaded], ranks)
+    merged.meta["merged_from"] = [str(p) for p in _expand(args.reports)]
+    if args.output:
+        _write(args.output, merged.to_json() + "\n")
+    emit(merged, args)
+    return EXIT_FINDINGS if merged.findings else EXIT_OK

@@ -1,0 +1,71 @@
+"""dtype-doctor run: run a script or module under watch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "run a script (or -m module) and locate every dtype mismatch live"
+DESCRIPTION = (
+    "Run a Python program as __main__ with its own arguments under dtype-doctor watch. "
+    "Options for dtype-doctor come before the script; everything after it goes to the script. "
+    "The exit code is the script's own."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..cli import add_output_options
+
+    parser.add_argument(
+        "--mode",
+        choices=("observe", "strict", "fix"),
+        default="observe",
+        help="observe: change nothing (default); strict: stop at the first mismatch, silent "
+        "promotions included; fix: cast the odd operand, record it, go on",
+    )
+    parser.add_argument("--numerics", action="store_true", help="also monitor overflow/underflow/NaN")
+    parser.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE ...",
+        help="run a library module as a script, like python -m (its arguments follow)",
+    )
+    add_output_options(parser)
+    parser.add_argument("script", nargs="?", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import DoctorError
+    from ..run import RunOptions, rank, run_program
+
+    if args.module:
+        opts = RunOptions(args.module[0], list(args.module[1:]), is_module=True)
+    elif args.script:
+        opts = RunOptions(args.script, list(args.args))
+    else:
+        raise DoctorError("nothing to run: give a script path or -m MODULE")
+    opts.mode, opts.numerics = args.mode, args.numerics
+    code, report = run_program(opts)
+    _emit(report, args, rank())
+    return code
+
+
+def _emit(report, args: argparse.Namespace, rank_: int | None) -> None:
+    from rich.console import Console
+
+    from ..cli import _write
+    from ..render.console import render
+    from ..run import rank_path
+
+    if args.json == "-":
+        sys.stdout.write(report.to_json() + "\n")
+    elif args.json:
+        _write(rank_path(args.json, rank_), report.to_json() + "\n")
+    console = Console(stderr=True, no_color=args.no_color, highlight=False)
+    render(report, console=console, verbose=args.verbose, color=not args.no_color)
+    if args.html:
+        from ..render.html import render_html
+
+        _write(rank_path(args.html, rank_), render_html(report))

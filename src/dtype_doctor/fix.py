@@ -1,0 +1,290 @@
+"""Repairs: one explicit dtype policy for a whole model (`fix`), and casting hooks at module borders
+(`guard`).
+
+`fix` converts in place and returns the model (like `Module.to`); `guard` never touches parameters,
+only the inputs that reach a module, and is removable.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from . import catalog
+from ._callable import make_callable
+from .dtypes import torch_name
+from .policy import (
+    KeepPattern,
+    dtype_name,
+    hf_keep_fp32,
+    kept_modules,
+    map_tensors,
+    own_float_dtypes,
+    to_torch_dtype,
+)
+from .report import Location, Operand, Report
+
+__all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "convert", "fix", "guard"]
+
+log = logging.getLogger("dtype_doctor")
+
+DEFAULT_KEEP_FP32: tuple[str, ...] = ("norm",)
+_FIX_ATTR = "_dtype_doctor_fix"
+
+
+class FixPlan:
+    """What `fix` did to a model: the dtype, the modules kept in fp32, and the border hooks."""
+
+    def __init__(self, dtype: torch.dtype, kept: list[str], handles: list[RemovableHandle]) -> None:
+        self.dtype = dtype
+        self.kept = kept
+        self._handles = handles
+
+    def remove_hooks(self) -> None:
+        """Remove the border casts (the parameters keep their converted dtypes)."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def __repr__(self) -> str:
+        return f"FixPlan(dtype={self.dtype}, kept_fp32={self.kept})"
+
+
+def fix(
+    model: nn.Module,
+    dtype: torch.dtype | str = torch.float16,
+    keep_fp32: Iterable[KeepPattern] = DEFAULT_KEEP_FP32,
+    *,
+    cast_inputs: bool = True,
+) -> nn.Module:
+    """Put the whole model under one dtype policy, in place, and return it.
+
+    Every floating parameter and buffer becomes `dtype`, except the modules matched by `keep_fp32`
+    (class-name words like "norm", qualified-name regexes, or module classes) and the model's own
+    `_keep_in_fp32_modules`, which become float32 on purpose. Hooks cast at the borders: inputs of
+    each fp32 island to float32 and its outputs back to `dtype`, and (cast_inputs) the floating
+    inputs of the model itself to `dtype`. Calling `fix` again replaces the earlier policy; the plan
+    is at `model._dtype_doctor_fix` (`.kept`, `.remove_hooks()`).
+    """
+    target = to_torch_dtype(dtype)
+    if not target.is_floating_point:
+        raise ValueError(f"fix needs a floating dtype, got {target}")
+    previous = getattr(model, _FIX_ATTR, None)
+    if isinstance(previous, FixPlan):
+        previous.remove_hooks()
+    kept = convert(model, target, keep_fp32)
+    handles: list[RemovableHandle] = []
+    if cast_inputs:
+        handles.append(model.register_forward_pre_hook(_cast_inputs_to(target), with_kwargs=True))
+    for _, module in kept:
+        handles.append(module.register_forward_pre_hook(_cast_inputs_to(torch.float32), with_kwargs=True))
+        handles.append(module.register_forward_hook(_cast_outputs_to(target)))
+    object.__setattr__(model, _FIX_ATTR, FixPlan(target, [n for n, _ in kept], handles))
+    return model
+
+
+def convert(
+    model: nn.Module,
+    dtype: torch.dtype | str,
+    keep_fp32: Iterable[KeepPattern] = (),
+    *,
+    loading: bool = False,
+) -> list[tuple[str, nn.Module]]:
+    """Convert in place: everything to `dtype` except the kept modules (`keep_fp32` and the model's
+    own `_keep_in_fp32_modules`), which become float32. No hooks. Returns the kept (name, module) pairs.
+
+    loading=True mimics `from_pretrained(torch_dtype=dtype)`, which leaves non-persistent buffers (not
+    in the checkpoint) in the dtype they were made in; otherwise every floating buffer is cast, as
+    `Module.to` does."""
+    target = to_torch_dtype(dtype)
+    kept: list[tuple[str, nn.Module]] = []
+    if target != torch.float32:
+        patterns = (*keep_fp32, *(re.compile(p) for p in hf_keep_fp32(model, target)))
+        kept = kept_modules(model, patterns)
+    kept_ids = {id(sub) for _, m in kept for sub in m.modules()}
+    with torch.no_grad():
+        for module in model.modules():
+            _convert_own(module, torch.float32 if id(module) in kept_ids else target, loading)
+    return kept
+
+
+def _convert_own(module: nn.Module, dtype: torch.dtype, loading: bool) -> None:
+    """Cast the module's own floating parameters and buffers, never its children's (each tensor is
+    cast once, straight to its final dtype, so fp32 islands lose no precision on the way)."""
+    for p in module._parameters.values():
+        if p is not None and p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+            if p.grad is not None:
+                p.grad = p.grad.to(dtype)
+    for name, b in module._buffers.items():
+        if loading and name in module._non_persistent_buffers_set:
+            continue  # computed at init (rotary inv_freq...): loading in a dtype leaves them as they are
+        if b is not None and b.is_floating_point() and b.dtype != dtype:
+            module._buffers[name] = b.to(dtype)
+
+
+def _cast(dtype: torch.dtype):
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+
+    return cast
+
+
+def _cast_inputs_to(dtype: torch.dtype):
+    cast = _cast(dtype)
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return map_tensors(args, cast), map_tensors(kwargs, cast)
+
+    return hook
+
+
+def _cast_outputs_to(dtype: torch.dtype):
+    cast = _cast(dtype)
+
+    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
+        if isinstance(output, dict) and type(output) is not dict:
+            for key, value in list(output.items()):  # ModelOutput & co: cast in place, keep the type
+                output[key] = map_tensors(value, cast)
+            return output
+        return map_tensors(output, cast)
+
+    return hook
+
+
+class Guard:
+    """Hooks that cast each module's floating inputs to its parameter dtype, logging each cast once.
+
+    Use as `g = guard(model) ... g.remove()` or `with guard(model) as g: ...`. `g.report` holds one
+    `module-input-cast` finding per (module, input, dtype) with the number of casts.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.report = Report(tool="guard")
+        self._handles: list[RemovableHandle] = []
+        self._logged: set[tuple] = set()
+        self._install()
+
+    def _install(self) -> None:
+        for name, module in self.model.named_modules():
+            dtypes = set(own_float_dtypes(module).values())
+            if len(dtypes) == 1:
+                target = getattr(torch, dtypes.pop())
+                hook = self._pre_hook(name, target)
+                self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            elif len(dtypes) > 1:
+                log.warning(
+                    "dtype-doctor guard: '%s' (%s) holds parameters in %s; casting its inputs cannot make "
+                    "it run, use dtype_doctor.fix(model, dtype) to unify it",
+                    name or "<root>",
+                    type(module).__name__,
+                    " and ".join(sorted(dtypes)),
+                )
+
+    def _pre_hook(self, name: str, target: torch.dtype):
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+            if not (_nested_needs_cast(args, target) or _nested_needs_cast(kwargs, target)):
+                return None  # the common case: nothing to cast, no new tuples
+            names = _arg_names(module)
+            new_args = tuple(
+                self._cast_one(name, module, names[i] if i < len(names) else f"arg{i}", a, target)
+                for i, a in enumerate(args)
+            )
+            new_kwargs = {k: self._cast_one(name, module, k, v, target) for k, v in kwargs.items()}
+            return new_args, new_kwargs
+
+        return hook
+
+    def _cast_one(self, name: str, module: nn.Module, arg: str, value: Any, target: torch.dtype) -> Any:
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            if not _needs_cast(t, target):
+                return t
+            self._record(name, module, arg, t, target)
+            return t.to(target)
+
+        return map_tensors(value, cast)
+
+    def _record(self, name: str, module: nn.Module, arg: str, t: torch.Tensor, target: torch.dtype) -> None:
+        src, dst = dtype_name(t.dtype), dtype_name(target)
+        module_name = name or "<root>"
+        self.report.add(
+            catalog.finding(
+                "module-input-cast",
+                names={
+                    "module": f"'{module_name}'",
+                    "input": arg,
+                    "dtype": torch_name(dst),
+                    "other_dtype": torch_name(src),
+                },
+                message=f"cast input '{arg}' of '{module_name}' from {src} to {dst}",
+                location=Location(module=name, module_type=type(module).__name__),
+                operands=[Operand(role="input", dtype=src, shape=list(t.shape), name=arg)],
+            )
+        )
+        key = (name, arg, src, dst)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(
+                "dtype-doctor guard: cast input '%s' of '%s' (%s) from %s to %s (logged once)",
+                arg,
+                module_name,
+                type(module).__name__,
+                src,
+                dst,
+            )
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def guard(model: nn.Module) -> Guard:
+    """Install casting hooks at every module that holds parameters of one floating dtype."""
+    return Guard(model)
+
+
+def _needs_cast(t: torch.Tensor, target: torch.dtype) -> bool:
+    return t.is_floating_point() and t.dtype != target
+
+
+def _nested_needs_cast(value: Any, target: torch.dtype) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_nested_needs_cast(v, target) for v in value)
+    if isinstance(value, dict):
+        return any(_nested_needs_cast(v, target) for v in value.values())
+    return torch.is_tensor(value) and _needs_cast(value, target)
+
+
+_ARG_NAMES: dict[type, list[str]] = {}
+
+
+def _arg_names(module: nn.Module) -> list[str]:
+    """Names of forward's positional parameters, for readable logs (cached per class)."""
+    cls = type(module)
+    if cls not in _ARG_NAMES:
+        try:
+            params = inspect.signature(module.forward).parameters.values()
+            _ARG_NAMES[cls] = [
+                p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            _ARG_NAMES[cls] = []
+    return _ARG_NAMES[cls]
+
+
+make_callable(__name__, "fix")

@@ -1,0 +1,187 @@
+"""torch.distributed / torchrun: one report per rank, merged on rank 0 when a process group exists.
+
+    from dtype_doctor.integrations.distributed import distributed_watch
+    with distributed_watch(model, path="dtype-doctor.json"):
+        model(x)
+
+Every rank writes `dtype-doctor.rank{N}.json`. When the block ends normally and a process group
+is initialised, the reports are gathered (all_gather_object, works on gloo and nccl) and rank 0
+writes the merged report to `dtype-doctor.json`; when a rank raised, no collective is attempted
+(the other ranks might never join it) and `dtype-doctor merge dtype-doctor.rank*.json` merges later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..merge import merge_reports
+from ..report import Location, Report
+from .parallel_audit import audit_deepspeed_config, audit_fsdp_policy
+
+__all__ = [
+    "RankInfo",
+    "audit_deepspeed_config",
+    "audit_fsdp_policy",
+    "distributed_watch",
+    "gather_reports",
+    "rank_info",
+    "rank_report_path",
+    "tag_report",
+]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int | None = None
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _process_group() -> Any | None:
+    """torch.distributed when a process group is initialised, else None (never imports torch itself)."""
+    import sys
+
+    if "torch" not in sys.modules:
+        return None
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def rank_info() -> RankInfo | None:
+    """This process's rank: from the process group when there is one, else torchrun/SLURM/MPI env vars."""
+    dist = _process_group()
+    if dist is not None:
+        return RankInfo(dist.get_rank(), dist.get_world_size(), _env_int("LOCAL_RANK"))
+    for rank_var, world_var, local_var in (
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ):
+        rank, world = _env_int(rank_var), _env_int(world_var)
+        if rank is not None and world is not None:
+            return RankInfo(rank, world, _env_int(local_var))
+    return None
+
+
+def tag_report(report: Report, info: RankInfo) -> Report:
+    """Stamp the rank on the report's meta and on every finding's location."""
+    report.meta["rank"] = info.rank
+    report.meta["world_size"] = info.world_size
+    if info.local_rank is not None:
+        report.meta["local_rank"] = info.local_rank
+    for f in report.findings:
+        if f.location is None:
+            f.location = Location()
+        if f.location.rank is None:
+            f.location.rank = info.rank
+    return report
+
+
+def rank_report_path(path: str | os.PathLike[str], rank: int) -> Path:
+    """'out/report.json' → 'out/report.rank1.json'; a '{rank}' in the name is filled in instead."""
+    p = Path(path)
+    if "{rank}" in p.name:
+        return p.with_name(p.name.replace("{rank}", str(rank)))
+    if re.search(r"rank\d+", p.name):
+        return p
+    suffix = p.suffix or ".json"
+    return p.with_name(f"{p.stem}.rank{rank}{suffix}")
+
+
+def gather_reports(report: Report) -> Report | None:
+    """Collective: every rank passes its report; rank 0 gets the merged report, the others None.
+
+    Without an initialised process group (or with one rank) the report itself is returned.
+    """
+    dist = _process_group()
+    if dist is None or dist.get_world_size() < 2:
+        return report
+    texts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(texts, report.to_json(indent=None))
+    if dist.get_rank() != 0:
+        return None
+    reports = [Report.from_json(t) for t in texts]
+    return merge_reports(reports, list(range(len(reports))))
+
+
+@dataclass
+class DistributedSession:
+    """What `distributed_watch` yields: the watch session, and after the block the merged report."""
+
+    watch: Any
+    info: RankInfo | None
+    rank_path: Path | None = None
+    merged: Report | None = None
+
+    @property
+    def report(self) -> Report:
+        return self.watch.report
+
+
+@contextlib.contextmanager
+def distributed_watch(
+    model: Any = None,
+    path: str | os.PathLike[str] | None = "dtype-doctor.json",
+    gather: bool = True,
+    **watch_kwargs: Any,
+) -> Iterator[DistributedSession]:
+    """`watch()` on every rank, with per-rank reports and the rank-0 merge described above."""
+    from ..watch import watch
+
+    info = rank_info()
+    state: DistributedSession | None = None
+    failed = True
+    try:
+        with watch(model=model, **watch_kwargs) as session:
+            state = DistributedSession(session, info)
+            yield state
+        failed = False
+    finally:
+        # after watch's own exit, so that the diagnosis of a failure is in the report
+        if state is not None:
+            try:
+                _finish(state, model, path, gather=gather and not failed)
+            except Exception as exc:
+                # never replace the user's error; a report we cannot write must not end the run
+                if not failed and not isinstance(exc, OSError):
+                    raise
+                warnings.warn(f"dtype-doctor: cannot write the report: {exc}", RuntimeWarning, stacklevel=3)
+
+
+def _finish(state: DistributedSession, model: Any, path: Any, gather: bool) -> None:
+    report = state.report
+    if model is not None and "dtype_map" not in report.meta:
+        from ..dtype_map import module_dtype_map
+
+        report.meta["dtype_map"] = module_dtype_map(model)
+    if state.info is None:  # not a distributed run: one plain report
+        state.merged = report
+        if path is not None:
+            Path(path).write_text(report.to_json() + "\n", encoding="utf-8")
+        return
+    info = state.info
+    tag_report(report, info)
+    if path is not None:
+        state.rank_path = rank_report_path(path, info.rank)
+        state.rank_path.parent.mkdir(parents=True, exist_ok=True)
+        state.rank_path.write_text(report.to_json() + "\n", encoding="utf-8")
+    if not gather:
+        return
+    state.merged = gather_reports(report)
+    if state.merged is not None and path is not None and info.world_size > 1:
+        Path(path).write_text(state.merged.to_json() + "\n", encoding="utf-8")

@@ -1,0 +1,115 @@
+"""What the training-loop callbacks (transformers, Lightning) share: one watch session over the run,
+findings counted into the loop's logs, one console summary and optional JSON/HTML files at the end."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..report import Report, Severity
+
+log = logging.getLogger("dtype_doctor")
+
+PREFIX = "dtype_doctor/"
+
+
+class LoopWatch:
+    """A watch session opened at train begin and closed at train end (or on the loop's exception)."""
+
+    def __init__(
+        self,
+        mode: str = "observe",
+        numerics: bool = False,
+        every: int = 1,
+        json_path: str | Path | None = None,
+        html_path: str | Path | None = None,
+        summary: bool = True,
+    ) -> None:
+        self.mode = mode
+        self.numerics = numerics
+        self.every = every
+        self.json_path = json_path
+        self.html_path = html_path
+        self.summary = summary
+        self.report = Report(tool="train")
+        self._session: Any = None
+        self._model: Any = None
+        self._announced = 0
+
+    @property
+    def active(self) -> bool:
+        return self._session is not None
+
+    def start(self, model: Any) -> None:
+        if self._session is not None:
+            return
+        from ..watch import watch
+
+        self.report = Report(tool="train")
+        self._announced = 0
+        session = watch(
+            model=model, mode=self.mode, numerics=self.numerics, report=self.report, every=self.every
+        )
+        session.__enter__()
+        self._session = session
+        self._model = model
+
+    def stop(self, exc: BaseException | None = None) -> Report:
+        """Close the session (an exception gets watch's diagnosis in its notes), summarise, write files."""
+        session, self._session = self._session, None
+        if session is not None:
+            if exc is None:
+                session.__exit__(None, None, None)
+            else:
+                session.__exit__(type(exc), exc, exc.__traceback__)
+            self._finish()
+        return self.report
+
+    def metrics(self) -> dict[str, float]:
+        """Numbers for the loop's logs: findings so far, by severity and by code."""
+        findings = self.report.findings
+        out = {
+            f"{PREFIX}findings": float(sum(f.count for f in findings)),
+            f"{PREFIX}errors": float(sum(f.count for f in findings if f.severity == Severity.ERROR)),
+        }
+        for f in findings:
+            key = f"{PREFIX}{f.code}"
+            out[key] = out.get(key, 0.0) + f.count
+        return out
+
+    def announce_new(self) -> list[str]:
+        """One log line per finding not announced yet; returns the lines."""
+        lines = []
+        for f in self.report.findings[self._announced :]:
+            where = f.location.describe() if f.location else ""
+            lines.append(f"dtype-doctor: {f.severity.value} {f.code} {where}".rstrip())
+        for line in lines:
+            log.warning(line)
+        self._announced = len(self.report.findings)
+        return lines
+
+    def _finish(self) -> None:
+        if self._model is not None and "dtype_map" not in self.report.meta:
+            from ..dtype_map import module_dtype_map
+
+            try:
+                self.report.meta["dtype_map"] = module_dtype_map(self._model)
+            except Exception as exc:  # the map is a nicety; never fail the run's end for it
+                log.warning("dtype-doctor: cannot map the model's dtypes: %s", exc)
+        if self.summary:
+            from ..render.console import render
+
+            try:
+                from rich.console import Console
+
+                render(self.report, console=Console(file=sys.stderr, highlight=False))
+            except Exception as exc:  # a summary we cannot print must not fail the run's end
+                log.warning("dtype-doctor: cannot print the summary: %s", exc)
+        if self.json_path:
+            Path(self.json_path).write_text(self.report.to_json() + "\n", encoding="utf-8")
+        if self.html_path:
+            from ..render.html import render_html
+
+            Path(self.html_path).write_text(render_html(self.report), encoding="utf-8")

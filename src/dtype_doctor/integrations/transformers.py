@@ -1,0 +1,61 @@
+"""transformers: a TrainerCallback that runs the training under `watch` and logs what it finds.
+
+    from dtype_doctor.integrations.transformers import DtypeDoctorCallback
+    trainer = Trainer(..., callbacks=[DtypeDoctorCallback(mode="observe", numerics=False)])
+
+Each log step gets `dtype_doctor/findings`, `dtype_doctor/errors` and one count per family code
+(in `logs` for the callbacks after this one, and in `trainer.state.log_history`); new findings are
+logged once as warnings; at train end the report is printed and optionally written as JSON/HTML.
+If training raises, the Trainer calls no callback: the report is in `callback.report`, and
+`callback.close()` ends the watch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ..report import Report
+from .loop import LoopWatch
+
+__all__ = ["DtypeDoctorCallback"]
+
+
+class DtypeDoctorCallback(TrainerCallback):
+    def __init__(
+        self,
+        numerics: bool = False,
+        mode: str = "observe",
+        every: int = 1,
+        json_path: str | Path | None = None,
+        html_path: str | Path | None = None,
+        summary: bool = True,
+    ) -> None:
+        self._loop = LoopWatch(mode, numerics, every, json_path, html_path, summary)
+
+    @property
+    def report(self) -> Report:
+        return self._loop.report
+
+    def close(self) -> Report:
+        return self._loop.stop()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self._loop.start(model)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if not self._loop.active:
+            return
+        numbers = self._loop.metrics()
+        if logs is not None:
+            logs.update(numbers)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(numbers)
+        self._loop.announce_new()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._loop.active and state.log_history is not None:
+            state.log_history.append({**self._loop.metrics(), "step": state.global_step})
+        self._loop.stop()

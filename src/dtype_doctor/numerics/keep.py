@@ -1,0 +1,137 @@
+"""Apply and search the keep-in-float32 recommendation: chosen modules run in float32.
+
+`keep_in_fp32(model, paths)` upcasts those modules' parameters and wraps their forward so that
+floating inputs are cast to float32 (autocast off inside) and floating outputs back to the dtype
+the input came in. `find_fp32_set(model, run)` grows the smallest such set, leaf first, until a
+monitored run is finite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..report import Report
+from .monitor import NumericsMonitor
+
+
+def _cast(obj: Any, dtype: torch.dtype) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() and obj.dtype != dtype else obj
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_cast(o, dtype) for o in obj)
+    if isinstance(obj, list):
+        return [_cast(o, dtype) for o in obj]
+    if isinstance(obj, dict):
+        cast = {k: _cast(v, dtype) for k, v in obj.items()}
+        try:
+            return type(obj)(**cast) if type(obj) is not dict else cast
+        except TypeError:
+            obj.update(cast)
+            return obj
+    return obj
+
+
+def _first_float_dtype(obj: Any) -> torch.dtype | None:
+    if isinstance(obj, torch.Tensor):
+        return obj.dtype if obj.is_floating_point() else None
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
+    for item in items:
+        found = _first_float_dtype(item)
+        if found is not None:
+            return found
+    return None
+
+
+class KeepFp32:
+    """Handle of applied keep-in-float32 wrappers; `.remove()` restores forward and dtypes."""
+
+    def __init__(self, model: nn.Module, paths: list[str]) -> None:
+        self.paths = list(paths)
+        self._undo: list[Callable[[], None]] = []
+        for path in self.paths:
+            self._apply(model.get_submodule(path))
+
+    def _apply(self, module: nn.Module) -> None:
+        dtypes = {p.dtype for p in module.parameters() if p.is_floating_point()}
+        before = dtypes.pop() if len(dtypes) == 1 else None
+        had_own = "forward" in module.__dict__
+        original = module.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            back = _first_float_dtype((args, kwargs))
+            device = next((p.device.type for p in module.parameters()), "cpu")
+            with torch.autocast(device_type=device, enabled=False):
+                out = original(*_cast(args, torch.float32), **_cast(kwargs, torch.float32))
+            return _cast(out, back) if back is not None and back != torch.float32 else out
+
+        module.float()
+        module.forward = forward
+
+        def undo() -> None:
+            if had_own:
+                module.forward = original
+            else:
+                module.__dict__.pop("forward", None)
+            if before is not None:
+                module.to(before)
+
+        self._undo.append(undo)
+
+    def remove(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+    def __enter__(self) -> KeepFp32:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def keep_in_fp32(model: nn.Module, paths: list[str] | tuple[str, ...] | str) -> KeepFp32:
+    """Run the modules at `paths` (qualified names in `model`) in float32, casting at their border."""
+    if isinstance(paths, str):
+        paths = [paths]
+    return KeepFp32(model, list(paths))
+
+
+def find_fp32_set(
+    model: nn.Module, run: Callable[[nn.Module], Any], max_rounds: int = 10
+) -> tuple[list[str], Report]:
+    """The smallest set of modules to keep in float32 (greedy, leaf first) for a finite `run(model)`.
+
+    Each round runs `run(model)` under a NumericsMonitor (forward only) with the set applied and
+    adds the first forward producer; a producer already in the set means its float32 output
+    does not fit when cast back, so the module that called it replaces it. Returns (set, report of the last
+    round); the set is [] when the run was finite to begin with. The model is left unchanged.
+    """
+    chosen: list[str] = []
+    report = Report(tool="numerics")
+    for _ in range(max_rounds):
+        handle = keep_in_fp32(model, chosen)
+        try:
+            monitor = NumericsMonitor(model=model, backward=False, scaler=False, shadow=False).start()
+            try:
+                with torch.no_grad():
+                    run(model)
+            finally:
+                report = monitor.stop()
+        finally:
+            handle.remove()
+        producer = next((p for p in monitor.producers if p.phase == "forward"), None)
+        if producer is None or producer.kind == "input" or producer.path is None:
+            return chosen, report
+        path = producer.path
+        if path in chosen:
+            # its float32 output does not fit the dtype it is cast back to: widen to the caller
+            if path == "" or producer.caller is None:
+                return chosen, report
+            path = producer.caller
+        chosen = [c for c in chosen if not (c == path or c.startswith(path + ".") or path == "")]
+        chosen.append(path)
+    return chosen, report

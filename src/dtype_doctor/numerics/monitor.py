@@ -1,0 +1,343 @@
+"""NumericsMonitor: module hooks that record range statistics and find non-finite producers.
+
+Per monitored step every floating module output (and, in training, every gradient reaching a
+module output or a parameter) gets one stats row computed on its device; the rows are read back
+with one transfer when the step ends. A step ends when the outermost module returns and the next
+outermost call starts (so its backward belongs to it), at `step()`, or at `stop()`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..report import Report
+from . import advice
+from .analysis import Call, Grad, Shadow, Sighting, TensorInfo, backward_producer, forward_producers
+from .scaler import ScalerMonitor
+from .stats import ABSMAX, iter_tensors, read_rows, tensor_stats
+
+_SHADOW_MAX_PARAMS = 50_000_000
+
+
+def _safe(method: Callable) -> Callable:
+    """A hook must never break the user's run: on an internal error, stop monitoring and say so."""
+
+    @functools.wraps(method)
+    def wrapper(self: NumericsMonitor, *args: Any, **kwargs: Any) -> Any:
+        if not self._active:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            self._active = False
+            self.internal_error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    return wrapper
+
+
+class _Frame:
+    __slots__ = ("call", "path")
+
+    def __init__(self, path: str, call: Call | None) -> None:
+        self.path = path
+        self.call = call
+
+
+class NumericsMonitor:
+    """Watch a model's value ranges; findings go into `report`.
+
+    model: the root whose modules are watched (qualified names from it); None: every outermost
+        module called while started is adopted as a root.
+    every: monitor one step in N (the others cost one hook call per module).
+    backward: also watch gradients (module outputs and parameters) when autograd runs.
+    scaler: watch every torch.amp.GradScaler whose update() runs while started.
+    shadow: re-run a forward producer in float32 at its next call, to tell range from precision.
+    auto_step: a step ends with each outermost module call; False: only at `step()`.
+
+    >>> with NumericsMonitor(model=vae) as mon:      # or .start() / .stop()
+    ...     vae.decode(z)
+    >>> mon.report.codes()
+    ['fp16-overflow']
+    """
+
+    def __init__(
+        self,
+        report: Report | None = None,
+        model: nn.Module | None = None,
+        every: int = 1,
+        backward: bool = True,
+        scaler: bool = True,
+        shadow: bool = True,
+        auto_step: bool = True,
+    ) -> None:
+        if every < 1:
+            raise ValueError("every must be >= 1")
+        self.report = report if report is not None else Report(tool="numerics")
+        self.model = model
+        self.every = every
+        self.backward = backward
+        self.shadow = shadow
+        self.step_index = 0
+        self.tensors_measured = 0  # stats rows computed so far (outputs, inputs, gradients)
+        self.internal_error: str | None = None
+        self.producers: list = []  # every analysis.Producer found, in order
+        self.scaler_monitor = ScalerMonitor(report=self.report) if scaler else None
+        self._advisor = advice.Advisor(self.report)
+        self._active = False
+        self._explicit_steps = not auto_step  # steps end only at step()
+        self._handles: list[Any] = []
+        self._names: dict[int, str] = {}  # id(module) → qualified name
+        self._modules: dict[str, nn.Module] = {}
+        self._roots: list[nn.Module] = []
+        self._stack: list[_Frame] = []
+        self._shadows: dict[str, nn.Module | None] = {}
+        self._busy = False
+        self._reset_step()
+
+    # -- public API ---------------------------------------------------------------------------
+    def start(self) -> NumericsMonitor:
+        if self._active:
+            return self
+        self._active = True
+        if self.model is not None:
+            self._adopt(self.model, prefix="")
+        else:
+            self._handles.append(nn.modules.module.register_module_forward_pre_hook(self._global_pre))
+        if self.scaler_monitor is not None:
+            self.scaler_monitor.start()
+        return self
+
+    def stop(self) -> Report:
+        """Remove every hook, analyse what is pending, write the summary findings."""
+        if self._active:
+            self._flush()
+        self._active = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._shadows.clear()
+        if self.scaler_monitor is not None:
+            self.scaler_monitor.stop()
+        self._advisor.finish(self._modules)
+        self._names.clear()  # a later start() adopts (and hooks) the roots again
+        self._roots.clear()
+        if self.internal_error:
+            self.report.meta["numerics_internal_error"] = self.internal_error
+        return self.report
+
+    def step(self) -> None:
+        """Mark a step boundary yourself (e.g. after optimizer.step()); root calls then stop counting."""
+        self._explicit_steps = True
+        if self._active:
+            self._flush()
+        self.step_index += 1
+
+    def __enter__(self) -> NumericsMonitor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- module adoption ----------------------------------------------------------------------
+    def _adopt(self, root: nn.Module, prefix: str) -> None:
+        self._roots.append(root)
+        for name, module in root.named_modules(prefix=prefix, remove_duplicate=True):
+            if id(module) in self._names:
+                continue
+            self._names[id(module)] = name
+            self._modules[name] = module
+            self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
+        if self.backward:
+            for name, param in root.named_parameters(prefix=prefix):
+                if param.requires_grad:
+                    self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
+
+    @_safe
+    def _global_pre(self, module: nn.Module, args: tuple) -> None:
+        if self._busy or self._stack or id(module) in self._names:
+            return
+        prefix = "" if not self._roots else type(module).__name__
+        self._adopt(module, prefix)
+        self._pre(module, args, {})  # its own pre-hook was registered too late for this call
+
+    # -- step bookkeeping ---------------------------------------------------------------------
+    def _reset_step(self) -> None:
+        self._rows: list[torch.Tensor] = []
+        self._infos: list[TensorInfo] = []
+        self._records: list[Call | Sighting] = []
+        self._grads: list[Grad] = []
+        self._shadow_runs: list[Shadow] = []
+        self._slot_of: dict[int, tuple[weakref.ref, int]] = {}
+        self._consumers: dict[int, list[Call]] = {}
+        self._made_by: dict[int, str | None] = {}
+        self._token = object()
+        self._pending_step: int | None = None
+
+    def _monitored(self) -> bool:
+        return self.step_index % self.every == 0
+
+    def _flush(self) -> None:
+        if not self._rows:
+            self._reset_step()
+            return
+        values = read_rows(self._rows)
+        self.tensors_measured += len(values)
+        step = self._pending_step if self._pending_step is not None else self.step_index
+        producers = forward_producers(self._records, values, self._infos, step)
+        if self.backward:
+            back = backward_producer(self._grads, values, self._infos, self._consumers, self._made_by, step)
+            if back is not None:
+                producers.append(back)
+        for producer in producers:
+            if producer.module_type is None and producer.path in self._modules:
+                producer.module_type = type(self._modules[producer.path]).__name__
+            self.producers.append(producer)
+            self._advisor.producer(producer, self._modules)
+            if self.shadow and producer.phase == "forward" and producer.kind == "module":
+                self._shadows.setdefault(producer.path, None)
+        for shadow in self._shadow_runs:
+            self._advisor.shadow(shadow.path, max(values[s][ABSMAX] for s in shadow.slots))
+            self._shadows.pop(shadow.path, None)
+        self._advisor.ranges(self._records, self._grads, values, self._infos)
+        self._reset_step()
+
+    def _slot(self, tensor: torch.Tensor) -> int | None:
+        entry = self._slot_of.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        return None
+
+    def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
+        if self._pending_step is None:
+            self._pending_step = self.step_index
+        slot = len(self._rows)
+        self._rows.append(tensor_stats(tensor, signed))
+        self._infos.append(
+            TensorInfo(str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), tensor.numel())
+        )
+        self._slot_of[id(tensor)] = (weakref.ref(tensor), slot)
+        if self.backward and tensor.requires_grad and torch.is_grad_enabled():
+            tensor.register_hook(functools.partial(self._on_grad, self._token, slot))
+        return slot
+
+    # -- hooks --------------------------------------------------------------------------------
+    @_safe
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if self._busy:
+            return
+        path = self._names.get(id(module))
+        if path is None:
+            return
+        if not self._stack and not self._explicit_steps and self._rows:
+            self._flush()  # a new outermost call: the previous step (and its backward) is complete
+        if not self._monitored():
+            self._stack.append(_Frame(path, None))
+            return
+        scope = self._stack[-1].path if self._stack else None
+        call = Call(path, type(module).__name__, start=0, leaf=not module._modules, caller=scope)
+        named = [(str(i), a) for i, a in enumerate(args)] + list(kwargs.items())
+        for name, value in named:
+            for tensor in iter_tensors(value):
+                slot = self._slot(tensor)
+                if slot is None:
+                    slot = self._measure(tensor, signed=True)
+                    self._made_by[slot] = scope
+                    self._records.append(Sighting(slot, scope, path, name))
+                call.in_slots.append(slot)
+                call.in_names.append(name)
+                self._consumers.setdefault(slot, []).append(call)
+        call.start = len(self._records)
+        self._stack.append(_Frame(path, call))
+
+    @_safe
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if self._busy or id(module) not in self._names or not self._stack:
+            return
+        frame = self._stack.pop()
+        call = frame.call
+        if call is not None:
+            for tensor in iter_tensors(output):
+                slot = self._slot(tensor)
+                if slot is None:
+                    slot = self._measure(tensor)
+                    self._made_by[slot] = call.path
+                call.out_slots.append(slot)
+            self._records.append(call)
+            if frame.path in self._shadows:
+                self._run_shadow(frame.path, module, args, kwargs)
+        if not self._stack and not self._explicit_steps:
+            self.step_index += 1
+
+    def _on_grad(self, token: object, of_slot: int, grad: torch.Tensor) -> None:
+        if token is not self._token or not self._active or self._busy:
+            return  # a backward of a step already analysed
+        try:
+            if isinstance(grad, torch.Tensor) and grad.is_floating_point() and grad.numel():
+                self._grads.append(Grad(self._measure_grad(grad), of_slot=of_slot))
+        except Exception as exc:
+            self._active = False
+            self.internal_error = f"{type(exc).__name__}: {exc}"
+
+    def _on_param_grad(self, name: str, grad: torch.Tensor) -> None:
+        if not self._active or self._busy or not self._rows:
+            return
+        try:
+            if grad.is_floating_point() and grad.numel():
+                self._grads.append(Grad(self._measure_grad(grad), param=name))
+        except Exception as exc:
+            self._active = False
+            self.internal_error = f"{type(exc).__name__}: {exc}"
+
+    def _measure_grad(self, grad: torch.Tensor) -> int:
+        slot = len(self._rows)
+        self._rows.append(tensor_stats(grad))
+        self._infos.append(
+            TensorInfo(str(grad.dtype).removeprefix("torch."), tuple(grad.shape), grad.numel())
+        )
+        return slot
+
+    # -- float32 re-run of a producer ---------------------------------------------------------
+    def _run_shadow(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Run a copy of the producer in float32 on the same inputs: how big is the true value?"""
+        twin = self._shadows.get(path)
+        if twin is None:
+            if sum(p.numel() for p in module.parameters()) > _SHADOW_MAX_PARAMS:
+                self._shadows.pop(path, None)
+                return
+            twin = copy.deepcopy(module, memo={id(self): self}).float()
+            for sub in twin.modules():
+                sub._forward_hooks.clear()
+                sub._forward_pre_hooks.clear()
+            self._shadows[path] = twin
+        up = _to_float32
+        device = next(iter_tensors((args, kwargs)), torch.empty(0)).device.type
+        self._busy = True
+        try:
+            with torch.no_grad(), torch.autocast(device_type=device, enabled=False):
+                out = twin(*up(args), **up(kwargs))
+            slots = [self._measure(t) for t in iter_tensors(out)]
+        finally:
+            self._busy = False
+        if slots:
+            self._shadow_runs.append(Shadow(path, slots))
+
+
+def _to_float32(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().float() if obj.is_floating_point() else obj
+    if isinstance(obj, tuple):
+        return tuple(_to_float32(o) for o in obj)
+    if isinstance(obj, list):
+        return [_to_float32(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _to_float32(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,20 @@
+"""Findings as plain text (the console panels without colour): for test reports and assertions."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+from ..report import Finding
+
+
+def render_plain(findings: Sequence[Finding], width: int = 110) -> str:
+    from rich.console import Console
+
+    from .console import finding_panel
+
+    buf = io.StringIO()
+    console = Console(file=buf, no_color=True, width=width, highlight=False, force_terminal=False)
+    for index, finding in enumerate(findings, 1):
+        console.print(finding_panel(finding, index))
+    return buf.getvalue()

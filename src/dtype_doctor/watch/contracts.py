@@ -1,0 +1,418 @@
+"""Which operands of which op must agree in dtype, and the role each one plays.
+
+A Contract describes one op by its signature (parameter name → role) and a rule.
+`bind` finds the operands in a call's args/kwargs (so fix mode can put a cast one
+back in the same place); `evaluate` returns the operands that break the rule and
+the dtype the op needs. Facts behind the rules: research/probes-torch-2.13-cpu.md §1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+LOW = (torch.float16, torch.bfloat16)
+_ALL_DEVICES = frozenset({"cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla"})
+# autocast on these device types puts norms in its fp32 list; CPU autocast leaves them alone
+_NORM_AUTOCAST = frozenset({"cuda", "xpu", "mps"})
+
+
+@dataclass(frozen=True)
+class Contract:
+    op: str  # the name the user reads
+    code: str  # catalog family
+    params: tuple[
+        tuple[str, str], ...
+    ]  # (signature parameter, role) in positional order; role "" = no operand
+    rule: str = "same"  # same | norm | attention | indexed | indices | list | setitem
+    ref: str | None = None  # role whose dtype the op needs
+    autocast: frozenset[str] = frozenset()  # device types whose autocast casts these operands itself
+    bias_code: str | None = None  # family when the input disagrees with the bias (conv: checked first)
+    varargs: bool = False  # operands follow the named params as *args (einsum)
+    module_op: bool = False  # the op of an nn layer: the weight decides the dtype
+
+
+@dataclass
+class Slot:
+    """One tensor operand and where it sits in the call: ("a", i), ("k", name), or with a list index."""
+
+    role: str
+    tensor: Any
+    where: tuple
+
+
+@dataclass
+class Mismatch:
+    expected: torch.dtype
+    odd: list[Slot]
+    code: str
+
+
+def _tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def bind(contract: Contract, args: tuple, kwargs: dict) -> list[Slot]:
+    slots: list[Slot] = []
+    n = len(args)
+    for i, (param, role) in enumerate(contract.params):
+        if i < n:
+            value, where = args[i], ("a", i)
+        elif param in kwargs:
+            value, where = kwargs[param], ("k", param)
+        else:
+            continue
+        if not role:
+            continue
+        if _tensor(value):
+            slots.append(Slot(role, value, where))
+        elif contract.rule == "list" and isinstance(value, (list, tuple)):
+            slots.extend(Slot(f"{role}[{j}]", v, (*where, j)) for j, v in enumerate(value) if _tensor(v))
+    if contract.varargs:
+        start = len(contract.params)
+        rest = args[start:]
+        if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
+            slots.extend(Slot(f"operand{j}", v, ("a", start, j)) for j, v in enumerate(rest[0]) if _tensor(v))
+        else:
+            slots.extend(Slot(f"operand{j}", v, ("a", start + j)) for j, v in enumerate(rest) if _tensor(v))
+    return slots
+
+
+def put(args: tuple, kwargs: dict, where: tuple, value: Any) -> tuple[tuple, dict]:
+    """Return args/kwargs with the operand at `where` replaced (used by fix mode)."""
+    if where[0] == "k":
+        kwargs = dict(kwargs)
+        if len(where) == 3:
+            seq = list(kwargs[where[1]])
+            seq[where[2]] = value
+            kwargs[where[1]] = type(kwargs[where[1]])(seq) if isinstance(kwargs[where[1]], tuple) else seq
+        else:
+            kwargs[where[1]] = value
+        return args, kwargs
+    items = list(args)
+    if len(where) == 3:
+        old = items[where[1]]
+        seq = list(old)
+        seq[where[2]] = value
+        items[where[1]] = tuple(seq) if isinstance(old, tuple) else seq
+    else:
+        items[where[1]] = value
+    return tuple(items), kwargs
+
+
+def _floating(slots: list[Slot]) -> list[Slot]:
+    return [s for s in slots if s.tensor.is_floating_point()]
+
+
+def _pick(slots: list[Slot], ref: str | None, context: torch.dtype | None) -> torch.dtype:
+    """The dtype the op needs: the reference operand's, else the enclosing module's, else the first."""
+    if ref is not None:
+        for s in slots:
+            if s.role == ref:
+                return s.tensor.dtype
+    dtypes = [s.tensor.dtype for s in slots]
+    if context is not None and context in dtypes:
+        return context
+    return dtypes[0]
+
+
+def evaluate(contract: Contract, slots: list[Slot], context: torch.dtype | None) -> Mismatch | None:
+    """The operands that break the contract, or None. Never reads tensor data (works on meta)."""
+    rule = contract.rule
+    if rule == "same" or rule == "indexed":
+        fl = _floating(slots)
+        if len(fl) < 2 or all(s.tensor.dtype == fl[0].tensor.dtype for s in fl):
+            return None
+        expected = _pick(fl, contract.ref, context)
+        odd = [s for s in fl if s.tensor.dtype != expected]
+        code = contract.code
+        if contract.bias_code:
+            dt = {s.role: s.tensor.dtype for s in fl}
+            if "bias" in dt and dt.get("input") != dt["bias"]:
+                code = contract.bias_code
+        return Mismatch(expected, odd, code)
+    if rule == "norm":
+        return _norm(contract, slots)
+    if rule == "attention":
+        return _attention(contract, slots, context)
+    if rule == "indices":
+        idx = next((s for s in slots if s.role == "indices"), None)
+        if idx is not None and idx.tensor.dtype not in (torch.int64, torch.int32):
+            return Mismatch(torch.int64, [idx], contract.code)
+        return None
+    if rule == "setitem":
+        return _setitem(contract, slots)
+    if rule == "list":
+        fl = _floating(slots)
+        if len(fl) < 2 or all(s.tensor.dtype == fl[0].tensor.dtype for s in fl):
+            return None
+        low = [s.tensor.dtype for s in fl if s.tensor.dtype in LOW]
+        expected = context if context is not None and context in {s.tensor.dtype for s in fl} else None
+        expected = expected or (low[0] if low else fl[0].tensor.dtype)
+        return Mismatch(expected, [s for s in fl if s.tensor.dtype != expected], contract.code)
+    raise ValueError(f"unknown contract rule {rule!r}")
+
+
+def _norm(contract: Contract, slots: list[Slot]) -> Mismatch | None:
+    inp = next((s for s in slots if s.role == "input"), None)
+    params = [s for s in slots if s.role in ("weight", "bias") and s.tensor.is_floating_point()]
+    if inp is None or not params or not inp.tensor.is_floating_point():
+        return None
+    pdt = params[0].tensor.dtype
+    odd = [s for s in params if s.tensor.dtype != pdt]
+    if odd:
+        return Mismatch(pdt, odd, contract.code)
+    x = inp.tensor.dtype
+    # CPU and CUDA accept a reduced-precision input with float32 parameters, not the reverse
+    if x == pdt or (pdt == torch.float32 and x in LOW):
+        return None
+    return Mismatch(pdt, [inp], contract.code)
+
+
+def _attention(contract: Contract, slots: list[Slot], context: torch.dtype | None) -> Mismatch | None:
+    qkv = [s for s in slots if s.role in ("query", "key", "value")]
+    if not qkv:
+        return None
+    q = qkv[0].tensor.dtype
+    if any(s.tensor.dtype != q for s in qkv):
+        expected = _pick(qkv, None, context)
+        return Mismatch(expected, [s for s in qkv if s.tensor.dtype != expected], contract.code)
+    mask = next((s for s in slots if s.role == "mask"), None)
+    if mask is not None and mask.tensor.dtype not in (torch.bool, torch.float32, q):
+        return Mismatch(q, [mask], contract.code)
+    return None
+
+
+def _setitem(contract: Contract, slots: list[Slot]) -> Mismatch | None:
+    dst = next((s for s in slots if s.role == "destination"), None)
+    val = next((s for s in slots if s.role == "value"), None)
+    if dst is None or val is None or val.tensor.dtype == dst.tensor.dtype:
+        return None
+    key = next((s for s in slots if s.role == "index"), None)
+    if key is None:
+        return None  # basic indexing copies into the destination, casting it
+    if key.tensor.dtype == torch.bool and val.tensor.numel() == 1:
+        return None  # goes through masked_fill, which casts
+    return Mismatch(dst.tensor.dtype, [val], contract.code)
+
+
+def _c(op: str, code: str, *params: str, **kw: Any) -> Contract:
+    pairs = tuple((p.split(":")[0], p.split(":")[-1] if ":" in p else "") for p in params)
+    return Contract(op, code, pairs, **kw)
+
+
+_MM = "matmul-dtype-mismatch"
+_AC = _ALL_DEVICES
+
+LINEAR = _c(
+    "F.linear", _MM, "input:input", "weight:weight", "bias:bias", ref="weight", autocast=_AC, module_op=True
+)
+ADDMM = _c("addmm", _MM, "input:bias", "mat1:input", "mat2:weight", ref="weight", autocast=_AC)
+MM = _c("mm", _MM, "input:input", "mat2:other", autocast=_AC)
+MATMUL = _c("matmul", _MM, "input:input", "other:other", autocast=_AC)
+BMM = _c("bmm", _MM, "input:input", "mat2:other", autocast=_AC)
+BADDBMM = _c("baddbmm", _MM, "input:bias", "batch1:batch1", "batch2:batch2", autocast=_AC)
+DOT = _c("dot", _MM, "input:input", "tensor:other")
+EINSUM = _c("einsum", _MM, "equation", varargs=True, autocast=_AC)
+
+
+def _conv(name: str) -> Contract:
+    return _c(
+        name,
+        "conv-weight-dtype-mismatch",
+        "input:input",
+        "weight:weight",
+        "bias:bias",
+        ref="weight",
+        autocast=_AC,
+        bias_code="conv-bias-dtype-mismatch",
+        module_op=True,
+    )
+
+
+_NORM = "norm-dtype-mismatch"
+_IDX = "index-put-dtype-mismatch"
+
+
+def _table() -> dict[Any, Contract]:
+    T = torch.Tensor
+    t: dict[Any, Contract] = {F.linear: LINEAR, torch.addmm: ADDMM, T.addmm: ADDMM}
+    for f in (torch.mm, T.mm):
+        t[f] = MM
+    for f in (torch.matmul, T.matmul, T.__matmul__):
+        t[f] = MATMUL
+    t[T.__rmatmul__] = _c("matmul", _MM, "self:other", "other:input", autocast=_AC)
+    for f in (torch.bmm, T.bmm):
+        t[f] = BMM
+    for f in (torch.baddbmm, T.baddbmm):
+        t[f] = BADDBMM
+    for f in (torch.dot, T.dot, torch.inner, T.inner):
+        t[f] = DOT
+    t[torch.einsum] = EINSUM
+    for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
+        t[getattr(F, name)] = _conv(name)
+    t[F.layer_norm] = _c(
+        "layer_norm",
+        _NORM,
+        "input:input",
+        "normalized_shape",
+        "weight:weight",
+        "bias:bias",
+        rule="norm",
+        autocast=_NORM_AUTOCAST,
+        module_op=True,
+    )
+    t[F.group_norm] = _c(
+        "group_norm",
+        _NORM,
+        "input:input",
+        "num_groups",
+        "weight:weight",
+        "bias:bias",
+        rule="norm",
+        autocast=_NORM_AUTOCAST,
+        module_op=True,
+    )
+    if hasattr(F, "rms_norm"):
+        t[F.rms_norm] = _c(
+            "rms_norm",
+            _NORM,
+            "input:input",
+            "normalized_shape",
+            "weight:weight",
+            rule="norm",
+            autocast=_NORM_AUTOCAST,
+            module_op=True,
+        )
+    t[F.batch_norm] = _c(
+        "batch_norm",
+        _NORM,
+        "input:input",
+        "running_mean",
+        "running_var",
+        "weight:weight",
+        "bias:bias",
+        rule="norm",
+        module_op=True,
+    )
+    t[F.instance_norm] = _c(
+        "instance_norm",
+        _NORM,
+        "input:input",
+        "running_mean",
+        "running_var",
+        "weight:weight",
+        "bias:bias",
+        rule="norm",
+        module_op=True,
+    )
+    t[F.scaled_dot_product_attention] = _c(
+        "scaled_dot_product_attention",
+        "attention-dtype-mismatch",
+        "query:query",
+        "key:key",
+        "value:value",
+        "attn_mask:mask",
+        rule="attention",
+        autocast=_AC,
+    )
+    put_ = _c(
+        "index_put_", _IDX, "self:destination", "indices", "values:values", rule="indexed", ref="destination"
+    )
+    for f in (T.index_put_, T.index_put, torch.index_put):
+        t[f] = (
+            put_
+            if f is T.index_put_
+            else _c(
+                "index_put",
+                _IDX,
+                "input:destination",
+                "indices",
+                "values:values",
+                rule="indexed",
+                ref="destination",
+            )
+        )
+    t[T.__setitem__] = _c(
+        "__setitem__ (x[idx] = v)", _IDX, "self:destination", "key:index", "value:value", rule="setitem"
+    )
+    for name in ("index_add_", "index_add", "index_copy_", "index_copy"):
+        t[getattr(T, name)] = _c(
+            name, _IDX, "self:destination", "dim", "index", "source:source", rule="indexed", ref="destination"
+        )
+    t[torch.index_add] = _c(
+        "index_add",
+        _IDX,
+        "input:destination",
+        "dim",
+        "index",
+        "source:source",
+        rule="indexed",
+        ref="destination",
+    )
+    for name in ("scatter_", "scatter", "scatter_add_", "scatter_add", "scatter_reduce_", "scatter_reduce"):
+        t[getattr(T, name)] = _c(
+            name, _IDX, "self:destination", "dim", "index", "src:source", rule="indexed", ref="destination"
+        )
+    for f in (torch.scatter, torch.scatter_add, torch.scatter_reduce):
+        t[f] = _c(
+            f.__name__,
+            _IDX,
+            "input:destination",
+            "dim",
+            "index",
+            "src:source",
+            rule="indexed",
+            ref="destination",
+        )
+    for name in ("masked_scatter_", "masked_scatter"):
+        t[getattr(T, name)] = _c(
+            name, _IDX, "self:destination", "mask", "source:source", rule="indexed", ref="destination"
+        )
+    t[torch.masked_scatter] = _c(
+        "masked_scatter",
+        _IDX,
+        "input:destination",
+        "mask",
+        "source:source",
+        rule="indexed",
+        ref="destination",
+    )
+    lerp = _c("lerp", "scalar-type-mismatch", "input:start", "end:end", "weight:weight", ref="start")
+    for f in (torch.lerp, T.lerp, T.lerp_):
+        t[f] = lerp
+    t[F.embedding] = _c(
+        "embedding", "scalar-type-mismatch", "input:indices", "weight:weight", rule="indices", module_op=True
+    )
+    t[F.embedding_bag] = _c(
+        "embedding_bag",
+        "scalar-type-mismatch",
+        "input",
+        "weight:weight",
+        "offsets",
+        "max_norm",
+        "norm_type",
+        "scale_grad_by_freq",
+        "mode",
+        "sparse",
+        "per_sample_weights:per_sample_weights",
+        ref="weight",
+        module_op=True,
+    )
+    for f in (
+        torch.cat,
+        torch.concat,
+        torch.concatenate,
+        torch.stack,
+        torch.hstack,
+        torch.vstack,
+        torch.dstack,
+    ):
+        t[f] = _c(f"torch.{f.__name__}", "silent-promotion", "tensors:tensors", rule="list")
+    return t
+
+
+CONTRACTS: dict[Any, Contract] = _table()

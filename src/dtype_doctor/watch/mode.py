@@ -1,0 +1,122 @@
+"""The TorchFunctionMode: sees every torch call, checks contracts before the op runs,
+tags outputs after it. Kept lean: property getters (16 % of calls) return at once and
+each function is classified once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..errors import DtypeMismatchError
+from .contracts import CONTRACTS, Contract
+
+if TYPE_CHECKING:
+    from .session import Session
+
+_GETTER = type(torch.Tensor.dtype.__get__)
+
+
+class Generic:
+    """A call with no contract: watched for silent promotion, outputs tagged."""
+
+    __slots__ = ("inplace", "name", "promotes")
+
+    def __init__(self, name: str, inplace: bool, promotes: bool) -> None:
+        self.name = name
+        self.inplace = inplace
+        self.promotes = promotes
+
+
+PASS = object()  # calls that make no floating tensor worth tagging
+VIEW = object()  # views share their base's origin (looked up through ._base): nothing to do
+CAST = object()  # dtype conversions: a new origin when the dtype changes
+
+_VIEW_NAMES = {
+    "view", "view_as", "permute", "transpose", "t", "split", "chunk", "unbind", "__getitem__",
+    "expand", "expand_as", "unsqueeze", "squeeze", "narrow", "select", "movedim", "swapaxes",
+    "swapdims", "unflatten", "split_with_sizes", "tensor_split", "diagonal", "as_strided", "unfold",
+}  # fmt: skip
+_CAST_NAMES = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}
+_PASS_NAMES = {
+    "__repr__", "__format__", "__str__", "__len__", "__bool__", "__int__", "__float__", "__index__",
+    "__hash__", "__iter__", "__contains__", "__reduce_ex__", "__deepcopy__", "__array__", "numpy",
+    "tolist", "item", "dim", "size", "stride", "numel", "is_floating_point", "is_complex",
+    "element_size", "data_ptr", "backward", "register_hook", "storage", "untyped_storage",
+    "requires_grad_", "retain_grad", "get_device", "is_contiguous", "nelement", "ndimension",
+    "__setstate__", "__getstate__", "_backward_hooks", "grad_fn", "__dlpack__",
+}  # fmt: skip
+# mixing dtypes here is harmless: the result takes one operand's dtype on purpose
+_NO_PROMOTION = {
+    "copy_", "expand_as", "view_as", "reshape_as", "new_zeros", "new_ones", "new_empty", "new_full",
+    "new_tensor", "masked_fill", "masked_fill_", "set_", "__setitem__", "where_",
+    "allclose", "isclose", "equal", "eq", "ne", "lt", "le", "gt", "ge",
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "sort", "argsort", "searchsorted",
+    "bucketize", "index_select", "gather", "take_along_dim", "embedding",
+}  # fmt: skip
+
+
+def classify(func: Any) -> Any:
+    contract = CONTRACTS.get(func)
+    if contract is not None:
+        return contract
+    name = getattr(func, "__name__", "") or ""
+    if name in _CAST_NAMES:
+        return CAST
+    if name in _VIEW_NAMES:
+        return VIEW
+    if name in _PASS_NAMES or name.startswith(("_foreach", "is_", "_is_", "_has_")):
+        return PASS
+    inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+    return Generic(name, inplace, not inplace and name not in _NO_PROMOTION)
+
+
+class WatchMode(TorchFunctionMode):
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+        self.kinds: dict[Any, Any] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if type(func) is _GETTER:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if kwargs is None:
+            kwargs = {}
+        try:
+            kind = self.kinds[func]
+        except KeyError:
+            kind = self.kinds[func] = classify(func)
+        except TypeError:  # an unhashable callable: classify it every time
+            kind = classify(func)
+        if kind is PASS:
+            return func(*args, **kwargs)
+        if kind is VIEW:
+            out = func(*args, **kwargs)
+            if type(out) is torch.Tensor and out._base is None and args and out is not args[0]:
+                self.session.tag_copy(args[0], out)  # advanced indexing copies: keep the origin
+            return out
+        s = self.session
+        inputs = None
+        finding = None
+        try:
+            if type(kind) is Contract:
+                args, kwargs, inputs, finding = s.check_contract(func, kind, args, kwargs)
+            else:
+                args, kwargs, inputs, finding = s.scan(func, kind, args, kwargs)
+        except DtypeMismatchError:
+            raise
+        except Exception as exc:
+            s.internal_error(exc)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:
+            s.on_failure(exc, func, kind, args, kwargs, finding)
+            raise
+        if inputs is not None:
+            try:
+                s.tag(func, kind, inputs, out)
+            except Exception as exc:
+                s.internal_error(exc)
+        return out

@@ -1,0 +1,195 @@
+"""The module path stack and qualified names of modules, parameters and buffers.
+
+Global forward pre/post hooks (post with always_call=True, so a raising forward still
+pops) keep the stack; names come from the roots' named_modules / named_parameters,
+built only when a finding needs them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+from ..errors import DtypeMismatchError
+
+_no_torch_function = torch._C.DisableTorchFunction
+
+
+def roots_of(model: Any) -> dict[str, nn.Module]:
+    """prefix → root module, for a module, a diffusers-style pipeline (`.components`) or a dict."""
+    if model is None:
+        return {}
+    if isinstance(model, nn.Module):
+        return {"": model}
+    comps = getattr(model, "components", None)
+    if isinstance(model, dict):
+        comps = model
+    if isinstance(comps, dict):
+        return {k: v for k, v in comps.items() if isinstance(v, nn.Module)}
+    raise TypeError(f"watch(model=...) expects an nn.Module or a pipeline, got {type(model).__name__}")
+
+
+class Names:
+    """Qualified names relative to the known roots; rebuilt when a lookup misses."""
+
+    def __init__(self, roots: dict[str, nn.Module]) -> None:
+        self.roots = dict(roots)
+        self._modules: dict[int, str] = {}
+        self._tensors: dict[int, tuple[Any, str, str, nn.Module]] = {}
+        self._objects: list[nn.Module] = []
+        self._missed: set[int] = set()
+        self._built = False
+
+    def add_root(self, module: nn.Module) -> None:
+        if any(r is module for r in self.roots.values()):
+            return
+        prefix = "" if "" not in self.roots else type(module).__name__
+        self.roots[prefix] = module
+        self._built = False
+        self._missed.clear()
+
+    def _build(self) -> None:
+        self._modules.clear()
+        self._tensors.clear()
+        self._objects = []
+        for prefix, root in self.roots.items():
+            for name, mod in root.named_modules(remove_duplicate=False):
+                full = ".".join(p for p in (prefix, name) if p)
+                if id(mod) not in self._modules:
+                    self._modules[id(mod)] = full
+                    self._objects.append(mod)
+                for kind, table in (("parameter", mod._parameters), ("buffer", mod._buffers)):
+                    for pname, t in table.items():
+                        if t is not None:
+                            self._tensors.setdefault(
+                                id(t), (weakref.ref(t), kind, ".".join(p for p in (full, pname) if p), mod)
+                            )
+        self._built = True
+
+    def module(self, module: nn.Module | None) -> str | None:
+        if module is None:
+            return None
+        if not self._built:
+            self._build()
+        name = self._modules.get(id(module))
+        if name is None:
+            self._build()
+            name = self._modules.get(id(module))
+        return name if name is not None else type(module).__name__
+
+    def ancestors(self, path: str) -> list[tuple[str, nn.Module]]:
+        """(path, module) of the module at `path` and of each module above it, innermost first."""
+        if not self._built:
+            self._build()
+        by_path = {name: mod for mod in self._objects for name in [self._modules.get(id(mod))] if name}
+        parts = path.split(".") if path else []
+        out = []
+        for n in range(len(parts), -1, -1):
+            p = ".".join(parts[:n])
+            if p in by_path:
+                out.append((p, by_path[p]))
+        return out
+
+    def tensor(self, t: torch.Tensor) -> tuple[str, str, nn.Module] | None:
+        """(kind, qualified name, owner module) of a parameter or buffer, by identity."""
+        if not self._built:
+            self._build()
+        entry = self._tensors.get(id(t))
+        if (
+            (entry is None or entry[0]() is not t)
+            and isinstance(t, nn.Parameter)
+            and id(t) not in self._missed
+        ):
+            self._build()  # a parameter added since (an adapter injected after the first forward)
+            entry = self._tensors.get(id(t))
+            if entry is None or entry[0]() is not t:
+                self._missed.add(id(t))  # not under any root: do not rebuild for it again
+        if entry is None or entry[0]() is not t:
+            return None
+        return entry[1], entry[2], entry[3]
+
+
+_SIGNATURES: dict[type, list[str] | None] = {}
+
+
+def argument_names(module: nn.Module) -> list[str] | None:
+    cls = type(module)
+    if cls not in _SIGNATURES:
+        try:
+            params = inspect.signature(module.forward).parameters.values()
+            _SIGNATURES[cls] = [
+                p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            _SIGNATURES[cls] = None
+    return _SIGNATURES[cls]
+
+
+class ModuleStack:
+    """The modules being run right now, innermost last.
+
+    `on_enter(module, args, kwargs_or_None, is_root)` is called for every module call;
+    kwargs are only fetched for root calls (they cost a frame lookup).
+    """
+
+    def __init__(self, on_enter: Callable[..., None], on_error: Callable[[BaseException], None]) -> None:
+        self.stack: list[nn.Module] = []
+        self._on_enter = on_enter
+        self._on_error = on_error
+        self._handles: list[Any] = []
+
+    def start(self) -> None:
+        self._handles = [
+            register_module_forward_pre_hook(self._pre),
+            register_module_forward_hook(self._post, always_call=True),
+        ]
+
+    def stop(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.stack.clear()
+
+    @property
+    def top(self) -> nn.Module | None:
+        return self.stack[-1] if self.stack else None
+
+    def _pre(self, module: nn.Module, args: tuple) -> None:
+        try:
+            with _no_torch_function():  # our own tensor inspection must not go through the mode
+                kwargs = None
+                if not self.stack:  # a root call: its kwargs are locals of Module._call_impl's inner()
+                    caller = sys._getframe(1)
+                    if caller.f_code.co_name == "inner":
+                        kwargs = caller.f_locals.get("kwargs")
+                self._on_enter(module, args, kwargs, not self.stack)
+        except DtypeMismatchError:
+            raise  # strict mode stops here on purpose
+        except Exception as exc:  # the tool never breaks the user's forward
+            self._on_error(exc)
+        self.stack.append(module)
+
+    def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        stack = self.stack
+        if stack and stack[-1] is module:
+            stack.pop()
+            return
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is module:
+                del stack[i:]
+                return
+
+    def param_dtype(self) -> torch.dtype | None:
+        """The floating dtype of the innermost running module that owns parameters."""
+        for mod in reversed(self.stack):
+            for p in mod._parameters.values():
+                if p is not None and p.is_floating_point():
+                    return p.dtype
+        return None

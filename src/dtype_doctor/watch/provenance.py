@@ -1,0 +1,205 @@
+"""Where each tensor got its dtype: tags kept beside the tensors, frames resolved lazily.
+
+A Tag is attached (by identity, weakly: tensor `==` breaks WeakKeyDictionary) to
+tensors whose dtype was decided at a known place: a model input, a creation op, a cast,
+a promotion. An op whose output keeps the dtype of an input shares that input's Tag,
+so tags are few and cheap. Frames are walked with sys._getframe (traceback is 10× slower)
+and kept as (code, line) pairs until a finding needs their file names.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import weakref
+from types import CodeType
+from typing import Any
+
+import torch
+
+from ..dtypes import canonical
+from ..report import Origin
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIB_DIRS = tuple(
+    {
+        p + os.sep
+        for key in ("purelib", "platlib", "stdlib", "platstdlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
+)
+
+SKIP, LIBRARY, USER = 0, 1, 2
+_kinds: dict[CodeType, int] = {}
+
+Frame = tuple[CodeType, int]
+
+
+def frame_kind(code: CodeType) -> int:
+    kind = _kinds.get(code)
+    if kind is None:
+        name = code.co_filename
+        if name.startswith((_TORCH_DIR, _TOOL_DIR)):
+            kind = SKIP
+        elif name.startswith(_LIB_DIRS) or name.startswith("<frozen") or "site-packages" in name:
+            kind = LIBRARY
+        else:
+            kind = USER
+        _kinds[code] = kind
+    return kind
+
+
+def caller_frames(depth: int = 2) -> tuple[Frame | None, Frame | None]:
+    """(innermost frame outside torch and this tool, innermost frame in the user's own code)."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return None, None
+    inner = None
+    while f is not None:
+        code = f.f_code
+        kind = _kinds.get(code)
+        if kind is None:
+            kind = frame_kind(code)
+        if kind:
+            if inner is None:
+                inner = (code, f.f_lineno)
+            if kind == USER:
+                return inner, (code, f.f_lineno)
+        f = f.f_back
+    return inner, None
+
+
+def short_path(path: str) -> str:
+    """site-packages/diffusers/x.py → diffusers/x.py; files under the cwd relative to it."""
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        i = path.rfind(marker)
+        if i >= 0:
+            return path[i + len(marker) :]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def where(frame: Frame | None) -> tuple[str | None, int | None, str | None]:
+    if frame is None:
+        return None, None, None
+    code, line = frame
+    return short_path(code.co_filename), line, code.co_name
+
+
+class Tag:
+    """How a tensor got its dtype. kind: input | op | cast | promotion | parameter | buffer."""
+
+    __slots__ = ("dtype", "frame", "kind", "module", "name", "op", "parents", "user")
+
+    def __init__(
+        self,
+        kind: str,
+        dtype: torch.dtype,
+        op: str | None = None,
+        name: str | None = None,
+        module: Any = None,
+        frame: Frame | None = None,
+        user: Frame | None = None,
+        parents: tuple[Tag, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self.dtype = dtype
+        self.op = op
+        self.name = name
+        self.module = module
+        self.frame = frame
+        self.user = user
+        self.parents = parents
+
+
+def op_name(func: Any) -> str:
+    name = getattr(func, "__name__", None) or repr(func)
+    owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
+    mod = getattr(func, "__module__", None) or ""
+    if owner is not None and isinstance(owner, type) and issubclass(owner, torch._C.TensorBase):
+        return f"Tensor.{name}"
+    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
+        return f"F.{name}"
+    if mod.startswith("torch.") and mod != "torch._C._VariableFunctions":
+        return f"{mod}.{name}"
+    return f"torch.{name}"
+
+
+class _Ref(weakref.ref):
+    __slots__ = ("key",)
+
+
+class Provenance:
+    """Tags by tensor identity, dropped with the tensor.
+
+    The semantics of torch.utils.weak.WeakIdKeyDictionary (identity keys: tensor `==` breaks
+    weakref.WeakKeyDictionary), without building a WeakIdRef on every lookup: a lookup here
+    is id() + dict.get + a ref call, ~20× cheaper, and it runs on every torch call.
+    """
+
+    def __init__(self) -> None:
+        self._data: dict[int, tuple[_Ref, Tag]] = {}
+        data = self._data
+
+        def drop(ref: _Ref) -> None:
+            entry = data.get(ref.key)
+            if entry is not None and entry[0] is ref:
+                del data[ref.key]
+
+        self._drop = drop
+
+    def get(self, t: torch.Tensor) -> Tag | None:
+        entry = self._data.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        return None
+
+    def lookup(self, t: torch.Tensor) -> Tag | None:
+        """The tag of `t`, or of the tensor it is a view of (views are not tagged: too many)."""
+        entry = self._data.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        base = t._base
+        if base is not None:
+            entry = self._data.get(id(base))
+            if entry is not None and entry[0]() is base:
+                return entry[1]
+        return None
+
+    def set(self, t: torch.Tensor, tag: Tag) -> None:
+        key = id(t)
+        entry = self._data.get(key)
+        if entry is not None and entry[0]() is t:
+            self._data[key] = (entry[0], tag)
+            return
+        ref = _Ref(t, self._drop)
+        ref.key = key
+        self._data[key] = (ref, tag)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def tag_to_origin(tag: Tag, name_of: Any, depth: int = 0) -> Origin:
+    file, line, _ = where(tag.frame)
+    origin = Origin(
+        kind=tag.kind,
+        name=tag.name,
+        op=tag.op,
+        module=name_of(tag.module) if tag.module is not None else None,
+        file=file,
+        line=line,
+        dtype=canonical(tag.dtype),
+    )
+    if tag.user is not None and tag.user != tag.frame:
+        ufile, uline, _ = where(tag.user)
+        origin.chain.append(Origin(kind="call", name="your code", file=ufile, line=uline))
+    if depth < 4:
+        origin.chain.extend(tag_to_origin(p, name_of, depth + 1) for p in tag.parents)
+    return origin

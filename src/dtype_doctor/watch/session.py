@@ -1,0 +1,631 @@
+"""`watch()`: the context manager that ties mode, module stack, provenance and report together.
+
+First, do no harm: every piece of the tool's own logic runs under try/except; an
+internal error is recorded in the report and the user's program goes on unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import DtypeMismatchError
+from ..report import Report
+from . import findings as F
+from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, put
+from .mode import CAST, Generic, WatchMode
+from .modules import ModuleStack, Names, argument_names, roots_of
+from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, op_name
+
+MODES = ("observe", "strict", "fix")
+_RANK = {"input": 0, "parameter": 1, "buffer": 1, "op": 2}  # which same-dtype input's origin an output shares
+_MAX_DEPTH = 6  # origin chains longer than this are cut (a loop that re-casts a carried tensor)
+_DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
+
+
+def _depth(tag: Tag) -> int:
+    d, t = 0, tag
+    while t.parents and d < _MAX_DEPTH:
+        t = t.parents[0]
+        d += 1
+    return d
+
+
+class Session:
+    """What `watch()` returns; `report` holds the findings."""
+
+    def __init__(
+        self,
+        model: Any = None,
+        mode: str = "observe",
+        numerics: bool = False,
+        report: Report | None = None,
+        every: int = 1,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"watch(mode={mode!r}): expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self.model = model
+        self.report = report if report is not None else Report(tool="watch")
+        self.report.meta.setdefault("mode", mode)
+        self._explicit = list(roots_of(model).values())
+        self.names = Names(roots_of(model))
+        self.prov = Provenance()
+        self.stack = ModuleStack(self.on_enter, self.internal_error)
+        self._mode = WatchMode(self)
+        self._seen: dict[tuple, Any] = {}
+        self._ac_reported: set[tuple] = set()
+        self._root: nn.Module | None = self._explicit[0] if self._explicit else None
+        self._numerics_on = numerics
+        self._numerics: Any = None
+        self._every = every
+        self._unpatch: list[Any] = []
+        self._active = False
+
+    # ---- context manager -------------------------------------------------------------------
+    def __enter__(self) -> Session:
+        if self._numerics_on:
+            self._start_numerics()
+        self.stack.start()
+        self._patch_grad_scaler()
+        self._mode.__enter__()
+        self._active = True
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self.stop()
+        if isinstance(exc, Exception) and not isinstance(exc, DtypeMismatchError):
+            try:
+                self._note_on_exit(exc)
+            except Exception as err:
+                self.internal_error(err)
+        return False
+
+    def stop(self) -> None:
+        if not self._active:
+            return
+        self._active = False
+        for step in (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics, self._rerank):
+            try:
+                step()
+            except Exception as exc:
+                self.internal_error(exc)
+
+    def _rerank(self) -> None:
+        """Several different mismatches in one run: one dtype policy beats patching each op."""
+        from .. import catalog
+
+        errors = [f for f in self.report.errors if f.code != "fp16-gradient-unscale"]
+        if len({(f.code, f.location.module if f.location else None) for f in errors}) < 2:
+            return
+        for f in errors:
+            names = getattr(f, "fix_names", None)
+            if names is not None:
+                context = {*f.data.get("context", ()), "multi-error"}
+                f.data["context"] = sorted(context)
+                f.fixes = catalog.fixes_for(f.code, context, **names)
+
+    def _mode_exit(self) -> None:
+        self._mode.__exit__(None, None, None)
+
+    def _restore(self) -> None:
+        for undo in reversed(self._unpatch):
+            undo()
+        self._unpatch.clear()
+
+    def _start_numerics(self) -> None:
+        try:
+            from ..numerics import NumericsMonitor
+        except ImportError as exc:
+            from ..errors import DoctorError
+
+            raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
+        model = self.model if isinstance(self.model, nn.Module) else None
+        self._numerics = NumericsMonitor(report=self.report, model=model, every=self._every)
+        self._numerics.start()
+
+    def _stop_numerics(self) -> None:
+        if self._numerics is not None:
+            self._numerics.stop()
+            self._numerics = None
+
+    # ---- the tool's own failures -------------------------------------------------------------
+    def internal_error(self, exc: BaseException) -> None:
+        try:
+            errors = self.report.meta.setdefault("internal_errors", [])
+            if len(errors) < 20:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            if len(errors) == 1:
+                from .. import catalog
+                from ..report import Evidence
+
+                self.report.add(
+                    catalog.finding(
+                        "tool-internal-error",
+                        message=f"internal error: {type(exc).__name__}: {exc}",
+                        evidence=[Evidence(text=f"{type(exc).__name__}: {exc}", source="dtype-doctor")],
+                    )
+                )
+        except Exception:
+            pass  # never let the error path itself fail the user's program
+
+    # ---- module calls ----------------------------------------------------------------------
+    def on_enter(self, module: nn.Module, args: tuple, kwargs: dict | None, is_root: bool) -> None:
+        explicit = any(module is r for r in self._explicit)
+        if is_root and not explicit:
+            # entered through a method other than forward (vae.decode(z) → post_quant_conv):
+            # the method's owner is the root and its arguments are the model inputs
+            entry = F.entry_call(4)
+            if entry is not None and entry[0] is not module:
+                owner, method, arguments = entry
+                self._root = owner
+                if not self._explicit:
+                    self.names.add_root(owner)
+                self._tag_values(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
+                self._check_autocast_params(module)
+                return
+        if is_root:
+            self._root = module
+            if not self._explicit:
+                self.names.add_root(module)
+        if is_root or explicit:
+            names = argument_names(module) or []
+            items = [(names[i] if i < len(names) else f"args[{i}]", v) for i, v in enumerate(args)]
+            items += list((kwargs or {}).items())
+            self._tag_values(module, f"{type(module).__name__}.forward", items)
+        self._check_autocast_params(module)
+
+    def _tag_values(self, module: nn.Module, op: str, items: list[tuple[str, Any]]) -> None:
+        """Tag the floating tensors among a root call's arguments as model inputs."""
+        inner, user = caller_frames(4)
+        call_site = user or inner  # a model input is born where the user called the model
+
+        def tag(value: Any, name: str) -> None:
+            if isinstance(value, torch.Tensor):
+                if value.is_floating_point():
+                    prev = self.prov.lookup(value)
+                    parents = (prev,) if prev is not None and prev.kind != "input" else ()
+                    self.prov.set(
+                        value, Tag("input", value.dtype, op, name, module, call_site, None, parents)
+                    )
+            elif isinstance(value, (list, tuple)):
+                for i, v in enumerate(value[:64]):
+                    if isinstance(v, torch.Tensor):
+                        tag(v, f"{name}[{i}]")
+            elif isinstance(value, dict):
+                for k, v in list(value.items())[:64]:
+                    if isinstance(v, torch.Tensor):
+                        tag(v, f"{name}[{k!r}]")
+
+        for name, value in items:
+            tag(value, name)
+
+    def _check_autocast_params(self, module: nn.Module) -> None:
+        """A half model under autocast of the other half dtype: report before a norm or cat fails."""
+        for dev in ("cpu", "cuda"):
+            acd = _autocast_dtype(dev)
+            if acd is None or acd not in LOW:
+                continue
+            for pname, p in module._parameters.items():
+                if p is None or p.dtype not in LOW or p.dtype == acd or p.device.type != dev:
+                    continue
+                key = (dev, acd, p.dtype)
+                if key in self._ac_reported:
+                    return
+                self._ac_reported.add(key)
+                finding = F.build(
+                    "autocast-half-conflict",
+                    f"torch.autocast('{dev}', dtype={acd})",
+                    [F.Seen("weight", p, odd=True)],
+                    acd,
+                    self.names,
+                    self.prov,
+                    module,
+                    self._root,
+                    context={"autocast", "module-params"},
+                    message=(
+                        f"module '{self.names.module(module) or '<root>'}' ({type(module).__name__}) has "
+                        f"{str(p.dtype)[6:]} parameter '{pname}' but runs under torch.autocast('{dev}', "
+                        f"dtype={acd}): two precision managers disagree; norms and cat will fail"
+                    ),
+                    depth=4,
+                )
+                self.report.add(finding)
+                if self.mode == "strict":
+                    raise DtypeMismatchError(F.note_text(finding), finding)
+                return
+
+    # ---- ops with a contract -----------------------------------------------------------------
+    def check_contract(self, func: Any, c: Contract, args: tuple, kwargs: dict) -> tuple:
+        slots = bind(c, args, kwargs)
+        inputs = [s.tensor for s in slots if s.tensor.is_floating_point()]
+        if c.rule == "list":
+            m = self._list_rule(c, slots)
+            acd = None
+        else:
+            m = evaluate(c, slots, None)
+            acd = None
+            if m is not None:
+                dev = slots[0].tensor.device.type
+                acd = _autocast_dtype(dev)
+                if acd is not None:
+                    if dev in c.autocast:
+                        return args, kwargs, inputs, None  # autocast casts every operand itself
+                    if any(t.dtype in LOW and t.dtype != acd for t in inputs):
+                        m.code = "autocast-half-conflict"
+                if c.ref is None and c.rule != "indices":
+                    code = m.code
+                    m = evaluate(c, slots, self.stack.param_dtype()) or m
+                    m.code = code
+        if m is None:
+            return args, kwargs, inputs, None
+        context = {"autocast"} if acd is not None else set()
+        if c.module_op:
+            context.add("module-op")
+        finding = self._report(c.op, slots, m, context)
+        if self.mode == "strict":
+            raise DtypeMismatchError(F.note_text(finding), finding)
+        if self.mode == "fix":
+            args, kwargs = self._cast(args, kwargs, m, finding)
+            inputs = [s.tensor for s in bind(c, args, kwargs) if s.tensor.is_floating_point()]
+        return args, kwargs, inputs, finding
+
+    def _list_rule(self, c: Contract, slots: list[Slot]) -> Mismatch | None:
+        fl = [s for s in slots if s.tensor.is_floating_point()]
+        if len(fl) < 1:
+            return None
+        acd = _autocast_dtype(fl[0].tensor.device.type)
+        if acd is not None:
+            bad = [s for s in fl if s.tensor.dtype in LOW and s.tensor.dtype != acd]
+            return Mismatch(acd, bad, "autocast-half-conflict") if bad else None
+        m = evaluate(c, slots, self.stack.param_dtype())
+        if m is None or not any(s.tensor.dtype in LOW for s in fl):
+            return None
+        return m if self._in_user_code() else None
+
+    def _in_user_code(self) -> bool:
+        inner, _ = caller_frames(3)
+        if inner is not None and frame_kind(inner[0]) == USER:
+            return True
+        self.report.meta["library_promotions"] = self.report.meta.get("library_promotions", 0) + 1
+        return False
+
+    def _report(self, op: str, slots: list[Slot], m: Mismatch, context: set[str]) -> Any:
+        module = self.stack.top
+        path = self.names.module(module)
+        key = (op, path, m.code, tuple((s.role, s.tensor.dtype) for s in slots))
+        known = self._seen.get(key)
+        if known is not None:
+            known.count += 1
+            return known
+        if self.mode == "fix":
+            context.add("fix-mode")
+        odd = {id(s) for s in m.odd}
+        finding = F.build(
+            m.code,
+            op,
+            [F.Seen(s.role, s.tensor, odd=id(s) in odd) for s in slots],
+            m.expected,
+            self.names,
+            self.prov,
+            module,
+            self.stack.stack[0] if self.stack.stack else self._root,
+            context=context,
+            depth=4,
+        )
+        if self.mode == "fix":
+            acts = [f"cast {s.role} {str(s.tensor.dtype)[6:]} -> {str(m.expected)[6:]}" for s in m.odd]
+            finding.data["action"] = "; ".join(acts)
+            finding.message += " (fix mode: " + "; ".join(acts) + ")"
+        finding = self.report.add(finding)
+        self._seen[key] = finding
+        return finding
+
+    def _cast(self, args: tuple, kwargs: dict, m: Mismatch, finding: Any) -> tuple[tuple, dict]:
+        module = self.stack.top
+        for s in m.odd:
+            new = s.tensor.to(m.expected)
+            prev = self.prov.lookup(s.tensor)
+            inner, user = caller_frames(4)
+            self.prov.set(
+                new,
+                Tag(
+                    "cast", new.dtype, "dtype-doctor fix", None, module, inner, user, (prev,) if prev else ()
+                ),
+            )
+            args, kwargs = put(args, kwargs, s.where, new)
+        return args, kwargs
+
+    # ---- every other op: silent promotion ---------------------------------------------------
+    def scan(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> tuple:
+        if kind is CAST:
+            return args, kwargs, [a for a in args[:1] if isinstance(a, torch.Tensor)], None
+        floats: list[torch.Tensor] = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if a.is_floating_point():
+                    floats.append(a)
+            elif type(a) is list or type(a) is tuple:
+                floats.extend(x for x in a if isinstance(x, torch.Tensor) and x.is_floating_point())
+        if kwargs:
+            floats.extend(v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.is_floating_point())
+        if len(floats) < 2 or not kind.promotes:
+            return args, kwargs, floats, None
+        d0 = floats[0].dtype
+        if all(f.dtype == d0 for f in floats):
+            return args, kwargs, floats, None
+        return self._promotion(func, kind, args, kwargs, floats)
+
+    def _promotion(self, func: Any, kind: Generic, args: tuple, kwargs: dict, floats: list) -> tuple:
+        wide = [f for f in floats if f.dim() > 0]  # 0-dim tensors do not promote
+        dtypes = {f.dtype for f in wide}
+        if len(dtypes) < 2 or not dtypes & set(LOW):
+            return args, kwargs, floats, None
+        acd = _autocast_dtype(wide[0].device.type)
+        if acd is not None and dtypes <= {torch.float32, acd}:
+            return args, kwargs, floats, None  # what autocast does on purpose
+        if not self._in_user_code():
+            return args, kwargs, floats, None
+        slots: list[Slot] = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.is_floating_point():
+                slots.append(Slot(f"operand{i}", a, ("a", i)))
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                slots.append(Slot(k, v, ("k", k)))
+        slots = [s for s in slots if s.tensor.dim() > 0]
+        if not slots:
+            return args, kwargs, floats, None
+        context_dt = self.stack.param_dtype()
+        low = [s.tensor.dtype for s in slots if s.tensor.dtype in LOW]
+        expected = context_dt if context_dt in {s.tensor.dtype for s in slots} else low[0]
+        m = Mismatch(expected, [s for s in slots if s.tensor.dtype != expected], "silent-promotion")
+        finding = self._report(op_name(func), slots, m, {"promotion"})
+        if self.mode == "strict":
+            raise DtypeMismatchError(F.note_text(finding), finding)
+        if self.mode == "fix":
+            args, kwargs = self._cast(args, kwargs, m, finding)
+            floats = [f.to(expected) if f.dim() > 0 else f for f in floats]
+        return args, kwargs, floats, finding
+
+    # ---- provenance of outputs ---------------------------------------------------------------
+    def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None:
+        """Give each new floating output the origin of its dtype (hot path: keep it lean)."""
+        if isinstance(out, torch.Tensor):
+            outs: Any = (out,)
+        elif isinstance(out, (tuple, list)):
+            outs = [o for o in out if isinstance(o, torch.Tensor)]
+        else:
+            return
+        lookup = self.prov.lookup
+        n = len(inputs)
+        if n == 1:  # most ops: the output's dtype is its input's, or the op changed it
+            i = inputs[0]
+            di = i.dtype
+            for o in outs:
+                if o is i or o._base is not None:
+                    continue
+                if o.dtype == di:
+                    parent = lookup(i) or self._parameter_tag(inputs, di)
+                    if parent is not None:
+                        self.prov.set(o, parent)
+                elif o.is_floating_point():
+                    self._new_tag(func, kind, inputs, o, False)
+            return
+        promoted = False
+        if n > 1 and kind is not CAST:
+            d0 = inputs[0].dtype
+            for i in inputs:
+                if i.dtype != d0:
+                    promoted = len({i.dtype for i in inputs if i.dim() > 0}) > 1
+                    break
+        for o in outs:
+            if o._base is not None or not o.is_floating_point():
+                continue
+            if any(o is i for i in inputs):
+                continue  # in-place or returned as is: its origin stands
+            if not promoted and n:
+                dt = o.dtype
+                parent = None
+                same = False
+                rank = 9
+                for i in inputs:
+                    if i.dtype == dt:
+                        same = True
+                        t = lookup(i)
+                        if t is not None:
+                            r = _RANK.get(t.kind, 1)
+                            if r < rank:
+                                parent, rank = t, r
+                                if r == 0:
+                                    break
+                if parent is None and same:
+                    parent = self._parameter_tag(inputs, dt)
+                    if parent is None:
+                        continue  # the dtype came from an untracked tensor: nothing new to say
+                if parent is not None:
+                    self.prov.set(o, parent)  # the dtype came with this input: share its origin
+                    continue
+            self._new_tag(func, kind, inputs, o, promoted)
+
+    def tag_copy(self, src: Any, out: torch.Tensor) -> None:
+        try:
+            if isinstance(src, torch.Tensor) and src.dtype == out.dtype:
+                t = self.prov.lookup(src)
+                if t is not None:
+                    self.prov.set(out, t)
+        except Exception as exc:
+            self.internal_error(exc)
+
+    def _new_tag(self, func: Any, kind: Any, inputs: Any, o: torch.Tensor, promoted: bool) -> None:
+        """The op decided this output's dtype (creation, cast, promotion, autocast): remember where."""
+        prov = self.prov
+        dt = o.dtype
+        tags = []
+        seen_dt = set()
+        for i in inputs:
+            if i.dtype not in seen_dt:
+                seen_dt.add(i.dtype)
+                t = prov.lookup(i)
+                if t is not None and _depth(t) < _MAX_DEPTH:
+                    tags.append(t)
+        inner, user = caller_frames(4)
+        if kind is CAST:
+            new_kind = "cast"
+        elif _autocast_dtype(o.device.type) == dt:
+            new_kind = "autocast"  # autocast chose this dtype, not the code
+        else:
+            new_kind = "promotion" if promoted else "op"
+        prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
+
+    def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
+        """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
+        for i in inputs:
+            if i.dtype == dt:
+                known = self.names.tensor(i)
+                if known is not None:
+                    kind, qual, owner = known
+                    tag = Tag(kind, dt, None, qual, owner)
+                    self.prov.set(i, tag)
+                    return tag
+        return None
+
+    # ---- when the op itself raises -----------------------------------------------------------
+    def on_failure(
+        self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
+    ) -> None:
+        try:
+            if any(str(n).startswith("dtype-doctor") for n in getattr(exc, "__notes__", ())):
+                return
+            if finding is None:
+                if not _DTYPE_TEXT.search(str(exc)):
+                    return
+                finding = self._failure_finding(exc, func, kind, args, kwargs)
+            if finding is not None and hasattr(exc, "add_note"):
+                exc.add_note(F.note_text(finding) + self._earlier(finding))
+        except Exception as err:
+            self.internal_error(err)
+
+    def _earlier(self, finding: Any) -> str:
+        """Silent promotions seen before a failure: often where the wrong dtype came in."""
+        lines = []
+        for f in self.report.findings:
+            if f.code == "silent-promotion" and f is not finding and len(lines) < 3:
+                loc = f.location
+                lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
+        return "\n" + "\n".join(lines) if lines else ""
+
+    def _failure_finding(self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
+        """An op with no contract failed on dtypes: name its operands and their origins."""
+        if isinstance(kind, Contract):
+            slots = bind(kind, args, kwargs)
+            op = kind.op
+        else:
+            slots = [
+                Slot(f"operand{i}", a, ("a", i)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+            ]
+            slots += [Slot(k, v, ("k", k)) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+            op = op_name(func)
+        if not slots:
+            return None
+        code = _code_for_message(str(exc))
+        finding = F.build(
+            code,
+            op,
+            [F.Seen(s.role, s.tensor) for s in slots],
+            None,
+            self.names,
+            self.prov,
+            self.stack.top,
+            self.stack.stack[0] if self.stack.stack else self._root,
+            message=f"{op} raised: {str(exc).splitlines()[0][:300]}",
+            depth=4,
+        )
+        return self.report.add(finding)
+
+    def _note_on_exit(self, exc: BaseException) -> None:
+        if any(str(n).startswith("dtype-doctor") for n in getattr(exc, "__notes__", ())):
+            return
+        errors = [f for f in self.report.findings if f.code != "tool-internal-error"]
+        if errors and hasattr(exc, "add_note"):
+            exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
+
+    # ---- GradScaler --------------------------------------------------------------------------
+    def _patch_grad_scaler(self) -> None:
+        scaler_cls = getattr(torch.amp, "GradScaler", None)
+        if scaler_cls is None:
+            return
+        original = scaler_cls.unscale_
+        session = self
+
+        @functools.wraps(original)
+        def unscale_(scaler: Any, optimizer: Any) -> Any:
+            try:
+                return original(scaler, optimizer)
+            except ValueError as exc:
+                if "unscale FP16 gradients" in str(exc):
+                    session._fp16_gradients(exc, optimizer)
+                raise
+
+        scaler_cls.unscale_ = unscale_
+        self._unpatch.append(lambda: setattr(scaler_cls, "unscale_", original))
+
+    def _fp16_gradients(self, exc: BaseException, optimizer: Any) -> None:
+        try:
+            from .fp16_grads import fp16_gradient_finding
+
+            finding = fp16_gradient_finding(optimizer, self.names, self.prov, self._root)
+            if finding is not None:
+                self.report.add(finding)
+                exc.add_note(F.note_text(finding))
+        except Exception as err:
+            self.internal_error(err)
+
+
+def _autocast_dtype(device_type: str) -> torch.dtype | None:
+    try:
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+    except (RuntimeError, ValueError):
+        pass
+    return None
+
+
+_MESSAGE_CODES = (
+    (re.compile(r"mat1 and mat2|m1 and m2|self and mat2|dot :"), "matmul-dtype-mismatch"),
+    (re.compile(r"bias type"), "conv-bias-dtype-mismatch"),
+    (re.compile(r"weight type"), "conv-weight-dtype-mismatch"),
+    (re.compile(r"mixed dtype"), "norm-dtype-mismatch"),
+    (re.compile(r"query, key|attn_mask"), "attention-dtype-mismatch"),
+    (re.compile(r"[Ii]ndex put|index_add|scatter"), "index-put-dtype-mismatch"),
+    (re.compile(r"prioritize"), "autocast-half-conflict"),
+)
+
+
+def _code_for_message(text: str) -> str:
+    for pattern, code in _MESSAGE_CODES:
+        if pattern.search(text):
+            return code
+    return "scalar-type-mismatch"
+
+
+def watch(
+    model: Any = None,
+    mode: str = "observe",
+    numerics: bool = False,
+    report: Report | None = None,
+    every: int = 1,
+) -> Session:
+    """Watch every torch op run inside the `with` block for dtype mismatches.
+
+    model: the root module (or a pipeline) for qualified names; by default the first module
+    called becomes the root. mode: "observe" (changes nothing), "strict" (raise
+    DtypeMismatchError at the first mismatch, silent promotions included) or "fix" (cast the
+    odd operand, record it, go on; works on meta tensors). numerics=True also starts the
+    numerics monitor. The findings are in `session.report`.
+    """
+    return Session(model=model, mode=mode, numerics=numerics, report=report, every=every)

@@ -1,0 +1,317 @@
+"""check: the meta dry run finds what a real CPU run finds (same first failing op and module), lists
+every mismatch in one pass, never touches the user's model, and fails cleanly on bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+transformers = pytest.importorskip("transformers")
+
+from torch import nn  # noqa: E402
+
+import dtype_doctor as dd  # noqa: E402
+from dtype_doctor.check import mirror_on_meta  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def real_failure(model: nn.Module, *args, **kwargs) -> tuple[str, str]:
+    """Run for real on CPU; return (message, qualified name of the innermost module that raised).
+
+    The oracle is independent of dtype-doctor: it walks the traceback for the deepest frame whose
+    `self` is one of the model's modules.
+    """
+    names = {id(m): n for n, m in model.named_modules()}
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except RuntimeError as exc:
+        tb, found = exc.__traceback__, None
+        while tb is not None:
+            owner = tb.tb_frame.f_locals.get("self")
+            if id(owner) in names:
+                found = names[id(owner)]
+            tb = tb.tb_next
+        return str(exc), found
+    raise AssertionError("the real run did not fail")
+
+
+def first_error(report):
+    return next(f for f in report.findings if f.severity == dd.Severity.ERROR)
+
+
+@pytest.fixture(scope="module")
+def unet():
+    torch.manual_seed(0)
+    return diffusers.UNet2DConditionModel(
+        block_out_channels=(32, 64),
+        layers_per_block=1,
+        sample_size=8,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=32,
+        norm_num_groups=8,
+        attention_head_dim=8,
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def llama_config():
+    return transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4, vocab_size=128
+    )
+
+
+def test_unet_fp16_fp32_sample_same_first_failure_as_real_run(unet):
+    sample, t, ehs = torch.randn(1, 4, 8, 8), torch.tensor([10]), torch.randn(1, 7, 32)
+    report = dd.check(unet, sample, t, encoder_hidden_states=ehs, dtype=torch.float16)
+    message, module = real_failure(copy.deepcopy(unet).half(), sample, t, encoder_hidden_states=ehs)
+    first = first_error(report)
+    assert "mat1 and mat2" in message and module == "time_embedding.linear_1"
+    assert first.code == "matmul-dtype-mismatch"
+    assert first.location.module == module
+    roles = {o.role: o.dtype for o in first.operands}
+    assert roles["input"] == "float32" and roles["weight"] == "float16"
+    # a plain meta run reports a later op in a different module (the conv_in bias check) instead
+    meta = mirror_on_meta(unet).half()
+    with pytest.raises(RuntimeError, match="bias type"):
+        meta(sample.to("meta"), t.to("meta"), encoder_hidden_states=ehs.to("meta"))
+    # one pass lists every mismatch: the fp32 encoder states reach every cross-attention to_k/to_v
+    modules = {m for f in report.errors for m in f.data.get("modules", [f.location.module])}
+    assert any(m.endswith("attn2.to_k") for m in modules) and "conv_in" in modules
+    assert report.meta["first_error"]["module"] == "time_embedding.linear_1"
+
+
+def test_unet_fp16_sample_fp32_encoder_states_names_to_k(unet):
+    sample, t, ehs = torch.randn(1, 4, 8, 8).half(), torch.tensor([10]), torch.randn(1, 7, 32)
+    report = dd.check(unet, sample, t, encoder_hidden_states=ehs, dtype="fp16")
+    message, module = real_failure(copy.deepcopy(unet).half(), sample, t, encoder_hidden_states=ehs)
+    assert "expected m1 and m2 to have the same dtype" in message
+    first = first_error(report)
+    assert first.location.module == module == "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k"
+    origin = next(o for o in first.operands if o.role == "input").origin
+    assert "encoder_hidden_states" in json.dumps(dd.Report(findings=[first]).to_dict())
+    assert origin is not None
+
+
+def test_llama_fp32_inputs_embeds_same_first_failure_and_plain_meta_misses_it(llama_config):
+    with torch.device("meta"):
+        meta_model = transformers.LlamaForCausalLM(llama_config)
+    report = dd.check(meta_model, inputs_embeds=("1x8x64", "float32"), dtype=torch.float16)
+    real = transformers.LlamaForCausalLM(llama_config).half().eval()
+    message, module = real_failure(real, inputs_embeds=torch.randn(1, 8, 64))
+    assert "float != c10::Half" in message
+    first = first_error(report)
+    assert module == first.location.module == "model.layers.0.self_attn.q_proj"
+    assert first.count == 3  # folded: the same mismatch in each of the 3 layers
+    plain = copy.deepcopy(meta_model).half()
+    out = plain(inputs_embeds=torch.empty(1, 8, 64, device="meta"))  # a plain meta run: no error at all
+    assert out.logits.is_meta
+
+
+def test_user_model_is_never_modified_and_data_never_copied(llama_config):
+    model = transformers.LlamaForCausalLM(llama_config)
+    before = {n: (p.dtype, p.device, p.data_ptr()) for n, p in model.named_parameters()}
+    mirror = mirror_on_meta(model)
+    assert all(p.is_meta for p in mirror.parameters())
+    assert [n for n, _ in mirror.named_parameters()] == list(before)
+    report = dd.check(model, "1x8:int64", dtype="bfloat16")
+    assert not report.errors
+    assert {n: (p.dtype, p.device, p.data_ptr()) for n, p in model.named_parameters()} == before
+
+
+def test_silent_promotion_of_an_fp32_mask_is_reported_with_its_origin():
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(5, 4)
+
+        def forward(self, latents):
+            mask = torch.ones(*latents.shape[:-1], 1, device=latents.device)  # float32 by default
+            return self.proj(torch.cat([latents, mask], dim=-1))
+
+    report = dd.check(Masked(), ("2x4", "float16"), dtype=torch.float16)
+    # watch's fix mode casts at the promotion in user code, so the root cause is what gets reported
+    promo = report.findings[0]
+    assert promo.code == "silent-promotion" and promo.location.op == "torch.cat"
+    odd = next(o for o in promo.operands if o.dtype == "float32")
+    assert odd.origin.kind == "op" and odd.origin.op == "torch.ones"
+    assert odd.origin.file.endswith("test_check.py")  # the line that made the fp32 tensor
+
+
+def test_mixed_weight_and_bias_found_at_the_op():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    model.half()
+    model[1].bias.data = model[1].bias.data.float()
+    report = dd.check(model, ("3x4", "float16"), dtype=None)
+    first = first_error(report)
+    assert first.location.module == "1"
+    assert {o.role: o.dtype for o in first.operands}["bias"] == "float32"
+
+
+def test_autocast_of_another_dtype_over_a_half_model_is_reported(llama_config):
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(llama_config)
+    report = dd.check(model, ("1x8", "int64"), dtype="float16", autocast="bfloat16")
+    assert "low-precision-under-autocast" in report.codes()
+    # an autocast put around forward by accelerate is found without being named
+    accelerate = pytest.importorskip("accelerate")
+    real = transformers.LlamaForCausalLM(llama_config).half()
+    wrapped = accelerate.Accelerator(mixed_precision="bf16", cpu=True).prepare(real)
+    found = dd.check(wrapped, ("1x8", "int64"), dtype=None)
+    assert found.meta["autocast"] == "bfloat16" and "low-precision-under-autocast" in found.codes()
+    # the same dtype is only redundant: no error from the emulated autocast
+    same = dd.check(model, ("1x8", "int64"), dtype="float16", autocast="float16")
+    assert not [f for f in same.errors if f.code != "low-precision-under-autocast"]
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", *args], capture_output=True, text=True, cwd=cwd, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    (d / "models.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+            def two_layers():
+                return nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 2))
+
+            def broken():
+                raise ValueError("no weights here")
+            """
+        )
+    )
+    (d / "llama.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "vocab_size": 128,
+            }
+        )
+    )
+    (d / "scheduler.json").write_text(json.dumps({"_class_name": "DDPMScheduler", "num_train_timesteps": 10}))
+    return d
+
+
+def cli_in_process(capsys, monkeypatch, workdir: Path, *args: str) -> tuple[int, str, str]:
+    """The same CLI entry point, in this process (torch already imported: fast)."""
+    from dtype_doctor.cli import main
+
+    monkeypatch.chdir(workdir)
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_check_finds_mismatch_exit_1_and_json(workdir, capsys, monkeypatch):
+    code, out, err = cli_in_process(
+        capsys, monkeypatch, workdir, "check", "models.py:two_layers", "--dtype", "float16",
+        "--input", "4x8:float32", "--json",
+    )  # fmt: skip
+    assert code == 1, err
+    first = json.loads(out)["findings"][0]
+    assert first["code"] == "matmul-dtype-mismatch" and first["location"]["module"] == "0"
+
+
+def test_cli_check_clean_exit_0(workdir, capsys, monkeypatch):
+    args = ("check", "models.py:two_layers", "--dtype", "bf16", "--input", "4x8:bfloat16", "--no-color")
+    code, out, err = cli_in_process(capsys, monkeypatch, workdir, *args)
+    assert code == 0, out + err
+    assert "no problems found" in out
+
+
+def test_cli_check_hf_config(workdir, capsys, monkeypatch):
+    code, out, err = cli_in_process(
+        capsys, monkeypatch, workdir, "check", "--hf-config", "llama.json", "--dtype", "bfloat16", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["meta"]["model"] == "LlamaForCausalLM"
+    code, out, err = cli_in_process(
+        capsys, monkeypatch, workdir, "check", "--hf-config", "llama.json", "--dtype", "float16",
+        "--input", "inputs_embeds=1x4x64", "--json",
+    )  # fmt: skip
+    assert code == 1
+    assert json.loads(out)["meta"]["first_error"]["module"] == "model.layers.0.self_attn.q_proj"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("models.py:broken",), "factory raised ValueError: no weights here"),
+        (("nowhere.py:build",), "no such file"),
+        (("--hf-config", "models.py"), "not a JSON config"),
+        (("models.py:two_layers", "--input", "4xx8:float32"), "cannot parse shape"),
+        (("models.py:two_layers", "--input", "4x8:float99"), "unknown dtype"),
+        (("models.py:two_layers", "--dtype", "half-ish"), "unknown dtype"),
+        (
+            ("--hf-config", "llama.json", "models.py:two_layers"),
+            "either PATH_OR_MODULE:FACTORY or --hf-config",
+        ),
+    ],
+)
+def test_cli_check_bad_input_is_one_clear_line(workdir, args, expected):
+    run = cli("check", *args, cwd=workdir)
+    assert run.returncode == 2
+    assert expected in run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_cli_check_config_that_is_not_a_model(workdir, capsys, monkeypatch):
+    code, _, err = cli_in_process(capsys, monkeypatch, workdir, "check", "--hf-config", "scheduler.json")
+    assert code == 2
+    assert "'DDPMScheduler' is not a diffusers model class" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_op_meta_cannot_run_stops_the_dry_run_with_what_was_found():
+    class ReadsValues(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = self.a(x)
+            if x.sum().item() > 0:  # data-dependent: impossible on meta
+                x = x * 2
+            return self.b(x)
+
+    report = dd.check(ReadsValues(), ("2x4", "float32"), dtype="float16")
+    assert report.codes() == ["matmul-dtype-mismatch", "check-incomplete"]
+    stop = report.findings[1]
+    assert stop.severity == dd.Severity.WARNING and "meta" in stop.message
+    assert stop.location.file.endswith("test_check.py")
+
+
+def test_an_offloaded_model_is_checked_without_touching_its_weights(llama_config):
+    accelerate = pytest.importorskip("accelerate")
+    model = transformers.LlamaForCausalLM(llama_config).half()
+    accelerate.cpu_offload(model, execution_device="cpu")  # parameters on meta, weights in the hooks
+    report = dd.check(model, inputs_embeds=("1x4x64", "float32"), dtype=None)
+    assert report.meta["first_error"]["module"] == "model.layers.0.self_attn.q_proj"
+    out = model(inputs_embeds=torch.randn(1, 4, 64).half())  # the user's hooks still work
+    assert out.logits.dtype == torch.float16 and not out.logits.is_meta

@@ -1,0 +1,103 @@
+"""Lightning Trainer with DtypeDoctorCallback: a real Trainer, a tiny LightningModule, 3 steps on CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+L = pytest.importorskip("lightning", reason="lightning is not installed (extra: lightning)")
+
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from dtype_doctor.integrations.lightning import DtypeDoctorCallback  # noqa: E402
+
+
+class Regressor(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(6, 8), nn.ReLU())
+        self.head = nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.head(self.encoder(x)).float(), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _fit(callback, data_dtype):
+    torch.manual_seed(0)
+    model = Regressor().to(torch.bfloat16)  # the model in bf16, the data loader's floats not
+    data = TensorDataset(torch.randn(12, 6, dtype=data_dtype), torch.randn(12, 1))
+    trainer = L.Trainer(
+        max_steps=3,
+        accelerator="cpu",
+        devices=1,
+        enable_checkpointing=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(model, DataLoader(data, batch_size=4))
+    return trainer
+
+
+def test_lightning_logs_the_planted_mismatch_in_fix_mode(tmp_path):
+    html = tmp_path / "train.html"
+    callback = DtypeDoctorCallback(mode="fix", html_path=html, summary=False)
+    trainer = _fit(callback, torch.float32)
+    assert trainer.global_step == 3
+    metrics = trainer.callback_metrics
+    assert metrics["dtype_doctor/errors"] >= 1 and metrics["dtype_doctor/matmul-dtype-mismatch"] >= 1
+    (finding,) = [f for f in callback.report.findings if f.code == "matmul-dtype-mismatch"]
+    assert finding.location.module == "encoder.0"
+    assert {(o.role, o.dtype) for o in finding.operands} >= {("input", "float32"), ("weight", "bfloat16")}
+    page = html.read_text()
+    assert "matmul-dtype-mismatch" in page and "Module tree by dtype" in page
+    assert callback.report.meta["dtype_map"]["encoder.0"] == {"type": "Linear", "dtypes": {"bfloat16": 2}}
+
+
+def test_lightning_failure_keeps_the_error_and_adds_the_diagnosis(capsys):
+    callback = DtypeDoctorCallback(mode="observe")
+    with pytest.raises(RuntimeError, match="mat1 and mat2 must have the same dtype") as info:
+        _fit(callback, torch.float32)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "matmul-dtype-mismatch" in notes and "encoder.0" in notes
+    assert "matmul-dtype-mismatch" in capsys.readouterr().err  # the summary printed on the way out
+    assert not callback._loop.active
+
+
+def test_lightning_clean_run_logs_zero():
+    callback = DtypeDoctorCallback(summary=False)
+    trainer = _fit(callback, torch.bfloat16)
+    assert trainer.callback_metrics["dtype_doctor/findings"] == 0
+    assert callback.report.findings == []
+
+
+class Overflowing(Regressor):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        hidden = self.encoder(x) * 3e4  # past float16's 65504
+        return nn.functional.mse_loss(self.head(hidden).float(), y)
+
+
+def test_lightning_numerics_logs_the_fp16_overflow():
+    callback = DtypeDoctorCallback(numerics=True, summary=False)
+    torch.manual_seed(0)
+    model = Overflowing().half()
+    data = TensorDataset(torch.randn(8, 6, dtype=torch.float16) * 100, torch.randn(8, 1))
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        enable_checkpointing=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(model, DataLoader(data, batch_size=4))
+    assert trainer.callback_metrics["dtype_doctor/fp16-overflow"] >= 1
+    assert any(f.code == "fp16-overflow" and f.location.module == "head" for f in callback.report.findings)

@@ -1,0 +1,49 @@
+"""`dtype-doctor numerics` end to end: JSON report, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from dtype_doctor.cli import main
+from numerics_models import T5_PRODUCER, VAE_PRODUCER  # type: ignore[import-not-found]
+
+MODELS = str(Path(__file__).parent / "numerics_models.py")
+
+
+def test_cli_names_the_producer_and_verifies_the_fp32_set(capsys):
+    args = ["--input", "1x3x16x16", "--dtype", "fp16", "--steps", "1", "--find-fp32", "--json"]
+    code = main(["numerics", f"{MODELS}:make_vae", *args])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    (finding,) = [f for f in report["findings"] if f["code"] == "fp16-overflow"]
+    assert finding["location"]["module"] == VAE_PRODUCER
+    assert report["meta"]["keep_fp32"] == [VAE_PRODUCER.rpartition(".")[0]]
+    assert report["meta"]["keep_fp32_verified"] is True
+    assert "searched and re-run" in finding["fixes"][0]["title"]
+
+
+def test_cli_float32_run_predicts_the_float16_overflow(capsys):
+    args = ["numerics", f"{MODELS}:make_t5", "--input", "input_ids=1x8:int64", "--steps", "1", "--json"]
+    assert main([*args, "--train"]) == 0  # float32 is finite: information only, exit 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert {f["severity"] for f in findings} == {"info"}
+    (headroom,) = [f for f in findings if f["code"] == "fp16-headroom"]
+    assert headroom["location"]["module"] == T5_PRODUCER
+    assert "would overflow in float16" in headroom["message"]
+    assert main([*args, "--dtype", "float16"]) == 1
+    codes = [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]]
+    assert "fp16-overflow" in codes
+
+
+def test_cli_bad_input_is_one_line_exit_2():
+    result = subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", "numerics", f"{MODELS}:make_vae", "--input", "1xbad"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "cannot parse shape" in result.stderr
+    assert "Traceback" not in result.stderr
