@@ -315,3 +315,12 @@ def test_an_offloaded_model_is_checked_without_touching_its_weights(llama_config
     assert report.meta["first_error"]["module"] == "model.layers.0.self_attn.q_proj"
     out = model(inputs_embeds=torch.randn(1, 4, 64).half())  # the user's hooks still work
     assert out.logits.dtype == torch.float16 and not out.logits.is_meta
+
+
+def test_a_model_that_cannot_be_mirrored_is_a_clear_error():
+    import threading
+
+    model = nn.Linear(2, 2)
+    model.lock = threading.Lock()  # deepcopy cannot copy a lock
+    with pytest.raises(dd.DoctorError, match="cannot mirror Linear on meta.*pass a factory"):
+        dd.check(model, ("1x2", "float32"))
