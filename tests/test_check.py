@@ -322,5 +322,5 @@ def test_a_model_that_cannot_be_mirrored_is_a_clear_error():
 
     model = nn.Linear(2, 2)
     model.lock = threading.Lock()  # deepcopy cannot copy a lock
-    with pytest.raises(dd.DoctorError, match="cannot mirror Linear on meta.*pass a factory"):
+    with pytest.raises(dd.DoctorError, match=r"cannot mirror Linear on meta.*pass a factory"):
         dd.check(model, ("1x2", "float32"))
