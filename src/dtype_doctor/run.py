@@ -7,6 +7,7 @@ Under torchrun each rank writes its own report (RANK env).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import runpy
 import sys
@@ -64,12 +65,24 @@ def _print_user_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
 
 
+def _module_exists(name: str) -> bool:
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path.pop(0)
+
+
 def run_program(opts: RunOptions) -> tuple[int, Report]:
     """Run the program under watch; return (its exit code, the report)."""
     from .watch import watch
 
     if not opts.is_module and not os.path.isfile(opts.target):
         raise DoctorError(f"no such script: {opts.target}")
+    if opts.is_module and not _module_exists(opts.target):
+        raise DoctorError(f"no module named {opts.target}")
     report = Report(tool="run")
     r = rank()
     if r is not None:
@@ -89,11 +102,6 @@ def run_program(opts: RunOptions) -> tuple[int, Report]:
         code = _exit_code(exc.code)
     except KeyboardInterrupt:
         code = 130
-    except ImportError as exc:
-        if opts.is_module and exc.name == opts.target:
-            raise DoctorError(f"no module named {opts.target}") from None
-        _print_user_traceback(exc)
-        code = 1
     except BaseException as exc:
         _print_user_traceback(exc)
         code = 1

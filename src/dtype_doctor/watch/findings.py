@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,7 +93,7 @@ def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     if known is not None:
         kind, qual, owner = known
         return Origin(kind=kind, name=qual, module=names.module(owner), dtype=canonical(t.dtype))
-    tag = prov.get(t)
+    tag = prov.lookup(t)
     if tag is not None:
         return tag_to_origin(tag, names.module)
     found = _root_method_input(t)
@@ -155,6 +156,7 @@ def build(
         ctx.add(lib)
     if odd is not None and odd.origin is not None:
         ctx.add(f"odd-{odd.origin.kind}")
+    ctx |= situation(ops, module, root)
     odd_name = (odd.name or _variable_name(odd_tensor) or odd.role) if odd else None
     odd_file = odd.origin.file if odd and odd.origin and odd.origin.file else (ufile or file)
     odd_line = odd.origin.line if odd and odd.origin and odd.origin.file else (uline or line)
@@ -185,7 +187,8 @@ def build(
         from ..report import Severity
 
         fields["severity"] = Severity(severity)
-    return catalog.finding(
+    extra["context"] = sorted(ctx)
+    finding = catalog.finding(
         code,
         context=ctx,
         names=fix_names,
@@ -198,6 +201,26 @@ def build(
         data=extra,
         **fields,
     )  # fmt: skip
+    finding.fix_names = fix_names  # type: ignore[attr-defined]  # kept off the JSON: for re-ranking
+    return finding
+
+
+def situation(ops: list[Operand], module: nn.Module | None, root: nn.Module | None) -> set[str]:
+    """Context tags the catalog ranks fixes by: input-fp32/input-low, inference/training, vae, distributed."""
+    tags = set()
+    inp = next((o for o in ops if o.role == "input"), None)
+    if inp is not None and inp.dtype == "float32":
+        tags.add("input-fp32")
+    elif inp is not None and inp.dtype in ("float16", "bfloat16"):
+        tags.add("input-low")
+    training = torch.is_grad_enabled() and (module.training if module is not None else True)
+    tags.add("training" if training else "inference")
+    name = type(root).__name__ if root is not None else ""
+    if "Autoencoder" in name or "VAE" in name.upper():
+        tags.add("vae")
+    if "RANK" in os.environ or (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        tags.add("distributed")
+    return tags
 
 
 def _chain(origin: Origin, depth: int = 0, limit: int = 6) -> list[tuple[int, Origin]]:

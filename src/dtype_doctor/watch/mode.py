@@ -31,8 +31,14 @@ class Generic:
 
 
 PASS = object()  # calls that make no floating tensor worth tagging
+VIEW = object()  # views share their base's origin (looked up through ._base): nothing to do
 CAST = object()  # dtype conversions: a new origin when the dtype changes
 
+_VIEW_NAMES = {
+    "view", "view_as", "permute", "transpose", "t", "split", "chunk", "unbind", "__getitem__",
+    "expand", "expand_as", "unsqueeze", "squeeze", "narrow", "select", "movedim", "swapaxes",
+    "swapdims", "unflatten", "split_with_sizes", "tensor_split", "diagonal", "as_strided", "unfold",
+}  # fmt: skip
 _CAST_NAMES = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}
 _PASS_NAMES = {
     "__repr__", "__format__", "__str__", "__len__", "__bool__", "__int__", "__float__", "__index__",
@@ -59,6 +65,8 @@ def classify(func: Any) -> Any:
     name = getattr(func, "__name__", "") or ""
     if name in _CAST_NAMES:
         return CAST
+    if name in _VIEW_NAMES:
+        return VIEW
     if name in _PASS_NAMES or name.startswith(("_foreach", "is_", "_is_", "_has_")):
         return PASS
     inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
@@ -84,6 +92,11 @@ class WatchMode(TorchFunctionMode):
             kind = classify(func)
         if kind is PASS:
             return func(*args, **kwargs)
+        if kind is VIEW:
+            out = func(*args, **kwargs)
+            if type(out) is torch.Tensor and out._base is None and args and out is not args[0]:
+                self.session.tag_copy(args[0], out)  # advanced indexing copies: keep the origin
+            return out
         s = self.session
         inputs = None
         finding = None

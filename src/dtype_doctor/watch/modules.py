@@ -17,6 +17,10 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from ..errors import DtypeMismatchError
+
+_no_torch_function = torch._C.DisableTorchFunction
+
 
 def roots_of(model: Any) -> dict[str, nn.Module]:
     """prefix → root module, for a module, a diffusers-style pipeline (`.components`) or a dict."""
@@ -159,12 +163,15 @@ class ModuleStack:
 
     def _pre(self, module: nn.Module, args: tuple) -> None:
         try:
-            kwargs = None
-            if not self.stack:  # a root call: its kwargs are locals of Module._call_impl's inner()
-                caller = sys._getframe(1)
-                if caller.f_code.co_name == "inner":
-                    kwargs = caller.f_locals.get("kwargs")
-            self._on_enter(module, args, kwargs, not self.stack)
+            with _no_torch_function():  # our own tensor inspection must not go through the mode
+                kwargs = None
+                if not self.stack:  # a root call: its kwargs are locals of Module._call_impl's inner()
+                    caller = sys._getframe(1)
+                    if caller.f_code.co_name == "inner":
+                        kwargs = caller.f_locals.get("kwargs")
+                self._on_enter(module, args, kwargs, not self.stack)
+        except DtypeMismatchError:
+            raise  # strict mode stops here on purpose
         except Exception as exc:  # the tool never breaks the user's forward
             self._on_error(exc)
         self.stack.append(module)

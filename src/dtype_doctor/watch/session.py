@@ -89,11 +89,25 @@ class Session:
         if not self._active:
             return
         self._active = False
-        for step in (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics):
+        for step in (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics, self._rerank):
             try:
                 step()
             except Exception as exc:
                 self.internal_error(exc)
+
+    def _rerank(self) -> None:
+        """Several different mismatches in one run: one dtype policy beats patching each op."""
+        from .. import catalog
+
+        errors = [f for f in self.report.errors if f.code != "fp16-gradient-unscale"]
+        if len({(f.code, f.location.module if f.location else None) for f in errors}) < 2:
+            return
+        for f in errors:
+            names = getattr(f, "fix_names", None)
+            if names is not None:
+                context = {*f.data.get("context", ()), "multi-error"}
+                f.data["context"] = sorted(context)
+                f.fixes = catalog.fixes_for(f.code, context, **names)
 
     def _mode_exit(self) -> None:
         self._mode.__exit__(None, None, None)
@@ -110,7 +124,8 @@ class Session:
             from ..errors import DoctorError
 
             raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
-        self._numerics = NumericsMonitor(report=self.report, model=self.model, every=self._every)
+        model = self.model if isinstance(self.model, nn.Module) else None
+        self._numerics = NumericsMonitor(report=self.report, model=model, every=self._every)
         self._numerics.start()
 
     def _stop_numerics(self) -> None:
@@ -172,7 +187,7 @@ class Session:
         def tag(value: Any, name: str) -> None:
             if isinstance(value, torch.Tensor):
                 if value.is_floating_point():
-                    prev = self.prov.get(value)
+                    prev = self.prov.lookup(value)
                     parents = (prev,) if prev is not None and prev.kind != "input" else ()
                     self.prov.set(
                         value, Tag("input", value.dtype, op, name, module, call_site, None, parents)
@@ -314,7 +329,7 @@ class Session:
         module = self.stack.top
         for s in m.odd:
             new = s.tensor.to(m.expected)
-            prev = self.prov.get(s.tensor)
+            prev = self.prov.lookup(s.tensor)
             inner, user = caller_frames(4)
             self.prov.set(
                 new,
@@ -328,7 +343,7 @@ class Session:
     # ---- every other op: silent promotion ---------------------------------------------------
     def scan(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> tuple:
         if kind is CAST:
-            return args, kwargs, args[:1], None
+            return args, kwargs, [a for a in args[:1] if isinstance(a, torch.Tensor)], None
         floats: list[torch.Tensor] = []
         for a in args:
             if isinstance(a, torch.Tensor):
@@ -379,59 +394,98 @@ class Session:
 
     # ---- provenance of outputs ---------------------------------------------------------------
     def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None:
+        """Give each new floating output the origin of its dtype (hot path: keep it lean)."""
         if isinstance(out, torch.Tensor):
             outs: Any = (out,)
         elif isinstance(out, (tuple, list)):
             outs = [o for o in out if isinstance(o, torch.Tensor)]
         else:
             return
-        prov = self.prov
-        dtypes = {i.dtype for i in inputs if isinstance(i, torch.Tensor) and i.dim() > 0}
-        promoted = len(dtypes) > 1 and kind is not CAST
+        lookup = self.prov.lookup
+        n = len(inputs)
+        if n == 1:  # most ops: the output's dtype is its input's, or the op changed it
+            i = inputs[0]
+            di = i.dtype
+            for o in outs:
+                if o is i or o._base is not None:
+                    continue
+                if o.dtype == di:
+                    parent = lookup(i) or self._parameter_tag(inputs, di)
+                    if parent is not None:
+                        self.prov.set(o, parent)
+                elif o.is_floating_point():
+                    self._new_tag(func, kind, inputs, o, False)
+            return
+        promoted = False
+        if n > 1 and kind is not CAST:
+            d0 = inputs[0].dtype
+            for i in inputs:
+                if i.dtype != d0:
+                    promoted = len({i.dtype for i in inputs if i.dim() > 0}) > 1
+                    break
         for o in outs:
-            if not o.is_floating_point() or any(o is i for i in inputs):
+            if o._base is not None or not o.is_floating_point():
                 continue
-            dt = o.dtype
-            parent = None
-            same = False
-            if not promoted:
+            if any(o is i for i in inputs):
+                continue  # in-place or returned as is: its origin stands
+            if not promoted and n:
+                dt = o.dtype
+                parent = None
+                same = False
                 rank = 9
                 for i in inputs:
-                    if isinstance(i, torch.Tensor) and i.dtype == dt:
+                    if i.dtype == dt:
                         same = True
-                        t = prov.get(i)
-                        if t is not None and _RANK.get(t.kind, 1) < rank:
-                            parent, rank = t, _RANK.get(t.kind, 1)
-                            if rank == 0:
-                                break
+                        t = lookup(i)
+                        if t is not None:
+                            r = _RANK.get(t.kind, 1)
+                            if r < rank:
+                                parent, rank = t, r
+                                if r == 0:
+                                    break
                 if parent is None and same:
                     parent = self._parameter_tag(inputs, dt)
-            if parent is not None:
-                prov.set(o, parent)  # the dtype came with this input: share its origin
-                continue
-            if kind is CAST and same:
-                continue  # a device move or a no-op cast of an untracked tensor
-            tags = []
-            seen_dt = set()
-            for i in inputs:
-                if isinstance(i, torch.Tensor) and i.is_floating_point() and i.dtype not in seen_dt:
-                    seen_dt.add(i.dtype)
-                    t = prov.get(i)
-                    if t is not None and _depth(t) < _MAX_DEPTH:
-                        tags.append(t)
-            inner, user = caller_frames(3)
-            if kind is CAST:
-                new_kind = "cast"
-            elif _autocast_dtype(o.device.type) == dt:
-                new_kind = "autocast"  # autocast chose this dtype, not the code
-            else:
-                new_kind = "promotion" if promoted else "op"
-            prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
+                    if parent is None:
+                        continue  # the dtype came from an untracked tensor: nothing new to say
+                if parent is not None:
+                    self.prov.set(o, parent)  # the dtype came with this input: share its origin
+                    continue
+            self._new_tag(func, kind, inputs, o, promoted)
+
+    def tag_copy(self, src: Any, out: torch.Tensor) -> None:
+        try:
+            if isinstance(src, torch.Tensor) and src.dtype == out.dtype:
+                t = self.prov.lookup(src)
+                if t is not None:
+                    self.prov.set(out, t)
+        except Exception as exc:
+            self.internal_error(exc)
+
+    def _new_tag(self, func: Any, kind: Any, inputs: Any, o: torch.Tensor, promoted: bool) -> None:
+        """The op decided this output's dtype (creation, cast, promotion, autocast): remember where."""
+        prov = self.prov
+        dt = o.dtype
+        tags = []
+        seen_dt = set()
+        for i in inputs:
+            if i.dtype not in seen_dt:
+                seen_dt.add(i.dtype)
+                t = prov.lookup(i)
+                if t is not None and _depth(t) < _MAX_DEPTH:
+                    tags.append(t)
+        inner, user = caller_frames(4)
+        if kind is CAST:
+            new_kind = "cast"
+        elif _autocast_dtype(o.device.type) == dt:
+            new_kind = "autocast"  # autocast chose this dtype, not the code
+        else:
+            new_kind = "promotion" if promoted else "op"
+        prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
 
     def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
         """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
         for i in inputs:
-            if isinstance(i, torch.Tensor) and i.dtype == dt:
+            if i.dtype == dt:
                 known = self.names.tensor(i)
                 if known is not None:
                     kind, qual, owner = known
