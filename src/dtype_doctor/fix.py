@@ -24,6 +24,7 @@ from .policy import (
     KeepPattern,
     dtype_name,
     hf_keep_fp32,
+    is_compute_float,
     kept_modules,
     map_tensors,
     own_float_dtypes,
@@ -119,20 +120,20 @@ def _convert_own(module: nn.Module, dtype: torch.dtype, loading: bool) -> None:
     """Cast the module's own floating parameters and buffers, never its children's (each tensor is
     cast once, straight to its final dtype, so fp32 islands lose no precision on the way)."""
     for p in module._parameters.values():
-        if p is not None and p.is_floating_point() and p.dtype != dtype:
+        if p is not None and is_compute_float(p) and p.dtype != dtype:
             p.data = p.data.to(dtype)
             if p.grad is not None:
                 p.grad = p.grad.to(dtype)
     for name, b in module._buffers.items():
         if loading and name in module._non_persistent_buffers_set:
             continue  # computed at init (rotary inv_freq...): loading in a dtype leaves them as they are
-        if b is not None and b.is_floating_point() and b.dtype != dtype:
+        if b is not None and is_compute_float(b) and b.dtype != dtype:
             module._buffers[name] = b.to(dtype)
 
 
 def _cast(dtype: torch.dtype):
     def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+        return t.to(dtype) if is_compute_float(t) and t.dtype != dtype else t
 
     return cast
 
@@ -259,7 +260,7 @@ def guard(model: nn.Module) -> Guard:
 
 
 def _needs_cast(t: torch.Tensor, target: torch.dtype) -> bool:
-    return t.is_floating_point() and t.dtype != target
+    return is_compute_float(t) and t.dtype != target
 
 
 def _nested_needs_cast(value: Any, target: torch.dtype) -> bool:
