@@ -30,7 +30,7 @@ from .policy import (
     own_float_dtypes,
     to_torch_dtype,
 )
-from .report import Location, Operand, Report
+from .report import Finding, Location, Operand, Report
 
 __all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "convert", "fix", "guard"]
 
@@ -171,7 +171,7 @@ class Guard:
         self.model = model
         self.report = Report(tool="guard")
         self._handles: list[RemovableHandle] = []
-        self._logged: set[tuple] = set()
+        self._seen: dict[tuple, Finding] = {}
         self._install()
 
     def _install(self) -> None:
@@ -194,12 +194,18 @@ class Guard:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
             if not (_nested_needs_cast(args, target) or _nested_needs_cast(kwargs, target)):
                 return None  # the common case: nothing to cast, no new tuples
-            names = _arg_names(module)
-            new_args = tuple(
-                self._cast_one(name, module, names[i] if i < len(names) else f"arg{i}", a, target)
-                for i, a in enumerate(args)
-            )
-            new_kwargs = {k: self._cast_one(name, module, k, v, target) for k, v in kwargs.items()}
+            try:
+                names = _arg_names(module)
+                new_args = tuple(
+                    self._cast_one(name, module, names[i] if i < len(names) else f"arg{i}", a, target)
+                    for i, a in enumerate(args)
+                )
+                new_kwargs = {k: self._cast_one(name, module, k, v, target) for k, v in kwargs.items()}
+            except Exception as exc:  # never let the guard itself break the user's forward
+                log.warning(
+                    "dtype-doctor guard: could not cast the inputs of '%s': %r", name or "<root>", exc
+                )
+                return None
             return new_args, new_kwargs
 
         return hook
@@ -215,32 +221,34 @@ class Guard:
 
     def _record(self, name: str, module: nn.Module, arg: str, t: torch.Tensor, target: torch.dtype) -> None:
         src, dst = dtype_name(t.dtype), dtype_name(target)
-        module_name = name or "<root>"
-        self.report.add(
-            catalog.finding(
-                "module-input-cast",
-                names={
-                    "module": f"'{module_name}'",
-                    "input": arg,
-                    "dtype": torch_name(dst),
-                    "other_dtype": torch_name(src),
-                },
-                message=f"cast input '{arg}' of '{module_name}' from {src} to {dst}",
-                location=Location(module=name, module_type=type(module).__name__),
-                operands=[Operand(role="input", dtype=src, shape=list(t.shape), name=arg)],
-            )
-        )
         key = (name, arg, src, dst)
-        if key not in self._logged:
-            self._logged.add(key)
-            log.warning(
-                "dtype-doctor guard: cast input '%s' of '%s' (%s) from %s to %s (logged once)",
-                arg,
-                module_name,
-                type(module).__name__,
-                src,
-                dst,
-            )
+        known = self._seen.get(key)
+        if known is not None:  # every later cast only counts: cheap inside a training loop
+            known.count += 1
+            return
+        module_name = name or "<root>"
+        finding = catalog.finding(
+            "module-input-cast",
+            names={
+                "module": f"'{module_name}'",
+                "input": arg,
+                "dtype": torch_name(dst),
+                "other_dtype": torch_name(src),
+            },
+            message=f"cast input '{arg}' of '{module_name}' from {src} to {dst}",
+            location=Location(module=name, module_type=type(module).__name__),
+            operands=[Operand(role="input", dtype=src, shape=list(t.shape), name=arg)],
+        )
+        self._seen[key] = finding
+        self.report.findings.append(finding)
+        log.warning(
+            "dtype-doctor guard: cast input '%s' of '%s' (%s) from %s to %s (logged once)",
+            arg,
+            module_name,
+            type(module).__name__,
+            src,
+            dst,
+        )
 
     def remove(self) -> None:
         for h in self._handles:

@@ -45,9 +45,7 @@ def to_torch_dtype(value: torch.dtype | str) -> torch.dtype:
 
 def own_float_dtypes(module: nn.Module, buffers: bool = False) -> dict[str, str]:
     """Direct (non-recursive) floating parameters (and buffers) → dtype name."""
-    found = {
-        n: dtype_name(p.dtype) for n, p in module.named_parameters(recurse=False) if is_compute_float(p)
-    }
+    found = {n: dtype_name(p.dtype) for n, p in module.named_parameters(recurse=False) if is_compute_float(p)}
     if buffers:
         for n, b in module.named_buffers(recurse=False):
             if b is not None and is_compute_float(b):
