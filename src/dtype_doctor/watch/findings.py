@@ -157,7 +157,8 @@ def build(
     if odd is not None and odd.origin is not None:
         ctx.add(f"odd-{odd.origin.kind}")
     ctx |= situation(ops, module, root)
-    odd_name = (odd.name or _variable_name(odd_tensor) or odd.role) if odd else None
+    variable = _variable_name(odd_tensor) if odd else None  # the user's own name for it, if any
+    odd_name = (odd.name or variable or odd.role) if odd else None
     odd_file = odd.origin.file if odd and odd.origin and odd.origin.file else (ufile or file)
     odd_line = odd.origin.line if odd and odd.origin and odd.origin.file else (uline or line)
     fix_names = {
@@ -167,7 +168,7 @@ def build(
         "op": op,
         "param": param_name,
         "input": odd_name,
-        "tensor": odd_name if odd_name and odd_name.isidentifier() else "x",
+        "tensor": next((n for n in (variable, odd_name) if n and n.isidentifier()), "x"),
         "dtype": torch_name(expected),
         "other_dtype": torch_name(odd and getattr(torch, odd.dtype or "", None)),
         "file": odd_file,
