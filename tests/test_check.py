@@ -315,3 +315,69 @@ def test_an_offloaded_model_is_checked_without_touching_its_weights(llama_config
     assert report.meta["first_error"]["module"] == "model.layers.0.self_attn.q_proj"
     out = model(inputs_embeds=torch.randn(1, 4, 64).half())  # the user's hooks still work
     assert out.logits.dtype == torch.float16 and not out.logits.is_meta
+
+
+def test_a_model_that_cannot_be_mirrored_is_a_clear_error():
+    import threading
+
+    model = nn.Linear(2, 2)
+    model.lock = threading.Lock()  # deepcopy cannot copy a lock
+    with pytest.raises(dd.DoctorError, match=r"cannot mirror Linear on meta.*pass a factory"):
+        dd.check(model, ("1x2", "float32"))
+
+
+def _tiny(name: str) -> tuple[nn.Module, dict]:
+    T = transformers
+    if name == "gpt2":
+        config = T.GPT2Config(
+            n_embd=64, n_layer=1, n_head=4, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0
+        )
+        return T.GPT2Model(config), {"inputs_embeds": torch.randn(1, 6, 64)}
+    if name == "bert":
+        config = T.BertConfig(
+            hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128, vocab_size=64
+        )
+        return T.BertModel(config), {"inputs_embeds": torch.randn(1, 6, 64)}
+    if name == "clip-vision":
+        config = T.CLIPVisionConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+        )
+        return T.CLIPVisionModel(config), {"pixel_values": torch.randn(1, 3, 32, 32)}
+    dit = diffusers.DiTTransformer2DModel(
+        num_attention_heads=2, attention_head_dim=16, in_channels=4, num_layers=1, sample_size=8, patch_size=2,
+        norm_num_groups=8, num_embeds_ada_norm=10,
+    )  # fmt: skip
+    return dit, {
+        "hidden_states": torch.randn(1, 4, 8, 8),
+        "timestep": torch.tensor([3]),
+        "class_labels": torch.tensor([1]),
+    }
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "clip-vision", "dit"])
+@pytest.mark.parametrize("state", ["fp32-inputs", "fp16-weights-fp32-biases"])
+def test_first_error_matches_a_real_run_across_libraries(name, state):
+    torch.manual_seed(0)
+    model, inputs = _tiny(name)
+    model.eval()
+    if state == "fp32-inputs":  # the model loaded in fp16, the inputs left in fp32
+        report = dd.check(model, dtype=torch.float16, **inputs)
+        real = copy.deepcopy(model).half()
+    else:  # the CogVLM state: checked as it is
+        real = copy.deepcopy(model)
+        for pname, p in real.named_parameters():
+            if not pname.endswith("bias"):
+                p.data = p.data.half()
+        inputs = {k: v.half() if v.is_floating_point() else v for k, v in inputs.items()}
+        report = dd.check(real, dtype=None, **inputs)
+    try:
+        _, module = real_failure(real, **inputs)
+    except AssertionError:  # the real run succeeds (CLIP casts pixel_values itself): check must be clean
+        assert not report.errors
+        return
+    assert report.meta["first_error"]["module"] == module

@@ -185,3 +185,13 @@ def test_fix_honours_transformers_keep_in_fp32_modules():
     model = dd.fix(Tiny(), torch.float16, keep_fp32=())
     assert model.wi.weight.dtype == torch.float16 and model.wo.weight.dtype == torch.float32
     assert model(torch.randn(2, 4)).dtype == torch.float16
+
+
+def test_float8_storage_is_left_alone_by_fix_guard_and_audit():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model[0].weight.data = model[0].weight.data.to(torch.float8_e4m3fn)  # a quantized weight + its bias
+    dd.fix(model, torch.float16)
+    assert [p.dtype for p in model.parameters()] == [torch.float8_e4m3fn] + [torch.float16] * 3
+    assert "weight-bias-dtype-mismatch" not in dd.audit(model).codes()
+    with dd.guard(model) as g:  # only the fp16 layers are guarded, nothing is cast to float8
+        assert {type(m) for m in model} == {nn.Linear} and len(g._handles) == 2

@@ -18,7 +18,15 @@ from torch import nn
 from . import catalog
 from ._callable import make_callable
 from .dtypes import is_low_precision, torch_name
-from .policy import NORM_WORDS, dominant_dtype, dtype_name, hf_keep_fp32, matches, own_float_dtypes
+from .policy import (
+    NORM_WORDS,
+    dominant_dtype,
+    dtype_name,
+    hf_keep_fp32,
+    is_compute_float,
+    matches,
+    own_float_dtypes,
+)
 from .report import Finding, Location, Operand, Report, Severity
 
 __all__ = ["audit", "dtype_map"]
@@ -129,7 +137,7 @@ def dtype_map(model: nn.Module, name: str = "") -> list[dict[str, Any]]:
 def _tensors(module: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
     yield from module.named_parameters()
     for n, b in module.named_buffers():
-        if b is not None and b.is_floating_point():
+        if b is not None and is_compute_float(b):
             yield n, b
 
 
@@ -304,7 +312,7 @@ def fp32_island_findings(model: nn.Module, prefix: str = "") -> list[Finding]:
 
 
 def _param_dtypes(module: nn.Module) -> set[str]:
-    return {dtype_name(p.dtype) for p in module.parameters() if p.is_floating_point()}
+    return {dtype_name(p.dtype) for p in module.parameters() if is_compute_float(p)}
 
 
 # ---------------------------------------------------------------- pipelines

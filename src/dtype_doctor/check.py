@@ -126,7 +126,13 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
         for value in (*module._parameters.values(), *module._buffers.values(), *vars(module).values()):
             if isinstance(value, torch.Tensor) and id(value) not in memo:
                 memo[id(value)] = _meta_like(value)
-    mirror = copy.deepcopy(model, memo)
+    try:
+        mirror = copy.deepcopy(model, memo)
+    except Exception as exc:  # something in the module tree cannot be copied (a lock, an open file...)
+        raise DoctorError(
+            f"cannot mirror {type(model).__name__} on meta ({type(exc).__name__}: {exc}); "
+            "pass a factory that builds it instead"
+        ) from None
     _drop_offload_hooks(mirror)
     return mirror
 

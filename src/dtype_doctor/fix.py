@@ -24,12 +24,13 @@ from .policy import (
     KeepPattern,
     dtype_name,
     hf_keep_fp32,
+    is_compute_float,
     kept_modules,
     map_tensors,
     own_float_dtypes,
     to_torch_dtype,
 )
-from .report import Location, Operand, Report
+from .report import Finding, Location, Operand, Report
 
 __all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "convert", "fix", "guard"]
 
@@ -119,20 +120,20 @@ def _convert_own(module: nn.Module, dtype: torch.dtype, loading: bool) -> None:
     """Cast the module's own floating parameters and buffers, never its children's (each tensor is
     cast once, straight to its final dtype, so fp32 islands lose no precision on the way)."""
     for p in module._parameters.values():
-        if p is not None and p.is_floating_point() and p.dtype != dtype:
+        if p is not None and is_compute_float(p) and p.dtype != dtype:
             p.data = p.data.to(dtype)
             if p.grad is not None:
                 p.grad = p.grad.to(dtype)
     for name, b in module._buffers.items():
         if loading and name in module._non_persistent_buffers_set:
             continue  # computed at init (rotary inv_freq...): loading in a dtype leaves them as they are
-        if b is not None and b.is_floating_point() and b.dtype != dtype:
+        if b is not None and is_compute_float(b) and b.dtype != dtype:
             module._buffers[name] = b.to(dtype)
 
 
 def _cast(dtype: torch.dtype):
     def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+        return t.to(dtype) if is_compute_float(t) and t.dtype != dtype else t
 
     return cast
 
@@ -170,7 +171,7 @@ class Guard:
         self.model = model
         self.report = Report(tool="guard")
         self._handles: list[RemovableHandle] = []
-        self._logged: set[tuple] = set()
+        self._seen: dict[tuple, Finding] = {}
         self._install()
 
     def _install(self) -> None:
@@ -193,12 +194,18 @@ class Guard:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
             if not (_nested_needs_cast(args, target) or _nested_needs_cast(kwargs, target)):
                 return None  # the common case: nothing to cast, no new tuples
-            names = _arg_names(module)
-            new_args = tuple(
-                self._cast_one(name, module, names[i] if i < len(names) else f"arg{i}", a, target)
-                for i, a in enumerate(args)
-            )
-            new_kwargs = {k: self._cast_one(name, module, k, v, target) for k, v in kwargs.items()}
+            try:
+                names = _arg_names(module)
+                new_args = tuple(
+                    self._cast_one(name, module, names[i] if i < len(names) else f"arg{i}", a, target)
+                    for i, a in enumerate(args)
+                )
+                new_kwargs = {k: self._cast_one(name, module, k, v, target) for k, v in kwargs.items()}
+            except Exception as exc:  # never let the guard itself break the user's forward
+                log.warning(
+                    "dtype-doctor guard: could not cast the inputs of '%s': %r", name or "<root>", exc
+                )
+                return None
             return new_args, new_kwargs
 
         return hook
@@ -214,32 +221,34 @@ class Guard:
 
     def _record(self, name: str, module: nn.Module, arg: str, t: torch.Tensor, target: torch.dtype) -> None:
         src, dst = dtype_name(t.dtype), dtype_name(target)
-        module_name = name or "<root>"
-        self.report.add(
-            catalog.finding(
-                "module-input-cast",
-                names={
-                    "module": f"'{module_name}'",
-                    "input": arg,
-                    "dtype": torch_name(dst),
-                    "other_dtype": torch_name(src),
-                },
-                message=f"cast input '{arg}' of '{module_name}' from {src} to {dst}",
-                location=Location(module=name, module_type=type(module).__name__),
-                operands=[Operand(role="input", dtype=src, shape=list(t.shape), name=arg)],
-            )
-        )
         key = (name, arg, src, dst)
-        if key not in self._logged:
-            self._logged.add(key)
-            log.warning(
-                "dtype-doctor guard: cast input '%s' of '%s' (%s) from %s to %s (logged once)",
-                arg,
-                module_name,
-                type(module).__name__,
-                src,
-                dst,
-            )
+        known = self._seen.get(key)
+        if known is not None:  # every later cast only counts: cheap inside a training loop
+            known.count += 1
+            return
+        module_name = name or "<root>"
+        finding = catalog.finding(
+            "module-input-cast",
+            names={
+                "module": f"'{module_name}'",
+                "input": arg,
+                "dtype": torch_name(dst),
+                "other_dtype": torch_name(src),
+            },
+            message=f"cast input '{arg}' of '{module_name}' from {src} to {dst}",
+            location=Location(module=name, module_type=type(module).__name__),
+            operands=[Operand(role="input", dtype=src, shape=list(t.shape), name=arg)],
+        )
+        self._seen[key] = finding
+        self.report.findings.append(finding)
+        log.warning(
+            "dtype-doctor guard: cast input '%s' of '%s' (%s) from %s to %s (logged once)",
+            arg,
+            module_name,
+            type(module).__name__,
+            src,
+            dst,
+        )
 
     def remove(self) -> None:
         for h in self._handles:
@@ -259,7 +268,7 @@ def guard(model: nn.Module) -> Guard:
 
 
 def _needs_cast(t: torch.Tensor, target: torch.dtype) -> bool:
-    return t.is_floating_point() and t.dtype != target
+    return is_compute_float(t) and t.dtype != target
 
 
 def _nested_needs_cast(value: Any, target: torch.dtype) -> bool:

@@ -23,6 +23,12 @@ NORM_WORDS = ("norm",)
 KeepPattern = str | type | re.Pattern
 
 
+def is_compute_float(t: torch.Tensor) -> bool:
+    """Floating, and not a float8 storage format (fp8 weights and their scales are a quantization
+    design, never converted, cast to or compared by a dtype policy)."""
+    return t.is_floating_point() and t.element_size() > 1
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -39,12 +45,10 @@ def to_torch_dtype(value: torch.dtype | str) -> torch.dtype:
 
 def own_float_dtypes(module: nn.Module, buffers: bool = False) -> dict[str, str]:
     """Direct (non-recursive) floating parameters (and buffers) → dtype name."""
-    found = {
-        n: dtype_name(p.dtype) for n, p in module.named_parameters(recurse=False) if p.is_floating_point()
-    }
+    found = {n: dtype_name(p.dtype) for n, p in module.named_parameters(recurse=False) if is_compute_float(p)}
     if buffers:
         for n, b in module.named_buffers(recurse=False):
-            if b is not None and b.is_floating_point():
+            if b is not None and is_compute_float(b):
                 found[n] = dtype_name(b.dtype)
     return found
 
@@ -53,7 +57,7 @@ def dominant_dtype(module: nn.Module) -> str | None:
     """The floating dtype holding most parameter elements (the dtype the model "is in")."""
     counts: Counter[str] = Counter()
     for p in module.parameters():
-        if p.is_floating_point():
+        if is_compute_float(p):
             counts[dtype_name(p.dtype)] += p.numel()
     return counts.most_common(1)[0][0] if counts else None
 
