@@ -21,7 +21,7 @@ from ..report import Report
 from . import advice
 from .analysis import Call, Grad, Shadow, Sighting, TensorInfo, backward_producer, forward_producers
 from .scaler import ScalerMonitor
-from .stats import ABSMAX, iter_tensors, read_rows, tensor_stats
+from .stats import ABSMAX, iter_tensors, light_stats, read_rows, tensor_stats
 
 _SHADOW_MAX_PARAMS = 50_000_000
 
@@ -292,14 +292,17 @@ class NumericsMonitor:
             return
         try:
             if grad.is_floating_point() and grad.numel():
-                self._grads.append(Grad(self._measure_grad(grad), param=name))
+                # a parameter gradient is as big as the parameter: in float32/bfloat16 only its
+                # range matters (underflow is a float16 matter), so one fused pass is enough
+                light = grad.dtype != torch.float16
+                self._grads.append(Grad(self._measure_grad(grad, light), param=name))
         except Exception as exc:
             self._active = False
             self.internal_error = f"{type(exc).__name__}: {exc}"
 
-    def _measure_grad(self, grad: torch.Tensor) -> int:
+    def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
         slot = len(self._rows)
-        self._rows.append(tensor_stats(grad))
+        self._rows.append(light_stats(grad) if light else tensor_stats(grad))
         self._infos.append(
             TensorInfo(str(grad.dtype).removeprefix("torch."), tuple(grad.shape), grad.numel())
         )
