@@ -24,6 +24,7 @@ from .scaler import ScalerMonitor
 from .stats import ABSMAX, iter_tensors, light_stats, read_rows, tensor_stats
 
 _SHADOW_MAX_PARAMS = 50_000_000
+_LOW = (torch.float16, torch.bfloat16)
 
 
 def _safe(method: Callable) -> Callable:
@@ -181,6 +182,7 @@ class NumericsMonitor:
         self._made_by: dict[int, str | None] = {}
         self._token = object()
         self._pending_step: int | None = None
+        self._low_precision_step = False
 
     def _monitored(self) -> bool:
         return self.step_index % self.every == 0
@@ -219,6 +221,8 @@ class NumericsMonitor:
     def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
         if self._pending_step is None:
             self._pending_step = self.step_index
+        if tensor.dtype in _LOW:
+            self._low_precision_step = True
         slot = len(self._rows)
         self._rows.append(tensor_stats(tensor, signed))
         self._infos.append(
@@ -289,6 +293,11 @@ class NumericsMonitor:
 
     def _on_param_grad(self, name: str, grad: torch.Tensor) -> None:
         if not self._active or self._busy or not self._rows:
+            return
+        # Reading every weight gradient costs about one optimizer step. Only a step that ran
+        # float16/bfloat16 compute (half model or autocast) can overflow one without its module's
+        # input or output gradient (measured anyway) already being huge, so only such steps pay.
+        if not self._low_precision_step and grad.dtype not in _LOW:
             return
         try:
             if grad.is_floating_point() and grad.numel():
