@@ -11,7 +11,7 @@ from torch import nn
 from .. import catalog
 from ..report import Evidence, Finding, Location, Operand, Report, Severity
 from .analysis import Call, Grad, Producer, Sighting, TensorInfo
-from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt
+from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
 
 HEADROOM_FACTOR = 2.0  # float16 outputs within this factor of 65504 are reported
 UNDERFLOW_SHARE = 0.05  # share of non-zero values below float16's smallest normal
@@ -196,6 +196,8 @@ class Advisor:
         entry = self._ranges.setdefault((phase, name), [info.dtype, 0.0, 0.0, 0.0, math.inf])
         if math.isfinite(row[ABSMAX]):
             entry[1] = max(entry[1], row[ABSMAX])
+            if is_light(row):
+                return
             entry[2] += row[N_TINY]
             entry[3] += info.numel - row[N_ZERO]
             entry[4] = min(entry[4], row[MIN_NONZERO])

@@ -21,9 +21,10 @@ from ..report import Report
 from . import advice
 from .analysis import Call, Grad, Shadow, Sighting, TensorInfo, backward_producer, forward_producers
 from .scaler import ScalerMonitor
-from .stats import ABSMAX, iter_tensors, read_rows, tensor_stats
+from .stats import ABSMAX, iter_tensors, light_stats, read_rows, tensor_stats
 
 _SHADOW_MAX_PARAMS = 50_000_000
+_LOW = (torch.float16, torch.bfloat16)
 
 
 def _safe(method: Callable) -> Callable:
@@ -181,6 +182,7 @@ class NumericsMonitor:
         self._made_by: dict[int, str | None] = {}
         self._token = object()
         self._pending_step: int | None = None
+        self._low_precision_step = False
 
     def _monitored(self) -> bool:
         return self.step_index % self.every == 0
@@ -219,6 +221,8 @@ class NumericsMonitor:
     def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
         if self._pending_step is None:
             self._pending_step = self.step_index
+        if tensor.dtype in _LOW:
+            self._low_precision_step = True
         slot = len(self._rows)
         self._rows.append(tensor_stats(tensor, signed))
         self._infos.append(
@@ -290,16 +294,24 @@ class NumericsMonitor:
     def _on_param_grad(self, name: str, grad: torch.Tensor) -> None:
         if not self._active or self._busy or not self._rows:
             return
+        # Reading every weight gradient costs about one optimizer step. Only a step that ran
+        # float16/bfloat16 compute (half model or autocast) can overflow one without its module's
+        # input or output gradient (measured anyway) already being huge, so only such steps pay.
+        if not self._low_precision_step and grad.dtype not in _LOW:
+            return
         try:
             if grad.is_floating_point() and grad.numel():
-                self._grads.append(Grad(self._measure_grad(grad), param=name))
+                # a parameter gradient is as big as the parameter: in float32/bfloat16 only its
+                # range matters (underflow is a float16 matter), so one fused pass is enough
+                light = grad.dtype != torch.float16
+                self._grads.append(Grad(self._measure_grad(grad, light), param=name))
         except Exception as exc:
             self._active = False
             self.internal_error = f"{type(exc).__name__}: {exc}"
 
-    def _measure_grad(self, grad: torch.Tensor) -> int:
+    def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
         slot = len(self._rows)
-        self._rows.append(tensor_stats(grad))
+        self._rows.append(light_stats(grad) if light else tensor_stats(grad))
         self._infos.append(
             TensorInfo(str(grad.dtype).removeprefix("torch."), tuple(grad.shape), grad.numel())
         )

@@ -73,6 +73,21 @@ def tensor_stats(x: torch.Tensor, signed: bool = False) -> torch.Tensor:
     return torch.stack((absmax.float(), min_nonzero.float(), n_tiny.float(), n_zero.float(), top.float()))
 
 
+@torch.no_grad()
+def light_stats(x: torch.Tensor) -> torch.Tensor:
+    """Only the abs-max (one fused pass, no temporary), for big tensors where range is all we need.
+
+    The other columns are NaN (unknown), which `is_light` tells; finiteness still shows in abs-max.
+    """
+    absmax = torch.linalg.vector_norm(x.detach(), ord=math.inf).float()
+    unknown = torch.full((), math.nan, device=x.device)
+    return torch.stack((absmax, unknown, unknown, unknown, absmax))
+
+
+def is_light(row: list[float]) -> bool:
+    return math.isnan(row[N_ZERO])
+
+
 def read_rows(rows: list[torch.Tensor]) -> list[list[float]]:
     """All rows to Python floats: one device→host transfer per device."""
     if not rows:
