@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from .compare import COMPARE_FAMILIES
+from .env import ENV_FAMILIES
 from .errors import ERROR_FAMILIES
 from .model import Family
 
-FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES,)
+FAMILIES: tuple[Family, ...] = (*ERROR_FAMILIES, *COMPARE_FAMILIES, *ENV_FAMILIES)

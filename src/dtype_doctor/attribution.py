@@ -1,0 +1,274 @@
+"""Which modules lose the most in low precision, and what keeping them in fp32 buys back.
+
+Per-layer attribution uses the numeric-suite "shadow" approach: while the fp32 reference
+runs, every module's fp32 input is cast and fed to the same module of a low-precision copy,
+and the two outputs are compared. Each module is judged on identical inputs, so errors do
+not accumulate from earlier layers and the ranking points at the module itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .errors import DoctorError
+from .measure import ErrorStats, cast_floats, error_stats, float_tensors, has_nonfinite, map_tensors
+
+ContextFactory = Callable[[], contextlib.AbstractContextManager]
+
+
+@dataclass
+class LayerError:
+    module: str
+    module_type: str
+    error: ErrorStats | None  # None: the module produced no float output
+    calls: int = 1
+    failed: str | None = None  # exception text when the shadow call raised
+    explained_by: str | None = None  # a child whose error accounts for this module's
+
+    @property
+    def score(self) -> float:
+        if self.failed:
+            return float("inf")
+        return self.error.rel_l2 if self.error else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "module_type": self.module_type,
+            "rel_l2": self.score,
+            "max_abs": self.error.max_abs if self.error else None,
+            "cosine": self.error.cosine if self.error else None,
+            "nonfinite": self.error.nonfinite if self.error else 0,
+            "calls": self.calls,
+            "failed": self.failed,
+            "explained_by": self.explained_by,
+        }
+
+
+def input_dtypes(model: torch.nn.Module, run: Callable[[torch.nn.Module], Any]) -> dict[str, list[torch.dtype]]:
+    """The dtypes of each module's float inputs (in order) in a real run of `model`."""
+    seen: dict[str, list[torch.dtype]] = {}
+    handles = []
+
+    def hook(name: str, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if name not in seen:
+            seen[name] = [t.dtype for _, t in float_tensors((args, kwargs))]
+
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(functools.partial(hook, name), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            run(model)
+    except Exception:
+        pass  # modules reached before the failure keep their dtypes
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+def cast_like(obj: Any, dtypes: list[torch.dtype], default: torch.dtype | None) -> Any:
+    """Cast the float tensors of `obj`, in order, to `dtypes` (then `default`, or leave them)."""
+    queue = list(dtypes)
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        if not t.is_floating_point():
+            return t
+        dtype = queue.pop(0) if queue else default
+        return t if dtype is None or t.dtype == dtype else t.to(dtype)
+
+    return map_tensors(obj, cast)
+
+
+def shadow_errors(
+    reference: torch.nn.Module,
+    shadow: torch.nn.Module,
+    run: Callable[[torch.nn.Module], Any],
+    input_dtype: torch.dtype | None,
+    context: ContextFactory,
+    seen_dtypes: dict[str, list[torch.dtype]] | None = None,
+) -> list[LayerError]:
+    """Error of every submodule of `shadow` against `reference`, fed the reference's inputs.
+
+    `run(reference)` drives one forward. Each shadow module gets the reference module's inputs
+    cast to the dtypes that module saw in a real run of the shadow model (`seen_dtypes`, from
+    `input_dtypes`), else to `input_dtype` (None: left as they are, e.g. under autocast).
+    `context` wraps each shadow call (autocast, or nothing).
+    """
+    shadows = dict(shadow.named_modules())
+    seen_dtypes = seen_dtypes or {}
+    results: dict[str, LayerError] = {}
+    handles = []
+
+    def hook(name: str, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        twin = shadows.get(name)
+        if twin is None:
+            return
+        entry = results.get(name)
+        try:
+            a, k = cast_like((args, kwargs), seen_dtypes.get(name, []), input_dtype)
+            with torch.no_grad(), context():
+                low = twin(*a, **k)
+            err = error_stats(low, output)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if entry is None:
+                results[name] = LayerError(name, type(module).__name__, None, failed=text)
+            return
+        if entry is None:
+            results[name] = LayerError(name, type(module).__name__, err)
+        else:
+            entry.calls += 1
+            if err is not None and (entry.error is None or err.rel_l2 > entry.error.rel_l2):
+                entry.error = err
+
+    for name, module in reference.named_modules():
+        if name:  # the root is the whole model: that is the end-to-end error
+            handles.append(module.register_forward_hook(functools.partial(hook, name), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            run(reference)
+    finally:
+        for h in handles:
+            h.remove()
+    return mark_explained(list(results.values()))
+
+
+def mark_explained(layers: list[LayerError], factor: float = 2.0) -> list[LayerError]:
+    """A container whose error is within `factor` of its worst child's is explained by that child.
+
+    Without this the ranking would list every ancestor of a fragile layer above it.
+    """
+    by_name = {layer.module: layer for layer in layers}
+    for layer in layers:
+        prefix = layer.module + "."
+        children = [
+            c for n, c in by_name.items() if n.startswith(prefix) and "." not in n[len(prefix) :]
+        ]
+        if not children:
+            continue
+        worst = max(children, key=lambda c: c.score)
+        if worst.score > 0 and layer.score <= worst.score * factor:
+            layer.explained_by = worst.explained_by or worst.module
+    return layers
+
+
+def rank(layers: Iterable[LayerError]) -> list[LayerError]:
+    """Modules ordered by their own error, worst first; containers explained by a child left out."""
+    return sorted((layer for layer in layers if not layer.explained_by), key=lambda layer: -layer.score)
+
+
+def top_modules(ranked: list[LayerError], k: int, floor: float = 0.0) -> list[str]:
+    """The k worst modules, no two of them nested in one another, each above `floor`."""
+    chosen: list[str] = []
+    for layer in ranked:
+        if len(chosen) >= k or layer.score <= floor:
+            break
+        if any(_nested(layer.module, c) for c in chosen):
+            continue
+        chosen.append(layer.module)
+    return chosen
+
+
+def _nested(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def first_nonfinite(model: torch.nn.Module, run: Callable[[torch.nn.Module], Any]) -> tuple[str, str] | None:
+    """(module path, class) of the first module whose output is non-finite while its inputs were not."""
+    found: list[tuple[str, str]] = []
+    handles = []
+
+    def hook(name: str, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if found or not has_nonfinite(output):
+            return
+        if has_nonfinite(args) or has_nonfinite(kwargs):
+            return
+        found.append((name or "<root>", type(module).__name__))
+
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_hook(functools.partial(hook, name), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            run(model)
+    except Exception:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return found[0] if found else None
+
+
+def select_modules(model: torch.nn.Module, patterns: Iterable[str]) -> list[str]:
+    """Module paths matching any pattern: a path, a path prefix, a glob, or a class name."""
+    names = [n for n, _ in model.named_modules() if n]
+    types = {n: type(m).__name__ for n, m in model.named_modules() if n}
+    chosen: list[str] = []
+    for pattern in patterns:
+        hits = [
+            n
+            for n in names
+            if n == pattern or fnmatch.fnmatchcase(n, pattern) or types[n] == pattern
+        ]
+        if not hits:
+            raise DoctorError(f"keep_fp32: no module matches {pattern!r}")
+        chosen.extend(h for h in hits if h not in chosen)
+    # a module inside another kept one is already in fp32
+    return [n for n in chosen if not any(n.startswith(o + ".") for o in chosen if o != n)]
+
+
+def keep_in_fp32(
+    model: torch.nn.Module,
+    names: Iterable[str],
+    low_dtype: torch.dtype,
+    autocast_device: str | None,
+    fp32_state: dict[str, torch.Tensor] | None = None,
+) -> None:
+    """Run the named modules in fp32 inside a low-precision model, casting at their borders.
+
+    For a cast model (autocast_device None) the modules get fp32 weights (from `fp32_state`
+    when given, so they are not rounded through the low dtype) and their outputs are cast back
+    to `low_dtype`; under autocast, autocast is switched off inside them.
+    """
+    modules = dict(model.named_modules())
+    for name in names:
+        module = modules[name]
+        if autocast_device is None:
+            module.float()
+            if fp32_state is not None:
+                prefix = name + "."
+                own = {k[len(prefix) :]: v for k, v in fp32_state.items() if k.startswith(prefix)}
+                if own:
+                    module.load_state_dict(own, strict=False)
+        module.forward = _fp32_forward(module.forward, low_dtype, autocast_device)
+
+
+def _fp32_forward(forward: Callable, low_dtype: torch.dtype, autocast_device: str | None) -> Callable:
+    @functools.wraps(forward)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        ctx = torch.autocast(autocast_device, enabled=False) if autocast_device else contextlib.nullcontext()
+        with ctx:
+            out = forward(*cast_floats(args, torch.float32), **cast_floats(kwargs, torch.float32))
+        return out if autocast_device else cast_floats(out, low_dtype)
+
+    return wrapped
+
+
+__all__ = [
+    "LayerError",
+    "cast_like",
+    "first_nonfinite",
+    "input_dtypes",
+    "keep_in_fp32",
+    "rank",
+    "select_modules",
+    "shadow_errors",
+    "top_modules",
+]
