@@ -30,6 +30,7 @@ class LayerError:
     error: ErrorStats | None  # None: the module produced no float output
     calls: int = 1
     failed: str | None = None  # exception text when the shadow call raised
+    input_overflow: bool = False  # its fp32 input is already out of range of the low dtype
     explained_by: str | None = None  # a child whose error accounts for this module's
 
     @property
@@ -49,10 +50,13 @@ class LayerError:
             "calls": self.calls,
             "failed": self.failed,
             "explained_by": self.explained_by,
+            "input_overflow": self.input_overflow,
         }
 
 
-def input_dtypes(model: torch.nn.Module, run: Callable[[torch.nn.Module], Any]) -> dict[str, list[torch.dtype]]:
+def input_dtypes(
+    model: torch.nn.Module, run: Callable[[torch.nn.Module], Any]
+) -> dict[str, list[torch.dtype]]:
     """The dtypes of each module's float inputs (in order) in a real run of `model`."""
     seen: dict[str, list[torch.dtype]] = {}
     handles = []
@@ -114,6 +118,7 @@ def shadow_errors(
         entry = results.get(name)
         try:
             a, k = cast_like((args, kwargs), seen_dtypes.get(name, []), input_dtype)
+            overflow = has_nonfinite((a, k)) and not has_nonfinite((args, kwargs))
             with torch.no_grad(), context():
                 low = twin(*a, **k)
             err = error_stats(low, output)
@@ -123,9 +128,10 @@ def shadow_errors(
                 results[name] = LayerError(name, type(module).__name__, None, failed=text)
             return
         if entry is None:
-            results[name] = LayerError(name, type(module).__name__, err)
+            results[name] = LayerError(name, type(module).__name__, err, input_overflow=overflow)
         else:
             entry.calls += 1
+            entry.input_overflow |= overflow
             if err is not None and (entry.error is None or err.rel_l2 > entry.error.rel_l2):
                 entry.error = err
 
@@ -149,9 +155,7 @@ def mark_explained(layers: list[LayerError], factor: float = 2.0) -> list[LayerE
     by_name = {layer.module: layer for layer in layers}
     for layer in layers:
         prefix = layer.module + "."
-        children = [
-            c for n, c in by_name.items() if n.startswith(prefix) and "." not in n[len(prefix) :]
-        ]
+        children = [c for n, c in by_name.items() if n.startswith(prefix) and "." not in n[len(prefix) :]]
         if not children:
             continue
         worst = max(children, key=lambda c: c.score)
@@ -207,21 +211,20 @@ def first_nonfinite(model: torch.nn.Module, run: Callable[[torch.nn.Module], Any
 
 
 def select_modules(model: torch.nn.Module, patterns: Iterable[str]) -> list[str]:
-    """Module paths matching any pattern: a path, a path prefix, a glob, or a class name."""
+    """Module paths matching any pattern: a module path, a glob over paths, or a class name."""
     names = [n for n, _ in model.named_modules() if n]
     types = {n: type(m).__name__ for n, m in model.named_modules() if n}
     chosen: list[str] = []
     for pattern in patterns:
-        hits = [
-            n
-            for n in names
-            if n == pattern or fnmatch.fnmatchcase(n, pattern) or types[n] == pattern
-        ]
+        hits = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern) or types[n] == pattern]
         if not hits:
             raise DoctorError(f"keep_fp32: no module matches {pattern!r}")
         chosen.extend(h for h in hits if h not in chosen)
     # a module inside another kept one is already in fp32
     return [n for n in chosen if not any(n.startswith(o + ".") for o in chosen if o != n)]
+
+
+KEEP_STRATEGIES = ("fp32-out", "cast-back")
 
 
 def keep_in_fp32(
@@ -230,14 +233,24 @@ def keep_in_fp32(
     low_dtype: torch.dtype,
     autocast_device: str | None,
     fp32_state: dict[str, torch.Tensor] | None = None,
+    strategy: str = "fp32-out",
 ) -> None:
     """Run the named modules in fp32 inside a low-precision model, casting at their borders.
 
-    For a cast model (autocast_device None) the modules get fp32 weights (from `fp32_state`
-    when given, so they are not rounded through the low dtype) and their outputs are cast back
-    to `low_dtype`; under autocast, autocast is switched off inside them.
+    Kept modules get fp32 inputs and, in a cast model (autocast_device None), fp32 weights
+    (from `fp32_state` when given, so they are not rounded through the low dtype); under
+    autocast, autocast is switched off inside them. Their outputs:
+    - "fp32-out": stay fp32, and every other module that owns floating parameters casts its
+      inputs to its own dtype, so a value too large for fp16 can pass from one kept module
+      to the next;
+    - "cast-back": are cast back to `low_dtype`, which keeps the model's dtype flow unchanged
+      (the fallback when a functional op between modules cannot take mixed dtypes).
     """
+    if strategy not in KEEP_STRATEGIES:
+        raise ValueError(f"strategy must be one of {KEEP_STRATEGIES}")
+    names = list(names)
     modules = dict(model.named_modules())
+    cast_back = autocast_device is None and strategy == "cast-back"
     for name in names:
         module = modules[name]
         if autocast_device is None:
@@ -247,21 +260,43 @@ def keep_in_fp32(
                 own = {k[len(prefix) :]: v for k, v in fp32_state.items() if k.startswith(prefix)}
                 if own:
                     module.load_state_dict(own, strict=False)
-        module.forward = _fp32_forward(module.forward, low_dtype, autocast_device)
+        module.forward = _fp32_forward(module.forward, low_dtype if cast_back else None, autocast_device)
+    if autocast_device is None and not cast_back:
+        for name, module in modules.items():
+            if any(name == k or name.startswith(k + ".") for k in names):
+                continue
+            dtype = _own_float_dtype(module)
+            if dtype is not None:
+                module.register_forward_pre_hook(_cast_inputs_hook(dtype), with_kwargs=True)
 
 
-def _fp32_forward(forward: Callable, low_dtype: torch.dtype, autocast_device: str | None) -> Callable:
+def _own_float_dtype(module: torch.nn.Module) -> torch.dtype | None:
+    for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+        if t.is_floating_point():
+            return t.dtype
+    return None
+
+
+def _cast_inputs_hook(dtype: torch.dtype) -> Callable:
+    def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return cast_floats(args, dtype), cast_floats(kwargs, dtype)
+
+    return hook
+
+
+def _fp32_forward(forward: Callable, out_dtype: torch.dtype | None, autocast_device: str | None) -> Callable:
     @functools.wraps(forward)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         ctx = torch.autocast(autocast_device, enabled=False) if autocast_device else contextlib.nullcontext()
         with ctx:
             out = forward(*cast_floats(args, torch.float32), **cast_floats(kwargs, torch.float32))
-        return out if autocast_device else cast_floats(out, low_dtype)
+        return cast_floats(out, out_dtype) if out_dtype is not None else out
 
     return wrapped
 
 
 __all__ = [
+    "KEEP_STRATEGIES",
     "LayerError",
     "cast_like",
     "first_nonfinite",

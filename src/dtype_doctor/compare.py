@@ -114,6 +114,7 @@ class VariantResult:
     nonfinite_module: tuple[str, str] | None = None
     findings: list[Finding] = field(default_factory=list)
     layers: list[LayerError] = field(default_factory=list)
+    keep_strategy: str | None = None
 
     @property
     def name(self) -> str:
@@ -130,6 +131,7 @@ class VariantResult:
             "dtype": str(p.dtype).removeprefix("torch."),
             "autocast": p.autocast,
             "keep_fp32": list(p.keep),
+            "keep_strategy": self.keep_strategy,
             "status": self.status,
             "failure": self.failure,
             "nonfinite_module": list(self.nonfinite_module) if self.nonfinite_module else None,
@@ -229,7 +231,27 @@ class _Runner:
 
     # -- building
 
-    def build(self, p: Precision) -> torch.nn.Module:
+    def prepare(self) -> None:
+        """Build and run the fp32 model once: its weights are every variant's weights, and a
+        broken reference is reported before anything is measured (this also warms up torch)."""
+        p = Precision(torch.float32)
+        model = self.build(p)
+        try:
+            if self.train_step:
+                self.step_fn(model, p, [1.0])()
+            else:
+                self.forward_fn(model, p)()
+        except DoctorError:
+            raise
+        except Exception as exc:
+            raise DoctorError(
+                f"the fp32 reference run failed: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+        self.fp32_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        del model
+        _collect(self.device)
+
+    def build(self, p: Precision, keep_strategy: str = "fp32-out") -> torch.nn.Module:
         torch.manual_seed(self.seed)
         model = call_factory(self.factory, "model factory")
         if not isinstance(model, torch.nn.Module):
@@ -242,7 +264,14 @@ class _Runner:
         if not p.autocast and p.dtype != torch.float32:
             model = model.to(p.dtype)
         if p.keep:
-            keep_in_fp32(model, p.keep, p.dtype, self.device.type if p.autocast else None, self.fp32_state)
+            keep_in_fp32(
+                model,
+                p.keep,
+                p.dtype,
+                self.device.type if p.autocast else None,
+                self.fp32_state,
+                keep_strategy,
+            )
         # eval: dropout off, batch-norm statistics frozen, so variants compute the same function
         model.eval()
         return model
@@ -283,14 +312,16 @@ class _Runner:
 
         return step
 
-    def run_variant(self, p: Precision) -> tuple[VariantResult, torch.nn.Module | None]:
-        result = VariantResult(p)
+    def run_variant(
+        self, p: Precision, keep_strategy: str = "fp32-out"
+    ) -> tuple[VariantResult, torch.nn.Module | None]:
+        result = VariantResult(p, keep_strategy=keep_strategy if p.keep else None)
         model: torch.nn.Module | None = None
         scale = [_LOSS_SCALE_START if p.dtype == torch.float16 else 1.0]
         out: Any = None
         with PeakMemory(self.device) as mem:
             try:
-                model = self.build(p)
+                model = self.build(p, keep_strategy)
                 result.weights_bytes = tensor_bytes(model)
                 if self.train_step:
                     step = self.step_fn(model, p, scale)
@@ -301,21 +332,20 @@ class _Runner:
                 else:
                     fn = self.forward_fn(model, p)
                     out = fn()
-                result.timing = time_runs(fn, self.device, max(self.warmup - 1, 0), self.repeats)
+                result.timing = time_runs(fn, self.device, self.warmup, self.repeats)
             except Exception as exc:
                 if not self._failed(result, exc, model, p):
                     raise
         result.peak_bytes, result.memory_method = mem.peak_bytes, mem.method
         if result.status != "ok":
             return result, model
-        if self.train_step:
+        if self.train_step and p.dtype == torch.float16:
             result.loss_scale = scale[0]
         result.throughput = self.batch / result.median if result.median > 0 else None
         grads = _grads(model, scale[0]) if self.train_step else {}
         if p.is_reference:
             self.reference_out = _detach(out)
             self.reference_grads = grads
-            self.fp32_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
             result.error = error_stats(out, out)
             result.grad_error = grad_error_stats(grads, grads) if grads else {}
             return result, model
@@ -384,9 +414,7 @@ def _default_loss(out: Any) -> torch.Tensor:
 
 
 def _grads(model: torch.nn.Module, scale: float) -> dict[str, torch.Tensor]:
-    return {
-        n: q.grad.detach().float() / scale for n, q in model.named_parameters() if q.grad is not None
-    }
+    return {n: q.grad.detach().float() / scale for n, q in model.named_parameters() if q.grad is not None}
 
 
 def _detach(out: Any) -> Any:
@@ -479,6 +507,7 @@ def compare(
         model_factory = lambda: copy.deepcopy(module)  # noqa: E731
     args, kwargs = _make_inputs(inputs, dev, seed)
     runner = _Runner(model_factory, args, kwargs, dev, train_step, loss_fn, warmup, repeats, seed)
+    runner.prepare()
 
     with _progress(progress) as bar:
         task = bar.add_task("compare", total=len(wanted))
@@ -503,8 +532,15 @@ def compare(
             if not keep:
                 continue
             p = Precision(base.precision.dtype, base.precision.autocast, tuple(keep))
-            bar.update(task, total=bar.tasks[0].total + 1, description=f"{p.name}: running")
+            bar.update(task, total=_total(bar) + 1, description=f"{p.name}: running")
             result, model = runner.run_variant(p)
+            if result.status == "fails" and not p.autocast:
+                # a functional op between modules refused mixed dtypes: cast outputs back instead
+                del model
+                _collect(dev)
+                retry, model = runner.run_variant(p, "cast-back")
+                if retry.status != "fails":
+                    result = retry
             del model
             results.append(result)
             _collect(dev)
@@ -521,6 +557,7 @@ def compare(
         "train_step": train_step,
         "batch": runner.batch,
         "seed": seed,
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32) if dev.type == "cuda" else None,
     }
     for r in results:
         for f in _variant_findings(r, dev, tolerance, top_k):
@@ -575,6 +612,10 @@ def _collect(dev: torch.device) -> None:
     release_host_memory()
 
 
+def _total(bar: Any) -> int:
+    return int(bar.tasks[0].total or 0) if hasattr(bar, "tasks") else bar.total
+
+
 @contextlib.contextmanager
 def _progress(enabled: bool):
     """A rich progress bar on stderr, or a silent stand-in with the same methods."""
@@ -593,21 +634,25 @@ def _progress(enabled: bool):
             yield bar
         return
 
-    class _Silent:
-        tasks = [type("T", (), {"total": 0})()]
+    yield _SilentProgress()
 
-        def add_task(self, *a: Any, total: int = 0, **k: Any) -> int:
-            self.tasks[0].total = total
-            return 0
 
-        def update(self, *a: Any, total: int | None = None, **k: Any) -> None:
-            if total is not None:
-                self.tasks[0].total = total
+class _SilentProgress:
+    """The few rich.progress.Progress methods compare uses, doing nothing."""
 
-        def advance(self, *a: Any, **k: Any) -> None:
-            pass
+    def __init__(self) -> None:
+        self.total = 0
 
-    yield _Silent()
+    def add_task(self, *args: Any, total: int = 0, **kwargs: Any) -> int:
+        self.total = total
+        return 0
+
+    def update(self, *args: Any, total: int | None = None, **kwargs: Any) -> None:
+        if total is not None:
+            self.total = total
+
+    def advance(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,7 +664,10 @@ def _names(p: Precision, dev: torch.device) -> dict[str, object]:
 
 
 def _context(p: Precision) -> list[str]:
-    return [str(p.dtype).removeprefix("torch."), *(["autocast"] if p.autocast else [])]
+    """Catalog context tags: the dtype, and how it is applied ('autocast' or 'cast')."""
+    dtype = str(p.dtype).removeprefix("torch.")
+    how = "autocast" if p.autocast else "cast"
+    return [dtype, how, f"{how}-{dtype}", *(["keep-fp32"] if p.keep else [])]
 
 
 def _variant_findings(r: VariantResult, dev: torch.device, tolerance: float, top_k: int) -> list[Finding]:
@@ -672,7 +720,8 @@ def _variant_findings(r: VariantResult, dev: torch.device, tolerance: float, top
                 data={"variant": p.name},
             )
         )
-    if ranked and keep:
+    troubled = r.status == "overflows" or (r.error is not None and r.error.rel_l2 > tolerance)
+    if ranked and keep and troubled and not p.keep:
         top = ranked[: max(top_k, 1)]
         out.append(
             catalog.finding(
@@ -680,7 +729,9 @@ def _variant_findings(r: VariantResult, dev: torch.device, tolerance: float, top
                 context=_context(p),
                 names={**names, "keep": keep},
                 message=f"{p.name}: "
-                + ", ".join(f"'{layer.module}' ({layer.module_type}) {_fmt_err(layer.score)}" for layer in top),
+                + ", ".join(
+                    f"'{layer.module}' ({layer.module_type}) {_fmt_err(layer.score)}" for layer in top
+                ),
                 location=Location(module=top[0].module, module_type=top[0].module_type),
                 data={"variant": p.name, "layers": [layer.to_dict() for layer in top]},
             )
@@ -758,9 +809,8 @@ def recommend(results: list[VariantResult], dev: torch.device, tolerance: float)
     reasons = [_reason(r, ref) for r in results]
     if best is ref:
         if accepted:
-            headline = (
-                "fp32: no low-precision variant is faster beyond noise on this hardware"
-                + (f" ({_device_name(dev)})" if dev.type == "cpu" else "")
+            headline = "fp32: no low-precision variant is faster beyond noise on this hardware" + (
+                f" ({_device_name(dev)})" if dev.type == "cpu" else ""
             )
             lighter = min(accepted, key=lambda r: r.weights_bytes or math.inf)
             if lighter.weights_bytes and ref.weights_bytes and lighter.weights_bytes < ref.weights_bytes:
@@ -773,8 +823,12 @@ def recommend(results: list[VariantResult], dev: torch.device, tolerance: float)
     f = catalog.finding(
         "precision-recommendation",
         context=_context(p),
-        names={**_names(p, dev), "snippet": _snippet(p, dev), "dtype": f"torch.{str(p.dtype).removeprefix('torch.')}"},
-        message=headline,
+        names={
+            **_names(p, dev),
+            "snippet": _snippet(p, dev),
+            "dtype": f"torch.{str(p.dtype).removeprefix('torch.')}",
+        },
+        message=headline + "".join(f"\n  · {text}" for text in reasons),
         evidence=[Evidence(text) for text in reasons],
         data={"choice": best.name, "reasons": reasons},
     )

@@ -6,6 +6,7 @@ peaks) run when the tensors live on a CUDA device, the CPU paths otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import math
@@ -220,10 +221,8 @@ def _rss_bytes() -> int | None:
 
 def release_host_memory() -> None:
     """Give freed heap pages back to the OS (glibc), so the next RSS baseline is closer to truth."""
-    try:
+    with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except Exception:
-        pass
 
 
 class PeakMemory:

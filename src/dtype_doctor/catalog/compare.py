@@ -63,9 +63,15 @@ COMPARE_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Use bfloat16 (same range as fp32) where the hardware supports it",
-                "model.to(torch.bfloat16)",
+                "model = model.to(torch.bfloat16)",
                 "bf16 has 8 exponent bits: it does not overflow where fp32 does not.",
-                when=frozenset({"float16"}),
+                when=frozenset({"cast-float16"}),
+            ),
+            FixTemplate(
+                "Autocast to bfloat16 (same range as fp32) where the hardware supports it",
+                'with torch.autocast("{device}", dtype=torch.bfloat16):\n    out = model(x)',
+                "bf16 has 8 exponent bits: it does not overflow where fp32 does not.",
+                when=frozenset({"autocast-float16"}),
             ),
             FixTemplate(
                 "Use autocast, which runs reductions and norms in fp32",
@@ -90,7 +96,9 @@ COMPARE_FAMILIES: tuple[Family, ...] = (
                 "dtype_doctor.compare(factory, x, keep_fp32={keep!r})",
                 "The comparison shows how much of the error this buys back.",
             ),
-            FixTemplate("Use autocast rather than a full cast", 'with torch.autocast("{device}", dtype={dtype}):'),
+            FixTemplate(
+                "Use autocast rather than a full cast", 'with torch.autocast("{device}", dtype={dtype}):'
+            ),
         ),
     ),
     Family(

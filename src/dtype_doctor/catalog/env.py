@@ -35,7 +35,9 @@ ENV_FAMILIES: tuple[Family, ...] = (
         severity="warning",
         fixes=(
             FixTemplate("Uninstall apex and use PyTorch's own kernels", "pip uninstall -y apex"),
-            FixTemplate("Rebuild apex with --cuda_ext", "pip install -v --no-build-isolation ... --cuda_ext ."),
+            FixTemplate(
+                "Rebuild apex with --cuda_ext", "pip install -v --no-build-isolation ... --cuda_ext ."
+            ),
         ),
         related=("apex-conflict",),
     ),
