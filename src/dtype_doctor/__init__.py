@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 # name → module that defines it; imported on first use
 _LAZY = {
     "explain": "explain",
+    "compare": "compare",
+    "environment": "env",
 }
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "Origin",
     "Report",
     "Severity",
+    "compare",
+    "environment",
     "explain",
 ]
 

@@ -152,6 +152,24 @@ def render_compare(meta: dict[str, Any], console: Console, wide: bool = False) -
         console.print(layers)
 
 
+_LABELS = {
+    "cuda": "CUDA (torch built with)",
+    "hip": "ROCm/HIP",
+    "cudnn": "cuDNN",
+    "driver": "NVIDIA driver",
+    "float32_matmul_precision": "float32 matmul precision",
+    "tf32_matmul": "TF32 matmul allowed",
+    "tf32_cudnn": "TF32 cuDNN allowed",
+    "torch_import_error": "torch import error",
+    "torch_kernels": "torch kernels",
+    "native_bf16": "native bf16 (AVX512-BF16/AMX/ARM)",
+    "native_fp16": "native fp16 (AVX512-FP16/AMX-FP16/ARM)",
+    "onednn": "oneDNN",
+    "fp16_matmul": "fp16 matmul in this build",
+    "bf16_matmul": "bf16 matmul in this build",
+}
+
+
 def env_tables(env: dict[str, Any]) -> list[Table]:
     """Facts about this machine: versions, devices, CPU, autocast, precision-changing libraries."""
     tables: list[Table] = []
@@ -159,7 +177,11 @@ def env_tables(env: dict[str, Any]) -> list[Table]:
     versions.add_column("what", style="bold")
     versions.add_column("value")
     for key, value in env.get("software", {}).items():
-        versions.add_row(key, _fact(value))
+        if key == "env_vars":
+            for var, text in value.items():
+                versions.add_row(f"${var}", text)
+        else:
+            versions.add_row(_LABELS.get(key, key), _fact(value))
     tables.append(versions)
 
     gpus = env.get("gpus") or []
@@ -185,16 +207,21 @@ def env_tables(env: dict[str, Any]) -> list[Table]:
         t.add_column("what", style="bold")
         t.add_column("value")
         for key, value in cpu.items():
-            t.add_row(key, _fact(value))
+            t.add_row(_LABELS.get(key, key), _fact(value))
         tables.append(t)
 
     autocast = env.get("autocast") or {}
     if autocast:
         t = Table(title="autocast", header_style="bold")
-        for col in ("device", "available", "default dtype"):
+        for col in ("device", "autocast in this build", "device present", "default dtype"):
             t.add_column(col)
         for dev, info in autocast.items():
-            t.add_row(dev, _fact(info.get("available")), _fact(info.get("default_dtype")))
+            t.add_row(
+                dev,
+                _fact(info.get("available")),
+                _fact(info.get("device_present")),
+                _fact(info.get("default_dtype")),
+            )
         tables.append(t)
 
     libs = env.get("libraries") or {}
@@ -202,7 +229,8 @@ def env_tables(env: dict[str, Any]) -> list[Table]:
     for col in ("library", "installed", "version", "note"):
         t.add_column(col)
     for name, info in libs.items():
-        t.add_row(name, _fact(info.get("installed")), _fact(info.get("version")), info.get("note", ""))
+        version = _fact(info.get("version")) if info.get("installed") else "–"
+        t.add_row(name, _fact(info.get("installed")), version, info.get("note", ""))
     tables.append(t)
     return tables
 
