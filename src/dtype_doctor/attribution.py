@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -260,7 +261,7 @@ def keep_in_fp32(
                 own = {k[len(prefix) :]: v for k, v in fp32_state.items() if k.startswith(prefix)}
                 if own:
                     module.load_state_dict(own, strict=False)
-        module.forward = _fp32_forward(module.forward, low_dtype if cast_back else None, autocast_device)
+        module.forward = _fp32_forward(module, low_dtype if cast_back else None, autocast_device)
     if autocast_device is None and not cast_back:
         for name, module in modules.items():
             if any(name == k or name.startswith(k + ".") for k in names):
@@ -284,12 +285,21 @@ def _cast_inputs_hook(dtype: torch.dtype) -> Callable:
     return hook
 
 
-def _fp32_forward(forward: Callable, out_dtype: torch.dtype | None, autocast_device: str | None) -> Callable:
-    @functools.wraps(forward)
+def _fp32_forward(
+    module: torch.nn.Module, out_dtype: torch.dtype | None, autocast_device: str | None
+) -> Callable:
+    # the class's forward and a weak reference: a bound method stored on the instance would make
+    # a reference cycle, and the model would outlive its variant until a full gc.collect()
+    own = module.__dict__.get("forward")
+    method = type(module).forward
+    ref = weakref.ref(module)
+
+    @functools.wraps(method)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         ctx = torch.autocast(autocast_device, enabled=False) if autocast_device else contextlib.nullcontext()
+        a, k = cast_floats(args, torch.float32), cast_floats(kwargs, torch.float32)
         with ctx:
-            out = forward(*cast_floats(args, torch.float32), **cast_floats(kwargs, torch.float32))
+            out = own(*a, **k) if own is not None else method(ref(), *a, **k)
         return cast_floats(out, out_dtype) if out_dtype is not None else out
 
     return wrapped

@@ -54,6 +54,7 @@ from .report import Evidence, Finding, Location, Report, Severity
 DEFAULT_PRECISIONS = ("fp32", "fp16", "bf16", "autocast-fp16", "autocast-bf16")
 _SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 _LOSS_SCALE_START = 2.0**16
+_MIN_SAMPLES = 3  # fewer timed runs than this: no speed claim either way
 
 
 @dataclass(frozen=True)
@@ -606,8 +607,13 @@ def _device_name(dev: torch.device) -> str:
 
 
 def _collect(dev: torch.device) -> None:
-    gc.collect()
+    """Free what the last variant left, so the next one's memory baseline is honest.
+
+    Models are freed by reference counting; a full gc.collect() (slow with torch loaded) is
+    worth it only before emptying the CUDA cache.
+    """
     if dev.type == "cuda":
+        gc.collect()
         torch.cuda.empty_cache()
     release_host_memory()
 
@@ -748,8 +754,8 @@ def _fmt_err(x: float | None) -> str:
 
 
 def _faster(a: VariantResult, b: VariantResult) -> bool:
-    """a is faster than b beyond noise: a's upper quartile below b's lower quartile."""
-    if not (a.timing and b.timing and a.timing.samples and b.timing.samples):
+    """a is faster than b beyond noise: a's upper quartile below b's lower quartile (n ≥ 3 each)."""
+    if not (a.timing and b.timing) or min(len(a.timing.samples), len(b.timing.samples)) < _MIN_SAMPLES:
         return False
     return a.timing.iqr[1] < b.timing.iqr[0]
 
@@ -777,6 +783,8 @@ def _reason(r: VariantResult, ref: VariantResult) -> str:
         speed = f"{ratio:.2f}× faster than fp32"
     elif _faster(ref, r):
         speed = f"{1 / ratio:.2f}× slower than fp32"
+    elif r.timing and len(r.timing.samples) < _MIN_SAMPLES:
+        speed = f"{ratio:.2f}× fp32's speed (too few runs to tell from noise)"
     else:
         speed = f"as fast as fp32 within noise ({ratio:.2f}×)"
     spread = r.timing.to_dict()["spread"] if r.timing else math.nan
