@@ -9,6 +9,7 @@ not accumulate from earlier layers and the ranking points at the module itself.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fnmatch
 import functools
 import weakref
@@ -36,15 +37,16 @@ class LayerError:
 
     @property
     def score(self) -> float:
+        """Relative L2 error of the module's output; -1 when it could not be measured."""
         if self.failed:
-            return float("inf")
+            return -1.0
         return self.error.rel_l2 if self.error else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "module": self.module,
             "module_type": self.module_type,
-            "rel_l2": self.score,
+            "rel_l2": self.score if not self.failed else None,
             "max_abs": self.error.max_abs if self.error else None,
             "cosine": self.error.cosine if self.error else None,
             "nonfinite": self.error.nonfinite if self.error else 0,
@@ -92,6 +94,22 @@ def cast_like(obj: Any, dtypes: list[torch.dtype], default: torch.dtype | None) 
     return map_tensors(obj, cast)
 
 
+_PLAIN = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
+
+
+def _isolated(obj: Any) -> Any:
+    """A copy of the stateful objects among a module's inputs (caches, dict states); tensors kept."""
+    if isinstance(obj, (*_PLAIN, torch.nn.Module)) or callable(obj):
+        return obj
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_isolated(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_isolated(v) for v in obj)
+    if type(obj) is dict:
+        return {k: _isolated(v) for k, v in obj.items()}
+    return copy.deepcopy(obj)  # raises for what cannot be copied: the module is then not measured
+
+
 def shadow_errors(
     reference: torch.nn.Module,
     shadow: torch.nn.Module,
@@ -118,13 +136,14 @@ def shadow_errors(
             return
         entry = results.get(name)
         try:
-            a, k = cast_like((args, kwargs), seen_dtypes.get(name, []), input_dtype)
+            # the shadow must not change state the reference run goes on using (a KV cache...)
+            a, k = cast_like(_isolated((args, kwargs)), seen_dtypes.get(name, []), input_dtype)
             overflow = has_nonfinite((a, k)) and not has_nonfinite((args, kwargs))
             with torch.no_grad(), context():
                 low = twin(*a, **k)
             err = error_stats(low, output)
         except Exception as exc:
-            text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            text = f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if entry is None:
                 results[name] = LayerError(name, type(module).__name__, None, failed=text)
             return

@@ -144,7 +144,9 @@ class VariantResult:
             "error": self.error.to_dict() if self.error else None,
             "grad_error": self.grad_error or None,
             "loss_scale": self.loss_scale,
-            "layers": [layer.to_dict() for layer in rank(self.layers)[:20]],
+            # ranked modules first, then the containers their children explain (explained_by set)
+            "layers": [layer.to_dict() for layer in rank(self.layers)[:20]]
+            + [layer.to_dict() for layer in self.layers if layer.explained_by][:20],
         }
 
 

@@ -30,8 +30,8 @@ def plot_compare(meta: dict[str, Any], path: str) -> str:
         (v["name"], layer)
         for v in variants
         if not v.get("keep_fp32")
-        for layer in v.get("layers", [])[:5]
-        if math.isfinite(layer["rel_l2"]) and layer["rel_l2"] > 0
+        for layer in [x for x in v.get("layers", []) if not x.get("explained_by")][:5]
+        if layer["rel_l2"] is not None and math.isfinite(layer["rel_l2"]) and layer["rel_l2"] > 0
     ]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     ax_time, ax_mem, ax_err, ax_layers = axes.flat

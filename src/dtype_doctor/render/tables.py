@@ -114,7 +114,7 @@ def layers_table(meta: dict[str, Any], top: int = 3) -> Table | None:
         (v["name"], layer)
         for v in meta.get("variants", [])
         if not v.get("keep_fp32")
-        for layer in v.get("layers", [])[:top]
+        for layer in [x for x in v.get("layers", []) if not x.get("explained_by")][:top]
     ]
     if not rows:
         return None
@@ -127,7 +127,7 @@ def layers_table(meta: dict[str, Any], top: int = 3) -> Table | None:
     for col in ("precision", "module", "type", "error", "max abs", "note"):
         table.add_column(col, justify="right" if col in ("error", "max abs") else "left")
     for name, layer in rows:
-        note = layer.get("failed") or (
+        note = (layer.get("failed") or "")[:70] or (
             "input out of range"
             if layer.get("input_overflow")
             else "non-finite"
