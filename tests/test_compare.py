@@ -359,3 +359,25 @@ def test_cuda_uses_the_allocator_peak_and_synchronised_timing():
     assert all(x["memory_method"] == "cuda-allocator" for x in v.values())
     assert all(x["peak_memory_bytes"] > 0 for x in v.values() if x["status"] == "ok")
     assert report.meta["compare"]["device_name"].startswith(torch.cuda.get_device_name())
+
+
+def test_to_precision_reproduces_the_keep_row_the_recommendation_suggests(overflowing):
+    from dtype_doctor import to_precision
+
+    rec = by_code(overflowing, "precision-recommendation")[0]
+    torch.manual_seed(0)
+    model = models.overflowing().eval()
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        expected = model(x)
+        model = to_precision(model, torch.float16, keep_fp32=["fragile", "head"])
+        out = model(x.half())
+    assert model.proj.weight.dtype == torch.float16
+    assert model.head.weight.dtype == torch.float32 and torch.equal(
+        model.head.weight, reference["head.weight"]
+    )
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert error_stats(out, expected).rel_l2 < 0.01
+    if "keep" in rec.data["choice"]:
+        assert "to_precision(model, torch.float16, keep_fp32=" in rec.fixes[0].snippet

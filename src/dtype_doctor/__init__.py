@@ -17,6 +17,7 @@ _LAZY = {
     "explain": "explain",
     "compare": "compare",
     "environment": "env",
+    "to_precision": "attribution",
 }
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "compare",
     "environment",
     "explain",
+    "to_precision",
 ]
 
 

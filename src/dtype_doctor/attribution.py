@@ -247,6 +247,29 @@ def select_modules(model: torch.nn.Module, patterns: Iterable[str]) -> list[str]
 KEEP_STRATEGIES = ("fp32-out", "cast-back")
 
 
+def to_precision(
+    model: torch.nn.Module,
+    dtype: torch.dtype,
+    keep_fp32: Iterable[str] = (),
+    autocast: bool = False,
+    strategy: str = "fp32-out",
+) -> torch.nn.Module:
+    """Cast `model` to `dtype` (or, with autocast=True, leave it fp32 for torch.autocast) while
+    the modules matching `keep_fp32` (paths, globs, class names) run in fp32, cast at their borders.
+
+    This is exactly what `compare` measures in its "+keep" rows. The kept modules' fp32 weights
+    are taken before the cast, so they are not rounded through the low dtype.
+    """
+    names = select_modules(model, keep_fp32)
+    prefixes = tuple(n + "." for n in names)
+    fp32_state = {k: v.detach().clone() for k, v in model.state_dict().items() if k.startswith(prefixes)}
+    device_type = next((t.device.type for t in model.parameters()), "cpu")
+    if not autocast:
+        model.to(dtype)
+    keep_in_fp32(model, names, dtype, device_type if autocast else None, fp32_state, strategy)
+    return model
+
+
 def keep_in_fp32(
     model: torch.nn.Module,
     names: Iterable[str],
@@ -334,5 +357,6 @@ __all__ = [
     "rank",
     "select_modules",
     "shadow_errors",
+    "to_precision",
     "top_modules",
 ]

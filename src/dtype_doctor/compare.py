@@ -771,13 +771,17 @@ def _accepted(r: VariantResult, tolerance: float) -> bool:
     return grad is None or grad <= tolerance * 5  # gradients are noisier than outputs
 
 
-def _reason(r: VariantResult, ref: VariantResult) -> str:
+def _reason(r: VariantResult, ref: VariantResult, base: VariantResult | None = None) -> str:
+    """One line per variant; a keep row also says what keeping its modules in fp32 bought back."""
+    label = r.name
+    if r.precision.keep:
+        label += f" (keeping {', '.join(repr(m) for m in r.precision.keep)} in fp32)"
     if r.status in ("fails", "out-of-memory"):
         why = f" ({r.findings[0].code})" if r.findings else ""
-        return f"{r.name}: does not run: {r.failure}{why}"
+        return f"{label}: does not run: {r.failure}{why}"
     if r.status == "overflows":
         where = f" in '{r.nonfinite_module[0]}' ({r.nonfinite_module[1]})" if r.nonfinite_module else ""
-        return f"{r.name}: overflows{where}"
+        return f"{label}: {'still ' if r.precision.keep else ''}overflows{where}"
     ratio = ref.median / r.median if r.median > 0 else math.nan
     if r.precision.is_reference:
         speed = f"{r.median * 1e3:.3g} ms"
@@ -790,9 +794,11 @@ def _reason(r: VariantResult, ref: VariantResult) -> str:
     else:
         speed = f"as fast as fp32 within noise ({ratio:.2f}×)"
     spread = r.timing.to_dict()["spread"] if r.timing else math.nan
-    text = f"{r.name}: {speed} (median of {len(r.timing.samples) if r.timing else 0}, IQR {spread:.0%})"
+    text = f"{label}: {speed} (median of {len(r.timing.samples) if r.timing else 0}, IQR {spread:.0%})"
     if not r.precision.is_reference and r.error:
         text += f", error {_fmt_err(r.error.rel_l2)}"
+        if base is not None and base.error is not None:
+            text += f" (without keeping: {'overflows' if base.status == 'overflows' else _fmt_err(base.error.rel_l2)})"
         if r.grad_error.get("rel_l2") is not None:
             text += f", gradient error {_fmt_err(r.grad_error['rel_l2'])}"
     if r.peak_bytes is not None and ref.peak_bytes:
@@ -800,14 +806,34 @@ def _reason(r: VariantResult, ref: VariantResult) -> str:
     return text
 
 
+def _base_of(r: VariantResult, results: list[VariantResult]) -> VariantResult | None:
+    """The plain variant a keep-in-fp32 row was derived from."""
+    if not r.precision.keep:
+        return None
+    p = r.precision
+    return next((b for b in results if b.precision == Precision(p.dtype, p.autocast)), None)
+
+
 def _snippet(p: Precision, dev: torch.device) -> str:
     dtype = f"torch.{str(p.dtype).removeprefix('torch.')}"
     if p.is_reference:
         return "model = model.float()   # keep fp32"
-    keep = "".join(f"# keep '{name}' in fp32, cast at its borders\n" for name in p.keep)
+    if p.keep:
+        keep = (
+            f"from dtype_doctor import to_precision\n# {', '.join(p.keep)} stay fp32, cast at their borders\n"
+        )
+        if p.autocast:
+            return (
+                f"{keep}model = to_precision(model, {dtype}, keep_fp32={list(p.keep)!r}, autocast=True)\n"
+                f'with torch.autocast("{dev.type}", dtype={dtype}):\n    out = model(x)'
+            )
+        return (
+            f"{keep}model = to_precision(model, {dtype}, keep_fp32={list(p.keep)!r})\n"
+            f"out = model(x.to({dtype}))"
+        )
     if p.autocast:
-        return f'{keep}with torch.autocast("{dev.type}", dtype={dtype}):\n    out = model(x)'
-    return f"{keep}model = model.to({dtype})\nout = model(x.to({dtype}))"
+        return f'with torch.autocast("{dev.type}", dtype={dtype}):\n    out = model(x)'
+    return f"model = model.to({dtype})\nout = model(x.to({dtype}))"
 
 
 def recommend(results: list[VariantResult], dev: torch.device, tolerance: float) -> Finding:
@@ -816,7 +842,7 @@ def recommend(results: list[VariantResult], dev: torch.device, tolerance: float)
     accepted = [r for r in results if _accepted(r, tolerance) and not r.precision.is_reference]
     faster = sorted((r for r in accepted if _faster(r, ref)), key=lambda r: r.median)
     best = faster[0] if faster else ref
-    reasons = [_reason(r, ref) for r in results]
+    reasons = [_reason(r, ref, _base_of(r, results)) for r in results]
     if best is ref:
         if accepted:
             headline = "fp32: no low-precision variant is faster beyond noise on this hardware" + (
@@ -839,7 +865,6 @@ def recommend(results: list[VariantResult], dev: torch.device, tolerance: float)
             "dtype": f"torch.{str(p.dtype).removeprefix('torch.')}",
         },
         message=headline + "".join(f"\n  · {text}" for text in reasons),
-        evidence=[Evidence(text) for text in reasons],
         data={"choice": best.name, "reasons": reasons},
     )
     return f
