@@ -381,3 +381,10 @@ def test_to_precision_reproduces_the_keep_row_the_recommendation_suggests(overfl
     assert error_stats(out, expected).rel_l2 < 0.01
     if "keep" in rec.data["choice"]:
         assert "to_precision(model, torch.float16, keep_fp32=" in rec.fixes[0].snippet
+
+
+def test_progress_bar_goes_to_stderr_and_changes_nothing(capsys):
+    report = compare(models.makes_fp32, "2x8", precisions=("fp32", "autocast-bf16"), progress=True, **FAST)
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert [v["status"] for v in report.meta["compare"]["variants"]] == ["ok", "ok", "ok"]

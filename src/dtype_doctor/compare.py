@@ -522,6 +522,7 @@ def compare(
                 if result.status != "ok":
                     raise DoctorError(f"the fp32 reference run failed: {result.failure}")
                 runner.reference_model = model
+                keep_fp32 = _resolve_keep(keep_fp32, model)  # a typo fails now, not after every run
             elif result.status in ("ok", "overflows") and attribution and model is not None:
                 bar.update(task, description=f"{p.name}: per-layer error")
                 result.layers = runner.attribute(result, model)
@@ -531,7 +532,7 @@ def compare(
             _collect(dev)
             bar.advance(task)
         for base in [r for r in results if not r.precision.is_reference and r.status != "fails"]:
-            keep = _keep_for(base, keep_fp32, runner, top_k)
+            keep = _keep_for(base, keep_fp32, top_k)
             if not keep:
                 continue
             p = Precision(base.precision.dtype, base.precision.autocast, tuple(keep))
@@ -571,15 +572,18 @@ def compare(
     return report
 
 
-def _keep_for(base: VariantResult, keep_fp32: Any, runner: _Runner, top_k: int) -> list[str]:
-    if keep_fp32 is None or keep_fp32 is False:
-        return []
-    if isinstance(keep_fp32, str) and keep_fp32 == "auto":
-        return top_modules(rank(base.layers), top_k, floor=0.0)
+def _resolve_keep(keep_fp32: Any, model: torch.nn.Module) -> str | list[str] | None:
+    """ "auto", None, or the module paths the user's names, globs and class names select."""
+    if keep_fp32 is None or keep_fp32 is False or keep_fp32 == "auto":
+        return keep_fp32 or None
     names = [keep_fp32] if isinstance(keep_fp32, str) else list(keep_fp32)
-    if not names or runner.reference_model is None:
-        return []
-    return select_modules(runner.reference_model, names)
+    return select_modules(model, names) if names else None
+
+
+def _keep_for(base: VariantResult, keep_fp32: str | list[str] | None, top_k: int) -> list[str]:
+    if keep_fp32 == "auto":
+        return top_modules(rank(base.layers), top_k, floor=0.0)
+    return list(keep_fp32 or [])
 
 
 def _device(device: str | torch.device | None) -> torch.device:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from .. import cli
 
@@ -26,7 +27,8 @@ exit codes: 0 every precision runs, 1 some precision fails/overflows/drifts, 2 b
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the examples' layout
+    parser.description = textwrap.fill(DESCRIPTION, 88)
     parser.add_argument(
         "target", metavar="PATH_OR_MODULE:FACTORY", help="a callable returning a fresh fp32 nn.Module"
     )
