@@ -60,7 +60,9 @@ def test_all_five_precisions_run_on_a_benign_model(benign):
     assert all(x["status"] == "ok" for x in v.values())
     for x in v.values():
         t = x["timing"]
-        assert t["repeats"] == 3 and 0 < t["q1_s"] <= t["median_s"] <= t["q3_s"]
+        # fp32 is timed at the start and again at the end (drift), the others once
+        assert t["repeats"] == (6 if x["name"] == "fp32" else 3)
+        assert 0 < t["q1_s"] <= t["median_s"] <= t["q3_s"]
         assert x["throughput_per_s"] == pytest.approx(4 / t["median_s"])
         assert x["peak_memory_bytes"] is not None and x["peak_memory_bytes"] >= 0
         assert x["memory_method"].startswith("rss")
@@ -96,7 +98,7 @@ def test_benign_model_recommendation_names_a_variant_and_gives_reasons(benign):
     assert rec.data["choice"] in FIVE
     assert len(rec.data["reasons"]) == 5
     assert rec.data["reasons"][2].startswith("bf16: ") and "error" in rec.data["reasons"][2]
-    assert "median of 3" in rec.data["reasons"][0]
+    assert "median of 6" in rec.data["reasons"][0] and "median of 3" in rec.data["reasons"][1]
     assert rec.fixes and rec.fixes[0].snippet
     # nothing wrong with a benign model
     assert [f.code for f in benign.findings if f.severity != Severity.INFO] == []
@@ -387,4 +389,4 @@ def test_progress_bar_goes_to_stderr_and_changes_nothing(capsys):
     report = compare(models.makes_fp32, "2x8", precisions=("fp32", "autocast-bf16"), progress=True, **FAST)
     out = capsys.readouterr()
     assert out.out == ""
-    assert [v["status"] for v in report.meta["compare"]["variants"]] == ["ok", "ok", "ok"]
+    assert [v["status"] for v in report.meta["compare"]["variants"]] == ["ok", "ok"]

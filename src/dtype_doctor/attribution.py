@@ -33,6 +33,7 @@ class LayerError:
     calls: int = 1
     failed: str | None = None  # exception text when the shadow call raised
     input_overflow: bool = False  # its fp32 input is already out of range of the low dtype
+    params: int = 0  # parameters it holds, its submodules' included
     explained_by: str | None = None  # a child whose error accounts for this module's
 
     @property
@@ -54,6 +55,7 @@ class LayerError:
             "failed": self.failed,
             "explained_by": self.explained_by,
             "input_overflow": self.input_overflow,
+            "params": self.params,
         }
 
 
@@ -92,6 +94,10 @@ def cast_like(obj: Any, dtypes: list[torch.dtype], default: torch.dtype | None) 
         return t if dtype is None or t.dtype == dtype else t.to(dtype)
 
     return map_tensors(obj, cast)
+
+
+def _params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
 
 
 _PLAIN = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
@@ -145,10 +151,14 @@ def shadow_errors(
         except Exception as exc:
             text = f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if entry is None:
-                results[name] = LayerError(name, type(module).__name__, None, failed=text)
+                results[name] = LayerError(
+                    name, type(module).__name__, None, failed=text, params=_params(module)
+                )
             return
         if entry is None:
-            results[name] = LayerError(name, type(module).__name__, err, input_overflow=overflow)
+            results[name] = LayerError(
+                name, type(module).__name__, err, input_overflow=overflow, params=_params(module)
+            )
         else:
             entry.calls += 1
             entry.input_overflow |= overflow
@@ -168,20 +178,32 @@ def shadow_errors(
 
 
 def mark_explained(layers: list[LayerError], factor: float = 2.0) -> list[LayerError]:
-    """A container whose error is within `factor` of its worst child's is explained by that child.
+    """A container is explained by its parts when its error is at most `factor` × the summed
+    errors of its nearest measured descendants (errors of parts add up at most linearly);
+    it then points at its worst part. A container that adds error of its own (a softmax or a
+    residual sum in its forward that overflows) stays in the ranking.
 
-    Without this the ranking would list every ancestor of a fragile layer above it.
+    Without this the ranking would list every ancestor of a fragile layer above it, and a whole
+    stack of blocks (whose accumulated error is larger than any block's) at the top.
     """
     by_name = {layer.module: layer for layer in layers}
-    for layer in layers:
-        prefix = layer.module + "."
-        children = [c for n, c in by_name.items() if n.startswith(prefix) and "." not in n[len(prefix) :]]
-        if not children:
+    for layer in sorted(layers, key=lambda x: -x.module.count(".")):  # deepest first
+        parts = _nearest_parts(layer.module, by_name)
+        measured = [p for p in parts if p.score >= 0]
+        if not measured or layer.score < 0:
             continue
-        worst = max(children, key=lambda c: c.score)
-        if worst.score > 0 and layer.score <= worst.score * factor:
+        worst = max(measured, key=lambda p: p.score)
+        total = sum(p.score for p in measured)
+        if worst.score > 0 and layer.score <= factor * total:
             layer.explained_by = worst.explained_by or worst.module
     return layers
+
+
+def _nearest_parts(name: str, by_name: dict[str, LayerError]) -> list[LayerError]:
+    """Measured descendants of `name` with no measured module between them and `name`."""
+    prefix = name + "."
+    below = [n for n in by_name if n.startswith(prefix)]
+    return [by_name[n] for n in below if not any(n.startswith(m + ".") for m in below if m != n)]
 
 
 def rank(layers: Iterable[LayerError]) -> list[LayerError]:
@@ -189,12 +211,17 @@ def rank(layers: Iterable[LayerError]) -> list[LayerError]:
     return sorted((layer for layer in layers if not layer.explained_by), key=lambda layer: -layer.score)
 
 
-def top_modules(ranked: list[LayerError], k: int, floor: float = 0.0) -> list[str]:
-    """The k worst modules, no two of them nested in one another, each above `floor`."""
+def top_modules(
+    ranked: list[LayerError], k: int, floor: float = 0.0, max_params: int | None = None
+) -> list[str]:
+    """The k worst modules, none nested in another, each above `floor` and holding at most
+    `max_params` parameters (keeping a third of the model in fp32 is not a mixed-precision fix)."""
     chosen: list[str] = []
     for layer in ranked:
         if len(chosen) >= k or layer.score <= floor:
             break
+        if max_params is not None and layer.params > max_params:
+            continue
         if any(_nested(layer.module, c) for c in chosen):
             continue
         chosen.append(layer.module)

@@ -231,6 +231,7 @@ class _Runner:
         self.reference_out: Any = None
         self.reference_grads: dict[str, torch.Tensor] = {}
         self.reference_model: torch.nn.Module | None = None
+        self.total_params = 0
 
     # -- building
 
@@ -387,6 +388,16 @@ class _Runner:
             result.findings = _explain(str(exc))
         return True
 
+    def retime_reference(self, result: VariantResult) -> None:
+        """Time the fp32 reference again after all variants and pool the samples, so that
+        load drifting during a long comparison does not favour the variants measured later."""
+        model, p = self.reference_model, result.precision
+        if model is None or result.timing is None:
+            return
+        fn = self.step_fn(model, p, [1.0]) if self.train_step else self.forward_fn(model, p)
+        result.timing.samples += time_runs(fn, self.device, 0, self.repeats).samples
+        result.throughput = self.batch / result.median if result.median > 0 else None
+
     # -- attribution
 
     def attribute(self, result: VariantResult, model: torch.nn.Module) -> list[LayerError]:
@@ -522,6 +533,7 @@ def compare(
                 if result.status != "ok":
                     raise DoctorError(f"the fp32 reference run failed: {result.failure}")
                 runner.reference_model = model
+                runner.total_params = sum(q.numel() for q in model.parameters())
                 keep_fp32 = _resolve_keep(keep_fp32, model)  # a typo fails now, not after every run
             elif result.status in ("ok", "overflows") and attribution and model is not None:
                 bar.update(task, description=f"{p.name}: per-layer error")
@@ -532,7 +544,7 @@ def compare(
             _collect(dev)
             bar.advance(task)
         for base in [r for r in results if not r.precision.is_reference and r.status != "fails"]:
-            keep = _keep_for(base, keep_fp32, top_k)
+            keep = _keep_for(base, keep_fp32, top_k, runner.total_params)
             if not keep:
                 continue
             p = Precision(base.precision.dtype, base.precision.autocast, tuple(keep))
@@ -550,6 +562,9 @@ def compare(
             _collect(dev)
             bar.advance(task)
 
+        bar.update(task, description="fp32: timing again")
+        runner.retime_reference(results[0])
+
     report = Report(tool="compare")
     settings = {
         "device": str(dev),
@@ -564,7 +579,7 @@ def compare(
         "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32) if dev.type == "cuda" else None,
     }
     for r in results:
-        for f in _variant_findings(r, dev, tolerance, top_k):
+        for f in _variant_findings(r, dev, tolerance, top_k, runner.total_params):
             report.add(f)
     report.add(recommend(results, dev, tolerance))
     report.meta["compare"] = {**settings, "variants": [r.to_dict() for r in results]}
@@ -580,9 +595,16 @@ def _resolve_keep(keep_fp32: Any, model: torch.nn.Module) -> str | list[str] | N
     return select_modules(model, names) if names else None
 
 
-def _keep_for(base: VariantResult, keep_fp32: str | list[str] | None, top_k: int) -> list[str]:
+_MAX_KEEP_SHARE = 1 / 3  # "auto" never keeps a module holding more than this share of the parameters
+
+
+def _keep_for(
+    base: VariantResult, keep_fp32: str | list[str] | None, top_k: int, total_params: int
+) -> list[str]:
     if keep_fp32 == "auto":
-        return top_modules(rank(base.layers), top_k, floor=0.0)
+        return top_modules(
+            rank(base.layers), top_k, floor=0.0, max_params=int(total_params * _MAX_KEEP_SHARE)
+        )
     return list(keep_fp32 or [])
 
 
@@ -682,7 +704,9 @@ def _context(p: Precision) -> list[str]:
     return [dtype, how, f"{how}-{dtype}", *(["keep-fp32"] if p.keep else [])]
 
 
-def _variant_findings(r: VariantResult, dev: torch.device, tolerance: float, top_k: int) -> list[Finding]:
+def _variant_findings(
+    r: VariantResult, dev: torch.device, tolerance: float, top_k: int, total_params: int
+) -> list[Finding]:
     p = r.precision
     names = _names(p, dev)
     out: list[Finding] = []
@@ -719,7 +743,7 @@ def _variant_findings(r: VariantResult, dev: torch.device, tolerance: float, top
             )
         )
     ranked = rank(r.layers)
-    keep = top_modules(ranked, top_k)
+    keep = top_modules(ranked, top_k, max_params=int(total_params * _MAX_KEEP_SHARE))
     if r.error and r.status == "ok" and r.error.rel_l2 > tolerance and not p.keep:
         out.append(
             catalog.finding(
