@@ -39,8 +39,6 @@ _VERSION_ASSIGN = re.compile(
     r"""^\s*(?:__version__|version|VERSION)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M
 )
 
-# environment variables that change precision or which device is used
-
 # ---------------------------------------------------------------------------------------------
 # package facts without imports
 
@@ -204,97 +202,106 @@ def accelerate_config() -> dict[str, Any]:
 # libraries and their findings
 
 
+# (module, distribution names, what it does to precision)
+_LIBRARIES = (
+    ("xformers", ("xformers",), "memory-efficient attention; built against one torch release"),
+    ("flash_attn", ("flash-attn", "flash_attn"), "needs sm80+ and fp16/bf16 inputs"),
+    ("bitsandbytes", ("bitsandbytes",), "4/8-bit layers: compute dtype defaults to float32"),
+    ("deepspeed", ("deepspeed",), "fp16/bf16 is set in the DeepSpeed config JSON"),
+    ("transformer_engine", ("transformer-engine", "transformer_engine"), "fp8 autocast (te.fp8_autocast)"),
+    ("intel_extension_for_pytorch", ("intel-extension-for-pytorch",), "ipex.optimize(dtype=) casts"),
+    ("accelerate", ("accelerate",), "mixed_precision wraps forward in autocast"),
+)
+
+
 def library_facts(
     torch_version: str | None, gpus: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[Finding]]:
-    libs: dict[str, Any] = {}
-    findings: list[Finding] = []
-
-    apex = apex_info()
-    libs["apex"] = apex
-    findings += _apex_findings(apex)
-
-    for module, dists in (("oneflow", ("oneflow",)), ("onediff", ("onediff",)), ("onediffx", ("onediffx",))):
-        libs[module] = package_info(module, *dists)
-    flow = [m for m in ("oneflow", "onediff", "onediffx") if libs[m]["installed"]]
-    if flow:
-        versions = ", ".join(f"{m} {libs[m]['version']}" for m in flow)
-        libs["oneflow"]["note"] = "do not wrap OneFlow-compiled modules in torch.autocast"
-        findings.append(
-            catalog.finding(
-                "oneflow-torch-autocast",
-                message=f"{versions} installed next to torch {torch_version}",
-                evidence=[Evidence(f"{m}: {libs[m].get('location')}") for m in flow],
-                data={"packages": {m: libs[m]["version"] for m in flow}},
-            )
-        )
-
-    simple = (
-        ("xformers", ("xformers",), "memory-efficient attention; built against one torch release"),
-        ("flash_attn", ("flash-attn", "flash_attn"), "needs sm80+ and fp16/bf16 inputs"),
-        ("bitsandbytes", ("bitsandbytes",), "4/8-bit layers: compute dtype defaults to float32"),
-        ("deepspeed", ("deepspeed",), "fp16/bf16 is set in the DeepSpeed config JSON"),
-        (
-            "transformer_engine",
-            ("transformer-engine", "transformer_engine"),
-            "fp8 autocast (te.fp8_autocast)",
-        ),
-        ("intel_extension_for_pytorch", ("intel-extension-for-pytorch",), "ipex.optimize(dtype=) casts"),
-        ("accelerate", ("accelerate",), "mixed_precision wraps forward in autocast"),
-    )
-    for module, dists, note in simple:
-        info = package_info(module, *dists)
+    """Every precision-changing library: installed?, version, a note; and a finding per hazard."""
+    libs: dict[str, Any] = {"apex": apex_info()}
+    findings = _apex_findings(libs["apex"])
+    findings += _oneflow(libs, torch_version)
+    for module, dists, note in _LIBRARIES:
+        libs[module] = info = package_info(module, *dists)
         if info["installed"]:
             info["note"] = note
-        libs[module] = info
-        dist = dists[0]
-        pin = _torch_pin(dist) if info["installed"] else None
-        if pin and torch_version and not _same_release(pin, torch_version):
-            info["note"] = f"built for torch {pin}"
-            findings.append(
-                catalog.finding(
-                    "extension-torch-mismatch",
-                    names={
-                        "package": dist,
-                        "version": info["version"],
-                        "requirement": f"torch=={pin}",
-                        "torch": torch_version,
-                    },
-                    message=f"{dist} {info['version']} requires torch=={pin}; torch {torch_version} is installed",
-                    data={"package": dist, "pin": pin},
-                )
-            )
+            findings += _torch_mismatch(dists[0], info, torch_version)
+    findings += _flash_attn(libs["flash_attn"], gpus)
+    findings += _accelerate(libs["accelerate"])
+    return libs, findings
 
-    if libs["flash_attn"]["installed"]:
-        for g in gpus:
-            if g["sm"] < 80:
-                findings.append(
-                    catalog.finding(
-                        "flash-attn-unsupported-gpu",
-                        names={"gpu": g["name"], "capability": g["sm"]},
-                        message=f"flash-attn {libs['flash_attn']['version']} on {g['name']} (sm{g['capability']})",
-                    )
-                )
 
+def _oneflow(libs: dict[str, Any], torch_version: str | None) -> list[Finding]:
+    for module in ("oneflow", "onediff", "onediffx"):
+        libs[module] = package_info(module)
+    flow = [m for m in ("oneflow", "onediff", "onediffx") if libs[m]["installed"]]
+    if not flow:
+        return []
+    libs["oneflow"]["note"] = "do not wrap OneFlow-compiled modules in torch.autocast"
+    versions = ", ".join(f"{m} {libs[m]['version']}" for m in flow)
+    return [
+        catalog.finding(
+            "oneflow-torch-autocast",
+            message=f"{versions} installed next to torch {torch_version}",
+            evidence=[Evidence(f"{m}: {libs[m].get('location')}") for m in flow],
+            data={"packages": {m: libs[m]["version"] for m in flow}},
+        )
+    ]
+
+
+def _torch_mismatch(dist: str, info: dict[str, Any], torch_version: str | None) -> list[Finding]:
+    pin = _torch_pin(dist)
+    if not (pin and torch_version) or _same_release(pin, torch_version):
+        return []
+    info["note"] = f"built for torch {pin}"
+    return [
+        catalog.finding(
+            "extension-torch-mismatch",
+            names={
+                "package": dist,
+                "version": info["version"],
+                "requirement": f"torch=={pin}",
+                "torch": torch_version,
+            },
+            message=f"{dist} {info['version']} requires torch=={pin}; torch {torch_version} is installed",
+            data={"package": dist, "pin": pin},
+        )
+    ]
+
+
+def _flash_attn(info: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
+    if not info["installed"]:
+        return []
+    return [
+        catalog.finding(
+            "flash-attn-unsupported-gpu",
+            names={"gpu": g["name"], "capability": g["sm"]},
+            message=f"flash-attn {info['version']} on {g['name']} (sm{g['capability']})",
+        )
+        for g in gpus
+        if g["sm"] < 80
+    ]
+
+
+def _accelerate(info: dict[str, Any]) -> list[Finding]:
     acc = accelerate_config()
     configured = acc.get("env") or acc.get("config")
-    libs["accelerate"]["mixed_precision"] = configured
-    if libs["accelerate"]["installed"] and configured:
-        libs["accelerate"]["note"] = f"configured mixed_precision={configured}"
-    for source, value in (
-        ("ACCELERATE_MIXED_PRECISION", acc.get("env")),
-        (acc.get("config_file"), acc.get("config")),
-    ):
-        if value and value != "no":
-            findings.append(
-                catalog.finding(
-                    "accelerate-mixed-precision",
-                    names={"source": source, "dtype": value},
-                    message=f"{source}: mixed_precision={value}",
-                    data={"source": source, "mixed_precision": value},
-                )
-            )
-    return libs, findings
+    info["mixed_precision"] = configured
+    if info["installed"] and configured:
+        info["note"] = f"configured mixed_precision={configured}"
+    return [
+        catalog.finding(
+            "accelerate-mixed-precision",
+            names={"source": source, "dtype": value},
+            message=f"{source}: mixed_precision={value}",
+            data={"source": source, "mixed_precision": value},
+        )
+        for source, value in (
+            ("ACCELERATE_MIXED_PRECISION", acc.get("env")),
+            (acc.get("config_file"), acc.get("config")),
+        )
+        if value and value != "no"
+    ]
 
 
 def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
