@@ -124,7 +124,7 @@ def test_overflowing_model_is_marked_and_the_producer_named(overflowing):
     assert f.location.module == "fragile" and f.location.module_type == "Square"
     assert f.severity == Severity.WARNING
     assert "bfloat16" in f.fixes[0].title  # the first fix for a cast fp16 model: bf16
-    assert "'fragile'" in f.fixes[1].snippet
+    assert "to_precision(model, torch.float16, keep_fp32=['fragile'])" in f.fixes[1].snippet
 
 
 def test_keeping_the_overflowing_layers_in_fp32_buys_back_a_finite_result(overflowing):

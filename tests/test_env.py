@@ -156,7 +156,8 @@ def test_gpu_facts_match_torch(clean):
     for g in gpus:
         major, minor = torch.cuda.get_device_capability(g["index"])
         assert g["capability"] == f"{major}.{minor}"
-        native = torch.cuda.is_bf16_supported(including_emulation=False)
+        with torch.cuda.device(g["index"]):
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
         assert (g["bf16"] == "native") == native
 
 
@@ -172,7 +173,8 @@ def test_nvidia_apex_is_reported_with_the_library_that_swaps_it_in(planted):
     f = finding(data, "apex-conflict")
     assert f["severity"] == "warning"
     assert "xfuser/model/norm.py" in f["data"]["consumers"]
-    assert "xfuser import apex" in f["message"]
+    assert "xfuser imports apex" in f["message"]
+    assert f["evidence"][0]["text"] == "xfuser/model/norm.py imports apex"
     assert f["fixes"][0]["snippet"] == "pip uninstall -y apex"
     assert "apex-no-cuda-ext" in codes(data)
     assert rc == 1

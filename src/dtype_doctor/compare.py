@@ -251,7 +251,8 @@ class _Runner:
             raise DoctorError(
                 f"the fp32 reference run failed: {type(exc).__name__}: {_first_line(exc)}"
             ) from None
-        self.fp32_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        # on the host: a second fp32 copy of the weights must not take accelerator memory
+        self.fp32_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         del model
         _collect(self.device)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import catalog
-from .report import Evidence, Finding, Severity
+from .report import Evidence, Finding, Fix, Severity
 
 APEX_CONSUMERS = (
     "transformers",
@@ -304,6 +304,11 @@ def _accelerate(info: dict[str, Any]) -> list[Finding]:
     ]
 
 
+def _version_text(info: dict[str, Any]) -> str:
+    version = info.get("version")
+    return f"version {version}" if version and version != "unknown" else "version unknown"
+
+
 def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
     if not apex.get("installed"):
         return []
@@ -338,7 +343,7 @@ def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
     consumers = apex_consumers()
     apex["consumers"] = consumers
     swap = (
-        f"{', '.join(sorted({c.split('/')[0] for c in consumers}))} import apex and will use its fused kernels"
+        f"{', '.join(sorted({c.split('/')[0] for c in consumers}))} imports apex and may use its fused kernels"
         if consumers
         else "no installed library among those checked imports it; your own code or others may"
     )
@@ -346,21 +351,20 @@ def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
     f = catalog.finding(
         "apex-conflict",
         context=["env"],
-        message=f"NVIDIA apex {apex.get('version')} is importable ({where}): {swap}",
-        evidence=[Evidence(c, source="imports apex") for c in consumers],
+        message=f"NVIDIA apex ({_version_text(apex)}) is importable from {where}: {swap}",
+        evidence=[Evidence(f"{c} imports apex", source=c) for c in consumers],
         data={
             "consumers": consumers,
             "fused_norms": apex.get("fused_norms"),
             "cuda_ext": apex.get("cuda_ext"),
         },
     )
-    f.fixes = [*catalog.fixes_for("pypi-apex-clash")[:1], *f.fixes]
-    f.fixes[0].title = "Uninstall apex and use PyTorch's native AMP (the xDiT fix)"
-    f.fixes[
-        0
-    ].why = (
-        "torch.autocast + torch.amp.GradScaler replace apex.amp; torch's norms follow the weight dtype rules."
+    uninstall = Fix(
+        title="Uninstall apex and use PyTorch's native AMP (the xDiT fix)",
+        snippet="pip uninstall -y apex",
+        why="torch.autocast + torch.amp.GradScaler replace apex.amp; torch's norms follow the weight dtype rules.",
     )
+    f.fixes = [uninstall, *(x for x in f.fixes if x.snippet != uninstall.snippet)]
     f.severity = Severity.WARNING if consumers else Severity.INFO
     out.append(f)
     if apex.get("fused_norms") and apex.get("cuda_ext") is False:

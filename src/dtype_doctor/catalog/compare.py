@@ -57,9 +57,9 @@ COMPARE_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Keep {module} in fp32 and cast at its borders",
-                "dtype_doctor.compare(factory, x, keep_fp32=[{module!r}])   # measure it first\n"
-                "# then, e.g.: model.{module}.float() and cast its input/output",
-                "Only the overflowing module pays the fp32 cost.",
+                "from dtype_doctor import to_precision\n"
+                "model = to_precision(model, {dtype}, keep_fp32=[{module!r}])",
+                "Only that module pays the fp32 cost; the '+keep' rows of compare measure it first.",
             ),
             FixTemplate(
                 "Use bfloat16 (same range as fp32) where the hardware supports it",
@@ -93,8 +93,8 @@ COMPARE_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Keep the most sensitive modules in fp32",
-                "dtype_doctor.compare(factory, x, keep_fp32={keep!r})",
-                "The comparison shows how much of the error this buys back.",
+                "from dtype_doctor import to_precision\nmodel = to_precision(model, {dtype}, keep_fp32={keep!r})",
+                "The '+keep' rows of the comparison show how much of the error this buys back.",
             ),
             FixTemplate(
                 "Use autocast rather than a full cast", 'with torch.autocast("{device}", dtype={dtype}):'
@@ -112,8 +112,8 @@ COMPARE_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Keep these modules in fp32",
-                "dtype_doctor.compare(factory, x, keep_fp32={keep!r})",
-                "The 'keep' rows of the comparison show what this buys back and what it costs.",
+                "from dtype_doctor import to_precision\nmodel = to_precision(model, {dtype}, keep_fp32={keep!r})",
+                "The '+keep' rows of the comparison show what this buys back and what it costs.",
             ),
         ),
     ),

@@ -64,7 +64,8 @@ def compare_table(meta: dict[str, Any], wide: bool = False) -> Table:
     table = Table(
         title=f"compare on {meta.get('device_name') or meta.get('device')} · torch {meta.get('torch')}",
         caption=(
-            f"ms: median of {meta.get('repeats')} runs after {meta.get('warmup')} warm-up ± half the "
+            f"ms: median of {meta.get('repeats')} runs (fp32: twice, at the start and the end) after "
+            f"{meta.get('warmup')} warm-up ± half the "
             f"interquartile range · error: ‖low − fp32‖/‖fp32‖ · peak mem: {_memory_method(variants)}"
         ),
         header_style="bold",
@@ -86,7 +87,7 @@ def compare_table(meta: dict[str, Any], wide: bool = False) -> Table:
         cells = {
             "precision": v["name"],
             "status": Text(v["status"], style=_STATUS_STYLE.get(v["status"], "")),
-            "ms": f"{_ms(median)} ±{_ms(half_iqr)}" if t else "–",
+            "ms": f"{_ms(median)} ±{_num(half_iqr * 1e3 if half_iqr is not None else None)}" if t else "–",
             "speed-up": f"{speed:.2f}×" if speed else "–",
             "per s": _count(v.get("throughput_per_s")),
             "peak mem": _bytes(v.get("peak_memory_bytes")),
