@@ -39,18 +39,20 @@ def plot_compare(meta: dict[str, Any], path: str) -> str:
     medians = [_ms((v.get("timing") or {}).get("median_s")) for v in variants]
     lows = [m - _ms((v.get("timing") or {}).get("q1_s")) for m, v in zip(medians, variants, strict=True)]
     highs = [_ms((v.get("timing") or {}).get("q3_s")) - m for m, v in zip(medians, variants, strict=True)]
-    ax_time.barh(names, medians, xerr=[lows, highs], color=colors, capsize=3)
+    ys = list(range(len(names)))  # numeric positions: a missing bar must not drop its row
+    ax_time.barh(ys, medians, xerr=[lows, highs], color=colors, capsize=3)
     ax_time.set_xlabel(f"latency, ms (median of {meta.get('repeats')}, bars: IQR)")
     ax_time.invert_yaxis()
 
     mem = [(v.get("peak_memory_bytes") or 0) / 2**20 for v in variants]
-    ax_mem.barh(names, mem, color=colors)
+    ax_mem.barh(ys, mem, color=colors)
     ax_mem.set_xlabel("peak memory above baseline, MiB")
     ax_mem.invert_yaxis()
 
     errs = [((v.get("error") or {}).get("rel_l2")) for v in variants]
     shown = [e if e is not None and math.isfinite(e) and e > 0 else math.nan for e in errs]
-    ax_err.barh(names, shown, color=colors)
+    floor = min((e for e in shown if not math.isnan(e)), default=1e-6) / 10
+    ax_err.barh(ys, [floor if math.isnan(e) else e for e in shown], color=colors)
     ax_err.set_xscale("log")
     ax_err.set_xlabel("output error vs fp32 (relative L2, log)")
     ax_err.invert_yaxis()
@@ -58,6 +60,8 @@ def plot_compare(meta: dict[str, Any], path: str) -> str:
         if v["status"] != "ok" or e == 0:
             label = v["status"] if v["status"] != "ok" else "0 (reference)"
             ax_err.annotate(label, (0.02, i), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+    for ax in (ax_time, ax_mem, ax_err):
+        ax.set_yticks(ys, names)
 
     if layer_rows:
         labels = [f"{n}: {layer['module']}" for n, layer in layer_rows]
