@@ -88,7 +88,8 @@ def test_refinements_and_signals_name_real_families_and_scopes():
 
 def test_fix_templates_format_with_and_without_names():
     for code in catalog.codes():
-        assert catalog.fixes_for(code) or catalog.family(code).fixes
+        if catalog.family(code).severity != "info":  # info families (a dtype map) report, they fix nothing
+            assert catalog.fixes_for(code) or catalog.family(code).fixes, code
         for fix in catalog.fixes_for(code, module="self.linear_1", tensor="sample", dtype="torch.float16"):
             assert "<" not in fix.title, (code, fix.title)
 

@@ -28,6 +28,9 @@ _LAZY = {
     "keep_in_fp32": "numerics",
     "monitor_numerics": "numerics",
     "watch_scaler": "numerics",
+    "compare": "compare",
+    "environment": "env",
+    "to_precision": "attribution",
 }
 
 __all__ = [
@@ -46,6 +49,8 @@ __all__ = [
     "assert_dtype_consistent",
     "audit",
     "check",
+    "compare",
+    "environment",
     "explain",
     "explain_sources",
     "find_fp32_set",
@@ -53,6 +58,7 @@ __all__ = [
     "guard",
     "keep_in_fp32",
     "monitor_numerics",
+    "to_precision",
     "watch",
     "watch_scaler",
 ]

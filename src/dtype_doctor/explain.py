@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
 from . import catalog
+from ._callable import make_callable
 from .catalog.context import CONTEXT_SIGNALS, REFINEMENTS
 from .catalog.errors import TRIGGERS
 from .catalog.model import ContextSignal, MessagePattern
@@ -416,3 +417,6 @@ def _unknown(inputs: list[tuple[str | None, str]]) -> Finding:
         confidence=0.0,
         data={"nearest": nearest},
     )
+
+
+make_callable(__name__, "explain")

@@ -44,9 +44,21 @@ class _Names(dict):
         "file": "your code",
         "line": "?",
         "tensor": "x",
+        "op": "the op",
+        "modules": '["the module"]',
+        "leaf": "the module",
+        "model_class": "MyModel",
+        "where": "A module",
+        "scale": "scale",
+        "input_absmax": "a large value",
+        "factor": "small",
+        "detail": "",
+        "ranks": "?",
     }
 
     def __missing__(self, key: str) -> str:
+        if key == "at":  # "at file.py:12" when the producer knows the place, else a neutral phrase
+            return f"at {self['file']}:{self['line']}" if "file" in self else "in your code"
         return self._DEFAULTS.get(key, f"<{key}>")
 
 

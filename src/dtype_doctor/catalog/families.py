@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from .audit import AUDIT_FAMILIES, FIX_FAMILIES
+from .compare import COMPARE_FAMILIES
+from .env import ENV_FAMILIES
 from .errors import ERROR_FAMILIES
 from .integrations import INTEGRATION_FAMILIES
 from .model import Family
@@ -16,4 +18,6 @@ FAMILIES: tuple[Family, ...] = (
     *FIX_FAMILIES,
     *NUMERICS_FAMILIES,
     *INTEGRATION_FAMILIES,
+    *COMPARE_FAMILIES,
+    *ENV_FAMILIES,
 )

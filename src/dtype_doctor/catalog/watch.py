@@ -16,13 +16,13 @@ WATCH_FAMILIES: tuple[Family, ...] = (
         severity="warning",
         fixes=(
             FixTemplate(
-                "Create {input} in the model's dtype at {file}:{line}",
+                "Create {input} in the model's dtype {at}",
                 "{tensor} = torch.zeros(..., dtype={dtype}, device=device)  # or .to({dtype})",
                 "Every tensor created without dtype= is float32 (torch.get_default_dtype()).",
                 when=frozenset({"odd-op"}),
             ),
             FixTemplate(
-                "Cast {input} to {dtype} before {op} at {file}:{line}",
+                "Cast {input} to {dtype} before {op} {at}",
                 "{tensor} = {tensor}.to({dtype})",
                 "Casting where the two paths meet keeps one dtype policy for the whole model.",
             ),

@@ -1,0 +1,129 @@
+"""`dtype-doctor compare`: which precision to run in, on this hardware, with evidence."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+from .. import cli
+
+HELP = "run a model in fp32/fp16/bf16/autocast side by side: speed, memory, error, per-layer error"
+DESCRIPTION = (
+    "Build the model from FACTORY once per precision, run it on the given inputs and compare each "
+    "precision with fp32: does it run (and why not), median latency with its spread, throughput, "
+    "peak memory, output (and, with --train, gradient) error; which modules drift most in low "
+    "precision and what keeping them in fp32 buys back; and a recommendation with its reasons."
+)
+EPILOG = """examples:
+  dtype-doctor compare model.py:build --input 8x3x64x64
+  dtype-doctor compare my_pkg.models:tiny_unet --input sample=1x4x32x32 --input timestep=1:int64 \\
+      --input encoder_hidden_states=1x77x32 --precisions fp32,fp16,autocast-bf16 --plot cmp.png
+  dtype-doctor compare model.py:build --input 4x128:int64 --train --keep-fp32 'ln_f' --json out.json
+
+exit codes: 0 every precision runs, 1 some precision fails/overflows/drifts, 2 bad usage or input
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the examples' layout
+    parser.description = textwrap.fill(DESCRIPTION, 88)
+    parser.add_argument(
+        "target", metavar="PATH_OR_MODULE:FACTORY", help="a callable returning a fresh fp32 nn.Module"
+    )
+    parser.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="[NAME=]SHAPE[:DTYPE]",
+        help="a random model input, e.g. 2x4x64x64, ids=1x32:int64 (repeat for several; named → keyword)",
+    )
+    parser.add_argument(
+        "--precisions",
+        "-p",
+        default="fp32,fp16,bf16,autocast-fp16,autocast-bf16",
+        help="comma-separated precisions (default: %(default)s)",
+    )
+    keep = parser.add_mutually_exclusive_group()
+    keep.add_argument(
+        "--keep-fp32",
+        action="append",
+        metavar="MODULE",
+        help="also measure each low precision with this module (path, glob or class name) kept in fp32",
+    )
+    keep.add_argument("--no-keep", action="store_true", help="skip the keep-in-fp32 rows")
+    parser.add_argument(
+        "--top-k", type=int, default=3, help="modules kept in fp32 in the automatic rows (default 3)"
+    )
+    parser.add_argument(
+        "--train", action="store_true", help="also time and compare a backward pass (gradients)"
+    )
+    parser.add_argument("--device", help="cpu, cuda, cuda:1... (default: cuda when available)")
+    parser.add_argument("--repeats", "-n", type=int, default=10, help="timed runs per precision (default 10)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=2e-2,
+        help="largest relative L2 output error a recommendation accepts (default 0.02)",
+    )
+    parser.add_argument("--no-attribution", action="store_true", help="skip the per-module error")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the random inputs and the factory")
+    parser.add_argument(
+        "--plot", metavar="PNG", help="also write a plot of the comparison (needs matplotlib)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    cli.add_output_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import DoctorError
+    from ..loading import load_object, split_inputs
+
+    if not args.input:
+        raise DoctorError("give the model's inputs with --input SHAPE[:DTYPE] (e.g. --input 1x3x224x224)")
+    positional, named = split_inputs(args.input)
+    factory = load_object(args.target)
+    if not callable(factory):
+        raise DoctorError(f"{args.target!r} is not callable")
+    precisions = [p for p in args.precisions.split(",") if p.strip()]
+    if not precisions:
+        raise DoctorError("--precisions is empty")
+
+    from ..compare import compare
+
+    report = compare(
+        factory,
+        (positional, named),
+        precisions=precisions,
+        keep_fp32=None if args.no_keep else (args.keep_fp32 or "auto"),
+        train_step=args.train,
+        device=args.device,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        top_k=args.top_k,
+        tolerance=args.tolerance,
+        attribution=not args.no_attribution,
+        seed=args.seed,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+    if args.plot:
+        from ..plot import plot_compare
+
+        plot_compare(report.meta["compare"], args.plot)
+    if args.json != "-":
+        from rich.console import Console
+
+        from ..render.tables import render_compare
+
+        console = Console(no_color=args.no_color, highlight=False)
+        if not console.is_terminal:
+            console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
+        render_compare(report.meta["compare"], console, wide=args.verbose)
+    cli.emit(report, args)
+    if args.plot and args.json != "-":
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    problems = [f for f in report.findings if f.severity.value != "info"]
+    return cli.EXIT_FINDINGS if problems else cli.EXIT_OK

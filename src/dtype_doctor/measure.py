@@ -1,0 +1,292 @@
+"""Measuring one precision variant: tensors in outputs, error against a reference, time, memory.
+
+Used by `compare`. Everything here is device-agnostic: CUDA paths (synchronize, allocator
+peaks) run when the tensors live on a CUDA device, the CPU paths otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# tensors inside arbitrary outputs (tuples, dicts, ModelOutput, diffusers BaseOutput, dataclasses)
+
+
+def iter_tensors(obj: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """(path, tensor) for every tensor in a nested output, in a stable order."""
+    if isinstance(obj, torch.Tensor):
+        yield path or "output", obj
+    elif isinstance(obj, Mapping):
+        for key, value in obj.items():
+            yield from iter_tensors(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from iter_tensors(value, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from iter_tensors(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
+
+
+def float_tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:
+    return [(p, t) for p, t in iter_tensors(obj) if t.is_floating_point()]
+
+
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Apply fn to every tensor of a nested structure of tuples, lists and dicts (others kept)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(map_tensors(v, fn) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(v, fn) for v in obj)
+    if isinstance(obj, dict):
+        out = obj.copy()  # keeps OrderedDict subclasses such as ModelOutput
+        for key in obj:
+            out[key] = map_tensors(obj[key], fn)
+        return out
+    return obj
+
+
+def cast_floats(obj: Any, dtype: torch.dtype) -> Any:
+    return map_tensors(obj, lambda t: t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t)
+
+
+def has_nonfinite(obj: Any) -> bool:
+    return any(not bool(torch.isfinite(t).all()) for _, t in float_tensors(obj))
+
+
+# ---------------------------------------------------------------------------------------------
+# error against the fp32 reference
+
+
+@dataclass
+class ErrorStats:
+    """Error of a low-precision result against the fp32 reference, over all float tensors.
+
+    max_rel is elementwise |d| / (|ref| + floor), the floor being 1e-3 × the reference's RMS so
+    that near-zero reference values do not dominate; rel_l2 is ‖d‖ / ‖ref‖.
+    """
+
+    max_abs: float
+    max_rel: float
+    rel_l2: float
+    cosine: float
+    nonfinite: int = 0
+    numel: int = 0
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+def error_stats(low: Any, ref: Any) -> ErrorStats | None:
+    """Compare every float tensor of `low` with the same path in `ref`; None if nothing matches."""
+    ref_map = dict(float_tensors(ref))
+    pairs = [(t, ref_map[p]) for p, t in float_tensors(low) if p in ref_map]
+    pairs = [(a, b) for a, b in pairs if a.shape == b.shape]
+    if not pairs:
+        return None
+    a = torch.cat([x.detach().reshape(-1).to("cpu", torch.float64) for x, _ in pairs])
+    b = torch.cat([y.detach().reshape(-1).to("cpu", torch.float64) for _, y in pairs])
+    return _stats(a, b)
+
+
+def _stats(a: torch.Tensor, b: torch.Tensor) -> ErrorStats:
+    finite = torch.isfinite(a)
+    nonfinite = int((~finite).sum())
+    if a.numel() == 0:
+        return ErrorStats(0.0, 0.0, 0.0, 1.0, 0, 0)
+    if nonfinite:
+        return ErrorStats(math.inf, math.inf, math.inf, math.nan, nonfinite, a.numel())
+    d = (a - b).abs()
+    rms = float(b.pow(2).mean().sqrt())
+    floor = max(rms * 1e-3, 1e-30)
+    ref_norm = float(b.norm())
+    rel_l2 = float(d.norm()) / ref_norm if ref_norm > 0 else (0.0 if float(d.norm()) == 0 else math.inf)
+    denom = float(a.norm()) * ref_norm
+    cosine = float((a * b).sum()) / denom if denom > 0 else (1.0 if float(d.max()) == 0 else 0.0)
+    return ErrorStats(
+        max_abs=float(d.max()),
+        max_rel=float((d / (b.abs() + floor)).max()),
+        rel_l2=rel_l2,
+        cosine=cosine,
+        nonfinite=0,
+        numel=a.numel(),
+    )
+
+
+def grad_error_stats(low: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """Error over all parameter gradients, plus the parameter whose gradient drifts most."""
+    names = [n for n in ref if n in low and low[n].shape == ref[n].shape]
+    if not names:
+        return {}
+    a = torch.cat([low[n].reshape(-1).to("cpu", torch.float64) for n in names])
+    b = torch.cat([ref[n].reshape(-1).to("cpu", torch.float64) for n in names])
+    out: dict[str, Any] = _stats(a, b).to_dict()
+    worst, worst_err = None, -1.0
+    for n in names:
+        err = _stats(low[n].reshape(-1).to("cpu", torch.float64), ref[n].reshape(-1).to("cpu", torch.float64))
+        if err.rel_l2 > worst_err:
+            worst, worst_err = n, err.rel_l2
+    out["worst_param"] = worst
+    out["worst_param_rel_l2"] = worst_err
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# time
+
+
+@dataclass
+class Timing:
+    """Latencies of repeated runs, in seconds; honest about spread."""
+
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else math.nan
+
+    @property
+    def iqr(self) -> tuple[float, float]:
+        if len(self.samples) < 2:
+            return (self.median, self.median)
+        q = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return (q[0], q[2])
+
+    def to_dict(self) -> dict[str, Any]:
+        lo, hi = self.iqr
+        return {
+            "median_s": self.median,
+            "q1_s": lo,
+            "q3_s": hi,
+            "min_s": min(self.samples) if self.samples else math.nan,
+            "max_s": max(self.samples) if self.samples else math.nan,
+            "repeats": len(self.samples),
+            "spread": (hi - lo) / self.median if self.samples and self.median > 0 else math.nan,
+        }
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "xpu" and hasattr(torch, "xpu"):
+        torch.xpu.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def time_runs(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> Timing:
+    """Median-ready wall times of `fn`, after `warmup` untimed calls; the device is synchronised."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    timing = Timing()
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        timing.samples.append(time.perf_counter() - start)
+    return timing
+
+
+# ---------------------------------------------------------------------------------------------
+# memory
+
+
+def _rss_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:
+        pass
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except Exception:
+        return None
+
+
+def release_host_memory() -> None:
+    """Give freed heap pages back to the OS (glibc), so the next RSS baseline is closer to truth."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class PeakMemory:
+    """Peak memory while the block runs, above the baseline at entry.
+
+    CUDA: the caching allocator's exact peak (`max_memory_allocated`). CPU: the process RSS
+    sampled every ~2 ms in a background thread, so it is approximate (short spikes between two
+    samples are missed; memory the allocator reuses without asking the OS is not seen).
+    """
+
+    def __init__(self, device: torch.device, interval: float = 0.002) -> None:
+        self.device = device
+        self.interval = interval
+        self.peak_bytes: int | None = None
+        self.method = "unknown"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._base = 0
+        self._max = 0
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            self.method = "cuda-allocator"
+            return self
+        release_host_memory()
+        base = _rss_bytes()
+        if base is None:
+            return self
+        self._base = self._max = base
+        self.method = "rss-sampled (approximate)"
+        self._thread = threading.Thread(target=self._sample, name="dtype-doctor-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss = _rss_bytes()
+            if rss is not None and rss > self._max:
+                self._max = rss
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_bytes = torch.cuda.max_memory_allocated(self.device) - self._base
+            return
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            rss = _rss_bytes()
+            if rss is not None:
+                self._max = max(self._max, rss)
+            self.peak_bytes = max(self._max - self._base, 0)
+
+
+def tensor_bytes(module: torch.nn.Module) -> int:
+    """Exact bytes of a module's parameters and buffers."""
+    seen: set[int] = set()
+    total = 0
+    for t in [*module.parameters(), *module.buffers()]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total

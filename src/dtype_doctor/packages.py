@@ -1,0 +1,392 @@
+"""Packages that change precision behind the user's back, found without importing them.
+
+NVIDIA apex and the unrelated PyPI `apex`, OneFlow/OneDiff, xformers, flash-attn, bitsandbytes,
+DeepSpeed, Transformer Engine, IPEX, accelerate's configured mixed precision. Packages are
+found with importlib.util.find_spec and importlib.metadata; only apex is imported (guarded),
+because whether it imports is the fact that matters. No torch import here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from . import catalog
+from .report import Evidence, Finding, Fix, Severity
+
+APEX_CONSUMERS = (
+    "transformers",
+    "xfuser",
+    "diffusers",
+    "megatron",
+    "deepspeed",
+    "fairseq",
+    "fairscale",
+    "colossalai",
+    "nemo",
+    "timm",
+    "open_clip",
+    "mmcv",
+    "detectron2",
+)
+_APEX_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+apex[\s.]|import[ \t]+apex\b)", re.M)
+_VERSION_ASSIGN = re.compile(
+    r"""^\s*(?:__version__|version|VERSION)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M
+)
+
+# ---------------------------------------------------------------------------------------------
+# package facts without imports
+
+
+def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """find_spec for a top-level name; never raises, never imports it."""
+    try:
+        return importlib.util.find_spec(name)
+    except Exception:
+        return None
+
+
+def _package_dirs(spec: importlib.machinery.ModuleSpec | None) -> list[Path]:
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(p) for p in spec.submodule_search_locations]
+    return [Path(spec.origin).parent] if spec.origin else []
+
+
+def dist_version(*dist_names: str) -> str | None:
+    for name in dist_names:
+        try:
+            return importlib.metadata.version(name)
+        except Exception:
+            continue
+    return None
+
+
+def _source_version(spec: importlib.machinery.ModuleSpec | None) -> str | None:
+    """`__version__ = "..."` read from the package's files, for packages with no metadata."""
+    for d in _package_dirs(spec):
+        for fname in ("__init__.py", "version.py", "_version.py", "__version__.py"):
+            try:
+                text = (d / fname).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            m = _VERSION_ASSIGN.search(text)
+            if m:
+                return m.group(1)
+    return None
+
+
+def package_info(module: str, *dist_names: str) -> dict[str, Any]:
+    """Installed?, version (metadata, else the source's __version__), location. No import."""
+    spec = _spec(module)
+    if spec is None:
+        return {"installed": False, "version": None}
+    version = dist_version(*(dist_names or (module,))) or _source_version(spec)
+    dirs = _package_dirs(spec)
+    return {
+        "installed": True,
+        "version": version or "unknown",
+        "location": str(dirs[0]) if dirs else (spec.origin or None),
+    }
+
+
+def _torch_pin(dist: str) -> str | None:
+    """The exact `torch==X` a distribution declares, if any."""
+    try:
+        requires = importlib.metadata.requires(dist) or []
+    except Exception:
+        return None
+    for req in requires:
+        m = re.match(r"^\s*torch\s*==\s*([\w.+-]+)\s*(?:;.*)?$", req)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _same_release(a: str, b: str) -> bool:
+    return a.split("+")[0] == b.split("+")[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# apex: NVIDIA's, or the unrelated PyPI package of the same name
+
+
+def apex_info() -> dict[str, Any]:
+    """What `apex` is here. Imports it (guarded): whether it imports is the fact."""
+    spec = _spec("apex")
+    info: dict[str, Any] = {"installed": spec is not None, "version": None}
+    if spec is None:
+        return info
+    dirs = _package_dirs(spec)
+    nvidia_layout = any((d / "normalization").is_dir() or (d / "amp").is_dir() for d in dirs)
+    info.update(
+        version=dist_version("apex") or _source_version(spec) or "unknown",
+        location=str(dirs[0]) if dirs else spec.origin,
+        kind="nvidia" if nvidia_layout else "other",
+    )
+    try:
+        import apex  # noqa: F401
+    except BaseException as exc:  # anything at all: a broken apex must not break env
+        info["import_error"] = f"{type(exc).__name__}: {first_line(exc)}"
+        if not nvidia_layout or "pyramid" in str(exc):
+            info["kind"] = "pypi"
+        return info
+    if nvidia_layout:
+        try:
+            from apex.normalization import FusedLayerNorm, FusedRMSNorm  # noqa: F401
+
+            info["fused_norms"] = True
+        except BaseException as exc:
+            info["fused_norms"] = False
+            info["fused_norms_error"] = f"{type(exc).__name__}: {first_line(exc)}"
+        info["cuda_ext"] = _spec("fused_layer_norm_cuda") is not None
+    else:
+        info["kind"] = "pypi"
+    return info
+
+
+def apex_consumers(packages: Iterable[str] = APEX_CONSUMERS, limit: int = 8) -> list[str]:
+    """`package/relative/file.py` of installed packages whose source imports apex."""
+    hits: list[str] = []
+    for name in packages:
+        for root in _package_dirs(_spec(name)):
+            for dirpath, _, files in os.walk(root):
+                for fname in files:
+                    if not fname.endswith(".py"):
+                        continue
+                    path = Path(dirpath) / fname
+                    try:
+                        data = path.read_bytes()
+                    except OSError:
+                        continue
+                    if b"apex" in data and _APEX_IMPORT.search(data):
+                        hits.append(f"{name}/{path.relative_to(root).as_posix()}")
+                        if len(hits) >= limit:
+                            return hits
+    return hits
+
+
+# ---------------------------------------------------------------------------------------------
+# accelerate's configured mixed precision
+
+
+def accelerate_config() -> dict[str, Any]:
+    """mixed_precision from ACCELERATE_MIXED_PRECISION and accelerate's default config file."""
+    out: dict[str, Any] = {}
+    env = os.environ.get("ACCELERATE_MIXED_PRECISION")
+    if env:
+        out["env"] = env.strip().lower()
+    hf_home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface"
+    )
+    for fname in ("default_config.yaml", "default_config.json"):
+        path = Path(hf_home) / "accelerate" / fname
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        m = re.search(r"""^\s*["']?mixed_precision["']?\s*:\s*["']?([\w-]+)""", text, re.M)
+        out["config_file"] = str(path)
+        out["config"] = m.group(1).lower() if m else None
+        break
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# libraries and their findings
+
+
+# (module, distribution names, what it does to precision)
+_LIBRARIES = (
+    ("xformers", ("xformers",), "memory-efficient attention; built against one torch release"),
+    ("flash_attn", ("flash-attn", "flash_attn"), "needs sm80+ and fp16/bf16 inputs"),
+    ("bitsandbytes", ("bitsandbytes",), "4/8-bit layers: compute dtype defaults to float32"),
+    ("deepspeed", ("deepspeed",), "fp16/bf16 is set in the DeepSpeed config JSON"),
+    ("transformer_engine", ("transformer-engine", "transformer_engine"), "fp8 autocast (te.fp8_autocast)"),
+    ("intel_extension_for_pytorch", ("intel-extension-for-pytorch",), "ipex.optimize(dtype=) casts"),
+    ("accelerate", ("accelerate",), "mixed_precision wraps forward in autocast"),
+)
+
+
+def library_facts(
+    torch_version: str | None, gpus: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[Finding]]:
+    """Every precision-changing library: installed?, version, a note; and a finding per hazard."""
+    libs: dict[str, Any] = {"apex": apex_info()}
+    findings = _apex_findings(libs["apex"])
+    findings += _oneflow(libs, torch_version)
+    for module, dists, note in _LIBRARIES:
+        libs[module] = info = package_info(module, *dists)
+        if info["installed"]:
+            info["note"] = note
+            findings += _torch_mismatch(dists[0], info, torch_version)
+    findings += _flash_attn(libs["flash_attn"], gpus)
+    findings += _accelerate(libs["accelerate"])
+    return libs, findings
+
+
+def _oneflow(libs: dict[str, Any], torch_version: str | None) -> list[Finding]:
+    for module in ("oneflow", "onediff", "onediffx"):
+        libs[module] = package_info(module)
+    flow = [m for m in ("oneflow", "onediff", "onediffx") if libs[m]["installed"]]
+    if not flow:
+        return []
+    libs["oneflow"]["note"] = "do not wrap OneFlow-compiled modules in torch.autocast"
+    versions = ", ".join(f"{m} {libs[m]['version']}" for m in flow)
+    return [
+        catalog.finding(
+            "oneflow-torch-autocast",
+            message=f"{versions} installed next to torch {torch_version}",
+            evidence=[Evidence(f"{m}: {libs[m].get('location')}") for m in flow],
+            data={"packages": {m: libs[m]["version"] for m in flow}},
+        )
+    ]
+
+
+def _torch_mismatch(dist: str, info: dict[str, Any], torch_version: str | None) -> list[Finding]:
+    pin = _torch_pin(dist)
+    if not (pin and torch_version) or _same_release(pin, torch_version):
+        return []
+    info["note"] = f"built for torch {pin}"
+    return [
+        catalog.finding(
+            "extension-torch-mismatch",
+            names={
+                "package": dist,
+                "version": info["version"],
+                "requirement": f"torch=={pin}",
+                "torch": torch_version,
+            },
+            message=f"{dist} {info['version']} requires torch=={pin}; torch {torch_version} is installed",
+            data={"package": dist, "pin": pin},
+        )
+    ]
+
+
+def _flash_attn(info: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
+    if not info["installed"]:
+        return []
+    return [
+        catalog.finding(
+            "flash-attn-unsupported-gpu",
+            names={"gpu": g["name"], "capability": g["sm"]},
+            message=f"flash-attn {info['version']} on {g['name']} (sm{g['capability']})",
+        )
+        for g in gpus
+        if g["sm"] < 80
+    ]
+
+
+def _accelerate(info: dict[str, Any]) -> list[Finding]:
+    acc = accelerate_config()
+    configured = acc.get("env") or acc.get("config")
+    info["mixed_precision"] = configured
+    if info["installed"] and configured:
+        info["note"] = f"configured mixed_precision={configured}"
+    return [
+        catalog.finding(
+            "accelerate-mixed-precision",
+            names={"source": source, "dtype": value},
+            message=f"{source}: mixed_precision={value}",
+            data={"source": source, "mixed_precision": value},
+        )
+        for source, value in (
+            ("ACCELERATE_MIXED_PRECISION", acc.get("env")),
+            (acc.get("config_file"), acc.get("config")),
+        )
+        if value and value != "no"
+    ]
+
+
+def _version_text(info: dict[str, Any]) -> str:
+    version = info.get("version")
+    return f"version {version}" if version and version != "unknown" else "version unknown"
+
+
+def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
+    if not apex.get("installed"):
+        return []
+    where = f"{apex.get('location')}"
+    if apex.get("kind") == "pypi":
+        detail = apex.get("import_error") or "it is not NVIDIA apex"
+        apex["note"] = "the unrelated PyPI package, not NVIDIA apex"
+        return [
+            catalog.finding(
+                "pypi-apex-clash",
+                names={"detail": detail},
+                message=f"apex {apex.get('version')} at {where} is not NVIDIA apex: {detail}",
+                evidence=[Evidence(detail, source=where)],
+            )
+        ]
+    error = apex.get("import_error")
+    if error and "undefined symbol" in error:
+        apex["note"] = "NVIDIA apex built for another torch"
+        return [
+            catalog.finding(
+                "extension-torch-mismatch",
+                names={
+                    "package": "apex",
+                    "version": apex.get("version"),
+                    "requirement": "its build's torch",
+                    "torch": "this",
+                },
+                message=f"NVIDIA apex fails to import: {error}",
+            )
+        ]
+    out: list[Finding] = []
+    consumers = apex_consumers()
+    apex["consumers"] = consumers
+    swap = (
+        f"{', '.join(sorted({c.split('/')[0] for c in consumers}))} imports apex and may use its fused kernels"
+        if consumers
+        else "no installed library among those checked imports it; your own code or others may"
+    )
+    apex["note"] = "NVIDIA apex" + (", fused norms importable" if apex.get("fused_norms") else "")
+    f = catalog.finding(
+        "apex-conflict",
+        context=["env"],
+        message=f"NVIDIA apex ({_version_text(apex)}) is importable from {where}: {swap}",
+        evidence=[Evidence(f"{c} imports apex", source=c) for c in consumers],
+        data={
+            "consumers": consumers,
+            "fused_norms": apex.get("fused_norms"),
+            "cuda_ext": apex.get("cuda_ext"),
+        },
+    )
+    uninstall = Fix(
+        title="Uninstall apex and use PyTorch's native AMP (the xDiT fix)",
+        snippet="pip uninstall -y apex",
+        why="torch.autocast + torch.amp.GradScaler replace apex.amp; torch's norms follow the weight dtype rules.",
+    )
+    f.fixes = [uninstall, *(x for x in f.fixes if x.snippet != uninstall.snippet)]
+    f.severity = Severity.WARNING if consumers else Severity.INFO
+    out.append(f)
+    if apex.get("fused_norms") and apex.get("cuda_ext") is False:
+        out.append(
+            catalog.finding(
+                "apex-no-cuda-ext",
+                message="apex.normalization imports, but its CUDA extension fused_layer_norm_cuda is missing",
+            )
+        )
+    return out
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = [
+    "accelerate_config",
+    "apex_consumers",
+    "apex_info",
+    "dist_version",
+    "library_facts",
+    "package_info",
+]
