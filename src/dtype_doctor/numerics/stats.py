@@ -64,12 +64,9 @@ def tensor_stats(x: torch.Tensor, signed: bool = False) -> torch.Tensor:
     a = x.detach().abs()
     absmax = a.amax()
     top = x.detach().amax() if signed else absmax
-    zero = a == 0
-    n_zero = zero.sum()
-    # zeros become inf so that the minimum and the "below tiny" count see only non-zeros
-    a.masked_fill_(zero, math.inf)
-    min_nonzero = a.amin()
-    n_tiny = (a < tiny_threshold(x.dtype)).sum()
+    n_zero = a.numel() - torch.count_nonzero(a)  # NaN counts as non-zero
+    n_tiny = torch.count_nonzero(a < tiny_threshold(x.dtype)) - n_zero
+    min_nonzero = torch.where(a > 0, a, math.inf).amin()
     return torch.stack((absmax.float(), min_nonzero.float(), n_tiny.float(), n_zero.float(), top.float()))
 
 
