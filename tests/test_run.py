@@ -100,3 +100,13 @@ def test_python_dash_m_dtype_doctor_run_in_a_subprocess(script):
     )  # fmt: skip
     assert proc.returncode == 1 and "mat1 and mat2" in proc.stderr
     assert "dtype-doctor run: 1 error, 1 warning" in proc.stderr
+
+
+def test_numerics_flag_needs_the_numerics_module(script, capsys):
+    import importlib.util
+
+    code = main(["run", "--numerics", "--mode", "fix", str(script), "0"])
+    if importlib.util.find_spec("dtype_doctor.numerics") is None:
+        assert code == 2 and "numerics monitoring is not available" in capsys.readouterr().err
+    else:
+        assert code == 0

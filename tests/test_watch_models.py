@@ -216,3 +216,14 @@ def test_internlm_fp32_vision_features_into_fp16_language_model():
     assert inp.dtype == "float32" and inp.origin.kind == "input" and inp.origin.name == "pixel_values"
     assert inp.origin.line == line + 1
     assert roles(f)["weight"].origin.name == "proj.weight"
+
+
+def test_onediff_face_fp16_unet_under_bf16_autocast(unet16):
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="mixed dtype") as err, watch(model=unet16) as s, bf16:
+        unet16(torch.randn(1, 4, 16, 16), 3, encoder_hidden_states=torch.randn(1, 5, 32))
+    first, failing = s.report.findings[0], s.report.findings[-1]
+    assert first.code == "autocast-half-conflict" and first.operands[0].dtype == "float16"
+    assert failing.code == "autocast-half-conflict" and failing.location.op == "group_norm"
+    assert roles(failing)["input"].dtype == "bfloat16" and roles(failing)["weight"].dtype == "float16"
+    assert "autocast-half-conflict" in err.value.__notes__[0]

@@ -248,3 +248,12 @@ def test_grad_scaler_fp16_gradients_names_the_adapter_parameters():
     assert torch.amp.GradScaler.unscale_.__name__ == "unscale_" and not hasattr(
         torch.amp.GradScaler.unscale_, "__wrapped__"
     )
+
+
+def test_a_pipeline_of_components_gives_prefixed_names():
+    text_encoder, unet = nn.Linear(4, 4), nn.Linear(4, 4).half()
+    with pytest.raises(RuntimeError), watch(model={"text_encoder": text_encoder, "unet": unet}) as s:
+        unet(text_encoder(torch.randn(1, 4)))
+    f = only(s.report, "matmul-dtype-mismatch")
+    assert f.location.module == "unet" and roles(f)["weight"].origin.name == "unet.weight"
+    assert roles(f)["input"].origin.kind == "input" and roles(f)["input"].origin.module == "unet"

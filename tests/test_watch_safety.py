@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from dtype_doctor import watch
+from dtype_doctor.watch import mode as watch_mode
 from dtype_doctor.watch.session import Session
 
 diffusers = pytest.importorskip("diffusers")
@@ -106,12 +107,25 @@ def test_memory_stays_flat_over_2000_watched_training_steps(one_thread):
     assert s.report.findings == []
 
 
-@pytest.mark.parametrize("broken", ["check_contract", "scan", "tag", "on_enter", "_report"])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "Session.check_contract",
+        "Session.scan",
+        "Session.tag",
+        "Session.on_enter",
+        "Session._report",
+        "classify",
+    ],
+)
 def test_an_internal_failure_never_replaces_or_hides_the_users_error(monkeypatch, broken):
     def explode(*args, **kwargs):
         raise ZeroDivisionError("tool bug")
 
-    monkeypatch.setattr(Session, broken, explode)
+    if broken.startswith("Session."):
+        monkeypatch.setattr(Session, broken.split(".")[1], explode)
+    else:
+        monkeypatch.setattr(watch_mode, broken, explode)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).half()
     with pytest.raises(RuntimeError) as err, watch(model=model) as s:
         model(torch.randn(2, 4))

@@ -79,6 +79,13 @@ class WatchMode(TorchFunctionMode):
         self.session = session
         self.kinds: dict[Any, Any] = {}
 
+    def _classify(self, func: Any) -> Any:
+        try:
+            return classify(func)
+        except Exception as exc:  # an exotic callable: let it through unwatched
+            self.session.internal_error(exc)
+            return PASS
+
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if type(func) is _GETTER:
             return func(*args, **kwargs) if kwargs else func(*args)
@@ -87,9 +94,9 @@ class WatchMode(TorchFunctionMode):
         try:
             kind = self.kinds[func]
         except KeyError:
-            kind = self.kinds[func] = classify(func)
+            kind = self.kinds[func] = self._classify(func)
         except TypeError:  # an unhashable callable: classify it every time
-            kind = classify(func)
+            kind = self._classify(func)
         if kind is PASS:
             return func(*args, **kwargs)
         if kind is VIEW:

@@ -607,6 +607,16 @@ _MESSAGE_CODES = (
 
 
 def _code_for_message(text: str) -> str:
+    """The family of an error message: explain's catalogue when present, else a few known texts."""
+    try:
+        from .. import catalog
+        from ..explain import explain
+
+        found = [f.code for f in explain(text).findings if f.code in catalog.codes()]
+        if found:
+            return found[0]
+    except Exception:
+        pass
     for pattern, code in _MESSAGE_CODES:
         if pattern.search(text):
             return code
