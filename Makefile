@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: the CPU build on disk, never the registry's CUDA one
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[models,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[models,plot,lightning,notebook,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
-	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
+	for f in benchmarks/bench_*.py benchmarks/integrations.py; do $(PY) $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

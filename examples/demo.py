@@ -1,19 +1,46 @@
-"""The main job on the bundled examples: explain the logs of the five seed cases."""
+"""The main job on the bundled examples: the five seed cases of CASES.md, live on CPU.
+
+For each case: what PyTorch told the user, what dtype-doctor found (module, operands, origins,
+fixes), the fix applied and how the fixed run compares with float32.
+
+    python examples/demo.py            # all five
+    python examples/demo.py onetrainer # one of them
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from dtype_doctor.cli import main
+from rich.console import Console
+from rich.rule import Rule
 
-LOGS = sorted((Path(__file__).parent / "logs").glob("*.log"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from seed_cases import CASES
+
+from dtype_doctor.render.console import render
+
+
+def main(names: list[str]) -> int:
+    console = Console(highlight=False)
+    chosen = [c for c in CASES if not names or c.__name__ in names]
+    if not chosen:
+        console.print(f"unknown case(s) {names}; choose from {[c.__name__ for c in CASES]}")
+        return 2
+    failed = 0
+    for case in chosen:
+        result = case()
+        console.print(Rule(f"[bold]{result.name}"))
+        console.print(f"[bold]PyTorch said:[/bold] {result.user_error}")
+        for how, report in result.reports:
+            console.print(f"\n[bold]dtype-doctor {how}:[/bold]")
+            render(report, console=console)
+        console.print(f"\n[bold green]Fix applied:[/bold green] {result.fix}")
+        console.print(f"[bold green]Result:[/bold green] {result.outcome}\n")
+        failed += not any(r.findings for _, r in result.reports)
+    return 1 if failed else 0
+
 
 if __name__ == "__main__":
-    status = 0
-    for log in LOGS:
-        print(
-            f"\n=== dtype-doctor explain --file {log.relative_to(Path.cwd()) if log.is_relative_to(Path.cwd()) else log}"
-        )
-        status = max(status, main(["explain", "--file", str(log)]))
-    sys.exit(0 if status in (0, 1) else status)
+    sys.exit(main(sys.argv[1:]))

@@ -59,7 +59,7 @@ class _Names(dict):
     def __missing__(self, key: str) -> str:
         if key == "at":  # "at file.py:12" when the producer knows the place, else a neutral phrase
             return f"at {self['file']}:{self['line']}" if "file" in self else "in your code"
-        return self._DEFAULTS.get(key, f"<{key}>")
+        return self._DEFAULTS.get(key, f"the {key.replace('_', ' ')}")
 
 
 def fixes_for(code: str, context: Iterable[str] = (), **names: object) -> list[Fix]:

@@ -50,7 +50,7 @@ CREATE_WITH_DTYPE = FixTemplate(
 AUTOCAST_INFERENCE = FixTemplate(
     "Run inference under autocast, which casts each op's inputs for you",
     'with torch.autocast("cuda", dtype={dtype}), torch.no_grad():\n'
-    "    response, history = model.chat(tokenizer, query, image=image, history=[])",
+    "    out = model(**inputs)   # or model.generate(...) / model.chat(...)",
     "Autocast picks the dtype per op, so an fp32 input meeting fp16 weights is cast at the matmul.",
     when=_({"inference"}),
     unless=_({"multi-error", "autocast"}),

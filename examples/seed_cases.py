@@ -1,0 +1,225 @@
+"""The five cases of CASES.md, live on CPU with real diffusers/transformers models (random weights).
+
+Each case function reproduces the user's bug, lets dtype-doctor diagnose it, applies the fix that
+fits and checks the result against a float32 reference. It returns a `CaseResult`; `demo.py` prints.
+The OneDiff and xDiT cases need OneFlow and NVIDIA apex on a GPU: their torch face is reproduced
+where there is one, and their real error texts are explained together with the environment check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+import dtype_doctor as dd
+from dtype_doctor.report import Report
+
+logging.getLogger("diffusers").setLevel(logging.ERROR)
+logging.getLogger("transformers").setLevel(logging.ERROR)
+
+LOGS = Path(__file__).parent / "logs"
+H = torch.float16
+
+
+@dataclass
+class CaseResult:
+    name: str
+    user_error: str  # what PyTorch told the user (or "no error")
+    reports: list[tuple[str, Report]] = field(default_factory=list)  # (how it was found, report)
+    fix: str = ""  # the fix applied
+    outcome: str = ""  # what the fixed run gave
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.float(), ref.float()
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-12))
+
+
+def _catch(fn: Callable[[], object]) -> str:
+    try:
+        fn()
+    except Exception as exc:  # the user's own error, shown as they saw it
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return "no error"
+
+
+def tiny_unet(in_channels: int = 4):
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    return UNet2DConditionModel(
+        in_channels=in_channels,
+        block_out_channels=(32, 64),
+        layers_per_block=1,
+        cross_attention_dim=32,
+        attention_head_dim=8,
+        sample_size=16,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        norm_num_groups=8,
+    ).eval()
+
+
+def onediff() -> CaseResult:
+    """A model already .half() run under torch.autocast of the other dtype (OneFlow: InferDataType)."""
+    unet = tiny_unet().half()
+    sample = torch.randn(1, 4, 16, 16, dtype=H)
+    ehs = torch.randn(1, 5, 32, dtype=H)
+
+    def broken():
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+            unet(sample, 3, encoder_hidden_states=ehs)
+
+    result = CaseResult("OneDiff: fp16 model under a second precision manager (torch.autocast)", "")
+    with dd.watch(model=unet) as session:
+        result.user_error = _catch(broken)
+    result.reports.append(("watch (torch face of the case, live)", session.report))
+    result.reports.append(
+        ("explain examples/logs/onediff.log", dd.explain((LOGS / "onediff.log").read_text()))
+    )
+    with torch.no_grad():
+        out = unet(sample, 3, encoder_hidden_states=ehs).sample
+    result.fix = "fix 1: drop the redundant torch.autocast, keep the fp16 model"
+    result.outcome = f"runs: output {tuple(out.shape)} {out.dtype}, finite={bool(torch.isfinite(out).all())}"
+    return result
+
+
+def xdit() -> CaseResult:
+    """NVIDIA apex in the environment swaps its fused norms in (xfuser): explained from the real text."""
+    result = CaseResult(
+        "xDiT: NVIDIA apex kernels disagree with the model's dtypes",
+        "RuntimeError: expected scalar type Float but found Half (in apex FusedRMSNorm)",
+    )
+    result.reports.append(("explain examples/logs/xdit.log", dd.explain((LOGS / "xdit.log").read_text())))
+    env = dd.environment()
+    apex = env.meta.get("env", {}).get("libraries", {}).get("apex", {})
+    result.fix = "fix 1: pip uninstall apex (torch's native AMP then runs); `dtype-doctor env` checks for it"
+    state = f"apex {apex.get('version')}: uninstall it" if apex.get("installed") else "apex is not installed"
+    result.outcome = f"dtype-doctor env on this machine: {state}"
+    return result
+
+
+def onetrainer() -> CaseResult:
+    """An fp32 latent_mask (torch.ones without dtype=) concatenated into an fp16 UNet's input."""
+    unet = tiny_unet(in_channels=5)
+    ref_unet = tiny_unet(in_channels=5)  # same seed: the float32 reference
+    unet.half()
+    latents = torch.randn(1, 4, 16, 16, dtype=H)
+    ehs = torch.randn(1, 5, 32, dtype=H)
+
+    def forward():
+        latent_mask = torch.ones(1, 1, 16, 16)  # the bug: a default-dtype (float32) tensor
+        with torch.no_grad():
+            return unet(torch.cat([latents, latent_mask], dim=1), 3, encoder_hidden_states=ehs).sample
+
+    result = CaseResult("OneTrainer: fp32 latent_mask leaks into an fp16 UNet", "")
+    with dd.watch(model=unet) as session:
+        result.user_error = _catch(forward)
+    result.reports.append(("watch", session.report))
+    with dd.guard(unet):
+        out = forward()
+    with torch.no_grad():
+        x = torch.cat([latents.float(), torch.ones(1, 1, 16, 16)], dim=1)
+        ref = ref_unet(x, 3, encoder_hidden_states=ehs.float()).sample
+    result.fix = "dtype_doctor.guard(unet): casts at the module borders, logs each cast once"
+    result.outcome = f"runs: relative error vs fp32 = {_rel_err(out, ref):.1e}"
+    return result
+
+
+def tiny_vit():
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
+    return ViTModel(config, add_pooling_layer=False).eval()
+
+
+def cogvlm() -> CaseResult:
+    """A half-converted run where the weights are fp16 but the biases stayed fp32."""
+    model, ref_model = tiny_vit(), tiny_vit()
+    for name, p in model.named_parameters():
+        if not name.endswith("bias"):
+            p.data = p.data.half()
+    pixels = torch.randn(1, 3, 32, 32)
+
+    def forward():
+        with torch.no_grad():
+            return model(pixel_values=pixels.half()).last_hidden_state
+
+    result = CaseResult("CogVLM: fp16 weights with fp32 biases", "")
+    result.reports.append(("audit (before running)", dd.audit(model)))
+    with dd.watch(model=model) as session:
+        result.user_error = _catch(forward)
+    result.reports.append(("watch", session.report))
+    dd.fix(model, torch.float16)
+    out = forward()
+    with torch.no_grad():
+        ref = ref_model(pixel_values=pixels).last_hidden_state
+    result.fix = "dtype_doctor.fix(model, torch.float16): one precision, norms kept in fp32 on purpose"
+    result.outcome = f"runs: relative error vs fp32 = {_rel_err(out, ref):.1e}"
+    return result
+
+
+def internlm_xcomposer() -> CaseResult:
+    """fp32 vision features fed to a language model loaded in float16."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel, LlamaConfig, LlamaModel
+
+    torch.manual_seed(0)
+    vision = CLIPVisionModel(
+        CLIPVisionConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+        )
+    ).eval()
+    llm_config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    )
+    torch.manual_seed(1)
+    llm = LlamaModel(llm_config).eval()
+    torch.manual_seed(1)
+    ref_llm = LlamaModel(llm_config).eval()
+    llm.half()  # from_pretrained(..., torch_dtype=torch.float16)
+    image = torch.randn(1, 3, 32, 32)
+
+    def chat():
+        with torch.no_grad():
+            image_embeds = vision(pixel_values=image).last_hidden_state  # float32: the image stays fp32
+            return llm(inputs_embeds=image_embeds).last_hidden_state
+
+    result = CaseResult("InternLM-XComposer: fp32 image features into an fp16 language model", "")
+    with dd.watch(model=llm) as session:
+        result.user_error = _catch(chat)
+    result.reports.append(("watch", session.report))
+    with dd.guard(llm):
+        out = chat()
+    with torch.no_grad():
+        ref = ref_llm(inputs_embeds=vision(pixel_values=image).last_hidden_state).last_hidden_state
+    result.fix = (
+        "cast the image features to the model's dtype (dtype_doctor.guard(llm) does it at the border)"
+    )
+    result.outcome = f"runs: relative error vs fp32 = {_rel_err(out, ref):.1e}"
+    return result
+
+
+CASES: tuple[Callable[[], CaseResult], ...] = (onediff, xdit, onetrainer, cogvlm, internlm_xcomposer)
