@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from dtype_doctor import watch
+from dtype_doctor import tiny_models, watch
 
 
 def gpt2_124m():
@@ -31,18 +31,7 @@ def gpt2_124m():
 
 
 def small_unet():
-    from diffusers import UNet2DConditionModel
-
-    model = UNet2DConditionModel(
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        cross_attention_dim=32,
-        attention_head_dim=8,
-        sample_size=32,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        norm_num_groups=8,
-    )
+    model = tiny_models.unet(sample_size=32, seed=None)
     return (
         model,
         (torch.randn(2, 4, 32, 32), torch.tensor([10, 500])),

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 import dtype_doctor as dd
+from dtype_doctor import tiny_models
 from dtype_doctor.report import Report
 
 logging.getLogger("diffusers").setLevel(logging.ERROR)
@@ -47,26 +48,9 @@ def _catch(fn: Callable[[], object]) -> str:
     return "no error"
 
 
-def tiny_unet(in_channels: int = 4):
-    from diffusers import UNet2DConditionModel
-
-    torch.manual_seed(0)
-    return UNet2DConditionModel(
-        in_channels=in_channels,
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        cross_attention_dim=32,
-        attention_head_dim=8,
-        sample_size=16,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        norm_num_groups=8,
-    ).eval()
-
-
 def onediff() -> CaseResult:
     """A model already .half() run under torch.autocast of the other dtype (OneFlow: InferDataType)."""
-    unet = tiny_unet().half()
+    unet = tiny_models.unet().eval().half()
     sample = torch.randn(1, 4, 16, 16, dtype=H)
     ehs = torch.randn(1, 5, 32, dtype=H)
 
@@ -105,8 +89,8 @@ def xdit() -> CaseResult:
 
 def onetrainer() -> CaseResult:
     """An fp32 latent_mask (torch.ones without dtype=) concatenated into an fp16 UNet's input."""
-    unet = tiny_unet(in_channels=5)
-    ref_unet = tiny_unet(in_channels=5)  # same seed: the float32 reference
+    unet = tiny_models.unet(in_channels=5).eval()
+    ref_unet = tiny_models.unet(in_channels=5).eval()  # same seed: the float32 reference
     unet.half()
     latents = torch.randn(1, 4, 16, 16, dtype=H)
     ehs = torch.randn(1, 5, 32, dtype=H)
@@ -130,25 +114,12 @@ def onetrainer() -> CaseResult:
     return result
 
 
-def tiny_vit():
-    from transformers import ViTConfig, ViTModel
-
-    torch.manual_seed(0)
-    config = ViTConfig(
-        image_size=32,
-        patch_size=8,
-        num_channels=3,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-    )
-    return ViTModel(config, add_pooling_layer=False).eval()
-
-
 def cogvlm() -> CaseResult:
     """A half-converted run where the weights are fp16 but the biases stayed fp32."""
-    model, ref_model = tiny_vit(), tiny_vit()
+    vit = dict(
+        image_size=32, num_channels=3, num_hidden_layers=2, num_attention_heads=4, add_pooling_layer=False
+    )
+    model, ref_model = tiny_models.vit(**vit).eval(), tiny_models.vit(**vit).eval()
     for name, p in model.named_parameters():
         if not name.endswith("bias"):
             p.data = p.data.half()
@@ -174,31 +145,10 @@ def cogvlm() -> CaseResult:
 
 def internlm_xcomposer() -> CaseResult:
     """fp32 vision features fed to a language model loaded in float16."""
-    from transformers import CLIPVisionConfig, CLIPVisionModel, LlamaConfig, LlamaModel
-
-    torch.manual_seed(0)
-    vision = CLIPVisionModel(
-        CLIPVisionConfig(
-            image_size=32,
-            patch_size=8,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-        )
-    ).eval()
-    llm_config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-    )
-    torch.manual_seed(1)
-    llm = LlamaModel(llm_config).eval()
-    torch.manual_seed(1)
-    ref_llm = LlamaModel(llm_config).eval()
+    vision = tiny_models.clip_vision(image_size=32, num_attention_heads=4).eval()
+    llm_config = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_key_value_heads=4)
+    llm = tiny_models.llama(head=False, seed=1, **llm_config).eval()
+    ref_llm = tiny_models.llama(head=False, seed=1, **llm_config).eval()
     llm.half()  # from_pretrained(..., torch_dtype=torch.float16)
     image = torch.randn(1, 3, 32, 32)
 

@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import torch
 
+from dtype_doctor import tiny_models
+
 VAE_PRODUCER = "decoder.up_blocks.0.resnets.0.conv1"
 T5_PRODUCER = "encoder.block.0.layer.1.DenseReluDense.wi"
 
 
 def make_vae(overflow: bool = True):
-    from diffusers import AutoencoderKL
-
-    torch.manual_seed(0)
-    vae = AutoencoderKL(
-        block_out_channels=(32,),
-        down_block_types=("DownEncoderBlock2D",),
-        up_block_types=("UpDecoderBlock2D",),
-        norm_num_groups=8,
-        latent_channels=4,
-        sample_size=16,
-        layers_per_block=1,
-    ).eval()
+    vae = tiny_models.vae(sample_size=16).eval()
     if overflow:
         with torch.no_grad():
             vae.get_submodule(VAE_PRODUCER).weight.mul_(1e5)

@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
+from dtype_doctor import tiny_models  # noqa: E402
 from dtype_doctor.fix import convert  # noqa: E402
 
 
@@ -23,16 +24,12 @@ def by_code(report, code):
 
 @pytest.fixture(scope="module")
 def llama_config():
-    return transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, vocab_size=128
-    )
+    return tiny_models.llama_config(num_hidden_layers=4)
 
 
 @pytest.fixture(scope="module")
 def gpt2_config():
-    return transformers.GPT2Config(
-        n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0, eos_token_id=0
-    )
+    return tiny_models.gpt2_config()
 
 
 def test_public_names_stay_callable_whatever_was_imported_first():
@@ -81,23 +78,14 @@ def test_weight_bias_mismatch_is_an_error_and_really_fails(gpt2_config):
 
 
 def test_pipeline_components_in_different_dtypes():
-    unet = diffusers.UNet2DConditionModel(
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        sample_size=8,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=32,
-        norm_num_groups=8,
-        attention_head_dim=8,
-    ).half()
+    unet = tiny_models.unet(sample_size=8, seed=None).half()
     text_encoder = transformers.CLIPTextModel(
         transformers.CLIPTextConfig(
             hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=4, vocab_size=100
         )
     )
     pipe = diffusers.StableDiffusionPipeline(
-        vae=diffusers.AutoencoderKL(block_out_channels=(32,), latent_channels=4, norm_num_groups=8).half(),
+        vae=tiny_models.vae(seed=None).half(),
         text_encoder=text_encoder,  # left in fp32: its embeddings reach the fp16 UNet
         tokenizer=None,
         unet=unet,

@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
+from dtype_doctor import tiny_models  # noqa: E402
 from dtype_doctor.check import mirror_on_meta  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,24 +52,12 @@ def first_error(report):
 
 @pytest.fixture(scope="module")
 def unet():
-    torch.manual_seed(0)
-    return diffusers.UNet2DConditionModel(
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        sample_size=8,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=32,
-        norm_num_groups=8,
-        attention_head_dim=8,
-    ).eval()
+    return tiny_models.unet(sample_size=8).eval()
 
 
 @pytest.fixture(scope="module")
 def llama_config():
-    return transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4, vocab_size=128
-    )
+    return tiny_models.llama_config(num_hidden_layers=3)
 
 
 def test_unet_fp16_fp32_sample_same_first_failure_as_real_run(unet):
@@ -329,25 +318,18 @@ def test_a_model_that_cannot_be_mirrored_is_a_clear_error():
 def _tiny(name: str) -> tuple[nn.Module, dict]:
     T = transformers
     if name == "gpt2":
-        config = T.GPT2Config(
-            n_embd=64, n_layer=1, n_head=4, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0
-        )
-        return T.GPT2Model(config), {"inputs_embeds": torch.randn(1, 6, 64)}
+        model = tiny_models.gpt2(head=False, seed=None, n_layer=1, vocab_size=64, n_positions=16)
+        return model, {"inputs_embeds": torch.randn(1, 6, 64)}
     if name == "bert":
         config = T.BertConfig(
             hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128, vocab_size=64
         )
         return T.BertModel(config), {"inputs_embeds": torch.randn(1, 6, 64)}
     if name == "clip-vision":
-        config = T.CLIPVisionConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-            image_size=32,
-            patch_size=8,
+        model = tiny_models.clip_vision(
+            seed=None, hidden_size=64, intermediate_size=128, num_attention_heads=4, image_size=32
         )
-        return T.CLIPVisionModel(config), {"pixel_values": torch.randn(1, 3, 32, 32)}
+        return model, {"pixel_values": torch.randn(1, 3, 32, 32)}
     dit = diffusers.DiTTransformer2DModel(
         num_attention_heads=2, attention_head_dim=16, in_channels=4, num_layers=1, sample_size=8, patch_size=2,
         norm_num_groups=8, num_embeds_ada_norm=10,

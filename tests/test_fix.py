@@ -15,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
+from dtype_doctor import tiny_models  # noqa: E402
 
 # fp16 on CPU against fp32: relative error (max |diff| / max |ref|) stays well under this
 REL_TOL = 2e-2
@@ -27,42 +28,18 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 @pytest.fixture(scope="module")
 def unet_fp32():
-    torch.manual_seed(0)
-    return diffusers.UNet2DConditionModel(
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        sample_size=8,
-        in_channels=5,  # 4 latent channels + the OneTrainer latent_mask
-        out_channels=4,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=32,
-        norm_num_groups=8,
-        attention_head_dim=8,
-    ).eval()
+    # 4 latent channels + the OneTrainer latent_mask
+    return tiny_models.unet(in_channels=5, out_channels=4, sample_size=8).eval()
 
 
 @pytest.fixture(scope="module")
 def vae_fp32():
-    torch.manual_seed(0)
-    return diffusers.AutoencoderKL(
-        block_out_channels=(32,),
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",),
-        up_block_types=("UpDecoderBlock2D",),
-        latent_channels=4,
-        norm_num_groups=8,
-    ).eval()
+    return tiny_models.vae().eval()
 
 
 @pytest.fixture(scope="module")
 def gpt2_fp32():
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0, eos_token_id=0
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_models.gpt2().eval()
 
 
 def onetrainer_inputs():
@@ -138,10 +115,7 @@ def test_cogvlm_fp16_weights_fp32_biases_run_after_fix(gpt2_fp32):
 
 def test_internlm_xcomposer_fp32_vision_features_into_fp16_lm():
     torch.manual_seed(3)
-    config = transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=128
-    )
-    lm_fp32 = transformers.LlamaForCausalLM(config).eval()  # InternLM is a Llama-family LM
+    lm_fp32 = tiny_models.llama(seed=None).eval()  # InternLM is a Llama-family LM
     vision = nn.Linear(16, 64)  # fp32 vision encoder + projection
     features = vision(torch.randn(1, 5, 16))
     ref = lm_fp32(inputs_embeds=features).logits

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from dtype_doctor import watch
+from dtype_doctor import tiny_models, watch
 
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
@@ -22,41 +22,14 @@ def here() -> int:
     return inspect.currentframe().f_back.f_lineno
 
 
-def tiny_unet(in_channels: int = 4):
-    torch.manual_seed(0)
-    return diffusers.UNet2DConditionModel(
-        in_channels=in_channels,
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        cross_attention_dim=32,
-        attention_head_dim=8,
-        sample_size=16,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        norm_num_groups=8,
-    ).eval()
-
-
 @pytest.fixture(scope="module")
 def unet16():
-    return tiny_unet().half()
+    return tiny_models.unet().eval().half()
 
 
 @pytest.fixture(scope="module")
 def vae16():
-    torch.manual_seed(0)
-    return (
-        diffusers.AutoencoderKL(
-            block_out_channels=(32, 64),
-            down_block_types=("DownEncoderBlock2D",) * 2,
-            up_block_types=("UpDecoderBlock2D",) * 2,
-            latent_channels=4,
-            norm_num_groups=8,
-            sample_size=32,
-        )
-        .eval()
-        .half()
-    )
+    return tiny_models.vae(block_out_channels=(32, 64)).eval().half()
 
 
 def roles(finding):
@@ -131,7 +104,7 @@ MASK_LINE = inspect.getsource(MaskedUNet).count("\n", 0, inspect.getsource(Maske
 
 
 def test_onetrainer_fp32_mask_concatenated_into_fp16_path():
-    model = MaskedUNet(tiny_unet(in_channels=5).half())
+    model = MaskedUNet(tiny_models.unet(in_channels=5).eval().half())
     latents = torch.randn(1, 4, 16, 16, dtype=H)
     with pytest.raises(RuntimeError) as err, watch(model=model) as s:
         model(latents, 3, torch.randn(1, 5, 32, dtype=H))
@@ -152,16 +125,7 @@ def test_onetrainer_fp32_mask_concatenated_into_fp16_path():
 
 
 def test_cogvlm_fp16_weights_with_fp32_biases():
-    torch.manual_seed(0)
-    cfg = transformers.ViTConfig(
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        image_size=16,
-        patch_size=8,
-    )
-    vit = transformers.ViTModel(cfg).eval().half()
+    vit = tiny_models.vit().eval().half()
     for name, p in vit.named_parameters():
         if name.endswith("bias"):
             p.data = p.data.float()  # the biases stayed fp32 while the weights went fp16
@@ -184,19 +148,18 @@ class VisionLanguage(nn.Module):
 
     def __init__(self):
         super().__init__()
-        torch.manual_seed(0)
-        vcfg = transformers.CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=16,
-            patch_size=8,
-        )
-        lcfg = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=32, vocab_size=50)
-        self.vision = transformers.CLIPVisionModel(vcfg)
+        self.vision = tiny_models.clip_vision(seed=0)
         self.proj = nn.Linear(32, 32).half()
-        self.lm = transformers.GPT2LMHeadModel(lcfg).half()
+        lm = dict(
+            n_embd=32,
+            n_layer=1,
+            n_head=2,
+            n_positions=32,
+            vocab_size=50,
+            bos_token_id=50256,
+            eos_token_id=50256,
+        )
+        self.lm = tiny_models.gpt2(seed=None, **lm).half()
 
     def forward(self, pixel_values, input_ids):
         image = self.proj(self.vision(pixel_values).last_hidden_state)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from dtype_doctor import watch
+from dtype_doctor import tiny_models, watch
 from dtype_doctor.watch import mode as watch_mode
 from dtype_doctor.watch.session import Session
 
@@ -29,35 +29,18 @@ def one_thread():
 
 
 def _unet():
-    model = diffusers.UNet2DConditionModel(
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        cross_attention_dim=32,
-        attention_head_dim=8,
-        sample_size=16,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        norm_num_groups=8,
-    )
+    model = tiny_models.unet(seed=None)
     inputs = (torch.randn(1, 4, 16, 16), torch.tensor([500]))
     return model, inputs, {"encoder_hidden_states": torch.randn(1, 5, 32)}, lambda out: out.sample
 
 
 def _gpt2():
-    cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=100)
-    return transformers.GPT2LMHeadModel(cfg), (torch.randint(0, 100, (2, 16)),), {}, lambda out: out.logits
+    lm = dict(n_positions=64, vocab_size=100, bos_token_id=50256, eos_token_id=50256)
+    return tiny_models.gpt2(seed=None, **lm), (torch.randint(0, 100, (2, 16)),), {}, lambda out: out.logits
 
 
 def _clip_vision_bf16():
-    cfg = transformers.CLIPVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=16,
-        patch_size=4,
-    )
-    model = transformers.CLIPVisionModel(cfg).to(torch.bfloat16)
+    model = tiny_models.clip_vision(seed=None, num_hidden_layers=2, patch_size=4).to(torch.bfloat16)
     # fp32 pixels into a bf16 model: CLIP casts them itself, a real mixed-dtype path
     return model, (torch.randn(2, 3, 16, 16),), {}, lambda out: out.last_hidden_state
 

@@ -1,0 +1,34 @@
+"""The shared CLI plumbing: `--json` never swallows the text, the script or the script's own flags."""
+
+import json
+
+import pytest
+
+from dtype_doctor.cli import build_parser, json_value_guard, main
+
+MSG = "RuntimeError: mat1 and mat2 must have the same dtype, but got Float and Half"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["explain", "--json", MSG], ["explain", "--json", "-", MSG]),
+        (["explain", "--json", "out.json", MSG], ["explain", "--json", "out.json", MSG]),
+        (["explain", "--json", "-"], ["explain", "--json", "-", "-"]),
+        (["explain", "--json=report.txt", MSG], ["explain", "--json=report.txt", MSG]),
+        (["run", "--json", "train.py", "--lr", "1"], ["run", "--json", "-", "train.py", "--lr", "1"]),
+        (
+            ["run", "--mode", "strict", "train.py", "--json", "x"],
+            ["run", "--mode", "strict", "train.py", "--json", "x"],
+        ),
+        (["check", "m.py:f", "--json"], ["check", "m.py:f", "--json"]),
+    ],
+)
+def test_json_takes_a_path_only_when_it_is_one(argv, expected):
+    assert json_value_guard(build_parser(), argv) == expected
+
+
+def test_explain_json_before_the_text_prints_the_report(capsys):
+    assert main(["explain", "--json", MSG]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["findings"][0]["code"] == "matmul-dtype-mismatch"
