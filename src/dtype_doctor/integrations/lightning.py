@@ -11,11 +11,9 @@ optionally written as JSON/HTML. Works with `lightning` and with the older `pyto
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from ..report import Report
-from .loop import LoopWatch
+from .loop import LoopCallback
 
 try:
     from lightning.pytorch import Callback
@@ -25,23 +23,10 @@ except ImportError:  # the standalone package name before Lightning 2.0
 __all__ = ["DtypeDoctorCallback"]
 
 
-class DtypeDoctorCallback(Callback):
-    def __init__(
-        self,
-        numerics: bool = False,
-        mode: str = "observe",
-        every: int = 1,
-        json_path: str | Path | None = None,
-        html_path: str | Path | None = None,
-        summary: bool = True,
-        prog_bar: bool = False,
-    ) -> None:
-        self._loop = LoopWatch(mode, numerics, every, json_path, html_path, summary)
+class DtypeDoctorCallback(LoopCallback, Callback):
+    def __init__(self, *args: Any, prog_bar: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.prog_bar = prog_bar
-
-    @property
-    def report(self) -> Report:
-        return self._loop.report
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._loop.start(pl_module)

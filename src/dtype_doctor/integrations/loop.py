@@ -113,3 +113,22 @@ class LoopWatch:
             from ..render.html import render_html
 
             Path(self.html_path).write_text(render_html(self.report), encoding="utf-8")
+
+
+class LoopCallback:
+    """The part of the transformers and Lightning callbacks that is the same: the options and the report."""
+
+    def __init__(
+        self,
+        numerics: bool = False,
+        mode: str = "observe",
+        every: int = 1,
+        json_path: str | Path | None = None,
+        html_path: str | Path | None = None,
+        summary: bool = True,
+    ) -> None:
+        self._loop = LoopWatch(mode, numerics, every, json_path, html_path, summary)
+
+    @property
+    def report(self) -> Report:
+        return self._loop.report

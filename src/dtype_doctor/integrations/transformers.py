@@ -12,33 +12,17 @@ If training raises, the Trainer calls no callback: the report is in `callback.re
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from ..report import Report
-from .loop import LoopWatch
+from .loop import LoopCallback
 
 __all__ = ["DtypeDoctorCallback"]
 
 
-class DtypeDoctorCallback(TrainerCallback):
-    def __init__(
-        self,
-        numerics: bool = False,
-        mode: str = "observe",
-        every: int = 1,
-        json_path: str | Path | None = None,
-        html_path: str | Path | None = None,
-        summary: bool = True,
-    ) -> None:
-        self._loop = LoopWatch(mode, numerics, every, json_path, html_path, summary)
-
-    @property
-    def report(self) -> Report:
-        return self._loop.report
-
+class DtypeDoctorCallback(LoopCallback, TrainerCallback):
     def close(self) -> Report:
         return self._loop.stop()
 
