@@ -120,13 +120,21 @@ def _svg(parts: list[str], title: str, height: int = _H) -> str:
     )
 
 
-def _line(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
+def _prepare(
+    plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]
+) -> tuple[dict[str, list[float | None]], float, float, bool]:
+    """The series with non-finite values as None, and the value range (lo, hi, log) to plot them on."""
     log = bool(plot.get("log"))
     clean = {name: [_finite(v) for v in values] for name, values in series.items()}
     values = [v for vs in clean.values() for v in vs if v is not None and (v > 0 or not log)]
     lo, hi, log = _scale(values, log)
     if hi == lo:
         hi = lo + 1
+    return clean, lo, hi, log
+
+
+def _line(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
+    clean, lo, hi, log = _prepare(plot, series)
     n = max((len(v) for v in clean.values()), default=1)
     xs = list(plot.get("x") or range(n))
     step = (_W - _LEFT - _RIGHT) / max(n - 1, 1)
@@ -158,12 +166,7 @@ def _line(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
 
 
 def _bar(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
-    log = bool(plot.get("log"))
-    clean = {name: [_finite(v) for v in values] for name, values in series.items()}
-    values = [v for vs in clean.values() for v in vs if v is not None and (v > 0 or not log)]
-    lo, hi, log = _scale(values, log)
-    if hi == lo:
-        hi = lo + 1
+    clean, lo, hi, log = _prepare(plot, series)
     labels = list(plot.get("x") or range(max((len(v) for v in clean.values()), default=0)))
     groups = max(len(labels), 1)
     group_w = (_W - _LEFT - _RIGHT) / groups

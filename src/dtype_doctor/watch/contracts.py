@@ -204,6 +204,11 @@ def _c(op: str, code: str, *params: str, **kw: Any) -> Contract:
     return Contract(op, code, pairs, **kw)
 
 
+def _norm_contract(op: str, *params: str) -> Contract:
+    """A normalisation op's contract: the input, then the op's own parameters (weight, bias ...)."""
+    return _c(op, _NORM, "input:input", *params, rule="norm", autocast=_NORM_AUTOCAST, module_op=True)
+
+
 _MM = "matmul-dtype-mismatch"
 _AC = _ALL_DEVICES
 
@@ -254,61 +259,22 @@ def _table() -> dict[Any, Contract]:
     t[torch.einsum] = EINSUM
     for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
         t[getattr(F, name)] = _conv(name)
-    t[F.layer_norm] = _c(
-        "layer_norm",
-        _NORM,
-        "input:input",
-        "normalized_shape",
-        "weight:weight",
-        "bias:bias",
-        rule="norm",
-        autocast=_NORM_AUTOCAST,
-        module_op=True,
-    )
-    t[F.group_norm] = _c(
-        "group_norm",
-        _NORM,
-        "input:input",
-        "num_groups",
-        "weight:weight",
-        "bias:bias",
-        rule="norm",
-        autocast=_NORM_AUTOCAST,
-        module_op=True,
-    )
+    t[F.layer_norm] = _norm_contract("layer_norm", "normalized_shape", "weight:weight", "bias:bias")
+    t[F.group_norm] = _norm_contract("group_norm", "num_groups", "weight:weight", "bias:bias")
     if hasattr(F, "rms_norm"):
-        t[F.rms_norm] = _c(
-            "rms_norm",
+        t[F.rms_norm] = _norm_contract("rms_norm", "normalized_shape", "weight:weight")
+    for name in ("batch_norm", "instance_norm"):
+        t[getattr(F, name)] = _c(
+            name,
             _NORM,
             "input:input",
-            "normalized_shape",
+            "running_mean",
+            "running_var",
             "weight:weight",
+            "bias:bias",
             rule="norm",
-            autocast=_NORM_AUTOCAST,
             module_op=True,
         )
-    t[F.batch_norm] = _c(
-        "batch_norm",
-        _NORM,
-        "input:input",
-        "running_mean",
-        "running_var",
-        "weight:weight",
-        "bias:bias",
-        rule="norm",
-        module_op=True,
-    )
-    t[F.instance_norm] = _c(
-        "instance_norm",
-        _NORM,
-        "input:input",
-        "running_mean",
-        "running_var",
-        "weight:weight",
-        "bias:bias",
-        rule="norm",
-        module_op=True,
-    )
     t[F.scaled_dot_product_attention] = _c(
         "scaled_dot_product_attention",
         "attention-dtype-mismatch",
