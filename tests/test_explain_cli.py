@@ -114,3 +114,13 @@ def test_explain_never_imports_torch():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env)
     assert result.returncode == 0, result.stderr.decode()
+
+
+def test_a_device_mismatch_spelled_like_a_dtype_one_is_not_diagnosed_as_dtype():
+    from dtype_doctor import explain
+
+    text = (
+        "RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be "
+        "the same or input should be a MKLDNN tensor and weight is a dense tensor"
+    )
+    assert explain(text).codes() == ["unknown"]

@@ -87,11 +87,54 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def json_value_guard(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Keep `--json` from swallowing the next argument unless that is a report path.
+
+    `--json` takes an optional PATH, so `explain --json "mat1 and mat2 ..."` or `run --json train.py`
+    would read the text or the script as the PATH. The next token counts as the PATH only when it
+    ends in `.json` (any name works as `--json=PATH`); otherwise `-` (stdout) is made explicit.
+    Scanning stops where `run` hands the rest of the line to the user's script.
+    """
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    out: list[str] = []
+    command: argparse.ArgumentParser | None = None
+    takes_value: set[str] = set()
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        out.append(tok)
+        if command is None:
+            if sub is not None and tok in sub.choices:
+                command = sub.choices[tok]
+                takes_value = {
+                    s
+                    for a in command._actions
+                    if a.option_strings and a.nargs in (None, 1)
+                    for s in a.option_strings
+                }
+        elif tok == "--json":
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if (
+                nxt is not None
+                and (nxt == "-" or not nxt.startswith("-"))
+                and not nxt.lower().endswith(".json")
+            ):
+                out.append("-")
+        elif tok in takes_value and i + 1 < len(argv):
+            out.append(argv[i + 1])
+            i += 1
+        elif not tok.startswith("-") and getattr(command, "prog", "").endswith(" run"):
+            out.extend(argv[i + 1 :])  # the script and its own arguments: never ours to read
+            break
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(only=first if first and first == args_list[0] else None)
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(json_value_guard(parser, args_list))
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_USAGE

@@ -28,6 +28,8 @@ _ALIASES = {
     "char": "int8", "int8": "int8",
     "byte": "uint8", "uint8": "uint8",
     "bool": "bool",
+    "long int": "int64", "long long": "int64", "int64_t": "int64", "int32_t": "int32",
+    "unsigned char": "uint8", "signed char": "int8", "short int": "int16",
     "complexfloat": "complex64", "complex64": "complex64", "cfloat": "complex64",
     "complexdouble": "complex128", "complex128": "complex128", "cdouble": "complex128",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",

@@ -194,9 +194,23 @@ def _match_line(line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
                 continue
             seen.add(id(pat))
             m = _regex(pat).search(line)
-            if m and (best is None or pat.confidence > best[1].confidence):
+            if (
+                m
+                and (not code.endswith("-mismatch") or _dtypes_differ(pat, m))
+                and (best is None or pat.confidence > best[1].confidence)
+            ):
                 best = (code, pat, m)
     return best
+
+
+def _dtypes_differ(pat: MessagePattern, m: re.Match[str]) -> bool:
+    """False when a mismatch message names one dtype twice: that is not a dtype problem.
+
+    `Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor)` is a device mismatch.
+    """
+    names = {canonical(v) or v for k, v in m.groupdict().items() if v and k not in pat.info}
+    operands = sum(1 for k, v in m.groupdict().items() if v and k not in pat.info)
+    return operands < 2 or len(names) > 1
 
 
 def _is_frame_code(text: str, start: int) -> bool:

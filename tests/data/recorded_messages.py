@@ -157,4 +157,34 @@ RECORDED: list[tuple[str, str]] = [
         "scalar-type-mismatch",
         "RuntimeError: Expected object of scalar type Float but got scalar type Half for argument #2 'mat2'",
     ),
+    # older torch and other libraries, as quoted in public issue threads
+    ("matmul-dtype-mismatch", "RuntimeError: self and mat2 must have the same dtype"),
+    (
+        "matmul-dtype-mismatch",
+        "RuntimeError: expected both vectors to have same dtype, but found Float and Half",
+    ),
+    ("norm-dtype-mismatch", "RuntimeError: mixed dtype (CPU): all inputs must share same datatype."),
+    (
+        "conv-weight-dtype-mismatch",
+        "RuntimeError: Expected tensor for argument #1 'input' to have the same type as tensor for argument #2 "
+        "'weight'; but type torch.cuda.HalfTensor does not equal torch.cuda.FloatTensor (while checking "
+        "arguments for cudnn_convolution)",
+    ),
+    (
+        "attention-dtype-mismatch",
+        "RuntimeError: Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+        "attn_mask.dtype: long int and  query.dtype: c10::Half instead.",
+    ),
+    (
+        "index-dtype",
+        "RuntimeError: Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+        "Long, Int; but got torch.cuda.HalfTensor instead (while checking arguments for embedding)",
+    ),
+    ("flash-attention-dtype", "RuntimeError: FlashAttention only supports Ampere GPUs or newer."),
+    ("flash-attention-dtype", "RuntimeError: Expected is_sm80 || is_sm90 to be true, but got false."),
+    (
+        "bf16-unsupported-hardware",
+        "RuntimeError: Expected q_dtype == at::kHalf || (is_sm8x && q_dtype == at::kBFloat16) to be true, "
+        "but got false.",
+    ),
 ]

@@ -21,7 +21,7 @@ _ = frozenset
 
 # A dtype spelling inside a message: Float, c10::Half, struct c10::Half, torch.cuda.HalfTensor,
 # CUDABFloat16Type, torch.float16, kFloat16... (dtypes.canonical names it).
-DT = r"(?:(?:struct|class) )?[\w:.]{1,40}"
+DT = r"(?:(?:struct|class) |long |unsigned |signed )?[\w:.]{1,40}"
 
 # ---- fixes shared by several families (one text, many families: no copy-paste) -----------------
 
@@ -102,6 +102,7 @@ TRIGGERS: tuple[str, ...] = (
     "bf16", "bfloat16", "Bfloat16", "architecture", "CUBLAS_STATUS_", "CUDNN_STATUS_", "find an engine",
     "No module named '", "pyramid", "FlashAttention", "No operator found", "__half", "__nv_bfloat16",
     "is undefined", "MPS", "autocast", "`fused=True`", "Input contains", "desired output type",
+    "is_sm", "same type as tensor",
 )  # fmt: skip
 
 ERROR_FAMILIES: tuple[Family, ...] = (
@@ -115,12 +116,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                rf"\b(?:expected )?mat1 and mat2 (?:must have|to have) the same dtype, but got:? (?P<input>{DT}) (?:and|!=) (?P<weight>{DT})\s*$",
+                rf"\b(?:expected )?mat1 and mat2 (?:must have|to have) the same dtype(?:, but got:? (?P<input>{DT}) (?:and|!=) (?P<weight>{DT})\s*$)?",
                 note="F.linear with bias / addmm: mat1 is the input, mat2 the weight",
                 needles=("mat1 and mat2",),
             ),
             MessagePattern(
-                rf"\bself and mat2 must have the same dtype, but got (?P<bias>{DT}) and (?P<weight>{DT})",
+                rf"\bself and mat2 must have the same dtype(?:, but got (?P<bias>{DT}) and (?P<weight>{DT}))?",
                 note="F.linear / addmm: 'self' is the bias, mat2 the weight",
                 needles=("self and mat2",),
             ),
@@ -137,7 +138,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("Input dtypes must be the same",),
             ),
             MessagePattern(
-                rf"\bdot : expected both vectors to have same dtype, but found (?P<left>{DT}) and (?P<right>{DT})",
+                rf"\b(?:dot : )?expected both vectors to have same dtype, but found (?P<left>{DT}) and (?P<right>{DT})",
                 note="torch.dot / 1-D matmul",
                 needles=("expected both vectors to have same dtype",),
             ),
@@ -189,6 +190,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 confidence=0.6,
             ),
             MessagePattern(
+                rf"\bExpected tensor for argument #\d+ '(?P<arg1>\w+)' to have the same type as tensor for argument #\d+ '(?P<arg2>\w+)'; but type (?P<first>{DT}) does not equal (?P<second>{DT})",
+                info=("arg1", "arg2"),
+                note="older torch: the TensorArg check (embedding_bag, cudnn rnn, batch_norm...)",
+                needles=("to have the same type as tensor for argument",),
+                confidence=0.5,
+            ),
+            MessagePattern(
                 r"\bExpected all tensors to have the same dtype",
                 needles=("to have the same dtype",),
                 confidence=0.5,
@@ -205,6 +213,38 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         keywords=("scalar type", "expected", "found", "dtype"),
     ),
     Family(
+        code="index-dtype",
+        title="Indices or token ids have a floating dtype",
+        cause=(
+            "An embedding or indexing op got float16/float32 indices. This is what a blanket "
+            "`.half()`/`.to(torch.float16)` over a whole batch does: it casts the token ids "
+            "(input_ids, positions, labels) along with the pixel values or features."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bExpected tensor for argument #\d+ '(?P<arg>\w+)' to have one of the following scalar types: (?P<allowed>[\w, ]{{1,40}}); but got (?P<found>{DT}) instead",
+                info=("arg", "allowed"),
+                roles=(("found", "indices"),),
+                note="embedding indices cast to half with the rest of the inputs (token ids must stay integer)",
+                needles=("to have one of the following scalar types",),
+                confidence=0.8,
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Cast only floating-point inputs: token ids and indices must stay integer",
+                "inputs = {{k: v.to({dtype}) if v.is_floating_point() else v for k, v in inputs.items()}}",
+                "Only pixel values, features and embeddings follow the model's dtype; ids stay int64.",
+            ),
+            FixTemplate(
+                "Give index tensors an integer dtype where they are made",
+                "input_ids = input_ids.long()",
+            ),
+        ),
+        related=("scalar-type-mismatch",),
+        keywords=("indices", "embedding", "input_ids", "long", "int"),
+    ),
+    Family(
         code="conv-weight-dtype-mismatch",
         title="Convolution input and weight have different dtypes",
         cause=(
@@ -217,6 +257,11 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 rf"\bInput type \((?P<input>{DT})\) and weight type \((?P<weight>{DT})\) should be the same",
                 note="conv on CUDA (torch.cuda.HalfTensor spelling) and CPU MKLDNN paths",
                 needles=("weight type (",),
+            ),
+            MessagePattern(
+                rf"\bExpected tensor for argument #\d+ '(?:input|self)' to have the same type as tensor for argument #\d+ 'weight'; but type (?P<input>{DT}) does not equal (?P<weight>{DT}) \(while checking arguments for \w*conv",
+                note="older torch: the TensorArg check of cudnn/thnn convolution",
+                needles=("to have the same type as tensor for argument",),
             ),
         ),
         fixes=(
@@ -274,7 +319,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bmixed dtype \((?P<device>CPU|CUDA)\): (?:expect|all) (?:parameter|inputs?) (?:to have|must share) (?:the same )?(?:scalar type|dtype)(?: of (?P<expected>\w+))?",
+                r"\bmixed dtype \((?P<device>CPU|CUDA)\): (?:expect|all) (?:parameter|inputs?) (?:to have|must share) (?:the )?(?:same )?(?:scalar type|data ?type|dtype)(?: of (?P<expected>\w+))?",
                 roles=(("expected", "parameters (required)"),),
                 info=("device",),
                 note="native layer_norm / group_norm / batch_norm on CPU",
@@ -352,6 +397,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 r"\b(?:query and key|query and value) must have the same dtype",
                 note="flash_attn_cuda",
                 needles=("must have the same dtype",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"\bFlashAttention only supports Ampere GPUs or newer|\bExpected is_sm(?:8x|80|90)(?: \|\| is_sm\w+)* to be true",
+                note="flash-attn on a GPU older than Ampere (or a head size its backward does not cover there)",
+                needles=("FlashAttention only supports Ampere", "Expected is_sm"),
                 confidence=0.8,
             ),
             MessagePattern(
@@ -728,6 +779,11 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             "V100/T4/Pascal only emulate it (slowly) or refuse."
         ),
         patterns=(
+            MessagePattern(
+                r"\bExpected q_dtype == at::kHalf \|\| \(is_sm8x && q_dtype == at::kBFloat16\)",
+                note="flash-attn: bfloat16 needs an Ampere (sm80+) GPU",
+                needles=("is_sm8x && q_dtype",),
+            ),
             MessagePattern(
                 r"\bYour setup doesn't support bf16",
                 note="transformers TrainingArguments",
