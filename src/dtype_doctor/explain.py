@@ -310,6 +310,8 @@ def _finding(hit: _Hit, code: str, operands: list[Operand], note: str, multi: bo
         tags.add("input-fp32")
     elif is_low_precision(input_dtype):
         tags.add("input-low")
+    if any(o.dtype == "float64" for o in operands):
+        tags.add("fp64")
     model_dtype = next((o.dtype for o in operands if o.role in _PARAM_ROLES and canonical(o.dtype)), None)
     if model_dtype is None or model_dtype == input_dtype:
         model_dtype = next((o.dtype for o in operands if is_low_precision(o.dtype)), model_dtype)

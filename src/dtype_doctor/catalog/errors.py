@@ -47,6 +47,14 @@ CREATE_WITH_DTYPE = FixTemplate(
     "concatenated with fp16 tensors silently promotes everything after it to fp32.",
     unless=_({"inference"}),
 )
+FROM_FLOAT64 = FixTemplate(
+    "Convert the float64 data where it enters: NumPy arrays and Python-float math give torch.float64",
+    "x = torch.from_numpy(array).to({dtype})      # or array.astype(np.float32) before\n"
+    "x = torch.as_tensor(values, dtype={dtype})   # not torch.tensor(values) from np.float64",
+    "torch.from_numpy keeps NumPy's float64; every model weight is float32 or lower, so the first "
+    'layer refuses it ("Double and Float").',
+    when=_({"fp64"}),
+)
 AUTOCAST_INFERENCE = FixTemplate(
     "Run inference under autocast, which casts each op's inputs for you",
     'with torch.autocast("cuda", dtype={dtype}), torch.no_grad():\n'
@@ -150,6 +158,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FROM_FLOAT64,
             ONE_POLICY,
             AUTOCAST_INFERENCE,
             CAST_AT_SEAM,
@@ -203,6 +212,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FROM_FLOAT64,
             ONE_POLICY,
             AUTOCAST_INFERENCE,
             CAST_AT_SEAM,
@@ -265,6 +275,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FROM_FLOAT64,
             ONE_POLICY,
             AUTOCAST_INFERENCE,
             CAST_AT_SEAM,
@@ -291,6 +302,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FROM_FLOAT64,
             ONE_POLICY,
             ONE_PRECISION_RUN,
             FRAGILE_FP32,
@@ -333,6 +345,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FROM_FLOAT64,
             ONE_POLICY,
             FixTemplate(
                 "Keep the norm in float32 on purpose and cast around it",

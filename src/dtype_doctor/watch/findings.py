@@ -214,6 +214,8 @@ def situation(ops: list[Operand], module: nn.Module | None, root: nn.Module | No
         tags.add("input-fp32")
     elif inp is not None and inp.dtype in ("float16", "bfloat16"):
         tags.add("input-low")
+    if any(o.dtype == "float64" for o in ops):
+        tags.add("fp64")
     training = torch.is_grad_enabled() and (module.training if module is not None else True)
     tags.add("training" if training else "inference")
     name = type(root).__name__ if root is not None else ""
