@@ -133,3 +133,15 @@ def test_hooks_and_mode_are_removed_after_the_block():
         nn.Linear(2, 2).half()(torch.randn(1, 2))
     after = (len(module_mod._global_forward_pre_hooks), len(module_mod._global_forward_hooks))
     assert before == after and _get_current_function_mode_stack() == []
+
+
+def test_the_users_traceback_has_no_frame_of_the_tool():
+    import traceback
+
+    model = torch.nn.Linear(4, 4).half()
+    with pytest.raises(RuntimeError) as err, watch(model=model):
+        model(torch.randn(2, 4))
+    frames = traceback.extract_tb(err.value.__traceback__)
+    assert not [f for f in frames if "dtype_doctor" in f.filename], frames
+    assert frames[-1].filename.endswith("torch/nn/modules/linear.py")  # where torch itself raises from
+    assert str(err.value).startswith("mat1 and mat2 must have the same dtype")

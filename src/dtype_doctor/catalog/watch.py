@@ -28,7 +28,7 @@ WATCH_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "If the wide result is wanted, make it explicit",
-                "out = {op}([a.float(), b.float()])  # deliberate float32",
+                "a, b = a.float(), b.float()  # deliberate float32, then {op} as before",
                 "An explicit upcast documents intent and is not reported.",
             ),
         ),

@@ -7,6 +7,7 @@ internal error is recorded in the report and the user's program goes on unchange
 from __future__ import annotations
 
 import functools
+import os
 import re
 from typing import Any
 
@@ -81,6 +82,7 @@ class Session:
         if isinstance(exc, Exception) and not isinstance(exc, DtypeMismatchError):
             try:
                 self._note_on_exit(exc)
+                hide_own_frames(exc)
             except Exception as err:
                 self.internal_error(err)
         return False
@@ -639,3 +641,21 @@ def watch(
     numerics monitor. The findings are in `session.report`.
     """
     return Session(model=model, mode=mode, numerics=numerics, report=report, every=every)
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def hide_own_frames(exc: BaseException) -> None:
+    """Unlink the tool's own frames (the mode's __torch_function__) from the user's traceback.
+
+    The exception object, its type, message and the user's frames stay as they are: the traceback
+    reads as it would without watch. Like pytest's __tracebackhide__.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        nxt = tb.tb_next
+        if nxt.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            tb.tb_next = nxt.tb_next
+        else:
+            tb = nxt
