@@ -47,3 +47,39 @@ def test_cli_bad_input_is_one_line_exit_2():
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "cannot parse shape" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+_TWO_LINEARS = """
+import torch
+def two_linears():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    with torch.no_grad():
+        m[0].weight.fill_(300.0); m[0].bias.zero_(); m[1].weight.fill_(300.0)
+    return m
+def big_weight():
+    m = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        m.weight.fill_(1e5)
+    return m
+"""
+
+
+def _write_models(tmp_path) -> str:
+    path = tmp_path / "ovf_models.py"
+    path.write_text(_TWO_LINEARS)
+    return str(path)
+
+
+def test_cli_find_fp32_when_the_search_is_not_enough(tmp_path, capsys):
+    # the re-run still overflows: the verification reads the re-run's findings (no AttributeError)
+    target = f"{_write_models(tmp_path)}:two_linears"
+    args = ["--input", "2x4", "--dtype", "float16", "--find-fp32", "--json"]
+    code = main(["numerics", target, *args])
+    captured = capsys.readouterr()
+    assert "internal error" not in captured.err
+    report = json.loads(captured.out)
+    assert code == 1
+    assert report["meta"]["keep_fp32"]
+    assert report["meta"]["keep_fp32_verified"] is False
+    (finding,) = [f for f in report["findings"] if f["code"] == "fp16-overflow"]
+    assert "not enough on its own" in finding["fixes"][0]["title"]

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.find_fp32 and any(p.phase == "forward" for p in monitor.producers):
         chosen, after = find_fp32_set(model, forward)
-        verified = not any(p.phase == "forward" for p in _producers_of(after))
+        verified = not any(f.data.get("phase") == "forward" for f in _producers_of(after))
         report.meta["keep_fp32"] = chosen
         report.meta["keep_fp32_verified"] = verified
         for finding in report.findings:
