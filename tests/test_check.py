@@ -257,6 +257,16 @@ def test_cli_check_hf_config(workdir, capsys, monkeypatch):
         (("models.py:two_layers", "--input", "4xx8:float32"), "cannot parse shape"),
         (("models.py:two_layers", "--input", "4x8:float99"), "unknown dtype"),
         (("models.py:two_layers", "--dtype", "half-ish"), "unknown dtype"),
+        (("models.py:two_layers", "--dtype", "int64"), "--dtype must be a floating dtype, got int64"),
+        (("models.py:two_layers", "--dtype", "bool"), "--dtype must be a floating dtype, got bool"),
+        (("models.py:two_layers", "--dtype="), "--dtype needs a dtype, got an empty value"),
+        (("models.py:two_layers", "--autocast", "int64"), "--autocast must be float16 or bfloat16"),
+        (("models.py:two_layers", "--autocast", "float32"), "--autocast must be float16 or bfloat16"),
+        (("models.py:two_layers", "--autocast="), "--autocast needs a dtype, got an empty value"),
+        (
+            ("models.py:two_layers", "--input", "4x8", "--dtype", "float16", "--keep-fp32", "nosuchmodule"),
+            "keep_fp32: no module matches 'nosuchmodule'",
+        ),
         (
             ("--hf-config", "llama.json", "models.py:two_layers"),
             "either PATH_OR_MODULE:FACTORY or --hf-config",
@@ -268,6 +278,38 @@ def test_cli_check_bad_input_is_one_clear_line(workdir, args, expected):
     assert run.returncode == 2
     assert expected in run.stderr
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--dtype", "int64"), "--dtype must be a floating dtype, got int64"),
+        (("--dtype", "bool"), "--dtype must be a floating dtype, got bool"),
+        (("--dtype=",), "--dtype needs a dtype"),
+        (("--autocast", "int64"), "--autocast must be float16 or bfloat16"),
+        (
+            ("--dtype", "float16", "--keep-fp32", "nosuchmodule"),
+            "keep_fp32: no module matches 'nosuchmodule'",
+        ),
+    ],
+)
+def test_cli_audit_bad_options_are_one_clear_line(workdir, args, expected):
+    run = cli("audit", "models.py:two_layers", *args, cwd=workdir)
+    assert run.returncode == 2, run.stderr
+    assert expected in run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_api_check_rejects_what_the_cli_rejects():
+    with pytest.raises(dd.DoctorError, match="cannot parse shape '2xx4'"):
+        dd.check(nn.Linear(4, 4), ("2xx4", "float32"))
+    with pytest.raises(dd.DoctorError, match="dtype must be a floating dtype, got int64"):
+        dd.check(nn.Linear(4, 4), ("2x4", "int64"), dtype="int64")
+    with pytest.raises(dd.DoctorError, match="keep_fp32: no module matches 'nosuch'"):
+        dd.check(nn.Sequential(nn.Linear(4, 4)), ("2x4", "float16"), keep_fp32=["nosuch"])
+    # a pattern that matches keeps working, and a pair of plain strings is still a real input
+    report = dd.check(nn.Sequential(nn.Linear(4, 4)), ("2x4", "float32"), keep_fp32=["Linear"])
+    assert report.meta["kept_fp32"] == ["0"] and report.findings == []
 
 
 def test_cli_check_config_that_is_not_a_model(workdir, capsys, monkeypatch):

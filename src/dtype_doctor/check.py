@@ -20,13 +20,14 @@ from torch import nn
 from . import catalog
 from ._callable import make_callable
 from .audit import autocast_findings, autocast_of, module_pattern
+from .dtypes import canonical
 from .errors import DoctorError
 from .fix import convert
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
-from .policy import KeepPattern, dtype_name, map_tensors, to_torch_dtype
+from .policy import KeepPattern, dtype_name, map_tensors, matches, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
 
-__all__ = ["build", "build_on_meta", "check", "meta_inputs", "mirror_on_meta"]
+__all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
 
 _SPEC_TEXT = re.compile(r"^\d+(?:[x×,]\d+)*(?::\w+)?$")
 
@@ -49,12 +50,18 @@ def check(
     nested in lists/dicts, or any other value (passed as is). autocast: the dtype of an autocast the
     model will run under (its per-op casts are emulated).
     """
+    if dtype is not None and not to_torch_dtype(dtype).is_floating_point:
+        raise DoctorError(f"dtype must be a floating dtype, got {dtype_name(to_torch_dtype(dtype))}")
+    if autocast is not None and to_torch_dtype(autocast) not in (torch.float16, torch.bfloat16):
+        raise DoctorError(f"autocast must be float16 or bfloat16, got {autocast}")
+    args, kw = meta_inputs(example_inputs), meta_inputs(kwargs)  # a bad spec fails before the build
     model = build_on_meta(model_or_factory)
+    keep_fp32 = tuple(keep_fp32)
+    check_keep_fp32(model, keep_fp32)
     mirror = mirror_on_meta(model)
     kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)] if dtype is not None else []
     # an autocast given, or the one accelerate's prepare() wrapped around forward
     autocast = dtype_name(to_torch_dtype(autocast)) if autocast is not None else autocast_of(model)
-    args, kw = meta_inputs(example_inputs), meta_inputs(kwargs)
     report = Report(tool="check")
     report.meta.update(
         {
@@ -83,6 +90,15 @@ def check(
 
 
 # ---------------------------------------------------------------- the model on meta
+
+
+def check_keep_fp32(model: nn.Module, patterns: Iterable[KeepPattern]) -> None:
+    """Each keep_fp32 pattern must match a module: a typo would silently keep nothing in float32."""
+    modules = [(name, m) for name, m in model.named_modules() if name]
+    for pattern in patterns:
+        if not any(matches(pattern, name, m) for name, m in modules):
+            shown = pattern.__name__ if isinstance(pattern, type) else getattr(pattern, "pattern", pattern)
+            raise DoctorError(f"keep_fp32: no module matches {shown!r}")
 
 
 def build(factory_or_object: Any) -> Any:
@@ -173,13 +189,13 @@ def meta_inputs(value: Any) -> Any:
 
 
 def _is_spec_tuple(value: Any) -> bool:
-    """("2x4x64x64", "float32") is a spec; ("a cat", "a dog") is a real input."""
-    return (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and all(isinstance(v, str) for v in value)
-        and _SPEC_TEXT.match(value[0]) is not None
-    )
+    """("2x4x64x64", "float32") is a spec; ("a cat", "a dog") is a real input. A pair naming a
+    dtype with a shape-like first string ("2xx4", "float32") is a spec too: it fails to parse."""
+    if not (isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+        return False
+    if _SPEC_TEXT.match(value[0]) is not None:
+        return True
+    return canonical(value[1]) is not None and any(c.isdigit() for c in value[0])
 
 
 def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:

@@ -6,7 +6,7 @@ import argparse
 
 from ..cli import EXIT_FINDINGS, EXIT_OK, add_output_options, emit
 from ..errors import DoctorError
-from ._target import add_target_arguments, dtype_option, load_target
+from ._target import add_target_arguments, load_target
 
 HELP = "dtype map of a model/pipeline: mixed weight/bias, fp32 islands, pipeline components, scaler set-ups"
 DESCRIPTION = (
@@ -23,14 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    dtype = dtype_option(args.dtype)
-    autocast = dtype_option(args.autocast)
+    from .check import dtype_options
+
+    dtype, autocast = dtype_options(args)
     target = load_target(args)
 
     from torch import nn
 
     from ..audit import audit, collect
-    from ..check import build
+    from ..check import build, check_keep_fp32
     from ..fix import convert
 
     obj = build(target)  # a model, a pipeline or a (model, optimizer, scaler) set-up
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if not found.models and not found.optimizers:
         name = args.target or args.hf_config
         raise DoctorError(f"{name} gave a {type(obj).__name__}, not a model, pipeline or optimizer")
+    if args.keep_fp32 and isinstance(obj, nn.Module):
+        check_keep_fp32(obj, args.keep_fp32)
     if dtype is not None and isinstance(obj, nn.Module):
         convert(obj, dtype, args.keep_fp32, loading=True)
     report = audit(obj, autocast=autocast)

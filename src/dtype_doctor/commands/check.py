@@ -29,11 +29,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
+def dtype_options(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """--dtype (a floating dtype) and --autocast (float16 or bfloat16), checked; an empty value is an error."""
+    for option, value in (("--dtype", args.dtype), ("--autocast", args.autocast)):
+        if value is not None and not value.strip():
+            raise DoctorError(f"{option} needs a dtype, got an empty value")
+    dtype = dtype_option(args.dtype)
+    if dtype is not None and not dtype.startswith(("float", "bfloat")):
+        raise DoctorError(f"--dtype must be a floating dtype, got {args.dtype}")
+    autocast = dtype_option(args.autocast)
+    if autocast is not None and autocast not in ("float16", "bfloat16"):
+        raise DoctorError(f"--autocast must be float16 or bfloat16, got {args.autocast}")
+    return dtype, autocast
+
+
 def run(args: argparse.Namespace) -> int:
     from ..loading import split_inputs
 
-    dtype = dtype_option(args.dtype)  # cheap checks first: bad input fails before torch is imported
-    autocast = dtype_option(args.autocast)
+    dtype, autocast = dtype_options(args)  # cheap checks first: bad input fails before torch is imported
     positional, named = split_inputs(args.input)
     factory = load_target(args)
 
