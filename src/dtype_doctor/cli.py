@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -40,7 +41,7 @@ def emit(report, args: argparse.Namespace) -> None:
     """Show a report the way the user asked: console, JSON (stdout or file), HTML."""
     json_target = getattr(args, "json", None)
     if json_target == "-":
-        sys.stdout.write(report.to_json() + "\n")
+        write_json_stdout(report)
     else:
         from .render.console import render
 
@@ -60,6 +61,16 @@ def _write(path: str, text: str) -> None:
             fh.write(text)
     except OSError as exc:
         raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# Where `--json` (no PATH) writes: the real stdout, saved while user code's prints go to stderr.
+_json_stdout: list = []
+
+
+def write_json_stdout(report) -> None:
+    stream = _json_stdout[-1] if _json_stdout else sys.stdout
+    stream.write(report.to_json() + "\n")
+    stream.flush()
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -139,12 +150,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        if getattr(args, "json", None) == "-":
+            # stdout carries the JSON alone: the user's prints (script, factory) go to stderr
+            _json_stdout.append(sys.stdout)
+            with contextlib.redirect_stdout(sys.stderr):
+                return int(args._run(args) or 0)
         return int(args._run(args) or 0)
     except DoctorError as exc:
         print(f"dtype-doctor {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except SystemExit as exc:  # user code (a factory, a model) called sys.exit: say so, do not vanish
+        if args.command == "run":
+            raise
+        print(f"dtype-doctor {args.command}: error: user code called sys.exit({exc.code!r})", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # never show the user a traceback of the tool itself

@@ -119,7 +119,9 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
     tails: list[tuple[str | None, str]] = []
     names: list[str] = []
     for source, raw in sources:
-        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        if not isinstance(raw, (str, bytes, bytearray)):
+            raise TypeError(f"explain expects str or bytes, got {type(raw).__name__}")
+        text = bytes(raw).decode("utf-8", errors="replace") if not isinstance(raw, str) else raw
         log_tags = _tags(text, _compiled().signals.get("log", ()))
         _scan(text, source, log_tags, hits)
         tails.append((source, text))

@@ -74,6 +74,7 @@ def fix(
     inputs of the model itself to `dtype`. Calling `fix` again replaces the earlier policy; the plan
     is at `model._dtype_doctor_fix` (`.kept`, `.remove_hooks()`).
     """
+    _require_module(model, "fix")
     target = to_torch_dtype(dtype)
     if not target.is_floating_point:
         raise ValueError(f"fix needs a floating dtype, got {target}")
@@ -168,6 +169,7 @@ class Guard:
     """
 
     def __init__(self, model: nn.Module) -> None:
+        _require_module(model, "guard")
         self.model = model
         self.report = Report(tool="guard")
         self._handles: list[RemovableHandle] = []
@@ -260,6 +262,11 @@ class Guard:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def _require_module(model: object, what: str) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{what} expects a torch.nn.Module, got {type(model).__name__}")
 
 
 def guard(model: nn.Module) -> Guard:

@@ -99,8 +99,8 @@ def load_object(target: str) -> Any:
             module = importlib.import_module(where)
         except ImportError as exc:
             raise DoctorError(f"cannot import {where!r}: {exc}") from None
-        except Exception as exc:
-            raise DoctorError(f"importing {where!r} raised {type(exc).__name__}: {exc}") from None
+        except (Exception, SystemExit) as exc:
+            raise DoctorError(f"importing {where!r} raised {_describe(exc)}") from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -108,6 +108,8 @@ def load_object(target: str) -> Any:
 
 
 def _load_file(path: Path) -> Any:
+    if path.is_dir():
+        raise DoctorError(f"{path} is a directory, not a Python file")
     if not path.is_file():
         raise DoctorError(f"no such file: {path}")
     name = f"_dtype_doctor_user_{abs(hash(str(path.resolve())))}"
@@ -119,8 +121,8 @@ def _load_file(path: Path) -> Any:
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
-        raise DoctorError(f"running {path} raised {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise DoctorError(f"running {path} raised {_describe(exc)}") from None
     finally:
         sys.path.pop(0)
     return module
@@ -132,8 +134,8 @@ def call_factory(factory: Callable[[], Any] | Any, what: str = "factory") -> Any
         return factory
     try:
         return factory()
-    except Exception as exc:
-        raise DoctorError(f"{what} raised {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # a factory's sys.exit() must not end the tool silently
+        raise DoctorError(f"{what} raised {_describe(exc)}") from None
 
 
 def _is_module(obj: Any) -> bool:
@@ -194,9 +196,19 @@ def _transformers_factory(file: Path, data: dict) -> Callable[[], Any]:
     try:
         config = transformers.AutoConfig.for_model(model_type, **fields)
     except Exception as exc:
-        raise DoctorError(f"{file}: not a usable transformers config: {exc}") from None
+        raise DoctorError(f"{file}: not a usable transformers config: {_describe(exc, short=True)}") from None
     archs = [a for a in (data.get("architectures") or []) if isinstance(getattr(transformers, a, None), type)]
     if archs:
         cls = getattr(transformers, archs[0])
         return lambda: cls(config)
     return lambda: transformers.AutoModel.from_config(config)
+
+
+def _describe(exc: BaseException, short: bool = False) -> str:
+    """One line about an exception from user code (`short`: without the exception's type)."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    text = (str(exc).strip().splitlines() or [""])[0]
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return text if short else f"{type(exc).__name__}: {text}"

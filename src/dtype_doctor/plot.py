@@ -6,6 +6,7 @@ matplotlib is optional (`pip install dtype-doctor[plot]`); it is imported only h
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from .errors import DoctorError
@@ -74,6 +75,8 @@ def plot_compare(meta: dict[str, Any], path: str) -> str:
         ax_layers.axis("off")
     fig.suptitle(f"dtype-doctor compare · {meta.get('device_name') or meta.get('device')}")
     fig.tight_layout()
+    if not os.path.splitext(str(path))[1]:
+        path = f"{path}.png"  # what savefig would write anyway; say the real name
     try:
         fig.savefig(path, dpi=110)
     except OSError as exc:

@@ -191,6 +191,7 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
+        _check_shape(data)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(
@@ -244,3 +245,26 @@ def _finding_from_dict(d: dict[str, Any]) -> Finding:
             "evidence": [Evidence(**_known(Evidence, e)) for e in d.get("evidence", [])],
         }
     )
+
+
+def _check_shape(data: Any) -> None:
+    """Name the first field that is not what a report has (ValueError), before building dataclasses."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a report is a JSON object, got {type(data).__name__}")
+    if not isinstance(data.get("meta", {}), dict):
+        raise ValueError("'meta' is not an object")
+    findings = data.get("findings", [])
+    if not isinstance(findings, list):
+        raise ValueError("'findings' is not a list")
+    for i, f in enumerate(findings):
+        if not isinstance(f, dict):
+            raise ValueError(f"findings[{i}] is not an object")
+        for key in ("code", "title"):
+            if not isinstance(f.get(key), str):
+                raise ValueError(f"findings[{i}].{key} is missing or not a string")
+        for key in ("operands", "fixes", "evidence"):
+            items = f.get(key, [])
+            if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+                raise ValueError(f"findings[{i}].{key} is not a list of objects")
+        if f.get("location") is not None and not isinstance(f["location"], dict):
+            raise ValueError(f"findings[{i}].location is not an object")

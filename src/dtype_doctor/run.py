@@ -62,7 +62,13 @@ def _print_user_traceback(exc: BaseException) -> None:
         or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
     ):
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+    # tb is None when the script never ran (a SyntaxError): its message carries file and line itself
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def _is_binary(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return b"\0" in fh.read(8192)
 
 
 def _module_exists(name: str) -> bool:
@@ -81,6 +87,8 @@ def run_program(opts: RunOptions) -> tuple[int, Report]:
 
     if not opts.is_module and not os.path.isfile(opts.target):
         raise DoctorError(f"no such script: {opts.target}")
+    if not opts.is_module and _is_binary(opts.target):
+        raise DoctorError(f"{opts.target} is not a Python script (binary content)")
     if opts.is_module and not _module_exists(opts.target):
         raise DoctorError(f"no module named {opts.target}")
     if opts.numerics and importlib.util.find_spec("dtype_doctor.numerics") is None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import textwrap
 
@@ -84,6 +86,14 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.input:
         raise DoctorError("give the model's inputs with --input SHAPE[:DTYPE] (e.g. --input 1x3x224x224)")
+    if args.plot and os.path.isdir(args.plot):
+        raise DoctorError(f"cannot write {args.plot}: it is a directory (give a .png path)")
+    if not (args.tolerance > 0 and math.isfinite(args.tolerance)):
+        raise DoctorError(f"--tolerance must be a positive number, got {args.tolerance}")
+    if args.top_k < 0:
+        raise DoctorError(f"--top-k must be 0 or more, got {args.top_k}")
+    if args.device == "meta":
+        raise DoctorError("compare measures real runs: --device meta has no data (use `dtype-doctor check`)")
     positional, named = split_inputs(args.input)
     factory = load_object(args.target)
     if not callable(factory):
@@ -112,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from ..plot import plot_compare
 
-        plot_compare(report.meta["compare"], args.plot)
+        args.plot = plot_compare(report.meta["compare"], args.plot)
     if args.json != "-":
         from rich.console import Console
 

@@ -49,6 +49,8 @@ def load_rank_report(path: Path, index: int):
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise DoctorError(f"{path} is not a dtype-doctor JSON report (not UTF-8 text)") from None
     try:
         report = Report.from_json(text)
     except (json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 HELP = "run a script (or -m module) and locate every dtype mismatch live"
 DESCRIPTION = (
@@ -48,23 +47,28 @@ def run(args: argparse.Namespace) -> int:
         raise DoctorError("nothing to run: give a script path or -m MODULE")
     opts.mode, opts.numerics = args.mode, args.numerics
     code, report = run_program(opts)
-    _emit(report, args, rank())
+    _emit(report, args, rank(), code)
     return code
 
 
-def _emit(report, args: argparse.Namespace, rank_: int | None) -> None:
+def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) -> None:
     from rich.console import Console
 
-    from ..cli import _write
+    from ..cli import _write, write_json_stdout
     from ..render.console import render
     from ..run import rank_path
 
     if args.json == "-":
-        sys.stdout.write(report.to_json() + "\n")
+        write_json_stdout(report)
     elif args.json:
         _write(rank_path(args.json, rank_), report.to_json() + "\n")
     console = Console(stderr=True, no_color=args.no_color, highlight=False)
-    render(report, console=console, verbose=args.verbose, color=not args.no_color)
+    if code and not report.findings:  # "no problems found" would read as if the crash were fine
+        console.print(
+            f"dtype-doctor run: the program exited with code {code}; no mixed-precision problem seen."
+        )
+    else:
+        render(report, console=console, verbose=args.verbose, color=not args.no_color)
     if args.html:
         from ..render.html import render_html
 
