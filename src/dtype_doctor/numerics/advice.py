@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from typing import Any
 
 from torch import nn
 
 from .. import catalog
-from ..report import Evidence, Finding, Location, Operand, Report, Severity
+from ..report import Evidence, Finding, Fix, Location, Operand, Report, Severity
 from .analysis import Call, Grad, Producer, Sighting, TensorInfo
 from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
 
@@ -143,6 +144,10 @@ class Advisor:
                 "keep_fp32": [p.path] if p.path and p.kind in ("module", "inline") else [],
             },
         )
+        bad_params = _nonfinite_params(module, p) if p.phase == "forward" else []
+        if bad_params:
+            _param_overflow(finding, p, bad_params)
+        _drop_empty_keep(finding)
         self.report.add(finding)
         self._producers[key] = (finding, ctx, names)
         return finding
@@ -153,6 +158,8 @@ class Advisor:
             if phase != "forward" or p_path != path or finding.data.get("fp32_absmax") is not None:
                 continue
             finding.data["fp32_absmax"] = fp32_absmax
+            if finding.data.get("nonfinite_params"):
+                continue  # the parameter itself is inf: the float32 re-run says nothing about the range
             names["fp32_absmax"] = fmt(fp32_absmax)
             if not math.isfinite(fp32_absmax):
                 note = "In float32 this output is non-finite too: not a float16 range problem."
@@ -172,6 +179,7 @@ class Advisor:
                 )
             finding.message += " " + note
             finding.fixes = catalog.fixes_for(code, ctx, **names)
+            _drop_empty_keep(finding)
 
     # -- ranges ---------------------------------------------------------------------------------
     def ranges(
@@ -290,6 +298,61 @@ class Advisor:
                 data={"phase": phase, "tensors": hits},
             )
         )
+
+
+def _nonfinite_params(module: nn.Module | None, p: Producer) -> list[str]:
+    """Qualified names of the producer's parameters that are inf/NaN themselves (overflowed on the cast)."""
+    if module is None or p.kind != "module":
+        return []
+    import torch
+
+    prefix = f"{p.path}." if p.path else ""
+    found = []
+    for name, param in module.named_parameters(recurse=not p.leaf):
+        if param.is_floating_point() and param.numel() and not bool(torch.isfinite(param).all()):
+            found.append(prefix + name)
+    return found
+
+
+def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
+    """The weight, not the computation, is non-finite: say so and fix the cast, not the op."""
+    named = ", ".join(f"'{n}'" for n in params[:5]) + (" ..." if len(params) > 5 else "")
+    limit = "65504" if p.dtype == "float16" else f"the range of {p.dtype}"
+    finding.message += (
+        f" The parameter {named} is itself non-finite in {p.dtype}: its values overflowed "
+        f"(|x| > {limit}) when the model was cast to {p.dtype}, so every output of this module is lost."
+    )
+    finding.data["nonfinite_params"] = params
+    finding.data["keep_fp32"] = [p.path] if p.path else []
+    if p.path:
+        snippet = (
+            "from dtype_doctor.fix import convert\n"
+            "from dtype_doctor.numerics import keep_in_fp32\n"
+            f"# from the float32 model: cast everything but {p.path!r}, then cast at its border\n"
+            f"convert(model, torch.{p.dtype}, keep_fp32=[{'^' + re.escape(p.path) + '$'!r}])\n"
+            f"keep_in_fp32(model, [{p.path!r}])"
+        )
+    else:
+        snippet = f"model = model.float()  # its float32 weights do not fit {p.dtype}"
+    finding.fixes = [
+        Fix(
+            title=(
+                f"Cast from the float32 weights with {', '.join(params[:3])} kept in float32, or rescale "
+                f"them below {limit}: once cast, the parameter is already {p.value}"
+            ),
+            snippet=snippet,
+        ),
+        *(f for f in finding.fixes if "bfloat16" in f.title),
+    ]
+
+
+def _drop_empty_keep(finding: Finding) -> None:
+    """A keep-in-float32 fix naming no module fixes nothing: never offer it."""
+    finding.fixes = [
+        f
+        for f in finding.fixes
+        if "keep_in_fp32(model, [])" not in (f.snippet or "") and "Keep []" not in f.title
+    ]
 
 
 def _message(p: Producer) -> str:
