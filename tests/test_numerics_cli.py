@@ -56,6 +56,11 @@ def two_linears():
     with torch.no_grad():
         m[0].weight.fill_(300.0); m[0].bias.zero_(); m[1].weight.fill_(300.0)
     return m
+def root_range():
+    m = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        m.weight.fill_(6e4)
+    return m
 def big_weight():
     m = torch.nn.Linear(4, 4)
     with torch.no_grad():
@@ -83,3 +88,45 @@ def test_cli_find_fp32_when_the_search_is_not_enough(tmp_path, capsys):
     assert report["meta"]["keep_fp32_verified"] is False
     (finding,) = [f for f in report["findings"] if f["code"] == "fp16-overflow"]
     assert "not enough on its own" in finding["fixes"][0]["title"]
+
+
+def test_cli_names_a_parameter_that_overflows_on_the_cast(tmp_path, capsys):
+    # weights of 1e5 become inf in float16: not "non-finite in float32 too", and no empty keep-list
+    args = ["--input", "2x4", "--dtype", "float16", "--json"]
+    code = main(["numerics", f"{_write_models(tmp_path)}:big_weight", *args])
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    out = finding["message"] + json.dumps(finding["fixes"])
+    assert code == 1
+    assert "The parameter 'weight' is itself non-finite in float16" in out
+    assert "overflowed (|x| > 65504) when the model was cast to float16" in out
+    assert "non-finite too" not in out and "not a float16 range problem" not in out
+    assert "Keep []" not in out and "keep_in_fp32(model, [])" not in out
+
+
+def test_cli_nested_parameter_overflow_is_named_with_its_path(tmp_path, capsys):
+    path = tmp_path / "nested.py"
+    path.write_text(
+        "import torch\n"
+        "def nested():\n"
+        "    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))\n"
+        "    with torch.no_grad():\n"
+        "        m[1].weight.fill_(1e5)\n"
+        "    return m\n"
+    )
+    args = ["--input", "2x4", "--dtype", "float16", "--find-fp32", "--json"]
+    assert main(["numerics", f"{path}:nested", *args]) == 1
+    (finding,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["code"] == "fp16-overflow"]
+    assert finding["data"]["nonfinite_params"] == ["1.weight"]
+    assert "'1.weight' is itself non-finite in float16" in finding["message"]
+    assert "keep_in_fp32(model, ['1'])" in finding["fixes"][0]["snippet"]
+    assert not any("searched and re-run" in f["title"] for f in finding["fixes"])
+
+
+def test_cli_root_module_overflow_offers_no_empty_keep_list(tmp_path, capsys):
+    args = ["--input", "8x4", "--dtype", "float16", "--json"]
+    code = main(["numerics", f"{_write_models(tmp_path)}:root_range", *args])
+    (finding,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["code"] == "fp16-overflow"]
+    out = json.dumps(finding["fixes"])
+    assert code == 1
+    assert "bfloat16" in out
+    assert "Keep []" not in out and "keep_in_fp32(model, [])" not in out

@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         report.meta["keep_fp32"] = chosen
         report.meta["keep_fp32_verified"] = verified
         for finding in report.findings:
+            if finding.data.get("nonfinite_params"):
+                continue  # the weight overflowed on the cast: keeping the op in float32 cannot help
             if finding.data.get("phase") == "forward" and finding.data.get("kind") in ("module", "inline"):
                 finding.data["keep_fp32"] = chosen
                 state = "the forward is then finite" if verified else "not enough on its own"

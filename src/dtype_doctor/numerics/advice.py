@@ -317,6 +317,7 @@ def _nonfinite_params(module: nn.Module | None, p: Producer) -> list[str]:
 def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
     """The weight, not the computation, is non-finite: say so and fix the cast, not the op."""
     named = ", ".join(f"'{n}'" for n in params[:5]) + (" ..." if len(params) > 5 else "")
+    where = f"'{p.path}'" if p.path else "the model"
     limit = "65504" if p.dtype == "float16" else f"the range of {p.dtype}"
     finding.message += (
         f" The parameter {named} is itself non-finite in {p.dtype}: its values overflowed "
@@ -337,8 +338,8 @@ def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
     finding.fixes = [
         Fix(
             title=(
-                f"Cast from the float32 weights with {', '.join(params[:3])} kept in float32, or rescale "
-                f"them below {limit}: once cast, the parameter is already {p.value}"
+                f"Keep {where} in float32 when casting from the float32 weights, or rescale {named} "
+                f"below {limit}: cast to {p.dtype}, the parameter is already non-finite"
             ),
             snippet=snippet,
         ),
