@@ -405,3 +405,30 @@ def test_first_error_matches_a_real_run_across_libraries(name, state):
         assert not report.errors
         return
     assert report.meta["first_error"]["module"] == module
+
+
+def test_integer_input_to_a_half_model_is_found_like_the_real_run(workdir, capsys, monkeypatch):
+    model = nn.Linear(4, 4).half()
+    message, _ = real_failure(model, torch.ones(2, 4, dtype=torch.int64))
+    assert "Long and Half" in message
+    (finding,) = dd.check(model, ("2x4", "int64")).findings
+    assert finding.code == "matmul-dtype-mismatch" and "input int64" in finding.message
+    code, out, err = cli_in_process(
+        capsys, monkeypatch, workdir, "check", "models.py:two_layers", "--dtype", "float16",
+        "--input", "4x8:int64", "--json",
+    )  # fmt: skip
+    assert code == 1, err
+    first = json.loads(out)["findings"][0]
+    assert first["code"] == "matmul-dtype-mismatch" and first["location"]["module"] == "0"
+
+
+def test_integer_timesteps_of_a_diffusers_unet_stay_clean():
+    from diffusers import UNet2DModel
+
+    unet = UNet2DModel(
+        sample_size=8, in_channels=3, out_channels=3, layers_per_block=1, block_out_channels=(32, 32),
+        down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+        norm_num_groups=8,
+    )  # fmt: skip
+    report = dd.check(unet, ("1x3x8x8", "float16"), ("1", "int64"))
+    assert report.errors == [] and "check-incomplete" not in report.codes()

@@ -257,3 +257,56 @@ def test_a_pipeline_of_components_gives_prefixed_names():
     f = only(s.report, "matmul-dtype-mismatch")
     assert f.location.module == "unet" and roles(f)["weight"].origin.name == "unet.weight"
     assert roles(f)["input"].origin.kind == "input" and roles(f)["input"].origin.module == "unet"
+
+
+@pytest.mark.parametrize("bad", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_non_floating_input_into_a_float_layer_is_a_mismatch_and_fix_mode_casts_it(bad):
+    model = nn.Linear(4, 4).half()
+    x = torch.ones(2, 4, dtype=bad)
+    with pytest.raises(RuntimeError), torch.no_grad():  # the real run fails
+        model(x)
+    with pytest.raises(RuntimeError), watch(model=model) as s, torch.no_grad():
+        model(x)
+    f = only(s.report, "matmul-dtype-mismatch")
+    assert roles(f)["input"].dtype == str(bad)[6:] and "it needs float16" in f.message
+    with watch(model=model, mode="fix") as s, torch.no_grad():
+        assert model(x).dtype == H  # the odd operand was cast to the weight dtype
+    assert f"cast input {str(bad)[6:]} -> float16" in only(s.report, "matmul-dtype-mismatch").message
+
+
+def test_integer_input_into_conv_and_norm_is_a_mismatch():
+    conv, norm = nn.Conv1d(2, 2, 1), nn.LayerNorm(4)
+    for module, x, code in (
+        (conv, torch.ones(1, 2, 4, dtype=torch.int64), "conv-weight-dtype-mismatch"),
+        (norm, torch.ones(2, 4, dtype=torch.int64), "norm-dtype-mismatch"),
+    ):
+        with pytest.raises(RuntimeError), torch.no_grad():
+            module(x)
+        with watch(model=module, mode="fix") as s, torch.no_grad():
+            assert module(x).dtype == F32
+        assert only(s.report, code).data["action"] == "cast input int64 -> float32"
+
+
+def test_legitimate_integer_and_bool_operands_stay_clean():
+    emb = nn.Embedding(10, 4).half()
+    q = torch.randn(1, 2, 3, 4, dtype=H)
+    with watch(model=emb) as s, torch.no_grad():
+        emb(torch.tensor([[1, 2]]))  # integer indices
+        F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(3, 3, dtype=torch.bool))
+        torch.ones(2, 2, dtype=torch.int64) @ torch.ones(2, 2, dtype=torch.int64)  # same dtype
+        torch.zeros(4, dtype=H).index_put_((torch.tensor([1]),), torch.ones(1, dtype=H))
+    assert s.report.findings == []
+
+
+def test_autocast_does_not_cast_an_integer_operand_so_it_is_still_reported():
+    model, x = nn.Linear(4, 4), torch.ones(2, 4, dtype=torch.int64)
+    with pytest.raises(RuntimeError), torch.autocast("cpu", dtype=B), torch.no_grad():
+        model(x)
+    with (
+        pytest.raises(RuntimeError),
+        watch(model=model) as s,
+        torch.autocast("cpu", dtype=B),
+        torch.no_grad(),
+    ):
+        model(x)
+    assert roles(only(s.report, "matmul-dtype-mismatch"))["input"].dtype == "int64"

@@ -124,14 +124,18 @@ def evaluate(contract: Contract, slots: list[Slot], context: torch.dtype | None)
     rule = contract.rule
     if rule == "same" or rule == "indexed":
         fl = _floating(slots)
-        if len(fl) < 2 or all(s.tensor.dtype == fl[0].tensor.dtype for s in fl):
+        # matmul/conv/lerp: an integer, bool or complex operand next to a floating one fails as surely
+        # as float16 next to float32 (index ops take integer indices, which are not operands here)
+        data = slots if rule == "same" and fl else fl
+        if len(data) < 2 or all(s.tensor.dtype == data[0].tensor.dtype for s in data):
             return None
         expected = _pick(fl, contract.ref, context)
-        odd = [s for s in fl if s.tensor.dtype != expected]
+        odd = [s for s in data if s.tensor.dtype != expected]
         code = contract.code
         if contract.bias_code:
-            dt = {s.role: s.tensor.dtype for s in fl}
-            if "bias" in dt and dt.get("input") != dt["bias"]:
+            dt = {s.role: s.tensor.dtype for s in data}
+            inp = dt.get("input")
+            if "bias" in dt and inp != dt["bias"] and (inp is None or inp.is_floating_point):
                 code = contract.bias_code
         return Mismatch(expected, odd, code)
     if rule == "norm":
@@ -159,12 +163,14 @@ def evaluate(contract: Contract, slots: list[Slot], context: torch.dtype | None)
 def _norm(contract: Contract, slots: list[Slot]) -> Mismatch | None:
     inp = next((s for s in slots if s.role == "input"), None)
     params = [s for s in slots if s.role in ("weight", "bias") and s.tensor.is_floating_point()]
-    if inp is None or not params or not inp.tensor.is_floating_point():
+    if inp is None or not params:
         return None
     pdt = params[0].tensor.dtype
     odd = [s for s in params if s.tensor.dtype != pdt]
     if odd:
         return Mismatch(pdt, odd, contract.code)
+    if not inp.tensor.is_floating_point():  # an integer/bool/complex input to a floating norm
+        return Mismatch(pdt, [inp], contract.code)
     x = inp.tensor.dtype
     # CPU and CUDA accept a reduced-precision input with float32 parameters, not the reverse
     if x == pdt or (pdt == torch.float32 and x in LOW):

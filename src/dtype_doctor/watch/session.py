@@ -255,8 +255,8 @@ class Session:
                 dev = slots[0].tensor.device.type
                 acd = _autocast_dtype(dev)
                 if acd is not None:
-                    if dev in c.autocast:
-                        return args, kwargs, inputs, None  # autocast casts every operand itself
+                    if dev in c.autocast and all(s.tensor.is_floating_point() for s in m.odd):
+                        return args, kwargs, inputs, None  # autocast casts every floating operand itself
                     if any(t.dtype in LOW and t.dtype != acd for t in inputs):
                         m.code = "autocast-half-conflict"
                 if c.ref is None and c.rule != "indices":
