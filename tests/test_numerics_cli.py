@@ -130,3 +130,22 @@ def test_cli_root_module_overflow_offers_no_empty_keep_list(tmp_path, capsys):
     assert code == 1
     assert "bfloat16" in out
     assert "Keep []" not in out and "keep_in_fp32(model, [])" not in out
+
+
+def test_cli_empty_dtype_is_one_line_exit_2():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dtype_doctor",
+            "numerics",
+            f"{MODELS}:make_vae",
+            "--input",
+            "1x3x16x16",
+            "--dtype=",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--dtype needs a dtype, got an empty value" in result.stderr

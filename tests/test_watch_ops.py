@@ -259,6 +259,7 @@ def test_a_pipeline_of_components_gives_prefixed_names():
     assert roles(f)["input"].origin.kind == "input" and roles(f)["input"].origin.module == "unet"
 
 
+@pytest.mark.filterwarnings("ignore:Casting complex values to real")
 @pytest.mark.parametrize("bad", [torch.int64, torch.int32, torch.bool, torch.complex64])
 def test_non_floating_input_into_a_float_layer_is_a_mismatch_and_fix_mode_casts_it(bad):
     model = nn.Linear(4, 4).half()

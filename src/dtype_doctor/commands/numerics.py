@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1 or args.every < 1:
         raise DoctorError("--steps and --every must be at least 1")
+    if args.dtype is not None and not args.dtype.strip():
+        raise DoctorError("--dtype needs a dtype, got an empty value")
     dtype_name = parse_dtype(args.dtype) if args.dtype else None
     if dtype_name is not None and not dtype_name.startswith(("float", "bfloat")):
         raise DoctorError(f"--dtype must be a floating dtype, got {args.dtype}")
