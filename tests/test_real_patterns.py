@@ -111,3 +111,10 @@ def test_bfloat16_model_fed_float16_names_both_half_dtypes():
     exc, finding, _ = _watch_failure(model, lambda: model(torch.randn(2, 4, dtype=H)))
     assert "Half and BFloat16" in str(exc)
     assert (_roles(finding)["input"].dtype, _roles(finding)["weight"].dtype) == ("float16", "bfloat16")
+
+
+def test_integer_input_is_not_told_to_use_autocast():
+    report = dd.check(nn.Linear(4, 4).half(), ("2x4", "int64"))
+    finding = report.errors[0]
+    assert _roles(finding)["input"].dtype == "int64"
+    assert "autocast" not in finding.fixes[0].title.lower()

@@ -61,7 +61,7 @@ AUTOCAST_INFERENCE = FixTemplate(
     "    out = model(**inputs)   # or model.generate(...) / model.chat(...)",
     "Autocast picks the dtype per op, so an fp32 input meeting fp16 weights is cast at the matmul.",
     when=_({"inference"}),
-    unless=_({"multi-error", "autocast"}),
+    unless=_({"multi-error", "autocast", "input-int"}),
 )
 LOAD_FP32 = FixTemplate(
     "Load the model in float32 if memory allows",

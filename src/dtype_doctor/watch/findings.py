@@ -216,6 +216,8 @@ def situation(ops: list[Operand], module: nn.Module | None, root: nn.Module | No
         tags.add("input-low")
     if any(o.dtype == "float64" for o in ops):
         tags.add("fp64")
+    if inp is not None and inp.dtype and not inp.dtype.startswith(("float", "bfloat")):
+        tags.add("input-int")  # autocast never casts integers: its fix would not help
     training = torch.is_grad_enabled() and (module.training if module is not None else True)
     tags.add("training" if training else "inference")
     name = type(root).__name__ if root is not None else ""
