@@ -150,12 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        if getattr(args, "json", None) == "-":
-            # stdout carries the JSON alone: the user's prints (script, factory) go to stderr
+        # with `--json` to stdout, stdout carries the JSON alone: user code's prints go to stderr
+        quiet = getattr(args, "json", None) == "-"
+        if quiet:
             _json_stdout.append(sys.stdout)
-            with contextlib.redirect_stdout(sys.stderr):
-                return int(args._run(args) or 0)
-        return int(args._run(args) or 0)
+        with contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext():
+            return int(args._run(args) or 0)
     except DoctorError as exc:
         print(f"dtype-doctor {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

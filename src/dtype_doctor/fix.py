@@ -7,7 +7,6 @@ only the inputs that reach a module, and is removable.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 from collections.abc import Iterable
@@ -31,6 +30,7 @@ from .policy import (
     to_torch_dtype,
 )
 from .report import Finding, Location, Operand, Report
+from .watch.modules import argument_names
 
 __all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "convert", "fix", "guard"]
 
@@ -197,7 +197,7 @@ class Guard:
             if not (_nested_needs_cast(args, target) or _nested_needs_cast(kwargs, target)):
                 return None  # the common case: nothing to cast, no new tuples
             try:
-                names = _arg_names(module)
+                names = argument_names(module) or []
                 new_args = tuple(
                     self._cast_one(name, module, names[i] if i < len(names) else f"arg{i}", a, target)
                     for i, a in enumerate(args)
@@ -284,23 +284,6 @@ def _nested_needs_cast(value: Any, target: torch.dtype) -> bool:
     if isinstance(value, dict):
         return any(_nested_needs_cast(v, target) for v in value.values())
     return torch.is_tensor(value) and _needs_cast(value, target)
-
-
-_ARG_NAMES: dict[type, list[str]] = {}
-
-
-def _arg_names(module: nn.Module) -> list[str]:
-    """Names of forward's positional parameters, for readable logs (cached per class)."""
-    cls = type(module)
-    if cls not in _ARG_NAMES:
-        try:
-            params = inspect.signature(module.forward).parameters.values()
-            _ARG_NAMES[cls] = [
-                p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-        except (TypeError, ValueError):
-            _ARG_NAMES[cls] = []
-    return _ARG_NAMES[cls]
 
 
 make_callable(__name__, "fix")
