@@ -48,6 +48,15 @@ def _catch(fn: Callable[[], object]) -> str:
     return "no error"
 
 
+def _watch_live(
+    result: CaseResult, model: torch.nn.Module, run: Callable[[], object], how: str = "watch"
+) -> None:
+    """Run the user's code under watch: record what PyTorch said and what dtype-doctor found."""
+    with dd.watch(model=model) as session:
+        result.user_error = _catch(run)
+    result.reports.append((how, session.report))
+
+
 def onediff() -> CaseResult:
     """A model already .half() run under torch.autocast of the other dtype (OneFlow: InferDataType)."""
     unet = tiny_models.unet().eval().half()
@@ -59,9 +68,7 @@ def onediff() -> CaseResult:
             unet(sample, 3, encoder_hidden_states=ehs)
 
     result = CaseResult("OneDiff: fp16 model under a second precision manager (torch.autocast)", "")
-    with dd.watch(model=unet) as session:
-        result.user_error = _catch(broken)
-    result.reports.append(("watch (torch face of the case, live)", session.report))
+    _watch_live(result, unet, broken, how="watch (torch face of the case, live)")
     result.reports.append(
         ("explain examples/logs/onediff.log", dd.explain((LOGS / "onediff.log").read_text()))
     )
@@ -101,9 +108,7 @@ def onetrainer() -> CaseResult:
             return unet(torch.cat([latents, latent_mask], dim=1), 3, encoder_hidden_states=ehs).sample
 
     result = CaseResult("OneTrainer: fp32 latent_mask leaks into an fp16 UNet", "")
-    with dd.watch(model=unet) as session:
-        result.user_error = _catch(forward)
-    result.reports.append(("watch", session.report))
+    _watch_live(result, unet, forward)
     with dd.guard(unet):
         out = forward()
     with torch.no_grad():
@@ -131,9 +136,7 @@ def cogvlm() -> CaseResult:
 
     result = CaseResult("CogVLM: fp16 weights with fp32 biases", "")
     result.reports.append(("audit (before running)", dd.audit(model)))
-    with dd.watch(model=model) as session:
-        result.user_error = _catch(forward)
-    result.reports.append(("watch", session.report))
+    _watch_live(result, model, forward)
     dd.fix(model, torch.float16)
     out = forward()
     with torch.no_grad():
@@ -158,9 +161,7 @@ def internlm_xcomposer() -> CaseResult:
             return llm(inputs_embeds=image_embeds).last_hidden_state
 
     result = CaseResult("InternLM-XComposer: fp32 image features into an fp16 language model", "")
-    with dd.watch(model=llm) as session:
-        result.user_error = _catch(chat)
-    result.reports.append(("watch", session.report))
+    _watch_live(result, llm, chat)
     with dd.guard(llm):
         out = chat()
     with torch.no_grad():
