@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,21 +17,6 @@ ABSMAX, MIN_NONZERO, N_TINY, N_ZERO, MAX = range(5)
 FP16_MAX = 65504.0
 FP16_TINY = 6.103515625e-05  # smallest normal float16
 BF16_MAX = 3.3895313892515355e38
-
-
-@dataclass(frozen=True)
-class Range:
-    """The range of a floating dtype, as the numerics report talks about it."""
-
-    name: str
-    max: float
-    tiny: float  # smallest normal
-    eps: float
-
-
-def dtype_range(dtype: torch.dtype) -> Range:
-    info = torch.finfo(dtype)
-    return Range(str(dtype).removeprefix("torch."), float(info.max), float(info.smallest_normal), info.eps)
 
 
 # Tensors in fp32/fp64 are measured against float16's smallest normal, so a float32 run also says

@@ -120,12 +120,8 @@ class Session:
         self._unpatch.clear()
 
     def _start_numerics(self) -> None:
-        try:
-            from ..numerics import NumericsMonitor
-        except ImportError as exc:
-            from ..errors import DoctorError
+        from ..numerics import NumericsMonitor
 
-            raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
         model = self.model if isinstance(self.model, nn.Module) else None
         self._numerics = NumericsMonitor(report=self.report, model=model, every=self._every)
         self._numerics.start()
