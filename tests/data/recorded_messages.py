@@ -1,8 +1,8 @@
 """Recorded error texts from places this machine cannot run (CUDA, Windows, old torch, OneFlow,
 flash-attn, DeepSpeed, apex, bitsandbytes, MPS...), with the family each one belongs to.
 
-Sources: the seed write-ups (../shared/seeds), the PyTorch/transformers/diffusers issues cited in
-research/probes-torch-2.13-cpu.md §3, and the libraries' own check strings.
+Sources: the write-ups of the five seed cases, the PyTorch/transformers/diffusers issues where each
+text was reported, and the libraries' own check strings.
 """
 
 RECORDED: list[tuple[str, str]] = [

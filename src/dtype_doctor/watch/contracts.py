@@ -3,7 +3,7 @@
 A Contract describes one op by its signature (parameter name → role) and a rule.
 `bind` finds the operands in a call's args/kwargs (so fix mode can put a cast one
 back in the same place); `evaluate` returns the operands that break the rule and
-the dtype the op needs. Facts behind the rules: research/probes-torch-2.13-cpu.md §1.
+the dtype the op needs. The rules follow what each op does on torch 2.13, probed op by op.
 """
 
 from __future__ import annotations
