@@ -3,7 +3,6 @@ and the FSDP / DeepSpeed precision audits."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -30,14 +29,11 @@ from dtype_doctor.report import Report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).parent / "data" / "ddp_ranks.py"
-HAS_WATCH = importlib.util.find_spec("dtype_doctor.watch") is not None
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     """One torchrun launch of tests/data/ddp_ranks.py (its three scenarios), shared by the tests."""
-    if not HAS_WATCH:
-        pytest.skip("dtype_doctor.watch (the watch branch) is not merged into this build")
     out = tmp_path_factory.mktemp("ranks")
     return _torchrun(out), out
 

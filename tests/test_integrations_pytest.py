@@ -17,11 +17,6 @@ pytest_plugins = ["pytester"]
 # torch cannot be imported a second time in one process.
 torch = pytest.importorskip("torch")
 
-HAS_WATCH = importlib.util.find_spec("dtype_doctor.watch") is not None
-needs_watch = pytest.mark.skipif(
-    not HAS_WATCH, reason="dtype_doctor.watch (the watch branch) is not merged into this build"
-)
-
 FAILING_TEST = """
 import torch
 from torch import nn
@@ -49,7 +44,6 @@ def _plugin_args() -> list[str]:
     return quiet if registered else [*quiet, "-p", "dtype_doctor.integrations.pytest_plugin"]
 
 
-@needs_watch
 def test_option_reports_the_finding_with_module_and_fix(pytester):
     pytester.makepyfile(FAILING_TEST.format(args=""))
     result = pytester.runpytest(*_plugin_args(), "--dtype-doctor", "-rf", "-vv")
@@ -62,7 +56,6 @@ def test_option_reports_the_finding_with_module_and_fix(pytester):
     result.stdout.fnmatch_lines(["FAILED *dtype-doctor matmul-dtype-mismatch*mat1 and mat2*"])
 
 
-@needs_watch
 def test_fixture_runs_the_body_under_watch(pytester):
     pytester.makepyfile(
         FAILING_TEST.format(args="dtype_doctor")
@@ -145,7 +138,6 @@ def test_assert_dtype_consistent_passes_a_consistent_model():
         assert_dtype_consistent(model, {"input": torch.randn(2, 4)}, dtype=torch.float16)
 
 
-@needs_watch
 def test_unrelated_failure_is_not_blamed_on_a_warning(pytester):
     pytester.makepyfile(
         """
@@ -163,12 +155,6 @@ def test_other_bug(dtype_doctor):
     result.stdout.fnmatch_lines(["FAILED *::test_other_bug - assert (1 + 1) == 3"])  # its own error leads
 
 
-HAS_EXPLAIN = importlib.util.find_spec("dtype_doctor.explain") is not None
-
-
-@pytest.mark.skipif(
-    not HAS_EXPLAIN, reason="dtype_doctor.explain (the explain branch) is not merged into this build"
-)
 def test_error_no_op_saw_is_explained_from_its_text(pytester):
     # e.g. re-raised from a worker process or a C++ extension: watch saw no failing op
     pytester.makepyfile(
