@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 seed_cases = pytest.importorskip("seed_cases")
+demo = pytest.importorskip("demo")
 
 EXPECTED = {
     "onediff": ("mixed dtype (CPU)", {"autocast-half-conflict", "oneflow-infer-dtype"}),
@@ -15,6 +16,28 @@ EXPECTED = {
     "onetrainer": ("mat1 and mat2", {"silent-promotion", "matmul-dtype-mismatch"}),
     "cogvlm": ("bias type (float)", {"weight-bias-dtype-mismatch", "conv-bias-dtype-mismatch"}),
     "internlm_xcomposer": ("expected m1 and m2", {"matmul-dtype-mismatch"}),
+}
+
+# What the demo prints for the two cases whose library (OneFlow, apex) cannot run here: the live torch
+# face and the explained real log must name the family, the place and the fix.
+PRINTED = {
+    "onediff": [
+        "PyTorch said: RuntimeError: mixed dtype (CPU)",
+        "ERROR autocast-half-conflict",
+        "'time_embedding.linear_1' (Linear) at diffusers/models/embeddings.py:",
+        "ERROR oneflow-infer-dtype",
+        "Expected: float32, found: float16",
+        "fix 1  Drop the redundant torch.autocast and keep the fp16 model",
+        "Result: runs: output (1, 4, 16, 16) torch.float16, finite=True",
+    ],
+    "xdit": [
+        "ERROR apex-conflict ×2",
+        "where  in 'final_layer_norm' at",
+        "apex/normalization/fused_layer_norm.py:75 [rank0]",
+        "on ranks 0, 1",
+        "fix 1  Uninstall apex and fall back to PyTorch native AMP",
+        "Result: dtype-doctor env on this machine: apex",
+    ],
 }
 
 
@@ -29,3 +52,12 @@ def test_seed_case_is_diagnosed_and_fixed(name):
         assert float(result.outcome.rsplit("= ", 1)[1]) < 2e-2, result.outcome
     else:
         assert "runs" in result.outcome or "apex" in result.outcome
+
+
+@pytest.mark.parametrize("name", list(PRINTED))
+def test_demo_prints_family_place_and_fix(name, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per sentence: no wrapping inside what we look for
+    assert demo.main([name]) == 0
+    out = capsys.readouterr().out
+    for line in PRINTED[name]:
+        assert line in out, f"{line!r} not in the demo's output:\n{out}"
