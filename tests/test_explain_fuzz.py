@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,10 +50,27 @@ def test_text_made_of_needles_and_spellings(pieces):
 
 
 def test_pathological_lines_are_linear():
-    # Long lines built to make a backtracking regex explode; each must return at once.
-    for needle in NEEDLES:
-        for filler in ("a", " ", "(", ":", "c10::"):
-            explain((needle + filler * 500) * 3)
-            explain(needle.join(filler * 10 for _ in range(50)))
-    explain('File "' + "x" * 100000)
-    explain("[rank1]: " * 20000 + "mat1 and mat2 must have the same dtype, but got Float and Half")
+    # Long lines built to make a backtracking regex explode. Each must still give a valid report, and
+    # the real error after 20000 rank prefixes must still be read in full. A hang fails via the alarm.
+    previous = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(120)
+    try:
+        for needle in NEEDLES:
+            for filler in ("a", " ", "(", ":", "c10::"):
+                _valid(explain((needle + filler * 500) * 3))
+                _valid(explain(needle.join(filler * 10 for _ in range(50))))
+        (unknown,) = explain('File "' + "x" * 100000).findings
+        assert unknown.code == "unknown"
+        (found,) = explain(
+            "[rank1]: " * 20000 + "mat1 and mat2 must have the same dtype, but got Float and Half"
+        ).findings
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert found.code == "matmul-dtype-mismatch"
+    assert {o.role: o.dtype for o in found.operands} == {"input": "float32", "weight": "float16"}
+    assert found.location.rank == 1
+
+
+def _hang(signum, frame):
+    raise AssertionError("explain did not return within 120 s on a pathological line: a regex backtracks")
