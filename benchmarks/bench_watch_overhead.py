@@ -16,11 +16,16 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from dtype_doctor import tiny_models, watch
+from dtype_doctor import watch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tiny models live with the tests
+import tiny_models
 
 
 def gpt2_124m():

@@ -9,6 +9,7 @@ where there is one, and their real error texts are explained together with the e
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,10 @@ from pathlib import Path
 import torch
 
 import dtype_doctor as dd
-from dtype_doctor import tiny_models
 from dtype_doctor.report import Report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tiny models live with the tests
+import tiny_models
 
 logging.getLogger("diffusers").setLevel(logging.ERROR)
 logging.getLogger("transformers").setLevel(logging.ERROR)

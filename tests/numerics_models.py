@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from dtype_doctor import tiny_models
+import tiny_models
 
 VAE_PRODUCER = "decoder.up_blocks.0.resnets.0.conv1"
 T5_PRODUCER = "encoder.block.0.layer.1.DenseReluDense.wi"

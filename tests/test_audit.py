@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
-from dtype_doctor import tiny_models  # noqa: E402
+import tiny_models  # noqa: E402
 from dtype_doctor.fix import convert  # noqa: E402
 
 

@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
-from dtype_doctor import tiny_models  # noqa: E402
+import tiny_models  # noqa: E402
 from dtype_doctor.check import mirror_on_meta  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
-from dtype_doctor import tiny_models  # noqa: E402
+import tiny_models  # noqa: E402
 
 # fp16 on CPU against fp32: relative error (max |diff| / max |ref|) stays well under this
 REL_TOL = 2e-2

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from dtype_doctor import tiny_models, watch
+import tiny_models
+from dtype_doctor import watch
 
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")

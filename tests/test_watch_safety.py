@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from dtype_doctor import tiny_models, watch
+import tiny_models
+from dtype_doctor import watch
 from dtype_doctor.watch import mode as watch_mode
 from dtype_doctor.watch.session import Session
 

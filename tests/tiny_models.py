@@ -1,5 +1,5 @@
-"""Tiny real diffusers/transformers models from small configs, random weights: for the demo, the tests
-and the benchmarks.
+"""Tiny real diffusers/transformers models from small configs, random weights: for the tests, the demo
+(examples/) and the benchmarks, which put this directory on sys.path to import it.
 
 Each builder seeds torch with `seed` first (None: leaves the random state alone), builds the model in
 fp32 and returns it as built (training mode: call `.eval()` where wanted). diffusers and transformers
