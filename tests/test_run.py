@@ -102,7 +102,8 @@ def test_python_dash_m_dtype_doctor_run_in_a_subprocess(script):
     assert "dtype-doctor run: 1 error, 1 warning" in proc.stderr
 
 
-def test_numerics_flag_runs_with_fix_mode(script, capsys):
+def test_numerics_flag_runs_with_fix_mode(script, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
     code = main(["run", "--numerics", "--mode", "fix", str(script), "0"])
     captured = capsys.readouterr()
     assert code == 0 and "argv ['0']" in captured.out  # the fixed program ran to its end, numerics on
