@@ -3,7 +3,7 @@
 Prints, per model, the comparison table (median latency with spread, speed-up against fp32,
 peak memory, output error), the recommendation, and what compare itself costs: its wall time
 as a ratio of one plain fp32 forward measured in the same process, split into the timed runs
-and the per-module attribution. No assertion: figures go to docs/sections/compare.md.
+and the per-module attribution. No assertion: figures go to docs/compare.md.
 
     PYTHONPATH=src python benchmarks/bench_compare_cpu.py [--repeats N] [--quick] [--threads N]
 """

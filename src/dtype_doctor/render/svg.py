@@ -1,6 +1,6 @@
 """Inline SVG charts for the HTML report: line and bar plots from data a producer stored.
 
-A plot is a dict (documented in docs/sections/integrations.md):
+A plot is a dict (documented in docs/integrations.md):
     {"title": str, "kind": "line" | "bar", "x": [labels or numbers],
      "series": {name: [values, None for a gap]}, "xlabel": str, "ylabel": str, "log": bool}
 The renderer only lays the given numbers out; it derives nothing from them.
