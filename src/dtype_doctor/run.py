@@ -91,6 +91,8 @@ def run_program(opts: RunOptions) -> tuple[int, Report]:
         raise DoctorError(f"{opts.target} is not a Python script (binary content)")
     if opts.is_module and not _module_exists(opts.target):
         raise DoctorError(f"no module named {opts.target}")
+    if opts.numerics and importlib.util.find_spec("dtype_doctor.numerics") is None:
+        raise DoctorError("--numerics: numerics monitoring is not available in this build")
     report = Report(tool="run")
     r = rank()
     if r is not None:
