@@ -247,24 +247,86 @@ def _finding_from_dict(d: dict[str, Any]) -> Finding:
     )
 
 
+_S, _I, _N = (str,), (int,), (int, float)
+_OPT_S, _OPT_I = (str, type(None)), (int, type(None))
+_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "finding": {"severity": _S, "cause": _S, "message": _S, "count": _I, "confidence": _N,
+                "related": (list,), "data": (dict,)},
+    "location": {"module": _OPT_S, "module_type": _OPT_S, "op": _OPT_S, "file": _OPT_S,
+                 "function": _OPT_S, "line": _OPT_I, "rank": _OPT_I, "step": _OPT_I},
+    "operand": {"role": _S, "dtype": _OPT_S, "name": _OPT_S, "shape": (list, type(None)),
+                "origin": (dict, type(None))},
+    "origin": {"kind": _S, "name": _OPT_S, "op": _OPT_S, "module": _OPT_S, "file": _OPT_S,
+               "dtype": _OPT_S, "line": _OPT_I, "chain": (list,)},
+    "fixes": {"title": _S, "snippet": _S, "why": _S},
+    "evidence": {"text": _S, "line": _OPT_I, "source": _OPT_S},
+}  # fmt: skip
+MAX_DEPTH = 64  # nesting a report's free-form dicts may have; deeper input is refused, not recursed into
+
+
+def _check_fields(obj: Any, kind: str, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is not an object")
+    for name, types in _FIELD_TYPES[kind].items():
+        if name not in obj:
+            continue
+        value = obj[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ValueError(f"{where}.{name} has the wrong type ({type(value).__name__})")
+
+
+def _check_depth(value: Any, where: str) -> None:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"{where} is nested deeper than {MAX_DEPTH} levels")
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((c, depth + 1) for c in children)
+
+
+def _check_origin(origin: Any, where: str, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{where} is nested deeper than {MAX_DEPTH} levels")
+    _check_fields(origin, "origin", where)
+    for i, link in enumerate(origin.get("chain", [])):
+        _check_origin(link, f"{where}.chain[{i}]", depth + 1)
+
+
+def _check_finding(f: Any, where: str) -> None:
+    _check_fields(f, "finding", where)
+    for key in ("code", "title"):
+        if not isinstance(f.get(key), str):
+            raise ValueError(f"{where}.{key} is missing or not a string")
+    if f.get("severity", "error") not in {s.value for s in Severity}:
+        raise ValueError(f"{where}.severity is not one of error, warning, info")
+    for key in ("operands", "fixes", "evidence"):
+        items = f.get(key, [])
+        if not isinstance(items, list):
+            raise ValueError(f"{where}.{key} is not a list")
+        for j, item in enumerate(items):
+            _check_fields(item, "operand" if key == "operands" else key, f"{where}.{key}[{j}]")
+    for j, op in enumerate(f.get("operands", [])):
+        if op.get("origin") is not None:
+            _check_origin(op["origin"], f"{where}.operands[{j}].origin")
+        if op.get("shape") is not None and not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in op["shape"]
+        ):
+            raise ValueError(f"{where}.operands[{j}].shape is not a list of integers")
+    if f.get("location") is not None:
+        _check_fields(f["location"], "location", f"{where}.location")
+    _check_depth(f.get("data", {}), f"{where}.data")
+
+
 def _check_shape(data: Any) -> None:
     """Name the first field that is not what a report has (ValueError), before building dataclasses."""
     if not isinstance(data, dict):
         raise ValueError(f"a report is a JSON object, got {type(data).__name__}")
     if not isinstance(data.get("meta", {}), dict):
         raise ValueError("'meta' is not an object")
+    _check_depth(data.get("meta", {}), "meta")
     findings = data.get("findings", [])
     if not isinstance(findings, list):
         raise ValueError("'findings' is not a list")
     for i, f in enumerate(findings):
-        if not isinstance(f, dict):
-            raise ValueError(f"findings[{i}] is not an object")
-        for key in ("code", "title"):
-            if not isinstance(f.get(key), str):
-                raise ValueError(f"findings[{i}].{key} is missing or not a string")
-        for key in ("operands", "fixes", "evidence"):
-            items = f.get(key, [])
-            if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
-                raise ValueError(f"findings[{i}].{key} is not a list of objects")
-        if f.get("location") is not None and not isinstance(f["location"], dict):
-            raise ValueError(f"findings[{i}].location is not an object")
+        _check_finding(f, f"findings[{i}]")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import EXIT_FINDINGS, EXIT_OK, add_output_options, emit
+from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
+from ._output import add_output_options, emit
 from ._target import add_target_arguments, dtype_option, load_target
 
 HELP = "dry-run a model on the meta device and list every dtype mismatch a real run would hit"

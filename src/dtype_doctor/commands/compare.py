@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 from .. import cli
+from ._output import add_output_options, emit
 
 HELP = "run a model in fp32/fp16/bf16/autocast side by side: speed, memory, error, per-layer error"
 DESCRIPTION = (
@@ -77,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plot", metavar="PNG", help="also write a plot of the comparison (needs matplotlib)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    cli.add_output_options(parser)
+    add_output_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         if not console.is_terminal:
             console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
         render_compare(report.meta["compare"], console, wide=args.verbose)
-    cli.emit(report, args)
+    emit(report, args)
     if args.plot and args.json != "-":
         print(f"plot written to {args.plot}", file=sys.stderr)
     problems = [f for f in report.findings if f.severity.value != "info"]

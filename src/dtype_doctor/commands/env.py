@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import cli
+from ._output import add_output_options, emit
 
 HELP = "hardware and library facts: bf16/fp16 support, autocast, apex, OneFlow, flash-attn..."
 DESCRIPTION = (
@@ -18,7 +19,7 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "exit codes: 0 nothing to worry about, 1 hazards found"
-    cli.add_output_options(parser)
+    add_output_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +34,6 @@ def run(args: argparse.Namespace) -> int:
         console = Console(no_color=args.no_color, highlight=False)
         for table in env_tables(report.meta.get("env", {})):
             console.print(table)
-    cli.emit(report, args)
+    emit(report, args)
     problems = [f for f in report.findings if f.severity.value != "info"]
     return cli.EXIT_FINDINGS if problems else cli.EXIT_OK

@@ -25,7 +25,7 @@ MAX_BYTES = 2 * 1024**3  # refuse inputs above 2 GiB rather than exhaust memory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_output_options
+    from ._output import add_output_options
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import EXIT_NOTHING, EXIT_OK, emit
+    from ..cli import EXIT_NOTHING, EXIT_OK
     from ..explain import explain_sources
+    from ._output import emit
 
     sources: list[tuple[str | None, str | bytes]] = []
     if args.text is not None:

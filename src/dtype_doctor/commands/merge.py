@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import re
 from pathlib import Path
 
-from ..cli import EXIT_FINDINGS, EXIT_OK, _write, add_output_options, emit
+from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
+from ._output import add_output_options, check_output_paths, emit, write
 
 HELP = "merge per-rank reports (report.rank*.json) of a distributed run into one"
 DESCRIPTION = (
@@ -53,7 +53,7 @@ def load_rank_report(path: Path, index: int):
         raise DoctorError(f"{path} is not a dtype-doctor JSON report (not UTF-8 text)") from None
     try:
         report = Report.from_json(text)
-    except (json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         raise DoctorError(f"{path} is not a dtype-doctor JSON report: {exc}") from None
     match = _RANK_IN_NAME.search(path.name)
     return report_rank(report, int(match.group(1)) if match else index), report
@@ -62,13 +62,15 @@ def load_rank_report(path: Path, index: int):
 def run(args: argparse.Namespace) -> int:
     from ..merge import merge_reports
 
-    loaded = [load_rank_report(p, i) for i, p in enumerate(_expand(args.reports))]
+    paths = _expand(args.reports)
+    check_output_paths(args, [str(p) for p in paths])  # never write over an input
+    loaded = [load_rank_report(p, i) for i, p in enumerate(paths)]
     ranks = [r for r, _ in loaded]
     if len(set(ranks)) != len(ranks):
         raise DoctorError(f"two reports claim the same rank (ranks {ranks}); pass one report per rank")
     merged = merge_reports([rep for _, rep in loaded], ranks)
-    merged.meta["merged_from"] = [str(p) for p in _expand(args.reports)]
+    merged.meta["merged_from"] = [str(p) for p in paths]
     if args.output:
-        _write(args.output, merged.to_json() + "\n")
+        write(args.output, merged.to_json() + "\n")
     emit(merged, args)
     return EXIT_FINDINGS if merged.findings else EXIT_OK

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
@@ -10,16 +12,34 @@ from rich.text import Text
 
 from ..report import Finding, Report, Severity
 
+MAX_PANELS = 50  # the console shows this many findings; the JSON and HTML reports hold them all
+
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's default raises SystemExit(1); the CLI treats a closed pipe (`| head`) as the end of output
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def make_console(color: bool = True, stderr: bool = False, **kwargs: Any) -> Console:
+    """A console for the tool's output; a reader that closes the pipe raises BrokenPipeError."""
+    return _Console(no_color=not color, highlight=False, stderr=stderr, **kwargs)
+
+
 def render(report: Report, console: Console | None = None, verbose: bool = False, color: bool = True) -> None:
-    console = console or Console(no_color=not color, highlight=False, soft_wrap=False)
+    console = console or make_console(color=color, soft_wrap=False)
     if not report.findings:
         console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
-    for index, finding in enumerate(report.findings, 1):
+    shown = report.findings if verbose else report.findings[:MAX_PANELS]
+    for index, finding in enumerate(shown, 1):
         console.print(finding_panel(finding, index, verbose))
+    hidden = len(report.findings) - len(shown)
+    if hidden:
+        console.print(Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold"))
     console.print(summary_line(report))
 
 
