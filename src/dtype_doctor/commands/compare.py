@@ -125,11 +125,11 @@ def run(args: argparse.Namespace) -> int:
 
         args.plot = plot_compare(report.meta["compare"], args.plot)
     if args.json != "-":
-        from rich.console import Console
+        from ..render.console import make_console
 
         from ..render.tables import render_compare
 
-        console = Console(no_color=args.no_color, highlight=False)
+        console = make_console(color=not args.no_color)
         if not console.is_terminal:
             console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
         render_compare(report.meta["compare"], console, wide=args.verbose)

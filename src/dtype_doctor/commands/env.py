@@ -27,11 +27,11 @@ def run(args: argparse.Namespace) -> int:
 
     report = environment()
     if args.json != "-":
-        from rich.console import Console
+        from ..render.console import make_console
 
         from ..render.tables import env_tables
 
-        console = Console(no_color=args.no_color, highlight=False)
+        console = make_console(color=not args.no_color)
         for table in env_tables(report.meta.get("env", {})):
             console.print(table)
     emit(report, args)
