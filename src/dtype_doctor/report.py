@@ -10,9 +10,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
-SCHEMA_VERSION = 1
+from .sections import section_from_dict, section_to_dict, sections_from_meta
+
+_S = TypeVar("_S")
+SCHEMA_VERSION = 2  # 2: typed `sections` (schema 1 kept them in meta; still read)
+READABLE_SCHEMAS = (1, 2)
 
 
 class Severity(str, Enum):
@@ -130,7 +134,7 @@ class Finding:
     data: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> tuple:
-        """Identity used to fold duplicates."""
+        """The one identity of a finding: Report.add, the processors and merge fold by it."""
         loc = self.location
         return (
             self.code,
@@ -147,20 +151,48 @@ class Report:
     tool: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    sections: list[Any] = field(default_factory=list)  # sections.Table, Plot, DtypeMap, EnvFacts, ...
 
     def add(self, finding: Finding) -> Finding:
-        """Add a finding, folding it into an identical earlier one (count += 1)."""
+        """Add a finding, folding it into an identical earlier one (count += 1). O(1): by Finding.key."""
         key = finding.key()
-        for existing in self.findings:
-            if existing.key() == key:
-                existing.count += finding.count
-                return existing
+        index = self._index()
+        existing = index.get(key)
+        if existing is not None and existing.key() == key:
+            existing.count += finding.count
+            return existing
         self.findings.append(finding)
+        index[key] = finding
+        self._indexed = (self.findings, len(self.findings))
         return finding
+
+    def _index(self) -> dict[tuple, Finding]:
+        """Findings by key, rebuilt when the list was replaced or edited behind add()'s back."""
+        indexed = getattr(self, "_indexed", None)
+        index = getattr(self, "_by_key", None)
+        if (
+            index is None
+            or indexed is None
+            or indexed[0] is not self.findings
+            or indexed[1] > len(self.findings)
+        ):
+            index = {}
+            start = 0
+        else:
+            start = indexed[1]
+        for f in self.findings[start:]:
+            index.setdefault(f.key(), f)
+        self._by_key = index
+        self._indexed = (self.findings, len(self.findings))
+        return index
 
     def extend(self, findings: Iterable[Finding]) -> None:
         for f in findings:
             self.add(f)
+
+    def section(self, cls: type[_S]) -> _S | None:
+        """The first section of this type, or None."""
+        return next((s for s in self.sections if isinstance(s, cls)), None)
 
     @property
     def errors(self) -> list[Finding]:
@@ -173,10 +205,25 @@ class Report:
         return True
 
     def _repr_html_(self) -> str:
-        """Jupyter shows a Report as the HTML report's body."""
+        """Jupyter shows a Report as the HTML report's body (imported here: render imports report)."""
         from .render.html import fragment, style
 
         return style() + fragment(self)
+
+    def __str__(self) -> str:
+        """The console report as plain text: `print(session.report)`."""
+        import io
+
+        from .render.console import make_console, render
+
+        buf = io.StringIO()
+        render(self, console=make_console(color=False, file=buf, width=110, force_terminal=False))
+        return buf.getvalue().rstrip("\n")
+
+    def __rich__(self) -> Any:
+        from .render.console import renderable
+
+        return renderable(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +231,7 @@ class Report:
             "tool": self.tool,
             "meta": self.meta,
             "findings": [_finding_to_dict(f) for f in self.findings],
+            "sections": [section_to_dict(x) for x in self.sections],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -193,16 +241,18 @@ class Report:
     def from_dict(cls, data: dict[str, Any]) -> Report:
         _check_shape(data)
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMAS or isinstance(version, bool):
             raise ValueError(
-                f"unsupported report schema_version {version!r} (this tool reads {SCHEMA_VERSION})"
+                f"unsupported report schema_version {version!r} (this tool reads {READABLE_SCHEMAS})"
             )
-        return cls(
-            findings=[_finding_from_dict(f) for f in data.get("findings", [])],
-            tool=data.get("tool", ""),
-            meta=data.get("meta", {}),
-            schema_version=version,
-        )
+        meta = dict(data.get("meta", {}))
+        sections = sections_from_meta(meta) if version == 1 else []
+        raw_sections = data.get("sections", [])
+        if not isinstance(raw_sections, list):
+            raise ValueError("'sections' is not a list")
+        sections += [section_from_dict(x) for x in raw_sections]
+        findings = [_finding_from_dict(f) for f in data.get("findings", [])]
+        return cls(findings=findings, tool=data.get("tool", ""), meta=meta, sections=sections)
 
     @classmethod
     def from_json(cls, text: str) -> Report:

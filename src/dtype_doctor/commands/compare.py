@@ -126,7 +126,6 @@ def run(args: argparse.Namespace) -> int:
         args.plot = plot_compare(report.meta["compare"], args.plot)
     if args.json != "-":
         from ..render.console import make_console
-
         from ..render.tables import render_compare
 
         console = make_console(color=not args.no_color)

@@ -28,7 +28,6 @@ def run(args: argparse.Namespace) -> int:
     report = environment()
     if args.json != "-":
         from ..render.console import make_console
-
         from ..render.tables import env_tables
 
         console = make_console(color=not args.no_color)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console, Group
@@ -11,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..report import Finding, Report, Severity
+from ..sections import CompareResult, EnvFacts
+from ..sections import Table as SectionTable
 
 MAX_PANELS = 50  # the console shows this many findings; the JSON and HTML reports hold them all
 
@@ -31,16 +35,48 @@ def make_console(color: bool = True, stderr: bool = False, **kwargs: Any) -> Con
 
 def render(report: Report, console: Console | None = None, verbose: bool = False, color: bool = True) -> None:
     console = console or make_console(color=color, soft_wrap=False)
+    for item in renderables(report, verbose):
+        console.print(item)
+
+
+def renderable(report: Report, verbose: bool = False) -> Group:
+    """The whole console report as one rich renderable (`Report.__rich__`)."""
+    return Group(*renderables(report, verbose))
+
+
+def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
+    """The sections' tables first (dispatched on their type), then the findings and a summary."""
+    for section in report.sections:
+        yield from section_renderables(section, wide=verbose)
     if not report.findings:
-        console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
+        yield Text.from_markup(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
     shown = report.findings if verbose else report.findings[:MAX_PANELS]
     for index, finding in enumerate(shown, 1):
-        console.print(finding_panel(finding, index, verbose))
+        yield finding_panel(finding, index, verbose)
     hidden = len(report.findings) - len(shown)
     if hidden:
-        console.print(Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold"))
-    console.print(summary_line(report))
+        yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
+    yield summary_line(report)
+
+
+def section_renderables(section: Any, wide: bool = False) -> list[Any]:
+    from . import tables
+
+    if isinstance(section, CompareResult):
+        meta = section.as_meta()
+        layers = tables.layers_table(meta, top=10 if wide else 3)
+        return [tables.compare_table(meta, wide)] + ([layers] if layers is not None else [])
+    if isinstance(section, EnvFacts):
+        return list(tables.env_tables(asdict(section)))
+    if isinstance(section, SectionTable):
+        table = Table(title=section.title, header_style="bold")
+        for col in section.columns:
+            table.add_column(str(col))
+        for row in section.rows:
+            table.add_row(*(str(cell) for cell in row))
+        return [table]
+    return []  # dtype maps and plots are drawn in the HTML report
 
 
 def summary_line(report: Report) -> Text:
