@@ -73,8 +73,9 @@ def check(
         }
     )
     from .audit import dtype_map
+    from .sections import DtypeMap
 
-    report.meta["dtype_map"] = dtype_map(mirror)  # the checked dtypes, folded; the HTML draws the tree
+    report.sections.append(DtypeMap.from_value(dtype_map(mirror)))  # the checked dtypes, folded
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
     _dry_run(mirror, args, kw, report, autocast)

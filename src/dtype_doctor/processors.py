@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import catalog
-from .dtype_map import iter_map
+from .dtype_map import report_map
 from .report import Evidence, Finding, Location, Report
+from .sections import DtypeMap
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
@@ -146,7 +147,7 @@ def merge_ranks(reports: Sequence[Report], ranks: Sequence[int] | None = None) -
         f.location.rank = seen_sorted[0] if len(seen_sorted) == 1 else None
         merged.add(f)
     if dtype_map:
-        merged.meta["dtype_map"] = dtype_map
+        merged.sections.append(DtypeMap.from_value(dtype_map))
     return merged
 
 
@@ -207,7 +208,7 @@ def _merge_dtype_maps(
     per_module: dict[str, dict[int, frozenset[str]]] = {}
     types: dict[str, str] = {}
     for rank, report in zip(ranks, reports, strict=True):
-        for entry in iter_map(report.meta.get("dtype_map")):
+        for entry in report_map(report):
             types.setdefault(entry.path, entry.type)
             per_module.setdefault(entry.path, {})[rank] = frozenset(entry.dtypes)
     merged: dict[str, dict[str, Any]] = {}

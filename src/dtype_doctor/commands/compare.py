@@ -121,18 +121,18 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress and sys.stderr.isatty(),
     )
     if args.plot:
-        from ..plot import plot_compare
+        from ..render.png import plot_compare
+        from ..sections import CompareResult
 
-        args.plot = plot_compare(report.meta["compare"], args.plot)
+        args.plot = plot_compare(report.section(CompareResult).as_meta(), args.plot)
+    console = None
     if args.json != "-":
         from ..render.console import make_console
-        from ..render.tables import render_compare
 
         console = make_console(color=not args.no_color)
         if not console.is_terminal:
             console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
-        render_compare(report.meta["compare"], console, wide=args.verbose)
-    emit(report, args)
+    emit(report, args, console=console)
     if args.plot and args.json != "-":
         print(f"plot written to {args.plot}", file=sys.stderr)
     problems = [f for f in report.findings if f.severity.value != "info"]

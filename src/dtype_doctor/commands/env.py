@@ -26,13 +26,6 @@ def run(args: argparse.Namespace) -> int:
     from ..env import environment
 
     report = environment()
-    if args.json != "-":
-        from ..render.console import make_console
-        from ..render.tables import env_tables
-
-        console = make_console(color=not args.no_color)
-        for table in env_tables(report.meta.get("env", {})):
-            console.print(table)
     emit(report, args)
     problems = [f for f in report.findings if f.severity.value != "info"]
     return cli.EXIT_FINDINGS if problems else cli.EXIT_OK
