@@ -15,12 +15,15 @@ os.write(1, b"raw fd write\\n")
 subprocess.run([sys.executable, "-c", "print('from a child process')"], check=True)
 """
 
-FACTORY = NOISE + """
+FACTORY = (
+    NOISE
+    + """
 import torch
 def build():
     os.write(1, b"building\\n")
     return torch.nn.Linear(4, 4)
 """
+)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,8 @@ def write(path: str, text: str) -> None:
     """Write `text` to `path` whole or not at all (a signal mid-write leaves no half report)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # backslashreplace: undecodable bytes of the user's text (surrogates) are shown, not fatal
+        with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except OSError as exc:
