@@ -46,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise DoctorError("nothing to run: give a script path or -m MODULE")
     opts.mode, opts.numerics = args.mode, args.numerics
-    code, report = run_program(opts)
-    _emit(report, args, rank(), code)
+    code, _ = run_program(opts, then=lambda code, report: _emit(report, args, rank(), code))
     return code
 
 
