@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import catalog
 from .dtype_map import report_map
 from .report import Evidence, Finding, Location, Report
-from .sections import DtypeMap
+from .sections import LEGACY_META_KEYS, DtypeMap, sections_from_meta
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
@@ -30,6 +30,17 @@ def _with_findings(report: Report, findings: list[Finding]) -> Report:
     return out
 
 
+def lift_meta_sections(report: Report) -> Report:
+    """Sections a producer still put in `meta` (schema-1 keys: dtype_map, env, compare, plots,
+    tables) as typed sections; a report without such keys comes back as it is."""
+    if not any(key in report.meta for key in LEGACY_META_KEYS):
+        return report
+    out = copy.copy(report)
+    out.meta = dict(report.meta)
+    out.sections = [*sections_from_meta(out.meta), *report.sections]
+    return out
+
+
 def fold_duplicates(report: Report) -> Report:
     """Identical findings (same `Finding.key()`) become one, their counts summed."""
     return _with_findings(report, [copy.deepcopy(f) for f in report.findings])
@@ -40,10 +51,10 @@ def module_pattern(path: str) -> str:
     return _INDEX.sub("*", path)
 
 
-def fold_repeated_blocks(report: Report) -> Report:
+def fold_repeated_blocks(report: Report, pattern: Callable[[str], str] = module_pattern) -> Report:
     """One finding per mismatch and repeated block: `layers.*.q_proj` ×32, the first one kept.
 
-    Groups by `Finding.key()` with the module path generalised to its pattern and the message
+    Groups by `Finding.key()` with the module path generalised by `pattern` and the message
     (which names the module) left out."""
     kept: dict[tuple, Finding] = {}
     out: list[Finding] = []
@@ -51,7 +62,7 @@ def fold_repeated_blocks(report: Report) -> Report:
         f = copy.deepcopy(original)
         module = f.location.module if f.location else None
         code, _, op, operands, _ = f.key()
-        key = (code, module_pattern(module) if module else module, op, operands)
+        key = (code, pattern(module) if module else module, op, operands)
         first = kept.get(key)
         if first is None:
             kept[key] = f
@@ -64,7 +75,7 @@ def fold_repeated_blocks(report: Report) -> Report:
     for f in out:
         modules = f.data.get("modules", [])
         if len(modules) > 1:
-            f.message += f"  (also in {len(modules) - 1} more: {module_pattern(modules[0])})"
+            f.message += f"  (also in {len(modules) - 1} more: {pattern(modules[0])})"
     result = copy.copy(report)
     result.meta, result.sections, result.findings = dict(report.meta), list(report.sections), out
     return result

@@ -112,7 +112,7 @@ def section_from_dict(data: Any) -> Any:
 
 
 # meta keys of schema 1 that are sections now
-_LEGACY = ("dtype_map", "env", "compare", "plots", "tables")
+LEGACY_META_KEYS = ("dtype_map", "env", "compare", "plots", "tables")
 
 
 def sections_from_meta(meta: dict[str, Any]) -> list[Any]:

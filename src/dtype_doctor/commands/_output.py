@@ -132,8 +132,10 @@ def emit(
     given). `path` maps the user's paths (run: one file per rank). `empty`: the line shown instead
     of "no problems found" when the report has no findings.
     """
+    from ..processors import lift_meta_sections
     from ..render.console import make_console, render
 
+    report = lift_meta_sections(report)  # a producer that still keeps a section in meta
     json_target = getattr(args, "json", None)
     if json_target == "-":
         write_json_stdout(report)

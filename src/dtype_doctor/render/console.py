@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..processors import lift_meta_sections
 from ..report import Finding, Report, Severity
 from ..sections import CompareResult, EnvFacts
 from ..sections import Table as SectionTable
@@ -46,6 +47,7 @@ def renderable(report: Report, verbose: bool = False) -> Group:
 
 def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
     """The sections' tables first (dispatched on their type), then the findings and a summary."""
+    report = lift_meta_sections(report)
     for section in report.sections:
         yield from section_renderables(section, wide=verbose)
     if not report.findings:

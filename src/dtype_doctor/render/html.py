@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from ..dtype_map import report_map
+from ..processors import lift_meta_sections
 from ..report import Finding, Operand, Origin, Report, Severity
 from .svg import render_plot
 from .views import section_views
@@ -106,6 +107,7 @@ def style() -> str:
 
 def fragment(report: Report) -> str:
     """The report body without <html>/<head>, for embedding (Jupyter's _repr_html_)."""
+    report = lift_meta_sections(report)
     out = [f"<h1>dtype-doctor {escape(report.tool or 'report')}</h1>", _summary(report)]
     out.append(_facts(report.meta))
     if report.findings:
