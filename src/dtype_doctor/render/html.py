@@ -18,7 +18,7 @@ from ..report import Finding, Operand, Origin, Report, Severity
 from .svg import render_plot
 from .views import section_views
 
-_STRUCTURED_META = ("dtype_map", "plots", "tables", "compare")
+_STRUCTURED_META = ("dtype_map", "plots", "tables", "compare", "env")  # schema-1 keys, now sections
 
 DTYPE_COLOURS = {
     "float32": "#2563eb",
