@@ -316,7 +316,8 @@ def test_cli_json_and_plot(tmp_path, capsys):
     out = capsys.readouterr()
     data = json.loads(out.out)
     assert rc == 1  # fp16 overflows: a problem found
-    assert [v["name"] for v in next(x for x in data["sections"] if x["type"] == "compare")["variants"]] == ["fp32", "fp16", "bf16"]
+    (section,) = [x for x in data["sections"] if x["type"] == "compare"]
+    assert [v["name"] for v in section["variants"]] == ["fp32", "fp16", "bf16"]
     assert "precision-overflow" in [f["code"] for f in data["findings"]]
     if png.exists():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -67,7 +67,9 @@ def _sections():
     from dtype_doctor.sections import CompareResult, DtypeMap, EnvFacts, ModuleDtypes, Plot, Table
 
     return [
-        DtypeMap([ModuleDtypes("", "Net"), ModuleDtypes("layers.*.proj", "Linear", {"float16": 2}, repeat=4)]),
+        DtypeMap(
+            [ModuleDtypes("", "Net"), ModuleDtypes("layers.*.proj", "Linear", {"float16": 2}, repeat=4)]
+        ),
         EnvFacts(software={"torch": "2.13.0"}, cpu={"native_bf16": False}),
         CompareResult(settings={"device": "cpu", "repeats": 3}, variants=[{"name": "fp32", "status": "ok"}]),
         Table("facts", ["a", "b"], [["1", "2"]]),
