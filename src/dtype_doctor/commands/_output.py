@@ -79,8 +79,10 @@ _json_stdout: list[TextIO] = []
 
 
 def write_json_stdout(report: Any) -> None:
+    from ..render.json import render_json
+
     stream = _json_stdout[-1] if _json_stdout else sys.stdout
-    stream.write(report.to_json() + "\n")
+    stream.write(render_json(report))
     stream.flush()
 
 
@@ -140,7 +142,9 @@ def emit(
     if json_target == "-":
         write_json_stdout(report)
     elif json_target:
-        write(path(json_target), report.to_json() + "\n")
+        from ..render.json import render_json
+
+        write(path(json_target), render_json(report))
     if json_target != "-" or console is not None:
         color = not getattr(args, "no_color", False)
         console = console or make_console(color=color)

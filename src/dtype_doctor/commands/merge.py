@@ -42,7 +42,7 @@ def _expand(patterns: list[str]) -> list[Path]:
 
 def load_rank_report(path: Path, index: int):
     """(rank, Report) from one file; the rank comes from the report, else the file name, else `index`."""
-    from ..merge import report_rank
+    from ..processors import report_rank
     from ..report import Report
 
     try:
@@ -60,7 +60,8 @@ def load_rank_report(path: Path, index: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..merge import merge_reports
+    from ..processors import merge_ranks
+    from ..render.json import render_json
 
     paths = _expand(args.reports)
     check_output_paths(args, [str(p) for p in paths])  # never write over an input
@@ -68,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
     ranks = [r for r, _ in loaded]
     if len(set(ranks)) != len(ranks):
         raise DoctorError(f"two reports claim the same rank (ranks {ranks}); pass one report per rank")
-    merged = merge_reports([rep for _, rep in loaded], ranks)
+    merged = merge_ranks([rep for _, rep in loaded], ranks)
     merged.meta["merged_from"] = [str(p) for p in paths]
     if args.output:
-        write(args.output, merged.to_json() + "\n")
+        write(args.output, render_json(merged))
     emit(merged, args)
     return EXIT_FINDINGS if merged.findings else EXIT_OK
