@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
+
 from dtype_doctor import catalog
 from dtype_doctor.cli import main
 from dtype_doctor.report import Location, Operand, Report
@@ -32,6 +36,9 @@ def test_print_report_reads_like_the_console():
     assert "matmul-dtype-mismatch" in text and "in 'encoder.0' (Linear) at train.py:7" in text
     assert "Finding(" not in text and "Report(" not in text
     assert "fix 1" in text and "dtype-doctor run: 1 error" in text
+    buf = io.StringIO()
+    Console(file=buf, width=110, no_color=True).print(report)  # rich draws it through __rich__
+    assert "in 'encoder.0' (Linear) at train.py:7" in buf.getvalue()
 
 
 def test_undecodable_bytes_in_text_with_html(tmp_path, capsys):
