@@ -55,9 +55,12 @@ def test_run_a_package_directory_with_main(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("42\n")
 
 
-def test_a_script_that_empties_sys_argv(tmp_path, capsys):
-    script = _script(tmp_path, "argv.py", "import sys\nsys.argv.clear()\nprint('done')\n")
-    assert main(["run", "--no-color", script]) == 0
+@pytest.mark.parametrize("as_module", [False, True], ids=["script", "-m"])
+def test_a_script_that_empties_sys_argv(tmp_path, monkeypatch, capsys, as_module):
+    monkeypatch.chdir(tmp_path)  # `-m` finds modules in the current directory, as python does
+    script = _script(tmp_path, "argv_clearer.py", "import sys\nsys.argv.clear()\nprint('done')\n")
+    target = ["-m", "argv_clearer"] if as_module else [script]
+    assert main(["run", "--no-color", *target]) == 0
     out, err = capsys.readouterr()
     assert "done" in out and "IndexError" not in err
 

@@ -144,10 +144,18 @@ def _read_source(path: str) -> bytes:
     return source
 
 
-def _exec_main(code: object, path: str) -> None:
-    """Run compiled code as __main__, the way `python path` does (a script may empty sys.argv)."""
+def _exec_main(code: object, path: str, spec: Any = None) -> None:
+    """Run compiled code as __main__, the way `python path` (or `python -m`, with its module's
+    `spec`) does; unlike runpy's alter_sys, nothing is restored into sys.argv, which the program
+    may have emptied."""
     module = types.ModuleType("__main__")
-    module.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    module.__dict__.update(
+        __file__=path,
+        __cached__=getattr(spec, "cached", None),
+        __loader__=getattr(spec, "loader", None),
+        __package__=getattr(spec, "parent", None),
+        __spec__=spec,
+    )
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = module
     try:
@@ -201,7 +209,9 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
             try:
                 with watch(mode=opts.mode, numerics=opts.numerics, report=report):
                     if opts.is_module:
-                        runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
+                        _, spec, code_obj = runpy._get_module_details(opts.target)  # what `python -m` runs
+                        sys.argv[0] = spec.origin
+                        _exec_main(code_obj, spec.origin, spec)
                     else:
                         _exec_main(compile(source, opts.target, "exec"), opts.target)
             except SystemExit as exc:
