@@ -189,8 +189,6 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     else:
         script = _script_file(opts.target)
         source = _read_source(script)  # read once: /dev/stdin cannot be read twice
-    if opts.numerics and importlib.util.find_spec("dtype_doctor.numerics") is None:
-        raise DoctorError("--numerics: numerics monitoring is not available in this build")
     report = Report(tool="run")
     r = rank()
     report.meta["program"] = " ".join([("-m " if opts.is_module else "") + opts.target, *opts.argv])
