@@ -9,6 +9,7 @@ integrations/distributed.py calls `merge_reports` on the reports it collected.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,9 +42,15 @@ def lift_meta_sections(report: Report) -> Report:
     return out
 
 
+def _own(f: Finding) -> Finding:
+    """A copy of `f` that a processor may change (count, data, location, message) without touching
+    the input report; the operands, fixes and evidence, which no processor changes, are shared."""
+    return dataclasses.replace(f, data=copy.deepcopy(f.data), location=copy.copy(f.location))
+
+
 def fold_duplicates(report: Report) -> Report:
     """Identical findings (same `Finding.key()`) become one, their counts summed."""
-    return _with_findings(report, [copy.deepcopy(f) for f in report.findings])
+    return _with_findings(report, [_own(f) for f in report.findings])
 
 
 def module_pattern(path: str) -> str:
@@ -59,7 +66,7 @@ def fold_repeated_blocks(report: Report, pattern: Callable[[str], str] = module_
     kept: dict[tuple, Finding] = {}
     out: list[Finding] = []
     for original in report.findings:
-        f = copy.deepcopy(original)
+        f = _own(original)
         module = f.location.module if f.location else None
         code, _, op, operands, _ = f.key()
         key = (code, pattern(module) if module else module, op, operands)
@@ -83,7 +90,7 @@ def fold_repeated_blocks(report: Report, pattern: Callable[[str], str] = module_
 
 def tag_rank(report: Report, rank: int) -> Report:
     """The report of one rank of a distributed run: meta["rank"] and every finding's location.rank."""
-    findings = copy.deepcopy(report.findings)
+    findings = [_own(f) for f in report.findings]
     for f in findings:
         if f.location is not None:
             f.location.rank = rank
@@ -144,7 +151,7 @@ def merge_ranks(reports: Sequence[Report], ranks: Sequence[int] | None = None) -
                 first.count += f.count
                 seen.add(rank)
             else:
-                groups[key] = (copy.deepcopy(f), {rank})
+                groups[key] = (_own(f), {rank})
 
     divergences = _finding_divergences(groups.values(), world)
     dtype_map, map_divergences = _merge_dtype_maps(reports, ranks, world)

@@ -6,6 +6,7 @@ renderers must stay light.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -275,8 +276,13 @@ def _origin_from_dict(d: dict[str, Any] | None) -> Origin | None:
 
 def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
     """Drop keys a newer writer may have added, so old readers keep working."""
-    names = {f.name for f in fields(cls)}
+    names = _field_names(cls)
     return {k: v for k, v in d.items() if k in names}
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
 
 
 def _finding_from_dict(d: dict[str, Any]) -> Finding:
@@ -311,6 +317,7 @@ _FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
     "fixes": {"title": _S, "snippet": _S, "why": _S},
     "evidence": {"text": _S, "line": _OPT_I, "source": _OPT_S},
 }  # fmt: skip
+_SEVERITIES = frozenset(s.value for s in Severity)
 MAX_DEPTH = 64  # nesting a report's free-form dicts may have; deeper input is refused, not recursed into
 
 
@@ -348,7 +355,7 @@ def _check_finding(f: Any, where: str) -> None:
     for key in ("code", "title"):
         if not isinstance(f.get(key), str):
             raise ValueError(f"{where}.{key} is missing or not a string")
-    if f.get("severity", "error") not in {s.value for s in Severity}:
+    if f.get("severity", "error") not in _SEVERITIES:
         raise ValueError(f"{where}.severity is not one of error, warning, info")
     for key in ("operands", "fixes", "evidence"):
         items = f.get(key, [])
