@@ -11,6 +11,15 @@ from dtype_doctor.integrations.transformers import DtypeDoctorCallback  # noqa: 
 from test_integrations_transformers import _trainer  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    yield
+    # the Trainer initialised accelerate's process-wide state; later tests build their own Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def test_trainer_finishes_when_the_report_cannot_be_written(tmp_path, caplog):
     blocked = tmp_path / "a-directory"
     blocked.mkdir()
