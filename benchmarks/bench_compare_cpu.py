@@ -18,6 +18,7 @@ import time
 import torch
 
 from dtype_doctor.compare import compare
+from dtype_doctor.sections import CompareResult
 
 
 def unet_factory():
@@ -107,7 +108,7 @@ def main() -> int:
             progress=sys.stderr.isatty(),
         )
         wall = time.perf_counter() - t
-        meta = report.meta["compare"]
+        meta = report.section(CompareResult).as_meta()
         print(f"## {title}\n")
         print(
             f"device: {meta['device_name']}; plain fp32 forward {plain * 1e3:.1f} ms (median of {args.repeats})\n"

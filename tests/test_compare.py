@@ -18,6 +18,7 @@ from dtype_doctor.compare import compare, parse_precision
 from dtype_doctor.errors import DoctorError
 from dtype_doctor.measure import error_stats
 from dtype_doctor.report import Report, Severity
+from dtype_doctor.sections import CompareResult
 
 sys.path.insert(0, str(Path(__file__).parent))
 import compare_models as models
@@ -28,7 +29,7 @@ FAST = {"repeats": 3, "warmup": 0}
 
 
 def variants(report: Report) -> dict[str, dict]:
-    return {v["name"]: v for v in report.meta["compare"]["variants"]}
+    return {v["name"]: v for v in report.section(CompareResult).variants}
 
 
 def by_code(report: Report, code: str) -> list:
@@ -106,7 +107,7 @@ def test_benign_model_recommendation_names_a_variant_and_gives_reasons(benign):
 
 def test_report_round_trips_through_json(benign):
     again = Report.from_json(benign.to_json())
-    assert again.meta["compare"]["variants"][1]["name"] == "fp16"
+    assert again.section(CompareResult).variants[1]["name"] == "fp16"
     assert again.codes() == benign.codes()
 
 
@@ -315,7 +316,8 @@ def test_cli_json_and_plot(tmp_path, capsys):
     out = capsys.readouterr()
     data = json.loads(out.out)
     assert rc == 1  # fp16 overflows: a problem found
-    assert [v["name"] for v in data["meta"]["compare"]["variants"]] == ["fp32", "fp16", "bf16"]
+    (section,) = [x for x in data["sections"] if x["type"] == "compare"]
+    assert [v["name"] for v in section["variants"]] == ["fp32", "fp16", "bf16"]
     assert "precision-overflow" in [f["code"] for f in data["findings"]]
     if png.exists():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -360,7 +362,7 @@ def test_cuda_uses_the_allocator_peak_and_synchronised_timing():
     v = variants(report)
     assert all(x["memory_method"] == "cuda-allocator" for x in v.values())
     assert all(x["peak_memory_bytes"] > 0 for x in v.values() if x["status"] == "ok")
-    assert report.meta["compare"]["device_name"].startswith(torch.cuda.get_device_name())
+    assert report.section(CompareResult).settings["device_name"].startswith(torch.cuda.get_device_name())
 
 
 def test_to_precision_reproduces_the_keep_row_the_recommendation_suggests(overflowing):
@@ -389,4 +391,4 @@ def test_progress_bar_goes_to_stderr_and_changes_nothing(capsys):
     report = compare(models.makes_fp32, "2x8", precisions=("fp32", "autocast-bf16"), progress=True, **FAST)
     out = capsys.readouterr()
     assert out.out == ""
-    assert [v["status"] for v in report.meta["compare"]["variants"]] == ["ok", "ok"]
+    assert [v["status"] for v in report.section(CompareResult).variants] == ["ok", "ok"]

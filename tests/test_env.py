@@ -20,8 +20,14 @@ import torch
 
 from dtype_doctor.env import environment
 from dtype_doctor.packages import apex_info, package_info
+from dtype_doctor.sections import EnvFacts
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _env(data: dict) -> dict:
+    """The env facts section of a JSON report."""
+    return next(s for s in data["sections"] if s["type"] == "env")
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -134,7 +140,7 @@ def pypi_apex(tmp_path_factory):
 
 def test_clean_environment_reports_facts_and_no_library_hazards(clean):
     rc, data = clean
-    env = data["meta"]["env"]
+    env = _env(data)
     assert env["software"]["torch"] == torch.__version__
     assert env["software"]["cuda"] == (torch.version.cuda or "none (CPU build)")
     assert env["cpu"]["fp16_matmul"] is True and env["cpu"]["bf16_matmul"] is True
@@ -151,7 +157,7 @@ def test_clean_environment_reports_facts_and_no_library_hazards(clean):
 
 def test_gpu_facts_match_torch(clean):
     _, data = clean
-    gpus = data["meta"]["env"]["gpus"]
+    gpus = _env(data)["gpus"]
     assert len(gpus) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
     for g in gpus:
         major, minor = torch.cuda.get_device_capability(g["index"])
@@ -167,7 +173,7 @@ def test_gpu_facts_match_torch(clean):
 
 def test_nvidia_apex_is_reported_with_the_library_that_swaps_it_in(planted):
     rc, data = planted
-    apex = data["meta"]["env"]["libraries"]["apex"]
+    apex = _env(data)["libraries"]["apex"]
     assert apex["installed"] is True and apex["kind"] == "nvidia"
     assert apex["fused_norms"] is True and apex["cuda_ext"] is False
     f = finding(data, "apex-conflict")
@@ -182,7 +188,7 @@ def test_nvidia_apex_is_reported_with_the_library_that_swaps_it_in(planted):
 
 def test_oneflow_and_onediff_are_reported_with_versions(planted):
     _, data = planted
-    libs = data["meta"]["env"]["libraries"]
+    libs = _env(data)["libraries"]
     assert libs["oneflow"]["installed"] and libs["oneflow"]["version"] == "0.9.1.dev20240101+cu118"
     assert libs["onediff"]["installed"] and libs["onediff"]["version"] == "1.2.0"
     f = finding(data, "oneflow-torch-autocast")
@@ -196,7 +202,7 @@ def test_extension_built_for_another_torch(planted):
     f = finding(data, "extension-torch-mismatch")
     assert f["data"] == {"package": "xformers", "pin": "2.0.1"}
     assert f"torch {torch.__version__}" in f["message"]
-    assert data["meta"]["env"]["libraries"]["xformers"]["version"] == "0.0.99"
+    assert _env(data)["libraries"]["xformers"]["version"] == "0.0.99"
 
 
 def test_accelerate_mixed_precision_from_config_file_and_environment(planted):
@@ -207,12 +213,12 @@ def test_accelerate_mixed_precision_from_config_file_and_environment(planted):
         if f["code"] == "accelerate-mixed-precision"
     }
     assert found == {"ACCELERATE_MIXED_PRECISION": "bf16", "default_config.yaml": "fp16"}
-    assert data["meta"]["env"]["software"]["env_vars"]["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    assert _env(data)["software"]["env_vars"]["ACCELERATE_MIXED_PRECISION"] == "bf16"
 
 
 def test_pypi_apex_is_named_as_the_wrong_package(pypi_apex):
     rc, data = pypi_apex
-    apex = data["meta"]["env"]["libraries"]["apex"]
+    apex = _env(data)["libraries"]["apex"]
     assert apex["kind"] == "pypi"
     assert "pyramid" in apex["import_error"]
     f = finding(data, "pypi-apex-clash")
@@ -232,7 +238,7 @@ def test_environment_api_and_console(clean, capsys):
 
     report = environment()
     assert report.tool == "env"
-    assert {"software", "gpus", "cpu", "autocast", "libraries"} <= set(report.meta["env"])
+    assert {"software", "gpus", "cpu", "autocast", "libraries"} <= set(vars(report.section(EnvFacts)))
     assert main(["env", "--no-color"]) == clean[0]
     out = capsys.readouterr().out
     assert "libraries that change precision" in out and "apex" in out and "autocast" in out

@@ -28,7 +28,7 @@ def _cli(*args, stdin: bytes | None = None):
 def test_text_argument_json(capsys):
     assert main(["explain", MSG, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     finding = data["findings"][0]
     assert finding["code"] == "matmul-dtype-mismatch"
     assert finding["title"] and finding["cause"] and finding["fixes"]

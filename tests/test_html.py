@@ -12,6 +12,7 @@ from dtype_doctor import catalog
 from dtype_doctor.cli import main
 from dtype_doctor.render.html import DTYPE_COLOURS, render_html
 from dtype_doctor.report import Evidence, Location, Operand, Origin, Report
+from dtype_doctor.sections import CompareResult, DtypeMap, Plot, Table
 
 
 def _report() -> Report:
@@ -46,7 +47,7 @@ def _report() -> Report:
     )
     report = Report(tool="run", meta={"model": "UNet2DConditionModel", "device": "cpu"})
     report.add(finding)
-    report.meta["dtype_map"] = {
+    dtype_map = {
         "": {"type": "UNet2DConditionModel"},
         "conv_in": {"type": "Conv2d", "dtypes": {"float16": 2}},
         "time_embedding": {"type": "TimestepEmbedding"},
@@ -54,21 +55,20 @@ def _report() -> Report:
         "time_embedding.linear_2": {"type": "Linear", "dtypes": {"float32": 2}},
         "norm_out": "bfloat16",
     }
-    report.meta["plots"] = [
-        {
-            "title": "Activation max |x| per layer",
-            "kind": "line",
-            "x": ["conv_in", "down.0", "mid", "up.0", "conv_out"],
-            "series": {
+    report.sections += [
+        DtypeMap.from_value(dtype_map),
+        Plot(
+            title="Activation max |x| per layer",
+            kind="line",
+            x=["conv_in", "down.0", "mid", "up.0", "conv_out"],
+            series={
                 "float16": [3.0, 900.0, 70000.0, float("inf"), None],
                 "float32": [2.5, 600, 5e4, 1.5e5, 8],
             },
-            "ylabel": "max |x|",
-            "log": True,
-        }
-    ]
-    report.meta["tables"] = [
-        {"title": "Precision comparison", "columns": ["variant", "max error"], "rows": [["fp16", "1.2e-3"]]}
+            ylabel="max |x|",
+            log=True,
+        ),
+        Table(title="Precision comparison", columns=["variant", "max error"], rows=[["fp16", "1.2e-3"]]),
     ]
     return report
 
@@ -200,7 +200,8 @@ def test_compare_report_shows_table_and_plots_in_the_browser(tmp_path):
     path.write_text(render_html(report), encoding="utf-8")
     dom = render(path, tmp_path).dom
     table = dom[dom.index("Precision comparison") :]
-    names = [v["name"] for v in report.meta["compare"]["variants"]]
+    assert report.schema_version == 2  # a schema-1 file, read into typed sections
+    names = [v["name"] for v in report.section(CompareResult).variants]
     assert names[:3] == ["fp32", "fp16", "bf16"]
     for name in names:
         assert f"<td>{name}</td>" in table

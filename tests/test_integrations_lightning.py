@@ -11,6 +11,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dtype_doctor.integrations.lightning import DtypeDoctorCallback  # noqa: E402
+from dtype_doctor.sections import DtypeMap  # noqa: E402
 
 
 class Regressor(L.LightningModule):
@@ -57,7 +58,8 @@ def test_lightning_logs_the_planted_mismatch_in_fix_mode(tmp_path):
     assert {(o.role, o.dtype) for o in finding.operands} >= {("input", "float32"), ("weight", "bfloat16")}
     page = html.read_text()
     assert "matmul-dtype-mismatch" in page and "Module tree by dtype" in page
-    assert callback.report.meta["dtype_map"]["encoder.0"] == {"type": "Linear", "dtypes": {"bfloat16": 2}}
+    entry = callback.report.section(DtypeMap).by_path()["encoder.0"]
+    assert (entry.type, entry.dtypes) == ("Linear", {"bfloat16": 2})
 
 
 def test_lightning_failure_keeps_the_error_and_adds_the_diagnosis(capsys):

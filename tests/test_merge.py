@@ -10,6 +10,7 @@ from dtype_doctor import catalog
 from dtype_doctor.cli import main
 from dtype_doctor.merge import merge_reports
 from dtype_doctor.report import Location, Operand, Report
+from dtype_doctor.sections import DtypeMap
 
 
 def _mismatch(module: str = "model.vision.patch_embed.proj") -> object:
@@ -71,7 +72,7 @@ def test_dtype_map_divergence_names_module_and_rank():
     (finding,) = merged.findings
     assert finding.code == "rank-divergence" and finding.location.rank == 1
     assert "module 'lm.embed' holds float32; ranks 0, 2: float16" in finding.message
-    assert merged.meta["dtype_map"]["lm.embed"]["dtypes"] == {"float16": 1, "float32": 1}
+    assert merged.section(DtypeMap).by_path()["lm.embed"].dtypes == {"float16": 1, "float32": 1}
 
 
 def test_merge_command_reads_globs_writes_json_and_exit_1(tmp_path, capsys):

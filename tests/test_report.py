@@ -61,3 +61,58 @@ def test_fix_templates_are_made_concrete_with_names():
     assert "unet.conv_in" in fixes[0].title
     with pytest.raises(KeyError):
         catalog.family("no-such-family")
+
+
+def _sections():
+    from dtype_doctor.sections import CompareResult, DtypeMap, EnvFacts, ModuleDtypes, Plot, Table
+
+    return [
+        DtypeMap(
+            [ModuleDtypes("", "Net"), ModuleDtypes("layers.*.proj", "Linear", {"float16": 2}, repeat=4)]
+        ),
+        EnvFacts(software={"torch": "2.13.0"}, cpu={"native_bf16": False}),
+        CompareResult(settings={"device": "cpu", "repeats": 3}, variants=[{"name": "fp32", "status": "ok"}]),
+        Table("facts", ["a", "b"], [["1", "2"]]),
+        Plot("scale", kind="line", x=[0, 1], series={"scale": [65536.0, None]}, log=True),
+    ]
+
+
+def test_sections_round_trip_through_json_by_type():
+    report = Report(tool="check", sections=_sections())
+    report.add(_sample_finding())
+    data = json.loads(report.to_json())
+    assert [s["type"] for s in data["sections"]] == ["dtype_map", "env", "compare", "table", "plot"]
+    assert Report.from_json(report.to_json()) == report
+
+
+def test_schema_1_reports_still_read_their_meta_as_sections():
+    from dtype_doctor.sections import CompareResult, DtypeMap, EnvFacts, Plot, Table
+
+    old = {
+        "schema_version": 1,
+        "tool": "check",
+        "meta": {
+            "model": "Net",
+            "dtype_map": {"": {"type": "Net"}, "fc": {"type": "Linear", "dtypes": {"float16": 2}}},
+            "env": {"software": {"torch": "2.1"}, "gpus": []},
+            "compare": {"device": "cpu", "variants": [{"name": "fp16", "status": "overflows"}]},
+            "tables": [{"title": "t", "columns": ["x"], "rows": [["1"]]}],
+            "plots": [{"title": "p", "kind": "bar", "x": ["a"], "series": {"s": [1.0]}}],
+        },
+        "findings": [],
+    }
+    report = Report.from_dict(old)
+    assert report.meta == {"model": "Net"} and report.schema_version == SCHEMA_VERSION
+    assert report.section(DtypeMap).by_path()["fc"].dtypes == {"float16": 2}
+    assert report.section(EnvFacts).software == {"torch": "2.1"}
+    assert report.section(CompareResult).settings == {"device": "cpu"}
+    assert report.section(CompareResult).variants[0]["status"] == "overflows"
+    assert report.section(Table).rows == [["1"]] and report.section(Plot).series == {"s": [1.0]}
+
+
+@pytest.mark.parametrize(
+    "section", [{"type": "nope"}, {"type": "table"}, {"type": "dtype_map", "modules": [{"x": 1}]}, 5]
+)
+def test_a_bad_section_is_a_value_error(section):
+    with pytest.raises(ValueError, match="section"):
+        Report.from_dict({"schema_version": SCHEMA_VERSION, "findings": [], "sections": [section]})

@@ -284,37 +284,11 @@ class _AutocastEmulation(torch.overrides.TorchFunctionMode):
 # ---------------------------------------------------------------- folding repeats
 
 
-def _module_of(finding: Finding) -> str | None:
-    return finding.location.module if finding.location else None
-
-
 def fold_repeats(report: Report) -> None:
-    """One finding per mismatch and repeated block: `layers.*.q_proj` ×32, the first one kept."""
-    kept: dict[tuple, Finding] = {}
-    out: list[Finding] = []
-    for f in report.findings:
-        loc = f.location
-        module = loc.module if loc else None
-        key = (
-            f.code,
-            module_pattern(module) if module else module,
-            loc.op if loc else None,
-            tuple((o.role, o.dtype) for o in f.operands),
-        )
-        first = kept.get(key)
-        if first is None:
-            kept[key] = f
-            out.append(f)
-            continue
-        first.count += f.count
-        modules = first.data.setdefault("modules", [_module_of(first)])
-        if module not in modules:
-            modules.append(module)
-    for f in out:
-        modules = f.data.get("modules", [])
-        if len(modules) > 1:
-            f.message += f"  (also in {len(modules) - 1} more: {module_pattern(modules[0])})"
-    report.findings = out
+    """One finding per mismatch and repeated block, in place (processors.fold_repeated_blocks)."""
+    from .processors import fold_repeated_blocks
+
+    report.findings = fold_repeated_blocks(report, pattern=module_pattern).findings
 
 
 make_callable(__name__, "check")

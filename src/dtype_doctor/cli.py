@@ -22,57 +22,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def add_output_options(parser: argparse.ArgumentParser) -> None:
-    """Options every report-producing command shares."""
-    out = parser.add_argument_group("output")
-    out.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        metavar="PATH",
-        help="write the report as JSON to PATH, or to stdout when no PATH is given",
-    )
-    out.add_argument("--html", metavar="PATH", help="write a self-contained HTML report to PATH")
-    out.add_argument("-v", "--verbose", action="store_true", help="show all evidence")
-    out.add_argument("--no-color", action="store_true", help="plain text output")
-
-
-def emit(report, args: argparse.Namespace) -> None:
-    """Show a report the way the user asked: console, JSON (stdout or file), HTML."""
-    json_target = getattr(args, "json", None)
-    if json_target == "-":
-        write_json_stdout(report)
-    else:
-        from .render.console import render
-
-        render(report, verbose=getattr(args, "verbose", False), color=not getattr(args, "no_color", False))
-        if json_target:
-            _write(json_target, report.to_json() + "\n")
-    html_target = getattr(args, "html", None)
-    if html_target:
-        from .render.html import render_html
-
-        _write(html_target, render_html(report))
-
-
-def _write(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-# Where `--json` (no PATH) writes: the real stdout, saved while user code's prints go to stderr.
-_json_stdout: list = []
-
-
-def write_json_stdout(report) -> None:
-    stream = _json_stdout[-1] if _json_stdout else sys.stdout
-    stream.write(report.to_json() + "\n")
-    stream.flush()
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `only`, just that command's subparser (start-up: explain's budget is 0.3 s)."""
     from . import __version__
@@ -104,6 +53,7 @@ def json_value_guard(parser: argparse.ArgumentParser, argv: list[str]) -> list[s
     `--json` takes an optional PATH, so `explain --json "mat1 and mat2 ..."` or `run --json train.py`
     would read the text or the script as the PATH. The next token counts as the PATH only when it
     ends in `.json` (any name works as `--json=PATH`); otherwise `-` (stdout) is made explicit.
+    `merge` reads .json reports, so there `--json PATH` never takes the next token (`--json=PATH`, `-o`).
     Scanning stops where `run` hands the rest of the line to the user's script.
     """
     sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
@@ -125,10 +75,11 @@ def json_value_guard(parser: argparse.ArgumentParser, argv: list[str]) -> list[s
                 }
         elif tok == "--json":
             nxt = argv[i + 1] if i + 1 < len(argv) else None
+            reads_json = getattr(command, "prog", "").endswith(" merge")  # its inputs end in .json
             if (
                 nxt is not None
                 and (nxt == "-" or not nxt.startswith("-"))
-                and not nxt.lower().endswith(".json")
+                and (reads_json or not nxt.lower().endswith(".json"))
             ):
                 out.append("-")
         elif tok in takes_value and i + 1 < len(argv):
@@ -149,12 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_USAGE
+    from .commands._output import check_output_paths, json_stdout_guard
+
     try:
-        # with `--json` to stdout, stdout carries the JSON alone: user code's prints go to stderr
+        check_output_paths(args)
+        # with `--json` to stdout, stdout carries the JSON alone: user code's output goes to stderr
         quiet = getattr(args, "json", None) == "-"
-        if quiet:
-            _json_stdout.append(sys.stdout)
-        with contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext():
+        with json_stdout_guard() if quiet else contextlib.nullcontext():
             return int(args._run(args) or 0)
     except DoctorError as exc:
         print(f"dtype-doctor {args.command}: error: {exc}", file=sys.stderr)
@@ -166,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"dtype-doctor {args.command}: error: user code called sys.exit({exc.code!r})", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader closed the pipe (`| head -1`): not an error, and nothing more to say
+        _silence_stdout()
         return EXIT_OK
     except Exception as exc:  # never show the user a traceback of the tool itself
         if os.environ.get("DTYPE_DOCTOR_DEBUG"):
@@ -177,3 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush does not fail again (Python docs, SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass

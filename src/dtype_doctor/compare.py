@@ -567,6 +567,8 @@ def compare(
         bar.update(task, description="fp32: timing again")
         runner.retime_reference(results[0])
 
+    from .sections import CompareResult
+
     report = Report(tool="compare")
     settings = {
         "device": str(dev),
@@ -584,7 +586,7 @@ def compare(
         for f in _variant_findings(r, dev, tolerance, top_k, runner.total_params):
             report.add(f)
     report.add(recommend(results, dev, tolerance))
-    report.meta["compare"] = {**settings, "variants": [r.to_dict() for r in results]}
+    report.sections.append(CompareResult(settings=settings, variants=[r.to_dict() for r in results]))
     del runner
     return report
 

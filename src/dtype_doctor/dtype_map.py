@@ -1,6 +1,7 @@
 """The dtype map of a model, as producers store it and renderers read it. No torch import.
 
-Accepted shapes of `report.meta["dtype_map"]` (and of `finding.data["dtype_map"]`, audit's folded rows):
+A report holds its map as a `sections.DtypeMap`; these shapes are what producers hand to
+`DtypeMap.from_value` (and what schema-1 reports and `finding.data["dtype_map"]`, audit's folded rows, hold):
     {"<module path>": {"type": "Linear", "dtypes": {"float16": 2}}, ...}      (root is "")
     {"<module path>": "float16", ...}
     [{"path" or "module": "<module path>", "type": ..., "dtypes": {...}, "repeat": 32}, ...]
@@ -55,8 +56,13 @@ def iter_map(value: Any) -> Iterator[MapEntry]:
 
 
 def report_map(report: Any) -> list[MapEntry]:
-    """A report's dtype map: meta["dtype_map"], else the maps its findings carry (audit's rows)."""
-    entries = list(iter_map(report.meta.get("dtype_map")))
+    """A report's dtype map: its DtypeMap section, else the maps its findings carry (audit's rows)."""
+    from .sections import DtypeMap
+
+    section = report.section(DtypeMap)
+    if section is not None:
+        return [MapEntry(m.path, m.type, dict(m.dtypes), m.repeat) for m in section.modules]
+    entries = list(iter_map(report.meta.get("dtype_map")))  # a producer not yet on sections
     if entries:
         return entries
     for f in report.findings:

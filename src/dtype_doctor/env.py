@@ -249,13 +249,15 @@ def _hardware_findings(gpus: list[dict[str, Any]], cpu: dict[str, Any]) -> list[
 
 
 def environment() -> Report:
-    """Facts about this machine in report.meta['env'], and a finding for each hazard."""
+    """Facts about this machine (an EnvFacts section), and a finding for each hazard."""
+    from .sections import EnvFacts
+
     report = Report(tool="env")
     try:
         import torch
     except Exception as exc:
         torch = None
-        report.meta["env"] = {"software": {**software_facts(None), "torch_import_error": first_line(exc)}}
+        no_torch = {"software": {**software_facts(None), "torch_import_error": first_line(exc)}}
     if torch is not None:
         gpus = gpu_facts(torch)
         cpu = cpu_facts(torch)
@@ -267,10 +269,10 @@ def environment() -> Report:
         }
         torch_version = torch.__version__
     else:
-        gpus, cpu, facts, torch_version = [], {}, report.meta["env"], None
+        gpus, cpu, facts, torch_version = [], {}, no_torch, None
     libs, findings = library_facts(torch_version, gpus)
     facts["libraries"] = libs
-    report.meta["env"] = facts
+    report.sections.append(EnvFacts(**facts))
     for f in [*_hardware_findings(gpus, cpu), *findings]:
         report.add(f)
     return report

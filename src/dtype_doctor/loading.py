@@ -33,18 +33,34 @@ class TensorSpec:
         import torch
 
         dtype = getattr(torch, self.dtype)
-        if dtype.is_floating_point:
-            return torch.randn(self.shape, dtype=dtype, device=device)
-        if dtype == torch.bool:
-            return torch.ones(self.shape, dtype=dtype, device=device)
-        return torch.randint(0, 100, self.shape, dtype=dtype, device=device)
+        try:
+            if dtype.is_floating_point or dtype.is_complex:
+                return torch.randn(self.shape, dtype=dtype, device=device)
+            if dtype == torch.bool:
+                return torch.ones(self.shape, dtype=dtype, device=device)
+            return torch.randint(0, 100, self.shape, dtype=dtype, device=device)
+        except (RuntimeError, MemoryError) as exc:  # torch's allocator error is 30 lines of C++ frames
+            shape = "x".join(map(str, self.shape))
+            raise DoctorError(
+                f"cannot make input {shape}:{self.dtype} on {device}: {_first_line(exc)}"
+            ) from None
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
     text = text.strip()
     if not _SHAPE.match(text):
         raise DoctorError(f"cannot parse shape {text!r}: expected e.g. 2x4x64x64")
-    return tuple(int(n) for n in re.split(r"[x×,]", text))
+    shape = tuple(int(n) for n in re.split(r"[x×,]", text))
+    if any(n >= 2**63 for n in shape):
+        raise DoctorError(
+            f"shape {text!r} has a size beyond 2**63 - 1, the largest a tensor dimension can be"
+        )
+    return shape
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def parse_dtype(text: str) -> str:

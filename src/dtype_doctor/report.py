@@ -6,13 +6,18 @@ renderers must stay light.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
-SCHEMA_VERSION = 1
+from .sections import section_from_dict, section_to_dict, sections_from_meta
+
+_S = TypeVar("_S")
+SCHEMA_VERSION = 2  # 2: typed `sections` (schema 1 kept them in meta; still read)
+READABLE_SCHEMAS = (1, 2)
 
 
 class Severity(str, Enum):
@@ -130,7 +135,7 @@ class Finding:
     data: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> tuple:
-        """Identity used to fold duplicates."""
+        """The one identity of a finding: Report.add, the processors and merge fold by it."""
         loc = self.location
         return (
             self.code,
@@ -147,20 +152,48 @@ class Report:
     tool: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    sections: list[Any] = field(default_factory=list)  # sections.Table, Plot, DtypeMap, EnvFacts, ...
 
     def add(self, finding: Finding) -> Finding:
-        """Add a finding, folding it into an identical earlier one (count += 1)."""
+        """Add a finding, folding it into an identical earlier one (count += 1). O(1): by Finding.key."""
         key = finding.key()
-        for existing in self.findings:
-            if existing.key() == key:
-                existing.count += finding.count
-                return existing
+        index = self._index()
+        existing = index.get(key)
+        if existing is not None and existing.key() == key:
+            existing.count += finding.count
+            return existing
         self.findings.append(finding)
+        index[key] = finding
+        self._indexed = (self.findings, len(self.findings))
         return finding
+
+    def _index(self) -> dict[tuple, Finding]:
+        """Findings by key, rebuilt when the list was replaced or edited behind add()'s back."""
+        indexed = getattr(self, "_indexed", None)
+        index = getattr(self, "_by_key", None)
+        if (
+            index is None
+            or indexed is None
+            or indexed[0] is not self.findings
+            or indexed[1] > len(self.findings)
+        ):
+            index = {}
+            start = 0
+        else:
+            start = indexed[1]
+        for f in self.findings[start:]:
+            index.setdefault(f.key(), f)
+        self._by_key = index
+        self._indexed = (self.findings, len(self.findings))
+        return index
 
     def extend(self, findings: Iterable[Finding]) -> None:
         for f in findings:
             self.add(f)
+
+    def section(self, cls: type[_S]) -> _S | None:
+        """The first section of this type, or None."""
+        return next((s for s in self.sections if isinstance(s, cls)), None)
 
     @property
     def errors(self) -> list[Finding]:
@@ -173,10 +206,25 @@ class Report:
         return True
 
     def _repr_html_(self) -> str:
-        """Jupyter shows a Report as the HTML report's body."""
+        """Jupyter shows a Report as the HTML report's body (imported here: render imports report)."""
         from .render.html import fragment, style
 
         return style() + fragment(self)
+
+    def __str__(self) -> str:
+        """The console report as plain text: `print(session.report)`."""
+        import io
+
+        from .render.console import make_console, render
+
+        buf = io.StringIO()
+        render(self, console=make_console(color=False, file=buf, width=110, force_terminal=False))
+        return buf.getvalue().rstrip("\n")
+
+    def __rich__(self) -> Any:
+        from .render.console import renderable
+
+        return renderable(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +232,7 @@ class Report:
             "tool": self.tool,
             "meta": self.meta,
             "findings": [_finding_to_dict(f) for f in self.findings],
+            "sections": [section_to_dict(x) for x in self.sections],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -193,16 +242,18 @@ class Report:
     def from_dict(cls, data: dict[str, Any]) -> Report:
         _check_shape(data)
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMAS or isinstance(version, bool):
             raise ValueError(
-                f"unsupported report schema_version {version!r} (this tool reads {SCHEMA_VERSION})"
+                f"unsupported report schema_version {version!r} (this tool reads {READABLE_SCHEMAS})"
             )
-        return cls(
-            findings=[_finding_from_dict(f) for f in data.get("findings", [])],
-            tool=data.get("tool", ""),
-            meta=data.get("meta", {}),
-            schema_version=version,
-        )
+        meta = dict(data.get("meta", {}))
+        sections = sections_from_meta(meta) if version == 1 else []
+        raw_sections = data.get("sections", [])
+        if not isinstance(raw_sections, list):
+            raise ValueError("'sections' is not a list")
+        sections += [section_from_dict(x) for x in raw_sections]
+        findings = [_finding_from_dict(f) for f in data.get("findings", [])]
+        return cls(findings=findings, tool=data.get("tool", ""), meta=meta, sections=sections)
 
     @classmethod
     def from_json(cls, text: str) -> Report:
@@ -225,8 +276,13 @@ def _origin_from_dict(d: dict[str, Any] | None) -> Origin | None:
 
 def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
     """Drop keys a newer writer may have added, so old readers keep working."""
-    names = {f.name for f in fields(cls)}
+    names = _field_names(cls)
     return {k: v for k, v in d.items() if k in names}
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
 
 
 def _finding_from_dict(d: dict[str, Any]) -> Finding:
@@ -247,24 +303,87 @@ def _finding_from_dict(d: dict[str, Any]) -> Finding:
     )
 
 
+_S, _I, _N = (str,), (int,), (int, float)
+_OPT_S, _OPT_I = (str, type(None)), (int, type(None))
+_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "finding": {"severity": _S, "cause": _S, "message": _S, "count": _I, "confidence": _N,
+                "related": (list,), "data": (dict,)},
+    "location": {"module": _OPT_S, "module_type": _OPT_S, "op": _OPT_S, "file": _OPT_S,
+                 "function": _OPT_S, "line": _OPT_I, "rank": _OPT_I, "step": _OPT_I},
+    "operand": {"role": _S, "dtype": _OPT_S, "name": _OPT_S, "shape": (list, type(None)),
+                "origin": (dict, type(None))},
+    "origin": {"kind": _S, "name": _OPT_S, "op": _OPT_S, "module": _OPT_S, "file": _OPT_S,
+               "dtype": _OPT_S, "line": _OPT_I, "chain": (list,)},
+    "fixes": {"title": _S, "snippet": _S, "why": _S},
+    "evidence": {"text": _S, "line": _OPT_I, "source": _OPT_S},
+}  # fmt: skip
+_SEVERITIES = frozenset(s.value for s in Severity)
+MAX_DEPTH = 64  # nesting a report's free-form dicts may have; deeper input is refused, not recursed into
+
+
+def _check_fields(obj: Any, kind: str, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is not an object")
+    for name, types in _FIELD_TYPES[kind].items():
+        if name not in obj:
+            continue
+        value = obj[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ValueError(f"{where}.{name} has the wrong type ({type(value).__name__})")
+
+
+def _check_depth(value: Any, where: str) -> None:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"{where} is nested deeper than {MAX_DEPTH} levels")
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((c, depth + 1) for c in children)
+
+
+def _check_origin(origin: Any, where: str, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{where} is nested deeper than {MAX_DEPTH} levels")
+    _check_fields(origin, "origin", where)
+    for i, link in enumerate(origin.get("chain", [])):
+        _check_origin(link, f"{where}.chain[{i}]", depth + 1)
+
+
+def _check_finding(f: Any, where: str) -> None:
+    _check_fields(f, "finding", where)
+    for key in ("code", "title"):
+        if not isinstance(f.get(key), str):
+            raise ValueError(f"{where}.{key} is missing or not a string")
+    if f.get("severity", "error") not in _SEVERITIES:
+        raise ValueError(f"{where}.severity is not one of error, warning, info")
+    for key in ("operands", "fixes", "evidence"):
+        items = f.get(key, [])
+        if not isinstance(items, list):
+            raise ValueError(f"{where}.{key} is not a list")
+        for j, item in enumerate(items):
+            _check_fields(item, "operand" if key == "operands" else key, f"{where}.{key}[{j}]")
+    for j, op in enumerate(f.get("operands", [])):
+        if op.get("origin") is not None:
+            _check_origin(op["origin"], f"{where}.operands[{j}].origin")
+        if op.get("shape") is not None and not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in op["shape"]
+        ):
+            raise ValueError(f"{where}.operands[{j}].shape is not a list of integers")
+    if f.get("location") is not None:
+        _check_fields(f["location"], "location", f"{where}.location")
+    _check_depth(f.get("data", {}), f"{where}.data")
+
+
 def _check_shape(data: Any) -> None:
     """Name the first field that is not what a report has (ValueError), before building dataclasses."""
     if not isinstance(data, dict):
         raise ValueError(f"a report is a JSON object, got {type(data).__name__}")
     if not isinstance(data.get("meta", {}), dict):
         raise ValueError("'meta' is not an object")
+    _check_depth(data.get("meta", {}), "meta")
     findings = data.get("findings", [])
     if not isinstance(findings, list):
         raise ValueError("'findings' is not a list")
     for i, f in enumerate(findings):
-        if not isinstance(f, dict):
-            raise ValueError(f"findings[{i}] is not an object")
-        for key in ("code", "title"):
-            if not isinstance(f.get(key), str):
-                raise ValueError(f"findings[{i}].{key} is missing or not a string")
-        for key in ("operands", "fixes", "evidence"):
-            items = f.get(key, [])
-            if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
-                raise ValueError(f"findings[{i}].{key} is not a list of objects")
-        if f.get("location") is not None and not isinstance(f["location"], dict):
-            raise ValueError(f"findings[{i}].location is not an object")
+        _check_finding(f, f"findings[{i}]")

@@ -7,14 +7,21 @@ Under torchrun each rank writes its own report (RANK env).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import DoctorError
+from .processors import tag_rank
 from .report import Report
 
 
@@ -45,6 +52,53 @@ def rank_path(path: str, rank_: int | None) -> str:
     return f"{root}.rank{rank_}{ext or '.json'}"
 
 
+class Terminated(BaseException):
+    """SIGTERM while the program runs: unwinds it like Ctrl-C, so the report is still written."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated in the program (unless it installed its own handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signals_deferred(until_exit: bool = True) -> Iterator[Callable[[], None]]:
+    """SIGINT/SIGTERM wait (blocked) while the report is written, and act once it is whole.
+
+    With `until_exit=False` they are blocked only from when the yielded function is called on.
+    """
+    deferrable = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    mask = {signal.SIGINT, signal.SIGTERM}
+    blocked = False
+
+    def block() -> None:
+        nonlocal blocked
+        if deferrable and not blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+            blocked = True
+
+    if until_exit:
+        block()
+    try:
+        yield block
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, mask)
+
+
 def _exit_code(code: object) -> int:
     if code is None:
         return 0
@@ -66,9 +120,49 @@ def _print_user_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb)
 
 
-def _is_binary(path: str) -> bool:
-    with open(path, "rb") as fh:
-        return b"\0" in fh.read(8192)
+def _script_file(target: str) -> str:
+    """The file Python would run for `python TARGET`: the script, a directory's __main__.py, or a
+    readable non-regular file such as /dev/stdin."""
+    if os.path.isdir(target):
+        main = os.path.join(target, "__main__.py")
+        if not os.path.isfile(main):
+            raise DoctorError(f"{target} is a directory without a __main__.py")
+        return main
+    if not os.path.exists(target):
+        raise DoctorError(f"no such script: {target}")
+    return target
+
+
+def _read_source(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            source = fh.read()
+    except OSError as exc:
+        raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if b"\0" in source[:8192]:
+        raise DoctorError(f"{path} is not a Python script (binary content)")
+    return source
+
+
+def _exec_main(code: object, path: str, spec: Any = None) -> None:
+    """Run compiled code as __main__, the way `python path` (or `python -m`, with its module's
+    `spec`) does; unlike runpy's alter_sys, nothing is restored into sys.argv, which the program
+    may have emptied."""
+    module = types.ModuleType("__main__")
+    module.__dict__.update(
+        __file__=path,
+        __cached__=getattr(spec, "cached", None),
+        __loader__=getattr(spec, "loader", None),
+        __package__=getattr(spec, "parent", None),
+        __spec__=spec,
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _module_exists(name: str) -> bool:
@@ -81,44 +175,66 @@ def _module_exists(name: str) -> bool:
         sys.path.pop(0)
 
 
-def run_program(opts: RunOptions) -> tuple[int, Report]:
-    """Run the program under watch; return (its exit code, the report)."""
+def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = None) -> tuple[int, Report]:
+    """Run the program under watch; return (its exit code, the report).
+
+    `then(code, report)` shows the report with SIGINT/SIGTERM held back until it is written, and only
+    in the process that started the program (a child that forked and exits writes nothing).
+    """
     from .watch import watch
 
-    if not opts.is_module and not os.path.isfile(opts.target):
-        raise DoctorError(f"no such script: {opts.target}")
-    if not opts.is_module and _is_binary(opts.target):
-        raise DoctorError(f"{opts.target} is not a Python script (binary content)")
-    if opts.is_module and not _module_exists(opts.target):
-        raise DoctorError(f"no module named {opts.target}")
-    if opts.numerics and importlib.util.find_spec("dtype_doctor.numerics") is None:
-        raise DoctorError("--numerics: numerics monitoring is not available in this build")
+    if opts.is_module:
+        if not _module_exists(opts.target):
+            raise DoctorError(f"no module named {opts.target}")
+    else:
+        script = _script_file(opts.target)
+        source = _read_source(script)  # read once: /dev/stdin cannot be read twice
     report = Report(tool="run")
     r = rank()
-    if r is not None:
-        report.meta["rank"] = r
     report.meta["program"] = " ".join([("-m " if opts.is_module else "") + opts.target, *opts.argv])
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, saved_stderr = sys.argv[:], sys.path[:], sys.stderr
     sys.argv = [opts.target, *opts.argv]
-    sys.path.insert(0, os.getcwd() if opts.is_module else os.path.dirname(os.path.abspath(opts.target)))
+    if opts.is_module:
+        sys.path.insert(0, os.getcwd())
+    else:
+        sys.path.insert(
+            0, os.path.dirname(os.path.abspath(script)) if os.path.isfile(script) else os.getcwd()
+        )
+    pid = os.getpid()
     code = 0
-    try:
-        with watch(mode=opts.mode, numerics=opts.numerics, report=report):
-            if opts.is_module:
-                runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(opts.target, run_name="__main__")
-    except SystemExit as exc:
-        code = _exit_code(exc.code)
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException as exc:
-        _print_user_traceback(exc)
-        code = 1
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    if r is not None:
-        for f in report.findings:
-            if f.location is not None:
-                f.location.rank = r
+    with signals_deferred(until_exit=False) as defer:
+        with terminate_as_interrupt():
+            try:
+                with watch(mode=opts.mode, numerics=opts.numerics, report=report):
+                    if opts.is_module:
+                        _, spec, code_obj = runpy._get_module_details(opts.target)  # what `python -m` runs
+                        sys.argv[0] = spec.origin
+                        _exec_main(code_obj, spec.origin, spec)
+                    else:
+                        _exec_main(compile(source, opts.target, "exec"), opts.target)
+            except SystemExit as exc:
+                code = _exit_code(exc.code)
+            except Terminated:
+                code = 128 + signal.SIGTERM
+            except KeyboardInterrupt:
+                code = 130
+            except BaseException as exc:
+                _print_user_traceback(exc)
+                code = 1
+            finally:
+                defer()  # from here on SIGINT/SIGTERM wait until the report is written
+                sys.argv, sys.path[:] = saved_argv, saved_path
+                if getattr(sys.stderr, "closed", False):  # the program closed it: the report still shows
+                    sys.stderr = saved_stderr if not saved_stderr.closed else _reopen_stderr()
+        if r is not None:
+            report = tag_rank(report, r)
+        if then is not None and os.getpid() == pid:
+            then(code, report)
     return code, report
+
+
+def _reopen_stderr() -> Any:
+    try:
+        return open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+    except OSError:
+        return open(os.devnull, "w")

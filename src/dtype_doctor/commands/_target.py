@@ -50,3 +50,18 @@ def dtype_option(value: str | None) -> str | None:
     from ..loading import parse_dtype
 
     return parse_dtype(value) if value else None
+
+
+def refuse_lazy(model: Any) -> None:
+    """Lazy modules (LazyLinear, ...) have no dtype to look at until their first forward."""
+    from torch import nn
+    from torch.nn.parameter import is_lazy
+
+    models = [model] if isinstance(model, nn.Module) else []
+    for root in models:
+        for name, module in root.named_modules():
+            if any(is_lazy(p) for p in module.parameters(recurse=False)):
+                raise DoctorError(
+                    f"'{name or '<root>'}' ({type(module).__name__}) has uninitialized lazy parameters: "
+                    "run one forward on a dummy batch in the factory first"
+                )

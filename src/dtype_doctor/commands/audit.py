@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import EXIT_FINDINGS, EXIT_OK, add_output_options, emit
+from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
-from ._target import add_target_arguments, load_target
+from ._output import add_output_options, emit
+from ._target import add_target_arguments, load_target, refuse_lazy
 
 HELP = "dtype map of a model/pipeline: mixed weight/bias, fp32 islands, pipeline components, scaler set-ups"
 DESCRIPTION = (
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
     obj = build(target)  # a model, a pipeline or a (model, optimizer, scaler) set-up
     found = collect(obj)
+    for model in found.models.values():
+        refuse_lazy(model)
     if not found.models and not found.optimizers:
         name = args.target or args.hf_config
         raise DoctorError(f"{name} gave a {type(obj).__name__}, not a model, pipeline or optimizer")

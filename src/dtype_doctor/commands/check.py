@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import EXIT_FINDINGS, EXIT_OK, add_output_options, emit
+from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
-from ._target import add_target_arguments, dtype_option, load_target
+from ._output import add_output_options, emit
+from ._target import add_target_arguments, dtype_option, load_target, refuse_lazy
 
 HELP = "dry-run a model on the meta device and list every dtype mismatch a real run would hit"
 DESCRIPTION = (
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from .defaults import default_inputs
 
     model = build_on_meta(factory)
+    refuse_lazy(model)
     if not positional and not named:
         named = default_inputs(model, dtype)
         if named is None:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 from .. import cli
+from ._output import add_output_options, emit
 
 HELP = "run a model in fp32/fp16/bf16/autocast side by side: speed, memory, error, per-layer error"
 DESCRIPTION = (
@@ -77,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plot", metavar="PNG", help="also write a plot of the comparison (needs matplotlib)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    cli.add_output_options(parser)
+    add_output_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,19 +121,18 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress and sys.stderr.isatty(),
     )
     if args.plot:
-        from ..plot import plot_compare
+        from ..render.png import plot_compare
+        from ..sections import CompareResult
 
-        args.plot = plot_compare(report.meta["compare"], args.plot)
+        args.plot = plot_compare(report.section(CompareResult).as_meta(), args.plot)
+    console = None
     if args.json != "-":
-        from rich.console import Console
+        from ..render.console import make_console
 
-        from ..render.tables import render_compare
-
-        console = Console(no_color=args.no_color, highlight=False)
+        console = make_console(color=not args.no_color)
         if not console.is_terminal:
             console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
-        render_compare(report.meta["compare"], console, wide=args.verbose)
-    cli.emit(report, args)
+    emit(report, args, console=console)
     if args.plot and args.json != "-":
         print(f"plot written to {args.plot}", file=sys.stderr)
     problems = [f for f in report.findings if f.severity.value != "info"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import cli
+from ._output import add_output_options, emit
 
 HELP = "hardware and library facts: bf16/fp16 support, autocast, apex, OneFlow, flash-attn..."
 DESCRIPTION = (
@@ -18,21 +19,13 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "exit codes: 0 nothing to worry about, 1 hazards found"
-    cli.add_output_options(parser)
+    add_output_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..env import environment
 
     report = environment()
-    if args.json != "-":
-        from rich.console import Console
-
-        from ..render.tables import env_tables
-
-        console = Console(no_color=args.no_color, highlight=False)
-        for table in env_tables(report.meta.get("env", {})):
-            console.print(table)
-    cli.emit(report, args)
+    emit(report, args)
     problems = [f for f in report.findings if f.severity.value != "info"]
     return cli.EXIT_FINDINGS if problems else cli.EXIT_OK

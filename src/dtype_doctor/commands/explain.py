@@ -25,7 +25,7 @@ MAX_BYTES = 2 * 1024**3  # refuse inputs above 2 GiB rather than exhaust memory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_output_options
+    from ._output import add_output_options
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
@@ -42,12 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import EXIT_NOTHING, EXIT_OK, emit
+    from ..cli import EXIT_NOTHING, EXIT_OK
     from ..explain import explain_sources
+    from ._output import emit
 
     sources: list[tuple[str | None, str | bytes]] = []
     if args.text is not None:
-        sources.append(("<stdin>", _read_stdin()) if args.text == "-" else (None, args.text))
+        # the bytes of the argument: undecodable ones (surrogates in argv) are decoded like a log's
+        sources.append(("<stdin>", _read_stdin()) if args.text == "-" else (None, os.fsencode(args.text)))
     for path in args.file:
         sources.append(("<stdin>", _read_stdin()) if path == "-" else (path, _read_file(path)))
     if not sources:
@@ -58,7 +60,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_stdin() -> bytes:
-    return sys.stdin.buffer.read()
+    data = sys.stdin.buffer.read(MAX_BYTES + 1)  # capped like files: never read all of a huge stream
+    if len(data) > MAX_BYTES:
+        raise DoctorError(f"standard input is larger than {_size(MAX_BYTES)}; pass the part around the error")
+    return data
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024**3:g} GiB" if n >= 1024**3 else f"{n:,} bytes"
 
 
 def _read_file(path: str) -> bytes:
@@ -72,5 +81,5 @@ def _read_file(path: str) -> bytes:
     except OSError as exc:
         raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > MAX_BYTES:
-        raise DoctorError(f"{path} is larger than 2 GiB; pass the part around the error")
+        raise DoctorError(f"{path} is larger than {_size(MAX_BYTES)}; pass the part around the error")
     return data

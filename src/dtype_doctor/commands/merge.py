@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import re
 from pathlib import Path
 
-from ..cli import EXIT_FINDINGS, EXIT_OK, _write, add_output_options, emit
+from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
+from ._output import add_output_options, check_output_paths, emit, write
 
 HELP = "merge per-rank reports (report.rank*.json) of a distributed run into one"
 DESCRIPTION = (
@@ -42,7 +42,7 @@ def _expand(patterns: list[str]) -> list[Path]:
 
 def load_rank_report(path: Path, index: int):
     """(rank, Report) from one file; the rank comes from the report, else the file name, else `index`."""
-    from ..merge import report_rank
+    from ..processors import report_rank
     from ..report import Report
 
     try:
@@ -53,22 +53,25 @@ def load_rank_report(path: Path, index: int):
         raise DoctorError(f"{path} is not a dtype-doctor JSON report (not UTF-8 text)") from None
     try:
         report = Report.from_json(text)
-    except (json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         raise DoctorError(f"{path} is not a dtype-doctor JSON report: {exc}") from None
     match = _RANK_IN_NAME.search(path.name)
     return report_rank(report, int(match.group(1)) if match else index), report
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..merge import merge_reports
+    from ..processors import merge_ranks
+    from ..render.json import render_json
 
-    loaded = [load_rank_report(p, i) for i, p in enumerate(_expand(args.reports))]
+    paths = _expand(args.reports)
+    check_output_paths(args, [str(p) for p in paths])  # never write over an input
+    loaded = [load_rank_report(p, i) for i, p in enumerate(paths)]
     ranks = [r for r, _ in loaded]
     if len(set(ranks)) != len(ranks):
         raise DoctorError(f"two reports claim the same rank (ranks {ranks}); pass one report per rank")
-    merged = merge_reports([rep for _, rep in loaded], ranks)
-    merged.meta["merged_from"] = [str(p) for p in _expand(args.reports)]
+    merged = merge_ranks([rep for _, rep in loaded], ranks)
+    merged.meta["merged_from"] = [str(p) for p in paths]
     if args.output:
-        _write(args.output, merged.to_json() + "\n")
+        write(args.output, render_json(merged))
     emit(merged, args)
     return EXIT_FINDINGS if merged.findings else EXIT_OK

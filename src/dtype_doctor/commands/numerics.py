@@ -13,7 +13,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_output_options
+    from ._output import add_output_options
 
     parser.add_argument("target", metavar="PATH_OR_MODULE:FACTORY", help="e.g. model.py:make_model")
     parser.add_argument(
@@ -40,10 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import EXIT_FINDINGS, EXIT_OK, emit
+    from ..cli import EXIT_FINDINGS, EXIT_OK
     from ..errors import DoctorError
     from ..loading import call_factory, load_object, parse_dtype, split_inputs
     from ..report import Fix, Report, Severity
+    from ._output import emit
 
     if args.steps < 1 or args.every < 1:
         raise DoctorError("--steps and --every must be at least 1")

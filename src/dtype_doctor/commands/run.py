@@ -13,7 +13,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..cli import add_output_options
+    from ._output import add_output_options
 
     parser.add_argument(
         "--mode",
@@ -46,30 +46,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise DoctorError("nothing to run: give a script path or -m MODULE")
     opts.mode, opts.numerics = args.mode, args.numerics
-    code, report = run_program(opts)
-    _emit(report, args, rank(), code)
+    code, _ = run_program(opts, then=lambda code, report: _emit(report, args, rank(), code))
     return code
 
 
 def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) -> None:
-    from rich.console import Console
-
-    from ..cli import _write, write_json_stdout
-    from ..render.console import render
+    from ..render.console import make_console
     from ..run import rank_path
+    from ._output import emit
 
-    if args.json == "-":
-        write_json_stdout(report)
-    elif args.json:
-        _write(rank_path(args.json, rank_), report.to_json() + "\n")
-    console = Console(stderr=True, no_color=args.no_color, highlight=False)
-    if code and not report.findings:  # "no problems found" would read as if the crash were fine
-        console.print(
-            f"dtype-doctor run: the program exited with code {code}; no mixed-precision problem seen."
-        )
-    else:
-        render(report, console=console, verbose=args.verbose, color=not args.no_color)
-    if args.html:
-        from ..render.html import render_html
-
-        _write(rank_path(args.html, rank_), render_html(report))
+    emit(
+        report,
+        args,
+        console=make_console(color=not args.no_color, stderr=True),
+        path=lambda p: rank_path(p, rank_),
+        # "no problems found" would read as if the crash were fine
+        empty=f"dtype-doctor run: the program exited with code {code}; no mixed-precision problem seen."
+        if code
+        else None,
+    )

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..merge import merge_reports
 from ..report import Location, Report
+from ..sections import DtypeMap
 from .parallel_audit import audit_deepspeed_config, audit_fsdp_policy
 
 __all__ = [
@@ -165,10 +166,10 @@ def distributed_watch(
 
 def _finish(state: DistributedSession, model: Any, path: Any, gather: bool) -> None:
     report = state.report
-    if model is not None and "dtype_map" not in report.meta:
+    if model is not None and report.section(DtypeMap) is None:
         from ..dtype_map import module_dtype_map
 
-        report.meta["dtype_map"] = module_dtype_map(model)
+        report.sections.append(DtypeMap.from_value(module_dtype_map(model)))
     if state.info is None:  # not a distributed run: one plain report
         state.merged = report
         if path is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +92,13 @@ class LoopWatch:
         return lines
 
     def _finish(self) -> None:
-        if self._model is not None and "dtype_map" not in self.report.meta:
+        from ..sections import DtypeMap
+
+        if self._model is not None and self.report.section(DtypeMap) is None:
             from ..dtype_map import module_dtype_map
 
             try:
-                self.report.meta["dtype_map"] = module_dtype_map(self._model)
+                self.report.sections.append(DtypeMap.from_value(module_dtype_map(self._model)))
             except Exception as exc:  # the map is a nicety; never fail the run's end for it
                 log.warning("dtype-doctor: cannot map the model's dtypes: %s", exc)
         if self.summary:
@@ -107,12 +110,21 @@ class LoopWatch:
                 render(self.report, console=Console(file=sys.stderr, highlight=False))
             except Exception as exc:  # a summary we cannot print must not fail the run's end
                 log.warning("dtype-doctor: cannot print the summary: %s", exc)
+        # a file that cannot be written is reported, never raised: training has finished by now
         if self.json_path:
-            Path(self.json_path).write_text(self.report.to_json() + "\n", encoding="utf-8")
+            self._write(self.json_path, lambda: self.report.to_json() + "\n")
         if self.html_path:
             from ..render.html import render_html
 
-            Path(self.html_path).write_text(render_html(self.report), encoding="utf-8")
+            self._write(self.html_path, lambda: render_html(self.report))
+
+    def _write(self, path: str | Path, text: Any) -> None:
+        try:
+            Path(path).write_text(text(), encoding="utf-8")
+        except Exception as exc:
+            message = f"dtype-doctor: cannot write the report to {path}: {exc}"
+            log.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
 
 
 class LoopCallback:

@@ -2,25 +2,83 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any
+
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..processors import lift_meta_sections
 from ..report import Finding, Report, Severity
+from ..sections import CompareResult, EnvFacts
+from ..sections import Table as SectionTable
+
+MAX_PANELS = 50  # the console shows this many findings; the JSON and HTML reports hold them all
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's default raises SystemExit(1); the CLI treats a closed pipe (`| head`) as the end of output
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def make_console(color: bool = True, stderr: bool = False, **kwargs: Any) -> Console:
+    """A console for the tool's output; a reader that closes the pipe raises BrokenPipeError."""
+    return _Console(no_color=not color, highlight=False, stderr=stderr, **kwargs)
+
+
 def render(report: Report, console: Console | None = None, verbose: bool = False, color: bool = True) -> None:
-    console = console or Console(no_color=not color, highlight=False, soft_wrap=False)
+    console = console or make_console(color=color, soft_wrap=False)
+    for item in renderables(report, verbose):
+        console.print(item)
+
+
+def renderable(report: Report, verbose: bool = False) -> Group:
+    """The whole console report as one rich renderable (`Report.__rich__`)."""
+    return Group(*renderables(report, verbose))
+
+
+def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
+    """The sections' tables first (dispatched on their type), then the findings and a summary."""
+    report = lift_meta_sections(report)
+    for section in report.sections:
+        yield from section_renderables(section, wide=verbose)
     if not report.findings:
-        console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
+        yield Text.from_markup(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
-    for index, finding in enumerate(report.findings, 1):
-        console.print(finding_panel(finding, index, verbose))
-    console.print(summary_line(report))
+    shown = report.findings if verbose else report.findings[:MAX_PANELS]
+    for index, finding in enumerate(shown, 1):
+        yield finding_panel(finding, index, verbose)
+    hidden = len(report.findings) - len(shown)
+    if hidden:
+        yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
+    yield summary_line(report)
+
+
+def section_renderables(section: Any, wide: bool = False) -> list[Any]:
+    from . import tables
+
+    if isinstance(section, CompareResult):
+        meta = section.as_meta()
+        layers = tables.layers_table(meta, top=10 if wide else 3)
+        return [tables.compare_table(meta, wide)] + ([layers] if layers is not None else [])
+    if isinstance(section, EnvFacts):
+        return list(tables.env_tables(asdict(section)))
+    if isinstance(section, SectionTable):
+        table = Table(title=section.title, header_style="bold")
+        for col in section.columns:
+            table.add_column(str(col))
+        for row in section.rows:
+            table.add_row(*(str(cell) for cell in row))
+        return [table]
+    return []  # dtype maps and plots are drawn in the HTML report
 
 
 def summary_line(report: Report) -> Text:

@@ -1,9 +1,8 @@
 """One self-contained HTML file for a Report: inline CSS and SVG, no script, no network.
 
-Reads what producers stored (the meta keys are documented in docs/sections/integrations.md):
-    report.meta["dtype_map"]  module path → {"type": str, "dtypes": {dtype: count}} (or a dtype string)
-    report.meta["plots"]      list of plot dicts (render/svg.py), finding.data["plots"] likewise
-    report.meta["tables"]     list of {"title": str, "columns": [str], "rows": [[cell]]}
+Draws the findings, then the report's typed sections (sections.py) by type: a DtypeMap as the
+module tree, Table/Plot sections as tables and SVG charts, CompareResult and EnvFacts through
+render/views.py; finding.data["plots"] are drawn inside their finding.
 Every text from the report is escaped; the renderer computes nothing about the model.
 """
 
@@ -14,11 +13,12 @@ from html import escape
 from typing import Any
 
 from ..dtype_map import report_map
+from ..processors import lift_meta_sections
 from ..report import Finding, Operand, Origin, Report, Severity
 from .svg import render_plot
-from .views import producer_views
+from .views import section_views
 
-_STRUCTURED_META = ("dtype_map", "plots", "tables", "compare")
+_STRUCTURED_META = ("dtype_map", "plots", "tables", "compare", "env")  # schema-1 keys, now sections
 
 DTYPE_COLOURS = {
     "float32": "#2563eb",
@@ -107,6 +107,7 @@ def style() -> str:
 
 def fragment(report: Report) -> str:
     """The report body without <html>/<head>, for embedding (Jupyter's _repr_html_)."""
+    report = lift_meta_sections(report)
     out = [f"<h1>dtype-doctor {escape(report.tool or 'report')}</h1>", _summary(report)]
     out.append(_facts(report.meta))
     if report.findings:
@@ -115,9 +116,7 @@ def fragment(report: Report) -> str:
     tree = _tree(report)
     if tree:
         out.append("<h2>Module tree by dtype</h2>" + _dtype_legend() + tree)
-    view_tables, view_plots = producer_views(report)
-    plots = list(_plots(report.meta.get("plots"))) + view_plots
-    tables = [t for t in _as_list(report.meta.get("tables")) if isinstance(t, Mapping)] + view_tables
+    tables, plots = section_views(report)
     for table in tables:
         out.append(f"<h2>{escape(str(table.get('title', 'Table')))}</h2>" + _table(table))
     if plots:

@@ -160,7 +160,7 @@ def _line(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
         label = xs[j] if j < len(xs) else j
         parts.append(
             f'<text x="{_LEFT + j * step:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">'
-            f"{escape(str(label))[:14]}</text>"
+            f"{escape(str(label)[:14])}</text>"
         )
     return _svg(parts, str(plot.get("title", "")))
 
@@ -192,9 +192,9 @@ def _bar(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
         if crowded:  # long labels: slanted, ending under their bar
             parts.append(
                 f'<text x="{x:.1f}" y="{y}" text-anchor="end" transform="rotate(-30 {x:.1f} {y})">'
-                f"{escape(str(label))[:24]}</text>"
+                f"{escape(str(label)[:24])}</text>"
             )
         else:
-            parts.append(f'<text x="{x:.1f}" y="{y}" text-anchor="middle">{escape(str(label))[:24]}</text>')
+            parts.append(f'<text x="{x:.1f}" y="{y}" text-anchor="middle">{escape(str(label)[:24])}</text>')
     height = _H + (60 if crowded else 0)
     return _svg(parts, str(plot.get("title", "")), height)

@@ -1,7 +1,6 @@
-"""Fact tables for the console: the comparison of `compare` and the facts of `env`.
+"""Fact tables for the console: the CompareResult section of `compare` and the EnvFacts of `env`.
 
-Separate from console.py on purpose: these render `report.meta`, which only these two
-producers fill; findings are still rendered by console.render.
+console.section_renderables dispatches a section here; findings are rendered by console.py.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ import math
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -144,13 +142,6 @@ def layers_table(meta: dict[str, Any], top: int = 3) -> Table | None:
             note,
         )
     return table
-
-
-def render_compare(meta: dict[str, Any], console: Console, wide: bool = False) -> None:
-    console.print(compare_table(meta, wide))
-    layers = layers_table(meta, top=10 if wide else 3)
-    if layers is not None:
-        console.print(layers)
 
 
 _LABELS = {

@@ -1,6 +1,6 @@
 """Tables and plots from what known producers store, in the generic shapes the HTML draws.
 
-compare:  report.meta["compare"] = {"variants": [{"name", "status", "timing": {"median_s", "q1_s",
+compare:  the CompareResult section: {"variants": [{"name", "status", "timing": {"median_s", "q1_s",
           "q3_s"}, "peak_memory_bytes", "error": {"rel_l2"}, "layers": [{"module", "rel_l2",
           "explained_by"}]}], ...}
 numerics: GradScaler findings with data["scales"] (the scale per step).
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from ..report import Report
+from ..sections import CompareResult, EnvFacts, Plot, Table
 
 _SCALE_CODES_KEY = "scales"
 
@@ -36,13 +38,8 @@ def _get(mapping: Any, *keys: str) -> Any:
     return mapping
 
 
-def compare_views(meta: Mapping[str, Any]) -> tuple[list[dict], list[dict]]:
-    cmp = meta.get("compare")
-    variants = (
-        [v for v in (cmp or {}).get("variants", []) if isinstance(v, Mapping)]
-        if isinstance(cmp, Mapping)
-        else []
-    )
+def compare_views(section: CompareResult) -> tuple[list[dict], list[dict]]:
+    variants = [v for v in section.variants if isinstance(v, Mapping)]
     if not variants:
         return [], []
     names = [str(v.get("name", "?")) for v in variants]
@@ -148,7 +145,36 @@ def scaler_plots(report: Report) -> list[dict]:
     return plots
 
 
-def producer_views(report: Report) -> tuple[list[dict], list[dict]]:
-    """(tables, plots) for the producers this module knows."""
-    tables, plots = compare_views(report.meta)
+def env_views(section: EnvFacts) -> list[dict]:
+    """The env facts as the tables the console shows (same rows, same labels)."""
+    from dataclasses import asdict
+
+    from .tables import env_tables
+
+    out = []
+    for table in env_tables(asdict(section)):
+        columns = [str(c.header) for c in table.columns]
+        cells = [[str(cell) for cell in c.cells] for c in table.columns]
+        rows = [list(row) for row in zip(*cells, strict=True)] if cells else []
+        out.append(
+            {"title": str(table.title or ""), "columns": columns if table.show_header else [], "rows": rows}
+        )
+    return out
+
+
+def section_views(report: Report) -> tuple[list[dict], list[dict]]:
+    """(tables, plots) in the generic shapes the HTML draws, from the report's sections by type."""
+    tables: list[dict] = []
+    plots: list[dict] = []
+    for section in report.sections:
+        if isinstance(section, CompareResult):
+            more_tables, more_plots = compare_views(section)
+            tables += more_tables
+            plots += more_plots
+        elif isinstance(section, EnvFacts):
+            tables += env_views(section)
+        elif isinstance(section, Table):
+            tables.append(asdict(section))
+        elif isinstance(section, Plot):
+            plots.append(asdict(section))
     return tables, plots + scaler_plots(report)

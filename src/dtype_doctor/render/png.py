@@ -9,13 +9,13 @@ import math
 import os
 from typing import Any
 
-from .errors import DoctorError
+from ..errors import DoctorError
 
 _COLORS = {"ok": "#4C72B0", "overflows": "#DD8452", "fails": "#C44E52", "out-of-memory": "#C44E52"}
 
 
 def plot_compare(meta: dict[str, Any], path: str) -> str:
-    """Write the comparison in `meta` (report.meta["compare"]) to `path` as PNG; return the path."""
+    """Write the comparison in `meta` (CompareResult.as_meta()) to `path` as PNG; return the path."""
     try:
         import matplotlib
 

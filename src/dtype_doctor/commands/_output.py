@@ -1,0 +1,159 @@
+"""The one way a command shows its report: console, JSON (stdout or file), HTML.
+
+Also the output options every report-producing command shares, their checks, and the stdout
+guard that keeps `--json` on stdout pure JSON while user code runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO
+
+from ..errors import DoctorError
+
+
+class _Once(argparse.Action):
+    """An option given twice is an error: `--json a.json --json b.json` would silently drop a.json."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice: give it once")
+        if values == "" or (isinstance(values, str) and not values.strip()):
+            parser.error(f"{option_string} needs a PATH, got an empty value")
+        setattr(namespace, self.dest, values)
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """Options every report-producing command shares."""
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        action=_Once,
+        metavar="PATH",
+        help="write the report as JSON to PATH, or to stdout when no PATH is given",
+    )
+    out.add_argument(
+        "--html", action=_Once, metavar="PATH", help="write a self-contained HTML report to PATH"
+    )
+    out.add_argument("-v", "--verbose", action="store_true", help="show all evidence")
+    out.add_argument("--no-color", action="store_true", help="plain text output")
+
+
+def check_output_paths(args: argparse.Namespace, inputs: Sequence[str] = ()) -> None:
+    """Refuse output paths that would clobber each other or one of the command's inputs."""
+    given = [(opt, getattr(args, opt.lstrip("-"), None)) for opt in ("--json", "--html", "--output")]
+    targets = [(opt, p) for opt, p in given if p and p != "-"]
+    seen: dict[str, str] = {}
+    for option, path in targets:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise DoctorError(f"{seen[real]} and {option} name the same file {path}: give two paths")
+        seen[real] = option
+        for source in inputs:
+            if os.path.realpath(source) == real:
+                raise DoctorError(f"{option} {path} is one of the inputs: it would be overwritten")
+
+
+def write(path: str, text: str) -> None:
+    """Write `text` to `path` whole or not at all (a signal mid-write leaves no half report)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        # backslashreplace: undecodable bytes of the user's text (surrogates) are shown, not fatal
+        with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# Where `--json` (no PATH) writes: the real stdout, saved while user code's output goes to stderr.
+_json_stdout: list[TextIO] = []
+
+
+def write_json_stdout(report: Any) -> None:
+    from ..render.json import render_json
+
+    stream = _json_stdout[-1] if _json_stdout else sys.stdout
+    stream.write(render_json(report))
+    stream.flush()
+
+
+@contextlib.contextmanager
+def json_stdout_guard() -> Iterator[None]:
+    """While the command runs, everything written to stdout (print, os.write(1), subprocesses) goes to
+    stderr at the file-descriptor level; the JSON report alone goes to the real stdout."""
+    stream = sys.stdout
+    with contextlib.suppress(Exception):
+        stream.flush()
+    saved_fd: int | None = None
+    json_stream: TextIO = stream
+    try:
+        fileno = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fileno = None
+    try:
+        saved_fd = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # fd 1 or 2 closed: only the Python-level redirect is possible
+        saved_fd = None
+    if fileno == 1 and saved_fd is not None:
+        json_stream = open(saved_fd, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    _json_stdout.append(json_stream)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _json_stdout.pop()
+        for s in (sys.stderr, json_stream):
+            with contextlib.suppress(Exception):
+                s.flush()
+        if saved_fd is not None:
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+
+
+def emit(
+    report: Any,
+    args: argparse.Namespace,
+    *,
+    console: Any = None,
+    path: Callable[[str], str] = str,
+    empty: str | None = None,
+) -> None:
+    """Show a report the way the user asked: console, JSON (stdout or file), HTML.
+
+    `console`: where the console report goes (default stdout; skipped for `--json` on stdout unless
+    given). `path` maps the user's paths (run: one file per rank). `empty`: the line shown instead
+    of "no problems found" when the report has no findings.
+    """
+    from ..processors import lift_meta_sections
+    from ..render.console import make_console, render
+
+    report = lift_meta_sections(report)  # a producer that still keeps a section in meta
+    json_target = getattr(args, "json", None)
+    if json_target == "-":
+        write_json_stdout(report)
+    elif json_target:
+        from ..render.json import render_json
+
+        write(path(json_target), render_json(report))
+    if json_target != "-" or console is not None:
+        color = not getattr(args, "no_color", False)
+        console = console or make_console(color=color)
+        if empty is not None and not report.findings:
+            console.print(empty)
+        else:
+            render(report, console=console, verbose=getattr(args, "verbose", False), color=color)
+    html_target = getattr(args, "html", None)
+    if html_target:
+        from ..render.html import render_html
+
+        write(path(html_target), render_html(report))

@@ -1,0 +1,11 @@
+"""The JSON renderer: a Report as schema-2 JSON text (sections by type, via sections.section_to_dict)."""
+
+from __future__ import annotations
+
+from ..processors import lift_meta_sections
+from ..report import Report
+
+
+def render_json(report: Report) -> str:
+    """The report as one JSON document (with a final newline); schema-1 meta sections typed first."""
+    return lift_meta_sections(report).to_json() + "\n"

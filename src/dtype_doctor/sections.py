@@ -1,0 +1,135 @@
+"""Typed report sections: what a producer shows besides its findings, in one declared shape each.
+
+A Report holds them in `report.sections`; renderers dispatch on the type (render/console.py,
+render/html.py, render/json via Report.to_dict). JSON: `{"type": "<tag>", ...fields}`.
+No torch import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+@dataclass
+class Table:
+    """A titled table of cells (rendered as text)."""
+
+    TYPE: ClassVar[str] = "table"
+    title: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
+
+
+@dataclass
+class Plot:
+    """A line or bar chart: `series` maps a name to values (None for a gap) along `x`."""
+
+    TYPE: ClassVar[str] = "plot"
+    title: str
+    kind: str = "line"
+    x: list[Any] = field(default_factory=list)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
+    xlabel: str = ""
+    ylabel: str = ""
+    log: bool = False
+
+
+@dataclass
+class ModuleDtypes:
+    """One module (or a repeated block, `repeat` > 1) and the dtypes of the tensors it holds."""
+
+    path: str
+    type: str = ""
+    dtypes: dict[str, int] = field(default_factory=dict)
+    repeat: int = 1
+
+
+@dataclass
+class DtypeMap:
+    """The dtype map of a model: one entry per module path (root is "")."""
+
+    TYPE: ClassVar[str] = "dtype_map"
+    modules: list[ModuleDtypes] = field(default_factory=list)
+
+    @classmethod
+    def from_value(cls, value: Any) -> DtypeMap:
+        """From any map shape a producer or an older report holds (see dtype_map.iter_map)."""
+        from .dtype_map import iter_map
+
+        return cls([ModuleDtypes(e.path, e.type, dict(e.dtypes), e.repeat) for e in iter_map(value)])
+
+    def by_path(self) -> dict[str, ModuleDtypes]:
+        return {m.path: m for m in self.modules}
+
+
+@dataclass
+class EnvFacts:
+    """Facts about the machine (`dtype-doctor env`)."""
+
+    TYPE: ClassVar[str] = "env"
+    software: dict[str, Any] = field(default_factory=dict)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    cpu: dict[str, Any] = field(default_factory=dict)
+    autocast: dict[str, Any] = field(default_factory=dict)
+    libraries: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CompareResult:
+    """What `compare` measured: its settings (device, repeats, ...) and one dict per precision variant."""
+
+    TYPE: ClassVar[str] = "compare"
+    settings: dict[str, Any] = field(default_factory=dict)
+    variants: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_meta(self) -> dict[str, Any]:
+        """Settings and variants in one dict: the shape the compare tables and plot read."""
+        return {**self.settings, "variants": self.variants}
+
+
+Section = Table | Plot | DtypeMap | EnvFacts | CompareResult
+SECTION_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (Table, Plot, DtypeMap, EnvFacts, CompareResult)}
+
+
+def section_to_dict(section: Any) -> dict[str, Any]:
+    return {"type": section.TYPE, **asdict(section)}
+
+
+def section_from_dict(data: Any) -> Any:
+    """A section from its JSON form; ValueError names what is wrong."""
+    if not isinstance(data, dict) or data.get("type") not in SECTION_TYPES:
+        raise ValueError(f"a section is an object with a 'type' in {sorted(SECTION_TYPES)}")
+    cls = SECTION_TYPES[data["type"]]
+    known = {f.name: f for f in fields(cls)}
+    values = {k: v for k, v in data.items() if k in known}
+    try:
+        if cls is DtypeMap:
+            values["modules"] = [ModuleDtypes(**m) for m in values.get("modules", [])]
+        return cls(**values)
+    except TypeError as exc:
+        raise ValueError(f"section {data['type']!r}: {exc}") from None
+
+
+# meta keys of schema 1 that are sections now
+LEGACY_META_KEYS = ("dtype_map", "env", "compare", "plots", "tables")
+
+
+def sections_from_meta(meta: dict[str, Any]) -> list[Any]:
+    """Schema 1 kept sections in meta: move them out (meta is changed) and return them typed."""
+    out: list[Any] = []
+    if "dtype_map" in meta:
+        out.append(DtypeMap.from_value(meta.pop("dtype_map")))
+    env = meta.pop("env", None)
+    if isinstance(env, dict):
+        out.append(EnvFacts(**{k: v for k, v in env.items() if k in EnvFacts.__dataclass_fields__}))
+    cmp = meta.pop("compare", None)
+    if isinstance(cmp, dict):
+        settings = {k: v for k, v in cmp.items() if k != "variants"}
+        out.append(CompareResult(settings=settings, variants=list(cmp.get("variants") or [])))
+    for key, cls in (("tables", Table), ("plots", Plot)):
+        items = meta.pop(key, [])
+        for item in items if isinstance(items, list) else [items]:
+            if isinstance(item, dict):
+                out.append(section_from_dict({**item, "type": cls.TYPE}))
+    return out

@@ -1,0 +1,55 @@
+"""Fault injection: `run` killed by SIGTERM or SIGINT at random points still leaves a whole report."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+SCRIPT = """
+import torch
+layer = torch.nn.Linear(4, 4).half()
+print("ready", flush=True)
+while True:
+    try:
+        layer(torch.randn(2, 4))  # float32 input, float16 weight: a mismatch on every step
+    except RuntimeError:
+        pass
+"""
+
+KILLS = 4  # a handful: each kill is a fresh interpreter importing torch
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="POSIX signals")
+def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(SCRIPT)
+    rng = random.Random()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for i in range(KILLS):
+        sig = (signal.SIGTERM, signal.SIGINT)[i % 2]
+        delay = rng.uniform(0.0, 0.5)
+        out = tmp_path / f"report{i}.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dtype_doctor", "run", f"--json={out}", "--no-color", str(script)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        where = f"{sig.name} after {delay:.3f} s"
+        assert proc.returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM), (where, proc.returncode, err)
+        report = json.loads(out.read_text())  # whole: parses
+        assert report["tool"] == "run", where
+        codes = [f["code"] for f in report["findings"]]
+        assert codes == ["matmul-dtype-mismatch"], (where, codes)
+        assert b"Traceback" not in err, (where, err.decode())
