@@ -7,6 +7,7 @@ peaks) run when the tensors live on a CUDA device, the CPU paths otherwise.
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import dataclasses
 import math
@@ -44,19 +45,51 @@ def float_tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """Apply fn to every tensor of a nested structure of tuples, lists and dicts (others kept)."""
+    """Apply fn to every tensor of any nested output: tuples, lists, dicts, namedtuples and
+    dataclasses, including library outputs (transformers ModelOutput, diffusers BaseOutput) that
+    are both a dataclass and an OrderedDict and whose fields may have no default."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _map_dataclass(obj, fn)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
         return type(obj)(*(map_tensors(v, fn) for v in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(map_tensors(v, fn) for v in obj)
-    if isinstance(obj, dict):
-        out = obj.copy()  # keeps OrderedDict subclasses such as ModelOutput
-        for key in obj:
-            out[key] = map_tensors(obj[key], fn)
-        return out
+        items = [map_tensors(v, fn) for v in obj]
+        try:
+            return type(obj)(items)
+        except Exception:
+            return tuple(items) if isinstance(obj, tuple) else items
+    if isinstance(obj, Mapping):
+        mapped = {key: map_tensors(value, fn) for key, value in obj.items()}
+        try:
+            out = copy.copy(obj)
+            for key, value in mapped.items():
+                out[key] = value
+            return out
+        except Exception:
+            return mapped
     return obj
+
+
+def _map_dataclass(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """A new instance through the class's own constructor (so ModelOutput's dict view is rebuilt);
+    if the constructor refuses, a shallow copy with the fields replaced; else a plain dict."""
+    fields = dataclasses.fields(obj)
+    values = {f.name: map_tensors(getattr(obj, f.name), fn) for f in fields}
+    try:
+        return type(obj)(**{f.name: values[f.name] for f in fields if f.init})
+    except Exception:
+        pass
+    try:
+        out = copy.copy(obj)
+        for name, value in values.items():
+            object.__setattr__(out, name, value)
+            if isinstance(out, dict) and name in out:
+                out[name] = value
+        return out
+    except Exception:
+        return values
 
 
 def cast_floats(obj: Any, dtype: torch.dtype) -> Any:
