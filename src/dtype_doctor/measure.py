@@ -10,6 +10,7 @@ import contextlib
 import copy
 import ctypes
 import dataclasses
+import gc
 import math
 import os
 import statistics
@@ -181,11 +182,19 @@ def grad_error_stats(low: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Te
 # time
 
 
+UNSTABLE_SPREAD = 0.3  # IQR wider than this share of the median: too noisy for a speed claim
+UNSTABLE_DRIFT = 1.5  # the same runs this much slower/faster when timed again: the load changed
+
+
 @dataclass
 class Timing:
-    """Latencies of repeated runs, in seconds; honest about spread."""
+    """Latencies of repeated runs, in seconds; honest about spread.
+
+    `drift`: median when timed again later / median at first (None when timed once).
+    """
 
     samples: list[float] = field(default_factory=list)
+    drift: float | None = None
 
     @property
     def median(self) -> float:
@@ -198,6 +207,22 @@ class Timing:
         q = statistics.quantiles(self.samples, n=4, method="inclusive")
         return (q[0], q[2])
 
+    @property
+    def spread(self) -> float:
+        lo, hi = self.iqr
+        return (hi - lo) / self.median if self.samples and self.median > 0 else math.nan
+
+    @property
+    def unstable(self) -> str | None:
+        """Why these numbers cannot back a speed claim, or None when they can."""
+        if not self.samples or not self.median > 0:
+            return "no timing"
+        if self.spread > UNSTABLE_SPREAD:
+            return f"IQR {self.spread:.0%} of the median"
+        if self.drift is not None and max(self.drift, 1 / self.drift) > UNSTABLE_DRIFT:
+            return f"{max(self.drift, 1 / self.drift):.1f}× apart when timed again"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         lo, hi = self.iqr
         return {
@@ -207,7 +232,9 @@ class Timing:
             "min_s": min(self.samples) if self.samples else math.nan,
             "max_s": max(self.samples) if self.samples else math.nan,
             "repeats": len(self.samples),
-            "spread": (hi - lo) / self.median if self.samples and self.median > 0 else math.nan,
+            "spread": self.spread,
+            "drift": self.drift,
+            "unstable": self.unstable,
         }
 
 
@@ -221,16 +248,27 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_runs(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> Timing:
-    """Median-ready wall times of `fn`, after `warmup` untimed calls; the device is synchronised."""
+    """Wall times of `fn` after `warmup` untimed calls; the device is synchronised after each.
+
+    As timeit does, the garbage collector is run first and kept off while timing: otherwise
+    a collection of an earlier variant's cyclic garbage (whole models) lands in a timed run.
+    """
     for _ in range(warmup):
         fn()
     synchronize(device)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
     timing = Timing()
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        timing.samples.append(time.perf_counter() - start)
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            timing.samples.append(time.perf_counter() - start)
+    finally:
+        if was_enabled:
+            gc.enable()
     return timing
 
 

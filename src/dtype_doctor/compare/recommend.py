@@ -20,7 +20,18 @@ def _faster(a: VariantResult, b: VariantResult) -> bool:
     """a is faster than b beyond noise: a's upper quartile below b's lower quartile (n ≥ 3 each)."""
     if not (a.timing and b.timing) or min(len(a.timing.samples), len(b.timing.samples)) < _MIN_SAMPLES:
         return False
+    if a.timing.unstable or b.timing.unstable:
+        return False  # never a speed claim from numbers that jump between runs
     return a.timing.iqr[1] < b.timing.iqr[0]
+
+
+def _unstable(r: VariantResult, ref: VariantResult) -> str | None:
+    """Why r's speed cannot be compared with fp32's, naming whose timings are unstable."""
+    for who, v in ((r.name, r), ("fp32", ref)):
+        why = v.timing.unstable if v.timing else None
+        if why:
+            return f"{who} timings unstable: {why}"
+    return None
 
 
 def _accepted(r: VariantResult, tolerance: float) -> bool:
@@ -46,6 +57,10 @@ def _reason(r: VariantResult, ref: VariantResult, base: VariantResult | None = N
     ratio = ref.median / r.median if r.median > 0 else math.nan
     if r.precision.is_reference:
         speed = f"{r.median * 1e3:.3g} ms"
+        if r.timing and r.timing.unstable:
+            speed += f" (unstable: {r.timing.unstable})"
+    elif unstable := _unstable(r, ref):
+        speed = f"no speed claim ({unstable})"
     elif _faster(r, ref):
         speed = f"{ratio:.2f}× faster than fp32"
     elif _faster(ref, r):
@@ -54,7 +69,7 @@ def _reason(r: VariantResult, ref: VariantResult, base: VariantResult | None = N
         speed = f"{ratio:.2f}× fp32's speed (too few runs to tell from noise)"
     else:
         speed = f"as fast as fp32 within noise ({ratio:.2f}×)"
-    spread = r.timing.to_dict()["spread"] if r.timing else math.nan
+    spread = r.timing.spread if r.timing else math.nan
     text = f"{label}: {speed} (median of {len(r.timing.samples) if r.timing else 0}, IQR {spread:.0%})"
     if not r.precision.is_reference and r.error:
         text += f", error {fmt_err(r.error.rel_l2)}"
@@ -105,10 +120,16 @@ def recommend(results: list[VariantResult], dev: torch.device, tolerance: float)
     best = faster[0] if faster else ref
     reasons = [_reason(r, ref, _base_of(r, results)) for r in results]
     if best is ref:
-        if accepted:
+        if accepted and ref.timing and ref.timing.unstable:
+            headline = (
+                f"fp32: timings on this machine were unstable ({ref.timing.unstable}), so no speed "
+                "claim is made; run again on an idle machine or with more --repeats"
+            )
+        elif accepted:
             headline = "fp32: no low-precision variant is faster beyond noise on this hardware" + (
                 f" ({device_name(dev)})" if dev.type == "cpu" else ""
             )
+        if accepted:
             lighter = min(accepted, key=lambda r: r.weights_bytes or math.inf)
             if lighter.weights_bytes and ref.weights_bytes and lighter.weights_bytes < ref.weights_bytes:
                 headline += f"; if memory matters, {lighter.name} halves the weights at error {fmt_err(lighter.error.rel_l2 if lighter.error else None)}"

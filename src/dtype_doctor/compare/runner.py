@@ -164,11 +164,17 @@ class Runner:
                 else:
                     fn = self.forward_fn(model, p)
                     out = fn()
-                result.timing = time_runs(fn, self.device, self.warmup, self.repeats)
             except Exception as exc:
                 if not self._failed(result, exc, model, p):
                     raise
         result.peak_bytes, result.memory_method = mem.peak_bytes, mem.method
+        if result.status == "ok":
+            # timed outside PeakMemory: its RSS sampler thread would be timed with the model
+            try:
+                result.timing = time_runs(fn, self.device, self.warmup, self.repeats)
+            except Exception as exc:
+                if not self._failed(result, exc, model, p):
+                    raise
         if result.status != "ok":
             return result, model
         if self.train_step and p.dtype == torch.float16:
@@ -223,7 +229,9 @@ class Runner:
         if model is None or result.timing is None:
             return
         fn = self.step_fn(model, p, [1.0]) if self.train_step else self.forward_fn(model, p)
-        result.timing.samples += time_runs(fn, self.device, 0, self.repeats).samples
+        again = time_runs(fn, self.device, 0, self.repeats)
+        result.timing.drift = again.median / result.timing.median if result.timing.median > 0 else None
+        result.timing.samples += again.samples
         result.throughput = self.batch / result.median if result.median > 0 else None
 
     # -- attribution
