@@ -35,6 +35,22 @@ WATCH_FAMILIES: tuple[Family, ...] = (
         related=("matmul-dtype-mismatch", "conv-bias-dtype-mismatch"),
     ),
     Family(
+        code="compiled-region-unwatched",
+        title="torch.compile regions ran unwatched",
+        cause=(
+            "Inside a region torch.compile traces, dtype-doctor steps aside so that the compiled "
+            "program is exactly yours; the {graphs} graph(s) compiled while watching were not checked."
+        ),
+        severity="info",
+        fixes=(
+            FixTemplate(
+                "Watch the model uncompiled to check every op",
+                "with dtype_doctor.watch(model=model):\n    model(x)   # the module, not torch.compile(model)",
+                "Dtype mismatches do not depend on compilation: the eager run finds the same ones.",
+            ),
+        ),
+    ),
+    Family(
         code="tool-internal-error",
         title="dtype-doctor hit an internal error and skipped part of its analysis",
         cause=(

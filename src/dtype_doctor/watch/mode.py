@@ -11,6 +11,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..errors import DtypeMismatchError
+from .compiled import compiling
 from .contracts import CONTRACTS, Contract
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class WatchMode(TorchFunctionMode):
             return PASS
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if type(func) is _GETTER:
+        if type(func) is _GETTER or compiling():  # dynamo traces this: it sees the op only
             return func(*args, **kwargs) if kwargs else func(*args)
         if kwargs is None:
             kwargs = {}

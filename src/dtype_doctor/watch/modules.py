@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from ..errors import DtypeMismatchError
+from .compiled import compiling
 
 _no_torch_function = torch._C.DisableTorchFunction
 
@@ -174,6 +175,8 @@ class ModuleStack:
         return self.stack[-1] if self.stack else None
 
     def _pre(self, module: nn.Module, args: tuple) -> None:
+        if compiling():  # dynamo is tracing this hook: leave the compiled graph the user's own
+            return
         if self._gate is not None and not self._gate.enter(not self.stack):
             return
         try:
@@ -191,6 +194,8 @@ class ModuleStack:
         self.stack.append(module)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if compiling():
+            return
         stack = self.stack
         if stack and stack[-1] is module:
             stack.pop()

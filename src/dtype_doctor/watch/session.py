@@ -17,6 +17,7 @@ from ..errors import DtypeMismatchError
 from ..report import Report
 from . import findings as F
 from . import threads
+from .compiled import CompileNotice
 from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, put
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
@@ -73,6 +74,7 @@ class Session:
         if self._numerics_on:
             self._start_numerics()
         threads.entered(self)
+        self._compiled = CompileNotice()
         self.stack.start()
         self._patch_grad_scaler()
         self._mode.__enter__()
@@ -94,7 +96,8 @@ class Session:
             return
         self._active = False
         threads.exited(self)
-        for step in (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics, self._rerank):
+        steps = (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics, self._rerank)
+        for step in (*steps, self._note_compiled):
             try:
                 step()
             except Exception as exc:
@@ -113,6 +116,11 @@ class Session:
                 context = {*f.data.get("context", ()), "multi-error"}
                 f.data["context"] = sorted(context)
                 f.fixes = catalog.fixes_for(f.code, context, **names)
+
+    def _note_compiled(self) -> None:
+        finding = self._compiled.finding()
+        if finding is not None:
+            self.report.add(finding)
 
     def _mode_exit(self) -> None:
         self._mode.__exit__(None, None, None)
