@@ -42,7 +42,8 @@ def ranks(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     return _torchrun(out), out
 
 
-def _torchrun(out: Path) -> subprocess.CompletedProcess:
+def _torchrun(out: Path, script: Path = SCRIPT) -> subprocess.CompletedProcess:
+    """torchrun --nproc-per-node 2 SCRIPT OUT (CPU, gloo), killed with its workers if it hangs."""
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip(f"torchrun not found next to {sys.executable}")
@@ -52,7 +53,7 @@ def _torchrun(out: Path) -> subprocess.CompletedProcess:
         "OMP_NUM_THREADS": "1",
     }
     proc = subprocess.Popen(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(SCRIPT), str(out)],
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(script), str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

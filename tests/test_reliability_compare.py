@@ -11,31 +11,17 @@ from typing import ClassVar
 import pytest
 import torch
 
+from dtype_doctor import tiny_models
 from dtype_doctor.compare import ProgressEvent, compare
 
 FAST = {"repeats": 3, "warmup": 0}
 
 
-def tiny_unet() -> torch.nn.Module:
-    from diffusers import UNet2DModel
-
-    return UNet2DModel(
-        sample_size=8,
-        in_channels=3,
-        out_channels=3,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-        norm_num_groups=4,
-    )
-
-
-def test_compare_runs_a_diffusers_unet_returning_unet2doutput():
-    # before: TypeError: UNet2DOutput.__init__() missing 1 required positional argument: 'sample'
+def test_compare_runs_a_diffusers_unet_returning_its_output_dataclass():
+    # before: TypeError: UNet2DConditionOutput.__init__() missing 1 required positional argument: 'sample'
     report = compare(
-        tiny_unet,
-        {"sample": "1x3x8x8", "timestep": "1:int64"},
+        tiny_models.unet,
+        {"sample": "1x4x16x16", "timestep": "1:int64", "encoder_hidden_states": "1x4x32"},
         precisions=("fp32", "bf16"),
         keep_fp32=None,
         **FAST,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from dtype_doctor import watch
+from dtype_doctor import tiny_models, watch
 
 BACKENDS = ["eager", "aot_eager"]  # inductor: its own test below
 
@@ -35,11 +35,7 @@ def need(backend: str) -> None:
 
 
 def tiny_gpt2() -> nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16)
-    return GPT2LMHeadModel(config).eval()
+    return tiny_models.gpt2(n_layer=1).eval()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -3,8 +3,6 @@ rank neither raise a gloo error nor block for the process-group timeout in the r
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,37 +11,16 @@ import pytest
 
 from dtype_doctor.report import Report
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from test_distributed import _torchrun
+
 SCRIPT = Path(__file__).parent / "data" / "ddp_failing_rank.py"
 
 
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    torchrun = Path(sys.executable).with_name("torchrun")
-    if not torchrun.exists():
-        pytest.skip(f"torchrun not found next to {sys.executable}")
     out = tmp_path_factory.mktemp("failing_rank")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = subprocess.Popen(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(SCRIPT), str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=out,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"torchrun hung:\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), out
+    return _torchrun(out, SCRIPT), out
 
 
 def test_both_ranks_run_to_the_end(launch):

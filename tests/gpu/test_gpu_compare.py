@@ -14,34 +14,22 @@ import torch
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device (tests/gpu runs on a GPU machine)", allow_module_level=True)
 
+from dtype_doctor import tiny_models
 from dtype_doctor.compare import compare
 
 PRECISIONS = ("fp32", "fp16", "bf16", "autocast-fp16", "autocast-bf16")
 
 
 def unet() -> torch.nn.Module:
-    from diffusers import UNet2DModel
-
-    return UNet2DModel(
-        sample_size=32,
-        in_channels=4,
-        out_channels=4,
-        layers_per_block=1,
-        block_out_channels=(32, 64),
-        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
-        norm_num_groups=8,
-    )
+    return tiny_models.unet(sample_size=32)
 
 
 def gpt2() -> torch.nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=1024, n_positions=128))
+    return tiny_models.gpt2(n_layer=4, n_embd=256, vocab_size=1024, n_positions=128)
 
 
 MODELS = {
-    "unet": (unet, {"sample": "8x4x32x32", "timestep": "8:int64"}),
+    "unet": (unet, {"sample": "8x4x32x32", "timestep": "8:int64", "encoder_hidden_states": "8x16x32"}),
     "gpt2": (gpt2, "8x128:int64"),
 }
 
