@@ -38,8 +38,9 @@ WATCH_FAMILIES: tuple[Family, ...] = (
         code="compiled-region-unwatched",
         title="torch.compile regions ran unwatched",
         cause=(
-            "Inside a region torch.compile traces, dtype-doctor steps aside so that the compiled "
-            "program is exactly yours; the {graphs} graph(s) compiled while watching were not checked."
+            "While torch.compile traces, dtype-doctor steps aside so that the compiled program is "
+            "exactly yours; ops inside the {graphs} graph(s) compiled while watching were checked "
+            "only where they run through Python (eager/aot_eager backends), not in inductor kernels."
         ),
         severity="info",
         fixes=(

@@ -4,9 +4,10 @@ Dynamo traces Python it meets, the watcher's TorchFunctionMode and global module
 tracing their bookkeeping breaks compilation ("UnspecializedNNModuleVariable ... already tracked
 for mutation", "Guard failed on the same frame"). So while dynamo traces, the hooks do nothing and
 the mode calls the op straight through: the graph holds the user's ops only, the user's program
-runs as it would without the tool, and an error inside it is the user's own. Ops dynamo leaves to
-eager Python (graph breaks, the eager backend's graph) are still watched. When a session saw
-dynamo compile something, it reports that those regions were not checked.
+runs as it would without the tool, and an error inside it is the user's own. Ops the compiled
+code runs through Python (graph breaks, the eager and aot_eager backends' graphs, as aten ops)
+are still watched; inductor's kernels are not. When a session saw dynamo compile something, it
+says so.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class CompileNotice:
         return catalog.finding(
             "compiled-region-unwatched",
             names={"graphs": graphs},
-            message=f"torch.compile compiled {graphs} graph(s) while watching: the ops inside them "
-            "were not checked (ops run eagerly, graph breaks included, were)",
+            message=f"torch.compile compiled {graphs} graph(s) while watching: dtype-doctor stepped "
+            "aside while dynamo traced them, so compiled ops were checked only where the graph runs "
+            "them through Python (eager/aot_eager backends, graph breaks), not inside inductor kernels",
             data={"graphs": graphs},
         )
