@@ -131,3 +131,26 @@ def test_scaler_monitors_stopped_out_of_order_restore_update():
     first.stop()
     second.stop()
     assert torch.amp.GradScaler.update is ORIGINAL_UPDATE
+
+
+def test_a_worker_still_running_when_the_session_ends_runs_as_without_the_tool():
+    entered, session_over = threading.Event(), threading.Event()
+    model = nn.Sequential()
+    model.add_module("layer", Waiting(session_over, entered))
+    model.half()
+    errors: list[str] = []
+
+    def work() -> None:
+        try:
+            model(torch.randn(2, 4))  # the mismatch happens after the session has ended
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    worker = threading.Thread(target=work)
+    with watch(model=model) as session:
+        worker.start()
+        assert entered.wait(10)
+    session_over.set()
+    worker.join(10)
+    assert errors == ["expected m1 and m2 to have the same dtype, but got: float != c10::Half"]
+    assert not session.report.findings

@@ -88,7 +88,9 @@ class WatchMode(TorchFunctionMode):
             return PASS
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if type(func) is _GETTER or compiling():  # dynamo traces this: it sees the op only
+        # a getter; dynamo tracing this (it must see the op only); or a worker thread's mode left
+        # pushed when its session stopped mid-call (the session's hooks are gone): pass through
+        if type(func) is _GETTER or compiling() or not self.session._active:
             return func(*args, **kwargs) if kwargs else func(*args)
         if kwargs is None:
             kwargs = {}
