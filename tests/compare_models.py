@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -90,3 +92,13 @@ def makes_fp32() -> nn.Module:
 
 def broken() -> nn.Module:
     raise RuntimeError("cannot build the model")
+
+
+def compare_meta(report: Any) -> dict:
+    """compare's settings and variants: `report.meta["compare"]` on this branch, the CompareResult
+    section once main's typed report sections are merged (then drop the fallback)."""
+    try:
+        from dtype_doctor.sections import CompareResult
+    except ImportError:
+        return report.meta["compare"]
+    return report.section(CompareResult).as_meta()

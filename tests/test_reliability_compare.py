@@ -4,14 +4,19 @@ timings that jump between runs (and nothing but the model inside a timed run).""
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import torch
 
 from dtype_doctor.compare import ProgressEvent, compare
+
+sys.path.insert(0, str(Path(__file__).parent))
+from compare_models import compare_meta
 
 try:  # tests/tiny_models.py once the re-layout is merged; the package module before
     import tiny_models
@@ -30,7 +35,7 @@ def test_compare_runs_a_diffusers_unet_returning_its_output_dataclass():
         keep_fp32=None,
         **FAST,
     )
-    variants = {v["name"]: v for v in report.meta["compare"]["variants"]}
+    variants = {v["name"]: v for v in compare_meta(report)["variants"]}
     assert variants["fp32"]["status"] == "ok" and variants["bf16"]["status"] == "ok"
     assert 0 < variants["bf16"]["error"]["rel_l2"] < 0.1
     assert variants["bf16"]["layers"], "per-module error is attributed through the dataclass output"
@@ -65,7 +70,7 @@ def test_no_speed_claim_from_unstable_fp32_timings():
     bf16 = next(line for line in rec.data["reasons"] if line.startswith("bf16"))
     assert "no speed claim (" in bf16 and "timings unstable" in bf16
     assert "faster" not in bf16 and "within noise" not in bf16
-    fp32 = next(v for v in report.meta["compare"]["variants"] if v["name"] == "fp32")
+    fp32 = next(v for v in compare_meta(report)["variants"] if v["name"] == "fp32")
     assert fp32["timing"]["unstable"].startswith("IQR")
 
 

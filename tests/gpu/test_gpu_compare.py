@@ -19,6 +19,8 @@ if not torch.cuda.is_available():
 from dtype_doctor.compare import compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from compare_models import compare_meta
+
 try:  # tests/tiny_models.py once the re-layout is merged; the package module before
     import tiny_models
 except ImportError:
@@ -47,7 +49,7 @@ def test_fp16_and_bf16_speed_ups_on_cuda(name):
     report = compare(
         factory, inputs, precisions=PRECISIONS, keep_fp32=None, device="cuda", repeats=20, warmup=5
     )
-    variants = {v["name"]: v for v in report.meta["compare"]["variants"]}
+    variants = {v["name"]: v for v in compare_meta(report)["variants"]}
     assert all(v["status"] == "ok" for v in variants.values()), variants
     assert variants["fp16"]["error"]["rel_l2"] < 2e-2
     assert variants["bf16"]["error"]["rel_l2"] < 1e-1
@@ -61,7 +63,7 @@ def test_fp16_and_bf16_speed_ups_on_cuda(name):
     if out:
         with open(out, "a", encoding="utf-8") as fh:
             for v in variants.values():
-                row = {"model": name, "device": report.meta["compare"]["device_name"], "variant": v["name"]}
+                row = {"model": name, "device": compare_meta(report)["device_name"], "variant": v["name"]}
                 row.update({k: v["timing"][k] for k in ("median_s", "q1_s", "q3_s", "spread", "unstable")})
                 row.update(rel_l2=v["error"]["rel_l2"], peak_memory_bytes=v["peak_memory_bytes"])
                 fh.write(json.dumps(row) + "\n")

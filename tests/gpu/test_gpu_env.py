@@ -14,8 +14,17 @@ from dtype_doctor.cli import main
 from dtype_doctor.env import environment
 
 
+def gpus_in(report_json: dict) -> list[dict]:
+    """The GPU facts of a report's JSON: meta.env on this branch, the "env" section once main's
+    typed report sections are merged (then drop the fallback)."""
+    for section in report_json.get("sections", []):
+        if section.get("type") == "env":
+            return section["gpus"]
+    return report_json["meta"]["env"]["gpus"]
+
+
 def test_env_reports_the_visible_gpus_as_torch_sees_them():
-    gpus = environment().meta["env"]["gpus"]
+    gpus = gpus_in(json.loads(environment().to_json()))
     assert len(gpus) == torch.cuda.device_count()
     first = gpus[0]
     major, minor = torch.cuda.get_device_capability(0)
@@ -29,5 +38,5 @@ def test_env_reports_the_visible_gpus_as_torch_sees_them():
 def test_env_json_on_the_command_line(capsys):
     code = main(["env", "--json"])
     assert code in (0, 1)
-    facts = json.loads(capsys.readouterr().out)["meta"]["env"]
-    assert facts["gpus"] and facts["gpus"][0]["name"] == torch.cuda.get_device_name(0)
+    gpus = gpus_in(json.loads(capsys.readouterr().out))
+    assert gpus and gpus[0]["name"] == torch.cuda.get_device_name(0)
