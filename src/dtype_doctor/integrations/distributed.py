@@ -177,6 +177,7 @@ class DistributedSession:
     info: RankInfo | None
     rank_path: Path | None = None
     merged: Report | None = None
+    gather_timeout: float = 60.0  # a rank whose block raised waits for no one (0)
 
     @property
     def report(self) -> Report:
@@ -210,13 +211,14 @@ def distributed_watch(
         # after watch's own exit, so that the diagnosis of a failure is in the report
         if state is not None:
             try:
-                _finish(state, model, path, gather, 0.0 if failed else gather_timeout)
+                state.gather_timeout = 0.0 if failed else gather_timeout
+                _finish(state, model, path, gather)
             except Exception as exc:
                 # never replace the user's error, never end a healthy rank's run
                 warnings.warn(f"dtype-doctor: cannot write the report: {exc}", RuntimeWarning, stacklevel=3)
 
 
-def _finish(state: DistributedSession, model: Any, path: Any, gather: bool, timeout: float) -> None:
+def _finish(state: DistributedSession, model: Any, path: Any, gather: bool) -> None:
     report = state.report
     if model is not None and "dtype_map" not in report.meta:
         from ..dtype_map import module_dtype_map
@@ -235,6 +237,6 @@ def _finish(state: DistributedSession, model: Any, path: Any, gather: bool, time
         state.rank_path.write_text(report.to_json() + "\n", encoding="utf-8")
     if not gather:
         return
-    state.merged = gather_reports(report, timeout)
+    state.merged = gather_reports(report, state.gather_timeout)
     if state.merged is not None and path is not None and info.world_size > 1:
         Path(path).write_text(state.merged.to_json() + "\n", encoding="utf-8")

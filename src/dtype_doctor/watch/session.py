@@ -117,11 +117,6 @@ class Session:
                 f.data["context"] = sorted(context)
                 f.fixes = catalog.fixes_for(f.code, context, **names)
 
-    def _note_compiled(self) -> None:
-        finding = self._compiled.finding()
-        if finding is not None:
-            self.report.add(finding)
-
     def _mode_exit(self) -> None:
         self._mode.__exit__(None, None, None)
 
@@ -566,6 +561,12 @@ class Session:
         errors = [f for f in self.report.findings if f.code != "tool-internal-error"]
         if errors and hasattr(exc, "add_note"):
             exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
+
+    # ---- torch.compile -----------------------------------------------------------------------
+    def _note_compiled(self) -> None:
+        finding = self._compiled.finding()
+        if finding is not None:
+            self.report.add(finding)
 
     # ---- GradScaler --------------------------------------------------------------------------
     def _patch_grad_scaler(self) -> None:
