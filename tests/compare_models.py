@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -90,3 +92,10 @@ def makes_fp32() -> nn.Module:
 
 def broken() -> nn.Module:
     raise RuntimeError("cannot build the model")
+
+
+def compare_meta(report: Any) -> dict:
+    """compare's settings and variants, as one dict, from the report's CompareResult section."""
+    from dtype_doctor.sections import CompareResult
+
+    return report.section(CompareResult).as_meta()

@@ -19,6 +19,7 @@ from torch.utils.hooks import RemovableHandle
 from . import catalog
 from ._callable import make_callable
 from .dtypes import torch_name
+from .keep_together import KeepNotes, widen_kept
 from .policy import (
     KeepPattern,
     dtype_name,
@@ -43,9 +44,12 @@ _FIX_ATTR = "_dtype_doctor_fix"
 class FixPlan:
     """What `fix` did to a model: the dtype, the modules kept in fp32, and the border hooks."""
 
-    def __init__(self, dtype: torch.dtype, kept: list[str], handles: list[RemovableHandle]) -> None:
+    def __init__(
+        self, dtype: torch.dtype, kept: list[str], handles: list[RemovableHandle], notes: list[str] = ()
+    ) -> None:
         self.dtype = dtype
         self.kept = kept
+        self.notes = list(notes)  # modules kept beyond the patterns: tied weights, quantized
         self._handles = handles
 
     def remove_hooks(self) -> None:
@@ -55,7 +59,8 @@ class FixPlan:
         self._handles.clear()
 
     def __repr__(self) -> str:
-        return f"FixPlan(dtype={self.dtype}, kept_fp32={self.kept})"
+        notes = f", notes={self.notes}" if self.notes else ""
+        return f"FixPlan(dtype={self.dtype}, kept_fp32={self.kept}{notes})"
 
 
 def fix(
@@ -81,14 +86,17 @@ def fix(
     previous = getattr(model, _FIX_ATTR, None)
     if isinstance(previous, FixPlan):
         previous.remove_hooks()
-    kept = convert(model, target, keep_fp32)
+    notes = KeepNotes()
+    kept = convert(model, target, keep_fp32, notes=notes)
+    for line in notes.lines():
+        log.warning("dtype-doctor fix: %s", line)
     handles: list[RemovableHandle] = []
     if cast_inputs:
         handles.append(model.register_forward_pre_hook(_cast_inputs_to(target), with_kwargs=True))
     for _, module in kept:
         handles.append(module.register_forward_pre_hook(_cast_inputs_to(torch.float32), with_kwargs=True))
         handles.append(module.register_forward_hook(_cast_outputs_to(target)))
-    object.__setattr__(model, _FIX_ATTR, FixPlan(target, [n for n, _ in kept], handles))
+    object.__setattr__(model, _FIX_ATTR, FixPlan(target, [n for n, _ in kept], handles, notes.lines()))
     return model
 
 
@@ -98,6 +106,7 @@ def convert(
     keep_fp32: Iterable[KeepPattern] = (),
     *,
     loading: bool = False,
+    notes: KeepNotes | None = None,
 ) -> list[tuple[str, nn.Module]]:
     """Convert in place: everything to `dtype` except the kept modules (`keep_fp32` and the model's
     own `_keep_in_fp32_modules`), which become float32. No hooks. Returns the kept (name, module) pairs.
@@ -109,7 +118,7 @@ def convert(
     kept: list[tuple[str, nn.Module]] = []
     if target != torch.float32:
         patterns = (*keep_fp32, *(re.compile(p) for p in hf_keep_fp32(model, target)))
-        kept = kept_modules(model, patterns)
+        kept = widen_kept(model, kept_modules(model, patterns), notes)  # + tied, quantized
     kept_ids = {id(sub) for _, m in kept for sub in m.modules()}
     with torch.no_grad():
         for module in model.modules():

@@ -7,8 +7,10 @@ peaks) run when the tensors live on a CUDA device, the CPU paths otherwise.
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import dataclasses
+import gc
 import math
 import os
 import statistics
@@ -44,19 +46,51 @@ def float_tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """Apply fn to every tensor of a nested structure of tuples, lists and dicts (others kept)."""
+    """Apply fn to every tensor of any nested output: tuples, lists, dicts, namedtuples and
+    dataclasses, including library outputs (transformers ModelOutput, diffusers BaseOutput) that
+    are both a dataclass and an OrderedDict and whose fields may have no default."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _map_dataclass(obj, fn)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
         return type(obj)(*(map_tensors(v, fn) for v in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(map_tensors(v, fn) for v in obj)
-    if isinstance(obj, dict):
-        out = obj.copy()  # keeps OrderedDict subclasses such as ModelOutput
-        for key in obj:
-            out[key] = map_tensors(obj[key], fn)
-        return out
+        items = [map_tensors(v, fn) for v in obj]
+        try:
+            return type(obj)(items)
+        except Exception:
+            return tuple(items) if isinstance(obj, tuple) else items
+    if isinstance(obj, Mapping):
+        mapped = {key: map_tensors(value, fn) for key, value in obj.items()}
+        try:
+            out = copy.copy(obj)
+            for key, value in mapped.items():
+                out[key] = value
+            return out
+        except Exception:
+            return mapped
     return obj
+
+
+def _map_dataclass(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """A new instance through the class's own constructor (so ModelOutput's dict view is rebuilt);
+    if the constructor refuses, a shallow copy with the fields replaced; else a plain dict."""
+    fields = dataclasses.fields(obj)
+    values = {f.name: map_tensors(getattr(obj, f.name), fn) for f in fields}
+    try:
+        return type(obj)(**{f.name: values[f.name] for f in fields if f.init})
+    except Exception:
+        pass
+    try:
+        out = copy.copy(obj)
+        for name, value in values.items():
+            object.__setattr__(out, name, value)
+            if isinstance(out, dict) and name in out:
+                out[name] = value
+        return out
+    except Exception:
+        return values
 
 
 def cast_floats(obj: Any, dtype: torch.dtype) -> Any:
@@ -148,11 +182,19 @@ def grad_error_stats(low: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Te
 # time
 
 
+UNSTABLE_SPREAD = 0.3  # IQR wider than this share of the median: too noisy for a speed claim
+UNSTABLE_DRIFT = 1.5  # the same runs this much slower/faster when timed again: the load changed
+
+
 @dataclass
 class Timing:
-    """Latencies of repeated runs, in seconds; honest about spread."""
+    """Latencies of repeated runs, in seconds; honest about spread.
+
+    `drift`: median when timed again later / median at first (None when timed once).
+    """
 
     samples: list[float] = field(default_factory=list)
+    drift: float | None = None
 
     @property
     def median(self) -> float:
@@ -165,6 +207,22 @@ class Timing:
         q = statistics.quantiles(self.samples, n=4, method="inclusive")
         return (q[0], q[2])
 
+    @property
+    def spread(self) -> float:
+        lo, hi = self.iqr
+        return (hi - lo) / self.median if self.samples and self.median > 0 else math.nan
+
+    @property
+    def unstable(self) -> str | None:
+        """Why these numbers cannot back a speed claim, or None when they can."""
+        if not self.samples or not self.median > 0:
+            return "no timing"
+        if self.spread > UNSTABLE_SPREAD:
+            return f"IQR {self.spread:.0%} of the median"
+        if self.drift is not None and max(self.drift, 1 / self.drift) > UNSTABLE_DRIFT:
+            return f"{max(self.drift, 1 / self.drift):.1f}× apart when timed again"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         lo, hi = self.iqr
         return {
@@ -174,7 +232,9 @@ class Timing:
             "min_s": min(self.samples) if self.samples else math.nan,
             "max_s": max(self.samples) if self.samples else math.nan,
             "repeats": len(self.samples),
-            "spread": (hi - lo) / self.median if self.samples and self.median > 0 else math.nan,
+            "spread": self.spread,
+            "drift": self.drift,
+            "unstable": self.unstable,
         }
 
 
@@ -188,16 +248,27 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_runs(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> Timing:
-    """Median-ready wall times of `fn`, after `warmup` untimed calls; the device is synchronised."""
+    """Wall times of `fn` after `warmup` untimed calls; the device is synchronised after each.
+
+    As timeit does, the garbage collector is run first and kept off while timing: otherwise
+    a collection of an earlier variant's cyclic garbage (whole models) lands in a timed run.
+    """
     for _ in range(warmup):
         fn()
     synchronize(device)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
     timing = Timing()
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        timing.samples.append(time.perf_counter() - start)
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            timing.samples.append(time.perf_counter() - start)
+    finally:
+        if was_enabled:
+            gc.enable()
     return timing
 
 

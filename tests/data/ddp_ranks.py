@@ -5,7 +5,8 @@ dtype_map: rank 1 loads its model differently (the vision tower in bfloat16); re
            rank 0 with gather_reports, which writes merged.json.
 watch_fix: both ranks run a bfloat16 model under distributed_watch(mode="fix"); rank 1 feeds float32
            input (the CogVLM shape); rank 0 writes the merged report.
-watch_error: as watch_fix but in observe mode: rank 1 fails; every rank writes its own report.
+watch_error: as watch_fix but in observe mode: rank 1 fails; every rank writes its own report and
+           rank 1 publishes it before its error goes on (rank 0 merges it if torchrun lets it).
 """
 
 import sys

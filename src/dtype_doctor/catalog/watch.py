@@ -35,6 +35,23 @@ WATCH_FAMILIES: tuple[Family, ...] = (
         related=("matmul-dtype-mismatch", "conv-bias-dtype-mismatch"),
     ),
     Family(
+        code="compiled-region-unwatched",
+        title="torch.compile regions ran unwatched",
+        cause=(
+            "While torch.compile traces, dtype-doctor steps aside so that the compiled program is "
+            "exactly yours; ops inside the {graphs} graph(s) compiled while watching were checked "
+            "only where they run through Python (eager/aot_eager backends), not in inductor kernels."
+        ),
+        severity="info",
+        fixes=(
+            FixTemplate(
+                "Watch the model uncompiled to check every op",
+                "with dtype_doctor.watch(model=model):\n    model(x)   # the module, not torch.compile(model)",
+                "Dtype mismatches do not depend on compilation: the eager run finds the same ones.",
+            ),
+        ),
+    ),
+    Family(
         code="tool-internal-error",
         title="dtype-doctor hit an internal error and skipped part of its analysis",
         cause=(

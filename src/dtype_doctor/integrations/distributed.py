@@ -4,17 +4,21 @@
     with distributed_watch(model, path="dtype-doctor.json"):
         model(x)
 
-Every rank writes `dtype-doctor.rank{N}.json`. When the block ends normally and a process group
-is initialised, the reports are gathered (all_gather_object, works on gloo and nccl) and rank 0
-writes the merged report to `dtype-doctor.json`; when a rank raised, no collective is attempted
-(the other ranks might never join it) and `dtype-doctor merge dtype-doctor.rank*.json` merges later.
+Every rank writes `dtype-doctor.rank{N}.json`. When a process group is initialised, every rank
+(a failing one too) publishes its report in the process group's key-value store, and rank 0 waits
+for them at most `gather_timeout` seconds and writes the merged report to `dtype-doctor.json`,
+naming the ranks that did not report in time. No collective is used: a rank that failed (or never
+got there) cannot make the healthy ranks raise a gloo error or block for the process-group
+timeout; `dtype-doctor merge dtype-doctor.rank*.json` can still merge the files later.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,20 +108,66 @@ def rank_report_path(path: str | os.PathLike[str], rank: int) -> Path:
     return p.with_name(f"{p.stem}.rank{rank}{suffix}")
 
 
-def gather_reports(report: Report) -> Report | None:
-    """Collective: every rank passes its report; rank 0 gets the merged report, the others None.
+_GATHERS = itertools.count()  # every rank calls gather_reports in the same order: same keys
+_POLL_S = 0.05
 
-    Without an initialised process group (or with one rank) the report itself is returned.
+
+def gather_reports(report: Report, timeout: float = 60.0) -> Report | None:
+    """Every rank passes its report; rank 0 gets the merged report, the others None at once.
+
+    Through the process group's store, not a collective: rank 0 waits at most `timeout` seconds
+    for the others and merges what arrived (`meta["missing_ranks"]` names the rest). Without an
+    initialised process group (or with one rank) the report itself is returned.
     """
     dist = _process_group()
     if dist is None or dist.get_world_size() < 2:
         return report
-    texts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(texts, report.to_json(indent=None))
+    store = _store(dist)
+    if store is None:  # a process group without a store: the collective is all there is
+        texts: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(texts, report.to_json(indent=None))
+        if dist.get_rank() != 0:
+            return None
+        return merge_reports([Report.from_json(t) for t in texts], list(range(len(texts))))
+    prefix = f"dtype-doctor/gather{next(_GATHERS)}/rank"
+    store.set(f"{prefix}{dist.get_rank()}", report.to_json(indent=None))
     if dist.get_rank() != 0:
         return None
-    reports = [Report.from_json(t) for t in texts]
-    return merge_reports(reports, list(range(len(reports))))
+    texts_by_rank = _collect(store, prefix, dist.get_world_size(), timeout)
+    ranks = sorted(texts_by_rank)
+    merged = merge_reports([Report.from_json(texts_by_rank[r]) for r in ranks], ranks)
+    missing = [r for r in range(dist.get_world_size()) if r not in texts_by_rank]
+    if missing:
+        merged.meta["missing_ranks"] = missing
+        warnings.warn(
+            f"dtype-doctor: no report from rank(s) {missing} within {timeout:g} s; merged the others",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return merged
+
+
+def _store(dist: Any) -> Any | None:
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:
+        return None
+
+
+def _collect(store: Any, prefix: str, world_size: int, timeout: float) -> dict[int, str]:
+    """The reports present in the store by the deadline (each key read once, then deleted)."""
+    deadline = time.monotonic() + timeout
+    texts: dict[int, str] = {}
+    while True:
+        for rank in range(world_size):
+            key = f"{prefix}{rank}"
+            if rank not in texts and store.check([key]):
+                texts[rank] = store.get(key).decode("utf-8")
+                with contextlib.suppress(Exception):
+                    store.delete_key(key)
+        if len(texts) == world_size or time.monotonic() >= deadline:
+            return texts
+        time.sleep(_POLL_S)
 
 
 @dataclass
@@ -128,6 +178,7 @@ class DistributedSession:
     info: RankInfo | None
     rank_path: Path | None = None
     merged: Report | None = None
+    gather_timeout: float = 60.0  # a rank whose block raised waits for no one (0)
 
     @property
     def report(self) -> Report:
@@ -139,9 +190,14 @@ def distributed_watch(
     model: Any = None,
     path: str | os.PathLike[str] | None = "dtype-doctor.json",
     gather: bool = True,
+    gather_timeout: float = 60.0,
     **watch_kwargs: Any,
 ) -> Iterator[DistributedSession]:
-    """`watch()` on every rank, with per-rank reports and the rank-0 merge described above."""
+    """`watch()` on every rank, with per-rank reports and the rank-0 merge described above.
+
+    A rank whose block raised still publishes its report (with the diagnosis) but waits for no
+    one: its user's exception goes on at once.
+    """
     from ..watch import watch
 
     info = rank_info()
@@ -156,11 +212,10 @@ def distributed_watch(
         # after watch's own exit, so that the diagnosis of a failure is in the report
         if state is not None:
             try:
-                _finish(state, model, path, gather=gather and not failed)
+                state.gather_timeout = 0.0 if failed else gather_timeout
+                _finish(state, model, path, gather)
             except Exception as exc:
-                # never replace the user's error; a report we cannot write must not end the run
-                if not failed and not isinstance(exc, OSError):
-                    raise
+                # never replace the user's error, never end a healthy rank's run
                 warnings.warn(f"dtype-doctor: cannot write the report: {exc}", RuntimeWarning, stacklevel=3)
 
 
@@ -183,6 +238,6 @@ def _finish(state: DistributedSession, model: Any, path: Any, gather: bool) -> N
         state.rank_path.write_text(report.to_json() + "\n", encoding="utf-8")
     if not gather:
         return
-    state.merged = gather_reports(report)
+    state.merged = gather_reports(report, state.gather_timeout)
     if state.merged is not None and path is not None and info.world_size > 1:
         Path(path).write_text(state.merged.to_json() + "\n", encoding="utf-8")

@@ -45,11 +45,25 @@ def _safe(method: Callable) -> Callable:
 
 
 class _Frame:
-    __slots__ = ("call", "path")
+    __slots__ = ("call", "path", "rng")
 
-    def __init__(self, path: str, call: Call | None) -> None:
+    def __init__(self, path: str, call: Call | None, rng: tuple | None = None) -> None:
         self.path = path
         self.call = call
+        self.rng = rng  # the RNG states at the call's start, kept for a float32 re-run
+
+
+def _rng_state() -> tuple:
+    """Every RNG state a forward may draw from: the CPU one, CUDA's if CUDA is initialised."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 class NumericsMonitor:
@@ -260,7 +274,8 @@ class NumericsMonitor:
                 call.in_names.append(name)
                 self._consumers.setdefault(slot, []).append(call)
         call.start = len(self._records)
-        self._stack.append(_Frame(path, call))
+        rng = _rng_state() if self.shadow and path in self._shadows else None
+        self._stack.append(_Frame(path, call, rng))
 
     @_safe
     def _post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
@@ -277,7 +292,7 @@ class NumericsMonitor:
                 call.out_slots.append(slot)
             self._records.append(call)
             if frame.path in self._shadows:
-                self._run_shadow(frame.path, module, args, kwargs)
+                self._run_shadow(frame.path, module, args, kwargs, frame.rng)
         if not self._stack and not self._explicit_steps:
             self.step_index += 1
 
@@ -318,8 +333,14 @@ class NumericsMonitor:
         return slot
 
     # -- float32 re-run of a producer ---------------------------------------------------------
-    def _run_shadow(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        """Run a copy of the producer in float32 on the same inputs: how big is the true value?"""
+    def _run_shadow(
+        self, path: str, module: nn.Module, args: tuple, kwargs: dict, rng: tuple | None = None
+    ) -> None:
+        """Run a copy of the producer in float32 on the same inputs: how big is the true value?
+
+        It draws the random numbers the real call drew (from `rng`, the states at its start),
+        and the user's RNG is left where the real call left it: later steps see the same masks.
+        """
         twin = self._shadows.get(path)
         if twin is None:
             if sum(p.numel() for p in module.parameters()) > _SHADOW_MAX_PARAMS:
@@ -333,11 +354,15 @@ class NumericsMonitor:
         up = _to_float32
         device = next(iter_tensors((args, kwargs)), torch.empty(0)).device.type
         self._busy = True
+        after = _rng_state()
         try:
+            if rng is not None:
+                _set_rng_state(rng)
             with torch.no_grad(), torch.autocast(device_type=device, enabled=False):
                 out = twin(*up(args), **up(kwargs))
             slots = [self._measure(t) for t in iter_tensors(out)]
         finally:
+            _set_rng_state(after)
             self._busy = False
         if slots:
             self._shadow_runs.append(Shadow(path, slots))

@@ -62,15 +62,13 @@ class ScalerMonitor:
             self.scaler.update = update
             self._restore = lambda: self.scaler.__dict__.pop("update", None)
         else:
-            cls = torch.amp.GradScaler
-            original = cls.update
+            from ..watch.patches import patch_method
 
-            @functools.wraps(original)
-            def update(scaler: Any, new_scale: Any = None) -> None:
-                self._around(scaler, functools.partial(original, scaler), new_scale)
+            def update(call_next: Any, scaler: Any, new_scale: Any = None) -> None:
+                self._around(scaler, functools.partial(call_next, scaler), new_scale)
 
-            cls.update = update
-            self._restore = lambda: setattr(cls, "update", original)
+            # reference-counted: monitors stopped out of order never leave the class patched
+            self._restore = patch_method(torch.amp.GradScaler, "update", update)
         return self
 
     def stop(self) -> Report:

@@ -11,6 +11,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..errors import DtypeMismatchError
+from .compiled import compiling
 from .contracts import CONTRACTS, Contract
 
 if TYPE_CHECKING:
@@ -87,7 +88,9 @@ class WatchMode(TorchFunctionMode):
             return PASS
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if type(func) is _GETTER:
+        # a getter; dynamo tracing this (it must see the op only); or a worker thread's mode left
+        # pushed when its session stopped mid-call (the session's hooks are gone): pass through
+        if type(func) is _GETTER or compiling() or not self.session._active:
             return func(*args, **kwargs) if kwargs else func(*args)
         if kwargs is None:
             kwargs = {}

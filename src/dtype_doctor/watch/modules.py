@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from ..errors import DtypeMismatchError
+from .compiled import compiling
 
 _no_torch_function = torch._C.DisableTorchFunction
 
@@ -139,8 +141,11 @@ class ModuleStack:
     kwargs are only fetched for root calls (they cost a frame lookup).
     """
 
-    def __init__(self, on_enter: Callable[..., None], on_error: Callable[[BaseException], None]) -> None:
-        self.stack: list[nn.Module] = []
+    def __init__(
+        self, on_enter: Callable[..., None], on_error: Callable[[BaseException], None], gate: Any = None
+    ) -> None:
+        self._local = threading.local()  # one stack per thread: threads run modules concurrently
+        self._gate = gate  # watch/threads.ThreadGate: which threads this stack follows
         self._on_enter = on_enter
         self._on_error = on_error
         self._handles: list[Any] = []
@@ -158,10 +163,22 @@ class ModuleStack:
         self.stack.clear()
 
     @property
+    def stack(self) -> list[nn.Module]:
+        try:
+            return self._local.stack
+        except AttributeError:
+            self._local.stack = []
+            return self._local.stack
+
+    @property
     def top(self) -> nn.Module | None:
         return self.stack[-1] if self.stack else None
 
     def _pre(self, module: nn.Module, args: tuple) -> None:
+        if compiling():  # dynamo is tracing this hook: leave the compiled graph the user's own
+            return
+        if self._gate is not None and not self._gate.enter(not self.stack):
+            return
         try:
             with _no_torch_function():  # our own tensor inspection must not go through the mode
                 kwargs = None
@@ -177,14 +194,18 @@ class ModuleStack:
         self.stack.append(module)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if compiling():
+            return
         stack = self.stack
         if stack and stack[-1] is module:
             stack.pop()
-            return
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i] is module:
-                del stack[i:]
-                return
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i] is module:
+                    del stack[i:]
+                    break
+        if self._gate is not None:
+            self._gate.leave(not stack)
 
     def param_dtype(self) -> torch.dtype | None:
         """The floating dtype of the innermost running module that owns parameters."""

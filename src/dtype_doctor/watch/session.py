@@ -6,7 +6,6 @@ internal error is recorded in the report and the user's program goes on unchange
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from typing import Any
@@ -17,9 +16,12 @@ from torch import nn
 from ..errors import DtypeMismatchError
 from ..report import Report
 from . import findings as F
+from . import threads
+from .compiled import CompileNotice
 from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, put
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
+from .patches import patch_method
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, op_name
 
 MODES = ("observe", "strict", "fix")
@@ -56,7 +58,7 @@ class Session:
         self._explicit = list(roots_of(model).values())
         self.names = Names(roots_of(model))
         self.prov = Provenance()
-        self.stack = ModuleStack(self.on_enter, self.internal_error)
+        self.stack = ModuleStack(self.on_enter, self.internal_error, threads.ThreadGate(self))
         self._mode = WatchMode(self)
         self._seen: dict[tuple, Any] = {}
         self._ac_reported: set[tuple] = set()
@@ -71,6 +73,8 @@ class Session:
     def __enter__(self) -> Session:
         if self._numerics_on:
             self._start_numerics()
+        threads.entered(self)
+        self._compiled = CompileNotice()
         self.stack.start()
         self._patch_grad_scaler()
         self._mode.__enter__()
@@ -91,7 +95,9 @@ class Session:
         if not self._active:
             return
         self._active = False
-        for step in (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics, self._rerank):
+        threads.exited(self)
+        steps = (self._mode_exit, self.stack.stop, self._restore, self._stop_numerics, self._rerank)
+        for step in (*steps, self._note_compiled):
             try:
                 step()
             except Exception as exc:
@@ -552,25 +558,29 @@ class Session:
         if errors and hasattr(exc, "add_note"):
             exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
 
+    # ---- torch.compile -----------------------------------------------------------------------
+    def _note_compiled(self) -> None:
+        finding = self._compiled.finding()
+        if finding is not None:
+            self.report.add(finding)
+
     # ---- GradScaler --------------------------------------------------------------------------
     def _patch_grad_scaler(self) -> None:
         scaler_cls = getattr(torch.amp, "GradScaler", None)
         if scaler_cls is None:
             return
-        original = scaler_cls.unscale_
         session = self
 
-        @functools.wraps(original)
-        def unscale_(scaler: Any, optimizer: Any) -> Any:
+        def unscale_(call_next: Any, scaler: Any, optimizer: Any) -> Any:
             try:
-                return original(scaler, optimizer)
+                return call_next(scaler, optimizer)
             except ValueError as exc:
                 if "unscale FP16 gradients" in str(exc):
                     session._fp16_gradients(exc, optimizer)
                 raise
 
-        scaler_cls.unscale_ = unscale_
-        self._unpatch.append(lambda: setattr(scaler_cls, "unscale_", original))
+        # reference-counted: sessions exiting out of order never leave the class patched
+        self._unpatch.append(patch_method(scaler_cls, "unscale_", unscale_))
 
     def _fp16_gradients(self, exc: BaseException, optimizer: Any) -> None:
         try:

@@ -1,0 +1,105 @@
+"""The findings of one variant: it fails, overflows, drifts, and which layers lose most."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import catalog
+from ..attribution import rank, top_modules
+from ..report import Evidence, Finding, Location, Severity
+from .precision import Precision
+from .results import VariantResult
+
+MAX_KEEP_SHARE = 1 / 3  # "auto" never keeps a module holding more than this share of the parameters
+
+
+def variant_names(p: Precision, dev: torch.device) -> dict[str, object]:
+    return {"variant": p.name, "dtype": f"torch.{str(p.dtype).removeprefix('torch.')}", "device": dev.type}
+
+
+def context_tags(p: Precision) -> list[str]:
+    """Catalog context tags: the dtype, and how it is applied ('autocast' or 'cast')."""
+    dtype = str(p.dtype).removeprefix("torch.")
+    how = "autocast" if p.autocast else "cast"
+    return [dtype, how, f"{how}-{dtype}", *(["keep-fp32"] if p.keep else [])]
+
+
+def variant_findings(
+    r: VariantResult, dev: torch.device, tolerance: float, top_k: int, total_params: int
+) -> list[Finding]:
+    p = r.precision
+    names = variant_names(p, dev)
+    out: list[Finding] = []
+    if r.status in ("fails", "out-of-memory"):
+        cause_codes = [f.code for f in r.findings]
+        f = catalog.finding(
+            "precision-variant-failed",
+            context=context_tags(p),
+            names=names,
+            message=f"{p.name} does not run: {r.failure}",
+            evidence=[Evidence(r.failure or "", source=p.name)],
+            related=cause_codes + list(catalog.family("precision-variant-failed").related),
+            data={"variant": p.name},
+        )
+        if r.findings:  # what watch/explain found: its location and its fixes come first
+            first = r.findings[0]
+            f.location = first.location
+            f.operands = first.operands
+            f.fixes = first.fixes + f.fixes
+            f.cause = (first.cause + " " if first.cause else "") + f.cause
+        out.append(f)
+        return out
+    if r.status == "overflows":
+        module, module_type = r.nonfinite_module or (None, None)
+        out.append(
+            catalog.finding(
+                "precision-overflow",
+                context=context_tags(p),
+                names={**names, "module": module or "an unlocated module"},
+                message=f"{p.name}: non-finite outputs"
+                + (f", first produced by '{module}' ({module_type})" if module else ""),
+                location=Location(module=module, module_type=module_type) if module else None,
+                data={"variant": p.name},
+            )
+        )
+    ranked = rank(r.layers)
+    keep = top_modules(ranked, top_k, max_params=int(total_params * MAX_KEEP_SHARE))
+    if r.error and r.status == "ok" and r.error.rel_l2 > tolerance and not p.keep:
+        out.append(
+            catalog.finding(
+                "precision-error-high",
+                context=context_tags(p),
+                names={**names, "keep": keep},
+                severity=Severity.WARNING,
+                message=f"{p.name}: output error {r.error.rel_l2:.2g} (relative L2) > tolerance {tolerance:g}"
+                + (f"; worst modules: {', '.join(keep)}" if keep else ""),
+                data={"variant": p.name},
+            )
+        )
+    troubled = r.status == "overflows" or (r.error is not None and r.error.rel_l2 > tolerance)
+    if ranked and keep and troubled and not p.keep:
+        top = ranked[: max(top_k, 1)]
+        out.append(
+            catalog.finding(
+                "precision-fragile-layers",
+                context=context_tags(p),
+                names={**names, "keep": keep},
+                message=f"{p.name}: "
+                + ", ".join(
+                    f"'{layer.module}' ({layer.module_type}) {fmt_err(layer.score)}" for layer in top
+                ),
+                location=Location(module=top[0].module, module_type=top[0].module_type),
+                data={"variant": p.name, "layers": [layer.to_dict() for layer in top]},
+            )
+        )
+    return out
+
+
+def fmt_err(x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.1e}" if x else "0"
