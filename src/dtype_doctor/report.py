@@ -70,13 +70,30 @@ class Operand:
     origin: Origin | None = None
 
 
+_SHELL_START = ("pip ", "pip3 ", "conda ", "dtype-doctor ", "torchrun ", "python ", "export ", "apt", "git ")
+
+
+def snippet_language(snippet: str) -> str:
+    """`shell` when the snippet's first line is a command line, else `python` (for old reports)."""
+    first = next((ln.strip() for ln in snippet.splitlines() if ln.strip()), "")
+    return "shell" if first.startswith(_SHELL_START) or first.startswith("$ ") else "python"
+
+
 @dataclass
 class Fix:
-    """One remedy, ranked by its position in Finding.fixes (best first)."""
+    """One remedy, ranked by its position in Finding.fixes (best first).
+
+    language: `python` (the snippet parses as Python) or `shell` (a command line).
+    """
 
     title: str
     snippet: str = ""
     why: str = ""
+    language: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.language:
+            self.language = snippet_language(self.snippet)
 
 
 @dataclass
@@ -128,6 +145,8 @@ class Finding:
     confidence: float = 1.0
     related: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    # the root origin this finding shares with others (causes.group_by_cause); None: a cause of its own
+    root_cause: str | None = None
 
     def key(self) -> tuple:
         """Identity used to fold duplicates."""

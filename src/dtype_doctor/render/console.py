@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..causes import by_cause, group_by_cause
 from ..report import Finding, Report, Severity
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
@@ -18,26 +19,51 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     if not report.findings:
         console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
-    for index, finding in enumerate(report.findings, 1):
-        console.print(finding_panel(finding, index, verbose))
+    for index, (cause, findings) in enumerate(by_cause(group_by_cause(report)), 1):
+        console.print(finding_panel(findings[0], index, verbose, cause=cause, folded=findings[1:]))
     console.print(summary_line(report))
 
 
 def summary_line(report: Report) -> Text:
+    return Text(summary_text(report), style="bold")
+
+
+def summary_text(report: Report) -> str:
+    """'dtype-doctor watch: 1 error, 2 warnings (3 causes); raised RuntimeError'."""
     counts = {s: sum(1 for f in report.findings if f.severity == s) for s in Severity}
     parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
-    return Text(f"dtype-doctor {report.tool}: " + ", ".join(parts), style="bold")
+    text = f"dtype-doctor {report.tool}: " + (", ".join(parts) or "no findings")
+    causes = len(by_cause(group_by_cause(report)))
+    if causes < len(report.findings):
+        text += f" ({causes} cause{'s' if causes != 1 else ''})"
+    raised = report.meta.get("raised")
+    if raised:
+        text += f"; raised {raised}"
+    return text
 
 
-def finding_panel(finding: Finding, index: int = 1, verbose: bool = False) -> Panel:
-    parts: list = []
+def finding_panel(
+    finding: Finding,
+    index: int = 1,
+    verbose: bool = False,
+    cause: str | None = None,
+    folded: list[Finding] | None = None,
+) -> Panel:
+    # the title goes inside the box: a border title is cut mid-word at the console's width
+    parts: list = [Text(finding.title, style="bold")]
+    if cause:
+        parts.append(Text.assemble(("root cause  ", "bold magenta"), cause))
     if finding.message:
         parts.append(Text(finding.message))
     if finding.location and finding.location.describe():
         parts.append(Text.assemble(("where  ", "bold"), finding.location.describe()))
     if finding.operands:
         parts.append(_operands_table(finding, verbose))
-    if finding.cause:
+    for other in folded or []:
+        where = other.location.describe() if other.location else other.message
+        count = f" ×{other.count}" if other.count > 1 else ""
+        parts.append(Text(f"  also {other.code}{count}: {where}", style="dim"))
+    if finding.cause and (verbose or not folded):
         parts.append(Text.assemble(("cause  ", "bold"), finding.cause))
     for rank, fix in enumerate(finding.fixes if verbose else finding.fixes[:3], 1):
         parts.append(Text.assemble((f"fix {rank}  ", "bold green"), fix.title))
@@ -52,11 +78,11 @@ def finding_panel(finding: Finding, index: int = 1, verbose: bool = False) -> Pa
         where = f"line {ev.line}: " if ev.line else ""
         parts.append(Text(f"{where}{ev.text}", style="dim"))
     count = f" ×{finding.count}" if finding.count > 1 else ""
+    more = f" +{len(folded)} more" if folded else ""
     title = Text.assemble(
         (f"{index}. {finding.severity.value.upper()} ", _STYLE[finding.severity]),
         (finding.code, "bold"),
-        (count, "bold magenta"),
-        ("  " + finding.title, ""),
+        (count + more, "bold magenta"),
     )
     return Panel(
         Group(*parts), title=title, title_align="left", border_style=_STYLE[finding.severity].split()[-1]

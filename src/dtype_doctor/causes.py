@@ -1,0 +1,128 @@
+"""Root causes: findings that share where the wrong dtype came from form one cause.
+
+`group_by_cause` is a pure `Report -> Report` processor: every finding keeps its place in
+`report.findings` (JSON keeps them all); those that share a root origin get the same
+`root_cause` text, e.g. "float32 `inputs_embeds` (train.py:15) → 6 findings in 6 modules".
+Renderers show one cause per root and fold the rest under it. No torch import.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+
+from .report import Finding, Operand, Origin, Report
+
+_DIGITS = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _odd_operands(f: Finding) -> list[Operand]:
+    """The operands whose dtype is not the one the op needed (all of them when unknown)."""
+    expected = f.data.get("expected_dtype")
+    odd = [o for o in f.operands if expected and o.dtype and o.dtype != expected]
+    return odd or [o for o in f.operands if o.origin is not None and o.origin.kind != "parameter"]
+
+
+def root_origin(origin: Origin) -> Origin:
+    """Follow an origin's chain to the tensor that first had this dtype (skipping call sites)."""
+    current = origin
+    for _ in range(16):
+        if current.kind in ("input", "output"):
+            return current  # a named tensor the user handed over: the place to act
+        parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
+        if not parents:
+            return current
+        current = parents[0]
+    return current
+
+
+def _origin_label(origin: Origin) -> str:
+    what = origin.name or origin.op or origin.kind
+    if origin.kind == "output":
+        what = origin.op or what
+    text = f"{origin.dtype or '?'} `{what}`"
+    if origin.file:
+        text += f" ({origin.file}:{origin.line})"
+    elif origin.module:
+        text += f" in '{origin.module}'"
+    return text
+
+
+def _root_key(f: Finding) -> tuple[tuple, str] | None:
+    """(identity, label) of the finding's root origin, or None when nothing names one."""
+    for op in _odd_operands(f):
+        if op.origin is None or op.origin.kind == "unknown":
+            continue
+        root = root_origin(op.origin)
+        if root.kind == "parameter" and not root.file:
+            continue  # a parameter is where it is; its findings are told by module below
+        key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)
+        return key, _origin_label(root)
+    if f.operands and all(o.origin is None or not o.origin.file for o in f.operands):
+        # findings about what modules hold (audit): one per dtype pattern of the same family
+        pattern = tuple((o.role, o.dtype) for o in f.operands)
+        return ("pattern", f.code, pattern), f"{f.code}: " + ", ".join(f"{r} {d}" for r, d in pattern)
+    return None
+
+
+def _places(findings: Iterable[Finding]) -> list[str]:
+    out: list[str] = []
+    for f in findings:
+        loc = f.location
+        place = (loc.module or "<root>") if loc and loc.module is not None else (loc.op if loc else None)
+        if place and place not in out:
+            out.append(place)
+    return out
+
+
+def _consequences(findings: list[Finding]) -> str:
+    places = _places(findings)
+    blocks = {_DIGITS.sub(".*", p) for p in places}
+    n = sum(f.count for f in findings)
+    where = f"{len(places)} module{'s' if len(places) != 1 else ''}" if places else "the run"
+    if 1 < len(blocks) < len(places):
+        where += f" ({len(blocks)} kinds)"
+    return f"{n} finding{'s' if n != 1 else ''} in {where}"
+
+
+def group_by_cause(report: Report) -> Report:
+    """A copy of `report` whose findings carry `root_cause` where two or more share a root."""
+    groups: dict[tuple, list[int]] = {}
+    labels: dict[tuple, str] = {}
+    for i, f in enumerate(report.findings):
+        found = _root_key(f)
+        if found is None:
+            continue
+        key, label = found
+        groups.setdefault(key, []).append(i)
+        labels.setdefault(key, label)
+    causes: dict[int, str] = {}
+    for key, members in groups.items():
+        if len(members) < 2:
+            continue
+        text = f"{labels[key]} → {_consequences([report.findings[i] for i in members])}"
+        for i in members:
+            causes[i] = text
+    findings = [replace(f, root_cause=causes.get(i)) for i, f in enumerate(report.findings)]
+    return replace(report, findings=findings, meta=dict(report.meta))
+
+
+def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:
+    """(cause, findings) in reading order: causes that fold several findings first, errors before
+    warnings; a finding with no shared root is its own group (cause None)."""
+    order: dict[str, list[Finding]] = {}
+    single: list[Finding] = []
+    for f in report.findings:
+        if f.root_cause:
+            order.setdefault(f.root_cause, []).append(f)
+        else:
+            single.append(f)
+    rank = {"error": 0, "warning": 1, "info": 2}
+
+    def worst(fs: list[Finding]) -> int:
+        return min(rank.get(f.severity.value, 3) for f in fs)
+
+    grouped: list[tuple[str | None, list[Finding]]] = [(c, fs) for c, fs in order.items()]
+    grouped += [(None, [f]) for f in single]
+    return sorted(grouped, key=lambda g: (worst(g[1]), g[0] is None))
