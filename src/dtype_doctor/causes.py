@@ -38,14 +38,17 @@ def root_origin(origin: Origin) -> Origin:
 
 
 def _origin_label(origin: Origin) -> str:
-    what = origin.name or origin.op or origin.kind
     if origin.kind == "output":
-        what = origin.op or what
-    text = f"{origin.dtype or '?'} `{what}`"
+        text = f"{origin.dtype or '?'} output of {origin.op}" + (f" `{origin.name}`" if origin.name else "")
+    else:
+        text = f"{origin.dtype or '?'} `{origin.name or origin.op or origin.kind}`"
     if origin.file:
         text += f" ({origin.file}:{origin.line})"
     elif origin.module:
         text += f" in '{origin.module}'"
+    before = next((c for c in origin.chain if c.kind != "call"), None)
+    if origin.kind == "input" and before is not None and before.file:
+        text += f", made by {before.op or before.kind} at {before.file}:{before.line}"
     return text
 
 
@@ -87,7 +90,8 @@ def _consequences(findings: list[Finding]) -> str:
 
 
 def group_by_cause(report: Report) -> Report:
-    """A copy of `report` whose findings carry `root_cause` where two or more share a root."""
+    """A copy of `report` whose findings carry `root_cause`: the root origin of the odd operand,
+    shared by every finding that has the same root (audit's same-pattern findings likewise)."""
     groups: dict[tuple, list[int]] = {}
     labels: dict[tuple, str] = {}
     for i, f in enumerate(report.findings):
@@ -99,9 +103,11 @@ def group_by_cause(report: Report) -> Report:
         labels.setdefault(key, label)
     causes: dict[int, str] = {}
     for key, members in groups.items():
-        if len(members) < 2:
+        if len(members) < 2 and key[0] == "pattern":
             continue
-        text = f"{labels[key]} → {_consequences([report.findings[i] for i in members])}"
+        text = labels[key]
+        if len(members) > 1:
+            text += f" → {_consequences([report.findings[i] for i in members])}"
         for i in members:
             causes[i] = text
     findings = [replace(f, root_cause=causes.get(i)) for i, f in enumerate(report.findings)]

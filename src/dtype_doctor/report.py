@@ -48,6 +48,10 @@ class Origin:
             text = f"buffer '{self.name}'"
         elif self.kind == "input":
             text = f"model input '{self.name}'"
+        elif self.kind == "output":
+            text = f"output of {self.op or '?'}" + (f" ('{self.name}')" if self.name else "")
+            text += f" called at {self.file}:{self.line}" if self.file else ""
+            return text
         elif self.kind in ("op", "cast", "promotion", "autocast"):
             text = f"{self.kind} {self.op or '?'}"
         else:

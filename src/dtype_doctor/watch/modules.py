@@ -152,12 +152,12 @@ class ModuleStack:
         self,
         on_enter: Callable[..., None],
         on_error: Callable[[BaseException], None],
-        on_exit: Callable[[nn.Module, Any], None] | None = None,
+        on_exit: Callable[[nn.Module, tuple, Any], None] | None = None,
     ) -> None:
         self.stack: list[nn.Module] = []
         self._on_enter = on_enter
         self._on_error = on_error
-        self._on_exit = on_exit  # called with (module, output) when an outermost call returns
+        self._on_exit = on_exit  # called with (module, args, output) when an outermost call returns
         self._handles: list[Any] = []
 
     def start(self) -> None:
@@ -198,7 +198,7 @@ class ModuleStack:
             if not stack and self._on_exit is not None:
                 try:
                     with _no_torch_function():
-                        self._on_exit(module, output)
+                        self._on_exit(module, args, output)
                 except Exception as exc:
                     self._on_error(exc)
             return

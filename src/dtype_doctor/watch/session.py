@@ -410,10 +410,10 @@ class Session:
         except Exception as err:
             self.internal_error(err)
 
-    def on_module_exit(self, module: nn.Module, output: Any) -> None:
+    def on_module_exit(self, module: nn.Module, args: tuple, output: Any) -> None:
         """An outermost module call returned: its outputs are "output of <Class> at file:line"."""
         if self._active:
-            self._tagger.tag_module_output(module, output)
+            self._tagger.tag_module_output(module, args, output)
 
 
 def watch(

@@ -189,7 +189,7 @@ class Tagger:
                     return tag
         return None
 
-    def tag_module_output(self, module: torch.nn.Module, output: Any) -> None:
+    def tag_module_output(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         """A module called from user code: its floating outputs are "output of <Class> at file:line"."""
         _, user = caller_frames(3)
         if user is None:
@@ -199,10 +199,10 @@ class Tagger:
 
         def visit(value: Any, depth: int) -> None:
             if isinstance(value, torch.Tensor):
-                if value.is_floating_point() and value._base is None:
-                    prev = self.prov.lookup(value)
-                    if prev is not None and prev.kind in ("input", "output"):
+                if value.is_floating_point():
+                    if any(value is a for a in args):
                         return  # handed through unchanged: its origin stands
+                    prev = self.prov.lookup(value)
                     parents = (prev,) if prev is not None else ()
                     self.prov.set(value, Tag("output", value.dtype, cls, name, module, user, None, parents))
             elif depth < 2 and isinstance(value, (list, tuple)):
