@@ -8,13 +8,11 @@ Renderers show one cause per root and fold the rest under it. No torch import.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .report import Finding, Operand, Origin, Report
+from .report import Finding, Fix, Operand, Origin, Report
 
-_DIGITS = re.compile(r"\.\d+(?=\.|$)")
 
 
 def _odd_operands(f: Finding) -> list[Operand]:
@@ -52,8 +50,24 @@ def _origin_label(origin: Origin) -> str:
     return text
 
 
-def _root_key(f: Finding) -> tuple[tuple, str] | None:
-    """(identity, label) of the finding's root origin, or None when nothing names one."""
+def _root_fix(root: Origin, expected: str | None) -> Fix | None:
+    """Cast the tensor where the user made it: the one line that fixes every finding of the cause."""
+    made = root
+    if root.kind == "input":
+        made = next((c for c in root.chain if c.kind != "call"), root)
+    name = made.name if made.kind == "output" else None
+    if not (name and name.isidentifier() and expected and made.file):
+        return None
+    return Fix(
+        title=f"Cast `{name}` to {expected} where it is made ({made.file}:{made.line})",
+        snippet=f"{name} = {name}.to(torch.{expected})",
+        why="every finding of this cause starts from that tensor",
+        language="python",
+    )
+
+
+def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
+    """(identity, label, fix at the root) of the finding's root origin, or None when nothing names one."""
     for op in _odd_operands(f):
         if op.origin is None or op.origin.kind == "unknown":
             continue
@@ -61,11 +75,12 @@ def _root_key(f: Finding) -> tuple[tuple, str] | None:
         if root.kind == "parameter" and not root.file:
             continue  # a parameter is where it is; its findings are told by module below
         key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)
-        return key, _origin_label(root)
+        return key, _origin_label(root), _root_fix(root, f.data.get("expected_dtype"))
     if f.operands and all(o.origin is None or not o.origin.file for o in f.operands):
         # findings about what modules hold (audit): one per dtype pattern of the same family
         pattern = tuple((o.role, o.dtype) for o in f.operands)
-        return ("pattern", f.code, pattern), f"{f.code}: " + ", ".join(f"{r} {d}" for r, d in pattern)
+        label = f"{f.code}: " + ", ".join(f"{r} {d}" for r, d in pattern)
+        return ("pattern", f.code, pattern), label, None
     return None
 
 
@@ -81,11 +96,8 @@ def _places(findings: Iterable[Finding]) -> list[str]:
 
 def _consequences(findings: list[Finding]) -> str:
     places = _places(findings)
-    blocks = {_DIGITS.sub(".*", p) for p in places}
     n = sum(f.count for f in findings)
     where = f"{len(places)} module{'s' if len(places) != 1 else ''}" if places else "the run"
-    if 1 < len(blocks) < len(places):
-        where += f" ({len(blocks)} kinds)"
     return f"{n} finding{'s' if n != 1 else ''} in {where}"
 
 
@@ -94,13 +106,16 @@ def group_by_cause(report: Report) -> Report:
     shared by every finding that has the same root (audit's same-pattern findings likewise)."""
     groups: dict[tuple, list[int]] = {}
     labels: dict[tuple, str] = {}
+    root_fixes: dict[int, Fix] = {}
     for i, f in enumerate(report.findings):
         found = _root_key(f)
         if found is None:
             continue
-        key, label = found
+        key, label, fix = found
         groups.setdefault(key, []).append(i)
         labels.setdefault(key, label)
+        if fix is not None and not any(x.title == fix.title for x in f.fixes):
+            root_fixes[i] = fix
     causes: dict[int, str] = {}
     for key, members in groups.items():
         if len(members) < 2 and key[0] == "pattern":
@@ -110,7 +125,10 @@ def group_by_cause(report: Report) -> Report:
             text += f" → {_consequences([report.findings[i] for i in members])}"
         for i in members:
             causes[i] = text
-    findings = [replace(f, root_cause=causes.get(i)) for i, f in enumerate(report.findings)]
+    findings = [
+        replace(f, root_cause=causes.get(i), fixes=[root_fixes[i], *f.fixes] if i in root_fixes else f.fixes)
+        for i, f in enumerate(report.findings)
+    ]
     return replace(report, findings=findings, meta=dict(report.meta))
 
 

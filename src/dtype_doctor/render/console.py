@@ -59,10 +59,14 @@ def finding_panel(
         parts.append(Text.assemble(("where  ", "bold"), finding.location.describe()))
     if finding.operands:
         parts.append(_operands_table(finding, verbose))
-    for other in folded or []:
+    folded = folded or []
+    shown = folded if verbose or len(folded) <= 4 else folded[:3]
+    for other in shown:
         where = other.location.describe() if other.location else other.message
         count = f" ×{other.count}" if other.count > 1 else ""
         parts.append(Text(f"  also {other.code}{count}: {where}", style="dim"))
+    if len(shown) < len(folded):
+        parts.append(Text(f"  (+{len(folded) - len(shown)} more of this cause: -v)", style="dim"))
     if finding.cause and (verbose or not folded):
         parts.append(Text.assemble(("cause  ", "bold"), finding.cause))
     for rank, fix in enumerate(finding.fixes if verbose else finding.fixes[:3], 1):

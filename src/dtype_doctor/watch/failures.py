@@ -61,10 +61,12 @@ def on_failure(
     """An op raised: note the diagnosis (the finding made before it ran, or one made now)."""
     if _noted(exc):
         return
-    if finding is None:
+    if finding is None or finding.severity.value != "error":
+        # no finding, or only a warning (a promotion at a fused op whose kernel then failed):
+        # the crash itself is the error the user must read
         if not DTYPE_TEXT.search(str(exc)):
             return
-        finding = _failure_finding(session, exc, func, kind, args, kwargs)
+        finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
     if finding is not None and hasattr(exc, "add_note"):
         exc.add_note(F.note_text(finding) + _earlier(session, finding))
 
