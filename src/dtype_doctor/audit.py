@@ -395,7 +395,11 @@ def autocast_findings(model: nn.Module, prefix: str, autocast_dtype: str) -> lis
     return [
         catalog.finding(
             "low-precision-under-autocast",
-            names={"dtype": torch_name(main), "other_dtype": torch_name(autocast_dtype)},
+            names={
+                "dtype": torch_name(main),
+                "other_dtype": torch_name(autocast_dtype),
+                "device": next((p.device.type for p in model.parameters()), "cuda"),
+            },
             severity=Severity.ERROR if differs else Severity.WARNING,
             message=f"{prefix or 'the model'} is {main} and runs under autocast({autocast_dtype})"
             + (": the first op autocast does not cast will fail" if differs else ": redundant casts"),
@@ -421,7 +425,7 @@ def _training_findings(setup: Setup) -> list[Finding]:
         findings.append(
             catalog.finding(
                 "fp16-gradient-unscale",
-                names={"param": shown[0]},
+                names={"param": shown[0], "device": fp16[0].device.type},
                 message=f"GradScaler is enabled and {len(fp16)} of {len(params)} trained parameters are "
                 f"float16 ({', '.join(shown)}{', ...' if len(fp16) > 3 else ''}): "
                 "scaler.unscale_/step raises 'Attempting to unscale FP16 gradients.'",

@@ -26,9 +26,9 @@ def root_origin(origin: Origin) -> Origin:
     """Follow an origin's chain to the tensor that first had this dtype (skipping call sites)."""
     current = origin
     for _ in range(16):
-        if current.kind in ("input", "output"):
-            return current  # a named tensor the user handed over: the place to act
         parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
+        if current.kind in ("input", "output") and not (parents and parents[0].kind == "promotion"):
+            return current  # a named tensor the user handed over: the place to act
         if not parents:
             return current
         current = parents[0]
@@ -36,7 +36,9 @@ def root_origin(origin: Origin) -> Origin:
 
 
 def _origin_label(origin: Origin) -> str:
-    if origin.kind == "output":
+    if origin.kind in ("op", "cast") and origin.name:
+        text = f"{origin.dtype or '?'} `{origin.name}` made by {origin.op}"
+    elif origin.kind == "output":
         text = f"{origin.dtype or '?'} output of {origin.op}" + (f" `{origin.name}`" if origin.name else "")
     else:
         text = f"{origin.dtype or '?'} `{origin.name or origin.op or origin.kind}`"
@@ -55,7 +57,7 @@ def _root_fix(root: Origin, expected: str | None) -> Fix | None:
     made = root
     if root.kind == "input":
         made = next((c for c in root.chain if c.kind != "call"), root)
-    name = made.name if made.kind == "output" else None
+    name = made.name if made.kind in ("output", "op", "cast") else None
     if not (name and name.isidentifier() and expected and made.file):
         return None
     return Fix(
@@ -72,14 +74,14 @@ def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
         if op.origin is None or op.origin.kind == "unknown":
             continue
         root = root_origin(op.origin)
-        if root.kind == "parameter" and not root.file:
-            continue  # a parameter is where it is; its findings are told by module below
+        if (root.kind == "parameter" and not root.file) or root.kind == "autocast":
+            continue  # a parameter is where it is; autocast's dtype is by design, not a cause
         key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)
         return key, _origin_label(root), _root_fix(root, f.data.get("expected_dtype"))
     if f.operands and all(o.origin is None or not o.origin.file for o in f.operands):
         # findings about what modules hold (audit): one per dtype pattern of the same family
         pattern = tuple((o.role, o.dtype) for o in f.operands)
-        label = f"{f.code}: " + ", ".join(f"{r} {d}" for r, d in pattern)
+        label = " next to ".join(f"{r} {d}" for r, d in pattern)
         return ("pattern", f.code, pattern), label, None
     return None
 
@@ -121,7 +123,9 @@ def group_by_cause(report: Report) -> Report:
         if len(members) < 2 and key[0] == "pattern":
             continue
         text = labels[key]
-        if len(members) > 1:
+        if key[0] == "pattern":
+            text += f" in {sum(report.findings[i].count for i in members)} modules"
+        elif len(members) > 1:
             text += f" → {_consequences([report.findings[i] for i in members])}"
         for i in members:
             causes[i] = text

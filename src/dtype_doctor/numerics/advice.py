@@ -37,6 +37,14 @@ def op_name(module: nn.Module | None, module_type: str | None, leaf: bool) -> st
     return f"an op in {module_type}.forward (outside its children)"
 
 
+def _device(module: nn.Module | None) -> str:
+    """The device type of the module's tensors: autocast and GradScaler snippets take it."""
+    if module is not None:
+        for t in (*module.parameters(), *module.buffers()):
+            return t.device.type
+    return "cuda"
+
+
 def _source(module: nn.Module | None) -> tuple[str | None, int | None]:
     if module is None:
         return None, None
@@ -109,6 +117,7 @@ class Advisor:
             "input_absmax": fmt(biggest_input),
             "scale": 2 ** max(1, math.ceil(math.log2(max(biggest_input, 1.0) / (FP16_MAX / 64)))),
             "dtype": f"torch.{p.dtype}",
+            "device": _device(module if module is not None else root),
         }
         finding = catalog.finding(
             code,
@@ -283,8 +292,13 @@ class Advisor:
         phase: str = "forward",
     ) -> None:
         ctx = _context(worst, modules) | {phase}
-        names = {"module": worst, "modules": repr(sorted(hits)[:8]), "factor": f"{HEADROOM_FACTOR:g}"}
         module = modules.get(worst)
+        names = {
+            "module": worst,
+            "modules": repr(sorted(hits)[:8]),
+            "factor": f"{HEADROOM_FACTOR:g}",
+            "device": _device(module if module is not None else modules.get("")),
+        }
         self.report.add(
             catalog.finding(
                 code,

@@ -24,6 +24,33 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     console.print(summary_line(report))
 
 
+def render_brief(report: Report, console: Console) -> None:
+    """Each cause in a few lines: what, where, the root, the best fix (the demo's and a log's view)."""
+    if not report.findings:
+        console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
+        return
+    for cause, findings in by_cause(group_by_cause(report)):
+        f = findings[0]
+        more = f" (+{len(findings) - 1} more of this cause)" if len(findings) > 1 else ""
+        count = f" ×{f.count}" if f.count > 1 else ""
+        console.print(
+            Text.assemble(
+                ("• " + f.severity.value.upper() + " ", _STYLE[f.severity]),
+                (f.code + count, "bold"),
+                (f"  {f.title}{more}", ""),
+            )
+        )
+        if f.location and f.location.describe():
+            console.print(Text.assemble(("  where ", "bold"), f.location.describe()))
+        if cause:
+            console.print(Text.assemble(("  root cause ", "bold magenta"), cause))
+        if f.fixes and f.severity != Severity.INFO:
+            console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
+            if f.fixes[0].snippet:
+                console.print(Text(_indent(f.fixes[0].snippet), style="cyan"))
+    console.print(summary_line(report))
+
+
 def summary_line(report: Report) -> Text:
     return Text(summary_text(report), style="bold")
 

@@ -175,7 +175,8 @@ class Tagger:
             new_kind = "autocast"  # autocast chose this dtype, not the code
         else:
             new_kind = "promotion" if promoted else "op"
-        prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
+        name = assigned_name(inner) if inner is not None and inner == user else None
+        prov.set(o, Tag(new_kind, dt, op_name(func), name, self.stack.top, inner, user, tuple(tags)))
 
     def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
         """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
