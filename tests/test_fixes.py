@@ -4,7 +4,10 @@ ones parse, device and names come from the run, and no seed case's text leaks in
 from __future__ import annotations
 
 import ast
+import contextlib
+import copy
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,8 @@ from torch import nn
 import dtype_doctor as dd
 from dtype_doctor import tiny_models
 from dtype_doctor.causes import group_by_cause
+from dtype_doctor.errors import DoctorError
+from dtype_doctor.policy import select
 from dtype_doctor.report import Fix, Report
 
 transformers = pytest.importorskip("transformers")
@@ -24,11 +29,8 @@ LOGS = Path(__file__).resolve().parents[1] / "examples" / "logs"
 
 
 def _watched(model: nn.Module, run, mode: str = "observe") -> Report:
-    with dd.watch(model=model, mode=mode) as s:
-        try:
-            run()
-        except RuntimeError:
-            pass
+    with dd.watch(model=model, mode=mode) as s, contextlib.suppress(RuntimeError):
+        run()
     return group_by_cause(s.report)
 
 
@@ -144,3 +146,61 @@ def test_seed_case_specific_text_stays_in_its_own_case(reports):
     for name, report in reports.items():
         for fix in _fixes(report):
             assert "cli_demo" not in fix.snippet, (name, fix.snippet)
+
+
+# -- one keep-fp32 pattern language ---------------------------------------------------------------
+_KEEP = re.compile(r"keep_fp32=[(\[]([^)\]]*)[)\]]|keep_in_fp32\(model, (\[[^\]]*\])\)")
+
+
+def _suggested_patterns(report: Report) -> list[tuple[str, ...]]:
+    found = []
+    for fix in _fixes(report):
+        for m in _KEEP.finditer(fix.snippet):
+            text = m.group(1) if m.group(1) is not None else m.group(2).strip("[]")
+            found.append(tuple(ast.literal_eval(f"[{text}]")))
+    return found
+
+
+def test_every_keep_pattern_a_report_suggests_matches_in_fix():
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)), nn.LayerNorm(4)).half()
+    model[0][1].float()  # an accidental fp32 island at path "0.1" of the model the user holds
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = dd.audit((model, optimizer, torch.amp.GradScaler("cpu")))
+    suggested = _suggested_patterns(report)
+    assert ("0.1",) in suggested, suggested  # not "0.0.1": the tuple's index is not a module path
+    numerics_model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 8))
+    with torch.no_grad():
+        numerics_model[2].weight.mul_(300.0)
+    numerics_model.half()
+    with dd.monitor_numerics(numerics_model) as monitor, torch.no_grad():
+        numerics_model((torch.randn(4, 16) * 1000).half())
+    suggested_n = _suggested_patterns(monitor.report)
+    assert suggested_n, [x.snippet for x in _fixes(monitor.report)]
+    for target, patterns_list in ((model, suggested), (numerics_model, suggested_n)):
+        for patterns in patterns_list:
+            fixed = dd.fix(copy.deepcopy(target), torch.float16, keep_fp32=patterns)
+            assert fixed._dtype_doctor_fix.kept, patterns
+            with dd.keep_in_fp32(copy.deepcopy(target), patterns) as handle:
+                assert handle.paths == [n for n, _ in select(target, patterns)]
+
+
+def test_fix_and_keep_in_fp32_raise_on_a_pattern_that_matches_nothing():
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    for bad in (("nope",), ("",)):
+        with pytest.raises(DoctorError, match="keep_fp32"):
+            dd.fix(copy.deepcopy(model), torch.float16, keep_fp32=bad)
+        with pytest.raises(DoctorError, match="keep_fp32"):
+            dd.keep_in_fp32(model, bad)
+
+
+def test_one_pattern_means_the_same_modules_in_every_command():
+    from dtype_doctor.attribution import select_modules
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)))
+    for patterns, expected in ((("1.*",), ["1.0", "1.1"]), (("LayerNorm",), ["1.1"]), (("1",), ["1"])):
+        assert select_modules(model, patterns) == expected
+        with dd.keep_in_fp32(copy.deepcopy(model), patterns) as handle:
+            assert handle.paths == expected
+        assert (
+            dd.fix(copy.deepcopy(model), torch.float16, keep_fp32=patterns)._dtype_doctor_fix.kept == expected
+        )

@@ -14,7 +14,6 @@ from dataclasses import replace
 from .report import Finding, Fix, Operand, Origin, Report
 
 
-
 def _odd_operands(f: Finding) -> list[Operand]:
     """The operands whose dtype is not the one the op needed (all of them when unknown)."""
     expected = f.data.get("expected_dtype")

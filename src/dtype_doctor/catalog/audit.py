@@ -55,7 +55,7 @@ AUDIT_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Keep it in fp32 on purpose, with casts at its borders",
-                'model = dtype_doctor.fix(model, {dtype}, keep_fp32=("{module}",))',
+                'model = dtype_doctor.fix(model, {dtype}, keep_fp32=("{keep}",))',
             ),
         ),
         related=("norm-dtype-mismatch", "matmul-dtype-mismatch"),

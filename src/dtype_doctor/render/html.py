@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
-from ..dtype_map import report_map
 from ..causes import by_cause, group_by_cause
+from ..dtype_map import report_map
 from ..report import Finding, Operand, Origin, Report, Severity
 from .svg import render_plot
 from .views import producer_views

@@ -131,7 +131,7 @@ class Tagger:
 
     def _dtype_from_other(self, o: torch.Tensor) -> bool:
         """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it."""
-        inner, user = caller_frames(4)
+        inner, _user = caller_frames(4)
         name = _source_match(inner, _DTYPE_OF)
         if name is None or inner is None:
             return False
