@@ -15,7 +15,10 @@ from .analysis import Call, Grad, Producer, Sighting, TensorInfo
 from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
 
 HEADROOM_FACTOR = 2.0  # float16 outputs within this factor of 65504 are reported
-UNDERFLOW_SHARE = 0.05  # share of non-zero values below float16's smallest normal
+UNDERFLOW_SHARE = 0.05  # share of a gradient's non-zero values below float16's smallest normal
+# a forward output is reported only when most of it is subnormal: a few tiny activations (GELU
+# tails, a small residual branch) change no result, a mostly-subnormal matmul/norm input does
+UNDERFLOW_SHARE_FORWARD = 0.5
 _MAX_STEPS_KEPT = 50
 _LARGE_INPUT = FP16_MAX / 64
 
@@ -249,13 +252,11 @@ class Advisor:
             )
 
     def _underflow(self, phase: str, modules: dict[str, nn.Module]) -> None:
+        share = UNDERFLOW_SHARE if phase == "backward" else UNDERFLOW_SHARE_FORWARD
         hits = {
             name: e[2] / e[3]
             for (ph, name), e in self._ranges.items()
-            if ph == phase
-            and e[0] in ("float16", "float32", "float64")
-            and e[3]
-            and e[2] / e[3] >= UNDERFLOW_SHARE
+            if ph == phase and e[0] in ("float16", "float32", "float64") and e[3] and e[2] / e[3] >= share
         }
         if not hits:
             return
