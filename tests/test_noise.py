@@ -40,7 +40,7 @@ MODELS = {
             num_hidden_layers=1,
         ),
         lambda m, dt: m(input_ids=_ids()).logits,
-    ),  # fmt: skip
+    ),
     "unet": (
         lambda: tiny_models.unet(sample_size=8),
         lambda m, dt: (
