@@ -29,3 +29,18 @@ def test_seed_case_is_diagnosed_and_fixed(name):
         assert float(result.outcome.rsplit("= ", 1)[1]) < 2e-2, result.outcome
     else:
         assert "runs" in result.outcome or "apex" in result.outcome
+
+
+def test_make_demo_tells_the_five_cases_in_150_lines(capsys):
+    import io
+
+    from rich.console import Console
+
+    demo = pytest.importorskip("demo")
+    out = io.StringIO()
+    assert demo.main([], console=Console(file=out, width=80, no_color=True, highlight=False)) == 0
+    text = out.getvalue() + capsys.readouterr().err  # the guard's cast log included
+    assert len(text.splitlines()) <= 150, len(text.splitlines())
+    assert text.count("Fix applied:") == len(EXPECTED)  # every case is told
+    assert "latent_mask = latent_mask.to(torch.float16)" in text  # OneTrainer: the fix at the root
+    assert "image_embeds = image_embeds.to(torch.float16)" in text  # XComposer: the fix at the root
