@@ -65,7 +65,7 @@ def test_findings_that_share_the_text_encoder_output_are_one_cause(text_to_unet)
     (cause,) = causes
     assert cause.startswith("float32 `encoder_hidden_states`"), cause
     assert f"made by CLIPTextModel at tests/test_causes.py:{line}" in cause, cause
-    assert f"→ {sum(f.count for f in ehs)} findings in {len(ehs)} modules" in cause, cause
+    assert f"→ {sum(f.count for f in ehs)} findings in {len(ehs)} places" in cause, cause
 
 
 def test_console_shows_each_cause_once_with_its_consequences_folded(text_to_unet):

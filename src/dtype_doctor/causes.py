@@ -89,7 +89,9 @@ def _places(findings: Iterable[Finding]) -> list[str]:
     out: list[str] = []
     for f in findings:
         loc = f.location
-        place = (loc.module or "<root>") if loc and loc.module is not None else (loc.op if loc else None)
+        if loc is None:
+            continue
+        place = f"'{loc.module or '<root>'}'" if loc.module is not None else loc.op
         if place and place not in out:
             out.append(place)
     return out
@@ -98,8 +100,10 @@ def _places(findings: Iterable[Finding]) -> list[str]:
 def _consequences(findings: list[Finding]) -> str:
     places = _places(findings)
     n = sum(f.count for f in findings)
-    where = f"{len(places)} module{'s' if len(places) != 1 else ''}" if places else "the run"
-    return f"{n} finding{'s' if n != 1 else ''} in {where}"
+    text = f"{n} finding{'s' if n != 1 else ''}"
+    if len(places) > 3:
+        return f"{text} in {len(places)} places"
+    return f"{text} ({', '.join(places)})" if places else text
 
 
 def group_by_cause(report: Report) -> Report:
@@ -129,10 +133,17 @@ def group_by_cause(report: Report) -> Report:
         for i in members:
             causes[i] = text
     findings = [
-        replace(f, root_cause=causes.get(i), fixes=[root_fixes[i], *f.fixes] if i in root_fixes else f.fixes)
+        replace(f, root_cause=causes.get(i), fixes=_with_root_fix(f.fixes, root_fixes.get(i)))
         for i, f in enumerate(report.findings)
     ]
     return replace(report, findings=findings, meta=dict(report.meta))
+
+
+def _with_root_fix(fixes: list[Fix], root: Fix | None) -> list[Fix]:
+    """The root fix first; a catalog fix with the same snippet gives way to it (no repeat)."""
+    if root is None:
+        return fixes
+    return [root, *(x for x in fixes if x.snippet.strip() != root.snippet)]
 
 
 def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:

@@ -7,6 +7,7 @@ renderers must stay light.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
@@ -77,10 +78,15 @@ class Operand:
 _SHELL_START = ("pip ", "pip3 ", "conda ", "dtype-doctor ", "torchrun ", "python ", "export ", "apt", "git ")
 
 
+_ENV_PREFIX = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*\s")  # DTYPE_DOCTOR_DEBUG=1 dtype-doctor run ...
+
+
 def snippet_language(snippet: str) -> str:
     """`shell` when the snippet's first line is a command line, else `python` (for old reports)."""
     first = next((ln.strip() for ln in snippet.splitlines() if ln.strip()), "")
-    return "shell" if first.startswith(_SHELL_START) or first.startswith("$ ") else "python"
+    if first.startswith(_SHELL_START) or first.startswith("$ ") or _ENV_PREFIX.match(first):
+        return "shell"
+    return "python"
 
 
 @dataclass

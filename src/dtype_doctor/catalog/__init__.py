@@ -56,6 +56,7 @@ class _Names(dict):
         "op": "the op",
         "modules": '["the module"]',
         "device": "cuda",
+        "made_op": "torch.zeros",
         "leaf": "the module",
         "model_class": "MyModel",
         "where": "A module",

@@ -34,7 +34,7 @@ ONE_POLICY = FixTemplate(
     when=_({"multi-error"}),
 )
 CAST_AT_SEAM = FixTemplate(
-    "Cast at the seam: give {module} its own dtype where the data enters it",
+    "Cast at the seam: give '{module}' its own dtype where the data enters it",
     "{tensor} = {tensor}.to({dtype})   # where it enters {module}",
     "A dtype check at the points where modules exchange data (cast automatically or warn) "
     "stops a stray fp32/fp16 tensor from reaching the op.",

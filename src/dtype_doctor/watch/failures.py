@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -18,8 +18,7 @@ from . import findings as F
 from .contracts import Contract, Slot, bind
 from .provenance import USER, frame_kind, op_name, short_path
 
-if TYPE_CHECKING:
-    from .session import Session
+Session = Any  # watch.session.Session, not imported: no import circle
 
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 

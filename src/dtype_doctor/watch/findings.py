@@ -175,6 +175,7 @@ def build(
         "file": odd_file,
         "line": odd_line,
         "device": operands[0].tensor.device.type if operands else "cuda",  # autocast's device_type
+        "made_op": odd.origin.op if odd and odd.origin and odd.origin.kind == "op" else None,
     }
     if not message:
         parts = ", ".join(f"{o.role} {o.dtype}" for o in ops)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from . import findings as F
 
-if TYPE_CHECKING:
-    from .session import Session
+Session = Any  # watch.session.Session, not imported: no import circle
 
 
 def patch_grad_scaler(session: Session) -> Callable[[], None] | None:
