@@ -41,8 +41,8 @@ CAST_AT_SEAM = FixTemplate(
 )
 CREATE_WITH_DTYPE = FixTemplate(
     "Give every tensor you create an explicit dtype (and device) taken from the model",
-    "mask = torch.ones(shape, dtype={dtype}, device=device)   # not torch.ones(shape)\n"
-    "t = torch.zeros_like(latents)                           # inherits dtype",
+    "{tensor} = {made_op}(..., dtype={dtype})   # not {made_op}(...) without dtype=\n"
+    "# or torch.zeros_like(t) of a model tensor t, which inherits its dtype and device",
     "torch.ones/zeros/randn/arange/linspace default to float32; one fp32 mask or timestep "
     "concatenated with fp16 tensors silently promotes everything after it to fp32.",
     unless=_({"inference"}),
