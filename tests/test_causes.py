@@ -129,3 +129,18 @@ def test_a_crash_no_watched_op_saw_becomes_an_error_finding():
     assert [f.severity.value for f in s.report.findings] == ["error"]
     assert s.report.findings[0].location.file == "tests/test_causes.py"
     assert str(err.value) == "expected scalar type Half but found Float"
+
+
+def test_html_shows_each_cause_first_and_keeps_every_finding_linkable(text_to_unet):
+    from dtype_doctor.render.html import render_html
+
+    report, _ = text_to_unet
+    page = render_html(report)
+    groups = by_cause(group_by_cause(report))
+    assert page.count('class="root-cause"') == sum(1 for cause, _ in groups if cause)
+    assert page.count('<details class="folded">') == sum(1 for _, fs in groups if len(fs) > 1)
+    first_cause = page.index('class="root-cause"')
+    assert first_cause < page.index('<details class="folded">')
+    for i in range(1, len(report.findings) + 1):  # the module tree links to every finding
+        assert f'id="finding-{i}"' in page
+    assert 'class="language-python"' in page
