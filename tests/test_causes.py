@@ -144,3 +144,12 @@ def test_html_shows_each_cause_first_and_keeps_every_finding_linkable(text_to_un
     for i in range(1, len(report.findings) + 1):  # the module tree links to every finding
         assert f'id="finding-{i}"' in page
     assert 'class="language-python"' in page
+
+
+def test_fix_mode_says_the_casts_it_applied_were_verified_by_the_run(text_to_unet):
+    report, _ = text_to_unet
+    assert report.findings and all(
+        f.data["verified"] == f"runs: fix mode applied '{f.data['action']}' and the block completed"
+        for f in report.findings
+    )
+    assert "verified  runs: fix mode applied 'cast input float32 -> float16'" in _console_text(report)

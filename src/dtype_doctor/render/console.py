@@ -94,6 +94,8 @@ def finding_panel(
         parts.append(Text(f"  also {other.code}{count}: {where}", style="dim"))
     if len(shown) < len(folded):
         parts.append(Text(f"  (+{len(folded) - len(shown)} more of this cause: -v)", style="dim"))
+    if finding.data.get("verified"):
+        parts.append(Text.assemble(("verified  ", "bold green"), str(finding.data["verified"])))
     if finding.cause and (verbose or not folded):
         parts.append(Text.assemble(("cause  ", "bold"), finding.cause))
     for rank, fix in enumerate(finding.fixes if verbose else finding.fixes[:3], 1):
