@@ -153,3 +153,29 @@ def test_fix_mode_says_the_casts_it_applied_were_verified_by_the_run(text_to_une
         for f in report.findings
     )
     assert "verified  runs: fix mode applied 'cast input float32 -> float16'" in _console_text(report)
+
+
+def test_check_of_a_unet_with_one_fp32_input_is_one_cause():
+    import dtype_doctor as dd
+
+    unet = tiny_models.unet().eval()
+    ehs = torch.randn(1, 5, 32, dtype=H)
+    report = dd.check(unet, torch.randn(1, 4, 16, 16), 3, encoder_hidden_states=ehs, dtype=H)
+    groups = by_cause(group_by_cause(report))
+    assert len(report.errors) >= 2 and len(groups) == 1, [(f.code, f.location.module) for f in report.errors]
+    assert groups[0][0].startswith("float32 `sample`")
+
+
+def test_audit_of_a_half_converted_vit_tells_the_bias_pattern_once():
+    import dtype_doctor as dd
+
+    model = tiny_models.vit(image_size=32, num_hidden_layers=2, num_attention_heads=4)
+    for name, p in model.named_parameters():
+        if not name.endswith("bias"):
+            p.data = p.data.half()
+    report = dd.audit(model)
+    mixed = [f for f in report.findings if f.code == "weight-bias-dtype-mismatch"]
+    assert len(mixed) > 3
+    text = _console_text(report)
+    assert text.count("weight-bias-dtype-mismatch") == 1 + min(len(mixed) - 1, 3)  # head + 3 folded
+    assert f"bias float32 next to weight float16 in {sum(f.count for f in mixed)} modules" in text
