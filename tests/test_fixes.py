@@ -204,3 +204,19 @@ def test_one_pattern_means_the_same_modules_in_every_command():
         assert (
             dd.fix(copy.deepcopy(model), torch.float16, keep_fp32=patterns)._dtype_doctor_fix.kept == expected
         )
+
+
+def test_find_fp32_set_never_answers_the_whole_model():
+    from dtype_doctor.numerics import find_fp32_set
+
+    class Scaled(nn.Module):  # the root's own forward overflows: no module set can fix it
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x) * 1e5
+
+    model = Scaled().half()
+    chosen, _ = find_fp32_set(model, lambda m: m(torch.full((2, 4), 10.0, dtype=H)))
+    assert "" not in chosen
