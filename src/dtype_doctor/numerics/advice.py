@@ -182,6 +182,11 @@ class Advisor:
                 )
                 if fp32_absmax < BF16_MAX:
                     ctx.add("bf16-fits")
+                if names.get("dtype") == "torch.float16":
+                    # kept alone, its float32 output is cast back to float16 at its border and overflows
+                    # again: the keep-set is the module around it, or none at the top level
+                    parent = path.rpartition(".")[0]
+                    names["modules"] = repr([parent]) if parent else "[]"
                 if "large-input" in ctx:
                     names["scale"] = 2 ** math.ceil(math.log2(fp32_absmax / (FP16_MAX / 4)))
             else:
