@@ -179,3 +179,26 @@ def test_audit_of_a_half_converted_vit_tells_the_bias_pattern_once():
     text = _console_text(report)
     assert text.count("weight-bias-dtype-mismatch") == 1 + min(len(mixed) - 1, 3)  # head + 3 folded
     assert f"bias float32 next to weight float16 in {sum(f.count for f in mixed)} modules" in text
+
+
+def test_run_json_names_the_shared_root_cause_of_every_finding(tmp_path, capsys, monkeypatch):
+    from dtype_doctor.cli import main
+
+    monkeypatch.chdir(tmp_path)  # file names are shown relative to the working directory
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n"
+        "model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)).half()\n"
+        "bias = torch.zeros(2, 2)\n"  # line 4: the fp32 tensor
+        "x = torch.cat([torch.randn(2, 2, dtype=torch.float16), bias], 1)\n"
+        "model(x)\n"
+    )
+    path = tmp_path / "r.json"
+    assert main(["run", "--json", str(path), str(script)]) == 1
+    findings = json.loads(path.read_text())["findings"]
+    assert len(findings) == 2
+    assert {f["root_cause"] for f in findings} == {
+        "float32 `bias` made by torch.zeros (train.py:4) → 2 findings (torch.cat, '0')"
+    }
+    assert "(1 cause); raised RuntimeError" in capsys.readouterr().err

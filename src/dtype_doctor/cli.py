@@ -39,6 +39,9 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
 
 def emit(report, args: argparse.Namespace) -> None:
     """Show a report the way the user asked: console, JSON (stdout or file), HTML."""
+    from .causes import group_by_cause
+
+    report = group_by_cause(report)  # every output names each finding's root cause
     json_target = getattr(args, "json", None)
     if json_target == "-":
         write_json_stdout(report)

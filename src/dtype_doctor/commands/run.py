@@ -54,10 +54,12 @@ def run(args: argparse.Namespace) -> int:
 def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) -> None:
     from rich.console import Console
 
+    from ..causes import group_by_cause
     from ..cli import _write, write_json_stdout
     from ..render.console import render
     from ..run import rank_path
 
+    report = group_by_cause(report)  # JSON and HTML name each finding's root cause
     if args.json == "-":
         write_json_stdout(report)
     elif args.json:
