@@ -164,6 +164,7 @@ def test_check_of_a_unet_with_one_fp32_input_is_one_cause():
     groups = by_cause(group_by_cause(report))
     assert len(report.errors) >= 2 and len(groups) == 1, [(f.code, f.location.module) for f in report.errors]
     assert groups[0][0].startswith("float32 `sample`")
+    assert report.errors[0].data["verified"].endswith("the dry run on meta completed (dtypes only)")
 
 
 def test_audit_of_a_half_converted_vit_tells_the_bias_pattern_once():

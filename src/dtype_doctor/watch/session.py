@@ -75,11 +75,12 @@ class Session:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         self.stop()
         if exc is None and self.mode == "fix":
+            root = self._root
+            meta = root is not None and any(p.is_meta for p in root.parameters())
+            done = "the dry run on meta completed (dtypes only)" if meta else "the block completed"
             for f in self.report.findings:
                 if f.data.get("action"):  # the cast was applied and the run completed: say so
-                    f.data["verified"] = (
-                        f"runs: fix mode applied '{f.data['action']}' and the block completed"
-                    )
+                    f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
         if isinstance(exc, DtypeMismatchError):
             self.report.meta["raised"] = type(exc).__name__
         elif isinstance(exc, Exception):
