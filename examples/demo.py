@@ -5,6 +5,7 @@ fixes), the fix applied and how the fixed run compares with float32.
 
     python examples/demo.py            # all five
     python examples/demo.py onetrainer # one of them
+    python examples/demo.py -v         # every finding in full
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from seed_cases import CASES
 
-from dtype_doctor.render.console import render
+from dtype_doctor.render.console import render, render_brief
 
 
-def main(names: list[str]) -> int:
-    console = Console(highlight=False)
+def main(names: list[str], console: Console | None = None) -> int:
+    full = "-v" in names  # every finding's full box instead of one short block per cause
+    names = [n for n in names if n != "-v"]
+    console = console or Console(highlight=False)
     chosen = [c for c in CASES if not names or c.__name__ in names]
     if not chosen:
         console.print(f"unknown case(s) {names}; choose from {[c.__name__ for c in CASES]}")
@@ -34,10 +37,10 @@ def main(names: list[str]) -> int:
         console.print(Rule(f"[bold]{result.name}"))
         console.print(f"[bold]PyTorch said:[/bold] {result.user_error}")
         for how, report in result.reports:
-            console.print(f"\n[bold]dtype-doctor {how}:[/bold]")
-            render(report, console=console)
-        console.print(f"\n[bold green]Fix applied:[/bold green] {result.fix}")
-        console.print(f"[bold green]Result:[/bold green] {result.outcome}\n")
+            console.print(f"[bold]dtype-doctor {how}:[/bold]")
+            (render if full else render_brief)(report, console=console)
+        console.print(f"[bold green]Fix applied:[/bold green] {result.fix}")
+        console.print(f"[bold green]Result:[/bold green] {result.outcome}")
         failed += not any(r.findings for _, r in result.reports)
     return 1 if failed else 0
 

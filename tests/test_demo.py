@@ -24,18 +24,17 @@ PRINTED = {
     "onediff": [
         "PyTorch said: RuntimeError: mixed dtype (CPU)",
         "ERROR autocast-half-conflict",
-        "'time_embedding.linear_1' (Linear) at diffusers/models/embeddings.py:",
+        "in 'time_embedding.linear_1' (Linear) at diffusers/models/embeddings.py:",
         "ERROR oneflow-infer-dtype",
-        "Expected: float32, found: float16",
-        "fix 1  Drop the redundant torch.autocast and keep the fp16 model",
+        "fix Drop the redundant torch.autocast and keep the fp16 model",
         "Result: runs: output (1, 4, 16, 16) torch.float16, finite=True",
     ],
     "xdit": [
         "ERROR apex-conflict ×2",
-        "where  in 'final_layer_norm' at",
+        "in 'final_layer_norm' at",
         "apex/normalization/fused_layer_norm.py:75 [rank0]",
-        "on ranks 0, 1",
-        "fix 1  Uninstall apex and fall back to PyTorch native AMP",
+        "fix Uninstall apex and fall back to PyTorch native AMP",
+        "pip uninstall -y apex",
         "Result: dtype-doctor env on this machine: apex",
     ],
 }
@@ -61,3 +60,18 @@ def test_demo_prints_family_place_and_fix(name, capsys, monkeypatch):
     out = capsys.readouterr().out
     for line in PRINTED[name]:
         assert line in out, f"{line!r} not in the demo's output:\n{out}"
+
+
+def test_make_demo_tells_the_five_cases_in_150_lines(capsys):
+    import io
+
+    from rich.console import Console
+
+    demo = pytest.importorskip("demo")
+    out = io.StringIO()
+    assert demo.main([], console=Console(file=out, width=80, no_color=True, highlight=False)) == 0
+    text = out.getvalue() + capsys.readouterr().err  # the guard's cast log included
+    assert len(text.splitlines()) <= 150, len(text.splitlines())
+    assert text.count("Fix applied:") == len(EXPECTED)  # every case is told
+    assert "latent_mask = latent_mask.to(torch.float16)" in text  # OneTrainer: the fix at the root
+    assert "image_embeds = image_embeds.to(torch.float16)" in text  # XComposer: the fix at the root

@@ -60,7 +60,11 @@ def test_vae_overflow_recommends_bf16_from_the_float32_rerun_and_the_vae_switch(
     assert "bfloat16" in titles[0]
     assert any("pipe.vae.to(torch.float32)" in f.snippet for f in finding.fixes)
     assert any("force_upcast" in f.snippet for f in finding.fixes)
-    assert any(f"keep_in_fp32(model, ['{VAE_PRODUCER}'])" in f.snippet for f in finding.fixes)
+    # the producer alone would be cast back to float16 and overflow again: its caller is kept
+    assert any(
+        f"keep_in_fp32(model, ['{VAE_PRODUCER.rpartition('.')[0]}'])" in f.snippet for f in finding.fixes
+    )
+    assert not any(f"keep_in_fp32(model, ['{VAE_PRODUCER}'])" in f.snippet for f in finding.fixes)
 
 
 def test_vae_keep_fp32_set_applied_gives_the_float32_result(vae_case):

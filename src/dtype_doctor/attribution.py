@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fnmatch
 import functools
 import weakref
 from collections.abc import Callable, Iterable
@@ -19,7 +18,6 @@ from typing import Any
 
 import torch
 
-from .errors import DoctorError
 from .measure import ErrorStats, cast_floats, error_stats, float_tensors, has_nonfinite, map_tensors
 
 ContextFactory = Callable[[], contextlib.AbstractContextManager]
@@ -258,17 +256,11 @@ def first_nonfinite(model: torch.nn.Module, run: Callable[[torch.nn.Module], Any
 
 
 def select_modules(model: torch.nn.Module, patterns: Iterable[str]) -> list[str]:
-    """Module paths matching any pattern: a module path, a glob over paths, or a class name."""
-    names = [n for n, _ in model.named_modules() if n]
-    types = {n: type(m).__name__ for n, m in model.named_modules() if n}
-    chosen: list[str] = []
-    for pattern in patterns:
-        hits = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern) or types[n] == pattern]
-        if not hits:
-            raise DoctorError(f"keep_fp32: no module matches {pattern!r}")
-        chosen.extend(h for h in hits if h not in chosen)
-    # a module inside another kept one is already in fp32
-    return [n for n in chosen if not any(n.startswith(o + ".") for o in chosen if o != n)]
+    """Top-most module paths matching any keep-fp32 pattern (policy.matches: the one pattern language);
+    DoctorError on a pattern that matches nothing."""
+    from .policy import select
+
+    return [name for name, _ in select(model, patterns)]
 
 
 KEEP_STRATEGIES = ("fp32-out", "cast-back")

@@ -17,6 +17,7 @@ from torch import nn
 
 from . import catalog
 from ._callable import make_callable
+from .catalog import module_ref
 from .dtypes import is_low_precision, torch_name
 from .policy import (
     NORM_WORDS,
@@ -290,16 +291,26 @@ def fp32_island_findings(model: nn.Module, prefix: str = "") -> list[Finding]:
                     islands.append((path, None, "Parameter", deliberate))
     groups: dict[tuple, list[str]] = defaultdict(list)
     for path, _, type_name, deliberate in islands:
-        groups[(module_pattern(_join(prefix, path)), type_name, deliberate)].append(_join(prefix, path))
+        groups[(module_pattern(_join(prefix, path)), type_name, deliberate)].append(path)
     findings = []
-    for (pattern, type_name, deliberate), paths in groups.items():
+    for (pattern, type_name, deliberate), own_paths in groups.items():
+        paths = [_join(prefix, p) for p in own_paths]
         shown = paths[0] if len(paths) == 1 else pattern
+        # snippets act on the model the user holds: paths relative to it, a parameter's owner module
+        owners = [p.rpartition(".")[0] if type_name == "Parameter" else p for p in own_paths]
+        keep = owners[0] if len(owners) == 1 else module_pattern(owners[0])
         why = "deliberate (a norm or _keep_in_fp32_modules)" if deliberate else "accidental?"
         findings.append(
             catalog.finding(
                 "fp32-island",
                 context=("deliberate",) if deliberate else (),
-                names={"module": shown, "dtype": torch_name(main), "other_dtype": "torch.float32"},
+                names={
+                    "module": shown,
+                    "keep": keep,
+                    "module_ref": module_ref(keep),
+                    "dtype": torch_name(main),
+                    "other_dtype": "torch.float32",
+                },
                 severity=Severity.INFO if deliberate else Severity.WARNING,
                 message=f"{shown} ({type_name}) is float32 in a {main} model: {why}"
                 + (f"  ({len(paths)} modules)" if len(paths) > 1 else ""),
@@ -395,7 +406,11 @@ def autocast_findings(model: nn.Module, prefix: str, autocast_dtype: str) -> lis
     return [
         catalog.finding(
             "low-precision-under-autocast",
-            names={"dtype": torch_name(main), "other_dtype": torch_name(autocast_dtype)},
+            names={
+                "dtype": torch_name(main),
+                "other_dtype": torch_name(autocast_dtype),
+                "device": next((p.device.type for p in model.parameters()), "cuda"),
+            },
             severity=Severity.ERROR if differs else Severity.WARNING,
             message=f"{prefix or 'the model'} is {main} and runs under autocast({autocast_dtype})"
             + (": the first op autocast does not cast will fail" if differs else ": redundant casts"),
@@ -421,7 +436,7 @@ def _training_findings(setup: Setup) -> list[Finding]:
         findings.append(
             catalog.finding(
                 "fp16-gradient-unscale",
-                names={"param": shown[0]},
+                names={"param": shown[0], "device": fp16[0].device.type},
                 message=f"GradScaler is enabled and {len(fp16)} of {len(params)} trained parameters are "
                 f"float16 ({', '.join(shown)}{', ...' if len(fp16) > 3 else ''}): "
                 "scaler.unscale_/step raises 'Attempting to unscale FP16 gradients.'",

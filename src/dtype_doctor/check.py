@@ -24,7 +24,7 @@ from .dtypes import canonical
 from .errors import DoctorError
 from .fix import convert
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
-from .policy import KeepPattern, dtype_name, map_tensors, matches, to_torch_dtype
+from .policy import KeepPattern, dtype_name, map_tensors, select, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
@@ -94,11 +94,7 @@ def check(
 
 def check_keep_fp32(model: nn.Module, patterns: Iterable[KeepPattern]) -> None:
     """Each keep_fp32 pattern must match a module: a typo would silently keep nothing in float32."""
-    modules = [(name, m) for name, m in model.named_modules() if name]
-    for pattern in patterns:
-        if not any(matches(pattern, name, m) for name, m in modules):
-            shown = pattern.__name__ if isinstance(pattern, type) else getattr(pattern, "pattern", pattern)
-            raise DoctorError(f"keep_fp32: no module matches {shown!r}")
+    select(model, patterns)
 
 
 def build(factory_or_object: Any) -> Any:

@@ -28,6 +28,7 @@ from .policy import (
     kept_modules,
     map_tensors,
     own_float_dtypes,
+    select,
     to_torch_dtype,
 )
 from .report import Finding, Location, Operand, Report
@@ -83,6 +84,8 @@ def fix(
     target = to_torch_dtype(dtype)
     if not target.is_floating_point:
         raise ValueError(f"fix needs a floating dtype, got {target}")
+    if keep_fp32 is not DEFAULT_KEEP_FP32:
+        select(model, keep_fp32)  # DoctorError on a pattern that matches nothing: never ignore a typo
     previous = getattr(model, _FIX_ATTR, None)
     if isinstance(previous, FixPlan):
         previous.remove_hooks()

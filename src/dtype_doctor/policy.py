@@ -5,6 +5,7 @@ Shared by audit (what is), fix (what should be) and check (what the mirror runs 
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -84,14 +85,19 @@ def _is_diffusers(module: nn.Module) -> bool:
 
 
 def matches(pattern: KeepPattern, name: str, module: nn.Module) -> bool:
-    """A keep pattern: a module class (isinstance), or a string searched in the module's qualified
-    name (a regular expression, so "norm", "^lm_head$" and "layers\\.0\\." all work) and, case-blind,
-    in its class name ("norm" keeps LayerNorm, GroupNorm, LlamaRMSNorm...). A compiled pattern is
-    searched in the name only."""
+    """The one keep-fp32 pattern language (fix, guard, check, audit, compare, numerics).
+
+    A pattern is a module class (isinstance), or a string that matches a module when its qualified
+    name matches it as a glob ("layers.*.mlp") or contains it as a regular expression ("norm",
+    "^lm_head$", "layers\\.0\\."), or its class name contains it, case-blind ("norm" keeps
+    LayerNorm, GroupNorm, LlamaRMSNorm...). `select` gives an exact module path precedence ("0.1"
+    keeps module 0.1 only), then a glob that matches paths ("blocks.1.*": its children). A compiled pattern is searched in the name only."""
     if isinstance(pattern, type):
         return isinstance(module, pattern)
     if isinstance(pattern, re.Pattern):  # a library's own list: names only, as the library matches them
         return bool(pattern.search(name))
+    if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
+        return True
     try:
         if re.search(pattern, name):
             return True
@@ -101,18 +107,46 @@ def matches(pattern: KeepPattern, name: str, module: nn.Module) -> bool:
     return pattern.lower() in type(module).__name__.lower()
 
 
-def kept_modules(model: nn.Module, patterns: Iterable[KeepPattern]) -> list[tuple[str, nn.Module]]:
-    """The top-most modules matching any pattern (their whole subtree is kept)."""
+def _shown(pattern: KeepPattern) -> str:
+    return pattern.__name__ if isinstance(pattern, type) else getattr(pattern, "pattern", pattern)
+
+
+def select(
+    model: nn.Module, patterns: Iterable[KeepPattern], *, strict: bool = True
+) -> list[tuple[str, nn.Module]]:
+    """The top-most modules matching any pattern (their whole subtree is kept), in model order.
+
+    strict: a pattern that matches no module raises DoctorError (a typo would silently keep nothing
+    in float32), and so does the empty string (it would keep the whole model)."""
     patterns = tuple(patterns)
     if not patterns:
         return []
+    modules = [(n, m) for n, m in model.named_modules() if n]
+    paths = {n for n, _ in modules}
+    chosen: set[str] = set()
+    for pattern in patterns:
+        if isinstance(pattern, str) and not pattern:
+            raise DoctorError("keep_fp32: an empty pattern would keep the whole model; name modules")
+        hits: set[str] = set()
+        if isinstance(pattern, str) and pattern in paths:
+            hits = {pattern}  # an exact path: that module only ("0.1" is not also "10.1")
+        elif isinstance(pattern, str) and any(c in pattern for c in "*?["):
+            hits = {n for n in paths if fnmatch.fnmatchcase(n, pattern)}  # a glob: "blocks.1.*", not blocks.1
+        if not hits:
+            hits = {n for n, m in modules if matches(pattern, n, m)}
+        if strict and not hits:
+            raise DoctorError(f"keep_fp32: no module matches {_shown(pattern)!r}")
+        chosen |= hits
     kept: list[tuple[str, nn.Module]] = []
-    for name, module in model.named_modules():
-        if not name or any(name.startswith(k + ".") for k, _ in kept):
-            continue
-        if any(matches(p, name, module) for p in patterns):
+    for name, module in modules:
+        if name in chosen and not any(name.startswith(k + ".") for k, _ in kept):
             kept.append((name, module))
     return kept
+
+
+def kept_modules(model: nn.Module, patterns: Iterable[KeepPattern]) -> list[tuple[str, nn.Module]]:
+    """The top-most modules matching any pattern; patterns that match nothing are ignored."""
+    return select(model, patterns, strict=False)
 
 
 def iter_tensors(value: Any) -> Iterator[torch.Tensor]:

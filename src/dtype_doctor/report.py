@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
@@ -53,6 +54,10 @@ class Origin:
             text = f"buffer '{self.name}'"
         elif self.kind == "input":
             text = f"model input '{self.name}'"
+        elif self.kind == "output":
+            text = f"output of {self.op or '?'}" + (f" ('{self.name}')" if self.name else "")
+            text += f" called at {self.file}:{self.line}" if self.file else ""
+            return text
         elif self.kind in ("op", "cast", "promotion", "autocast"):
             text = f"{self.kind} {self.op or '?'}"
         else:
@@ -75,13 +80,35 @@ class Operand:
     origin: Origin | None = None
 
 
+_SHELL_START = ("pip ", "pip3 ", "conda ", "dtype-doctor ", "torchrun ", "python ", "export ", "apt", "git ")
+
+
+_ENV_PREFIX = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*\s")  # DTYPE_DOCTOR_DEBUG=1 dtype-doctor run ...
+
+
+def snippet_language(snippet: str) -> str:
+    """`shell` when the snippet's first line is a command line, else `python` (for old reports)."""
+    first = next((ln.strip() for ln in snippet.splitlines() if ln.strip()), "")
+    if first.startswith(_SHELL_START) or first.startswith("$ ") or _ENV_PREFIX.match(first):
+        return "shell"
+    return "python"
+
+
 @dataclass
 class Fix:
-    """One remedy, ranked by its position in Finding.fixes (best first)."""
+    """One remedy, ranked by its position in Finding.fixes (best first).
+
+    language: `python` (the snippet parses as Python) or `shell` (a command line).
+    """
 
     title: str
     snippet: str = ""
     why: str = ""
+    language: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.language:
+            self.language = snippet_language(self.snippet)
 
 
 @dataclass
@@ -133,6 +160,8 @@ class Finding:
     confidence: float = 1.0
     related: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    # the root origin this finding shares with others (causes.group_by_cause); None: a cause of its own
+    root_cause: str | None = None
 
     def key(self) -> tuple:
         """The one identity of a finding: Report.add, the processors and merge fold by it."""

@@ -30,6 +30,15 @@ def family(code: str) -> Family:
         raise KeyError(f"unknown family code {code!r}") from None
 
 
+def module_ref(path: object, model: str = "model") -> str:
+    """`model.encoder.norm`, or `model.get_submodule("h.0.ln_1")` where attribute access is not Python."""
+    if not isinstance(path, str) or path in ("", "<root>"):
+        return model
+    if all(part.isidentifier() for part in path.split(".")):
+        return f"{model}.{path}"
+    return f'{model}.get_submodule("{path}")'
+
+
 class _Names(dict):
     """format_map mapping that fills a missing name with a readable placeholder."""
 
@@ -46,6 +55,8 @@ class _Names(dict):
         "tensor": "x",
         "op": "the op",
         "modules": '["the module"]',
+        "device": "cuda",
+        "made_op": "torch.zeros",
         "leaf": "the module",
         "model_class": "MyModel",
         "where": "A module",
@@ -57,6 +68,8 @@ class _Names(dict):
     }
 
     def __missing__(self, key: str) -> str:
+        if key == "module_ref":  # the module as a Python expression the user can paste
+            return module_ref(self.get("module"), self.get("model") or "model")
         if key == "at":  # "at file.py:12" when the producer knows the place, else a neutral phrase
             return f"at {self['file']}:{self['line']}" if "file" in self else "in your code"
         return self._DEFAULTS.get(key, f"the {key.replace('_', ' ')}")

@@ -49,13 +49,13 @@ AUDIT_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Convert it with the rest of the model",
-                "model.{module}.to({dtype})",
+                "{module_ref}.to({dtype})",
                 "when nothing requires fp32 there",
                 unless=frozenset({"deliberate"}),
             ),
             FixTemplate(
                 "Keep it in fp32 on purpose, with casts at its borders",
-                'model = dtype_doctor.fix(model, {dtype}, keep_fp32=("{module}",))',
+                'model = dtype_doctor.fix(model, {dtype}, keep_fp32=("{keep}",))',
             ),
         ),
         related=("norm-dtype-mismatch", "matmul-dtype-mismatch"),
@@ -99,7 +99,7 @@ AUDIT_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Or keep the model in fp32 and let autocast choose per op",
-                "model = model.float()\nwith torch.autocast('cuda', dtype={other_dtype}):\n    out = model(x)",
+                "model = model.float()\nwith torch.autocast('{device}', dtype={other_dtype}):\n    out = model(x)",
             ),
             FixTemplate(
                 "With a non-torch backend (OneFlow/onediff) use that backend's autocast, never torch's",

@@ -34,15 +34,15 @@ ONE_POLICY = FixTemplate(
     when=_({"multi-error"}),
 )
 CAST_AT_SEAM = FixTemplate(
-    "Cast at the seam: give {module} its own dtype where the data enters it",
+    "Cast at the seam: give '{module}' its own dtype where the data enters it",
     "{tensor} = {tensor}.to({dtype})   # where it enters {module}",
     "A dtype check at the points where modules exchange data (cast automatically or warn) "
     "stops a stray fp32/fp16 tensor from reaching the op.",
 )
 CREATE_WITH_DTYPE = FixTemplate(
     "Give every tensor you create an explicit dtype (and device) taken from the model",
-    "mask = torch.ones(shape, dtype={dtype}, device=device)   # not torch.ones(shape)\n"
-    "t = torch.zeros_like(latents)                           # inherits dtype",
+    "{tensor} = {made_op}(..., dtype={dtype})   # not {made_op}(...) without dtype=\n"
+    "# or torch.zeros_like(t) of a model tensor t, which inherits its dtype and device",
     "torch.ones/zeros/randn/arange/linspace default to float32; one fp32 mask or timestep "
     "concatenated with fp16 tensors silently promotes everything after it to fp32.",
     unless=_({"inference"}),
@@ -57,7 +57,7 @@ FROM_FLOAT64 = FixTemplate(
 )
 AUTOCAST_INFERENCE = FixTemplate(
     "Run inference under autocast, which casts each op's inputs for you",
-    'with torch.autocast("cuda", dtype={dtype}), torch.no_grad():\n'
+    'with torch.autocast("{device}", dtype={dtype}), torch.no_grad():\n'
     "    out = model(**inputs)   # or model.generate(...) / model.chat(...)",
     "Autocast picks the dtype per op, so an fp32 input meeting fp16 weights is cast at the matmul.",
     when=_({"inference"}),
@@ -65,13 +65,14 @@ AUTOCAST_INFERENCE = FixTemplate(
 )
 LOAD_FP32 = FixTemplate(
     "Load the model in float32 if memory allows",
-    "model = AutoModel.from_pretrained(path, torch_dtype=torch.float32)  # or model.float()",
+    "model = model.float()   # a pretrained model: from_pretrained(path, torch_dtype=torch.float32)",
     "Doubles the memory of the weights but removes every fp16/fp32 seam; keep an eye on GPU memory.",
     unless=_({"multi-error"}),
 )
 ONE_PRECISION_RUN = FixTemplate(
     "Run the whole model in one precision (e.g. the launcher's --fp16 flag, or model.half())",
-    "torchrun --nproc-per-node=4 cli_demo.py ... --fp16\n# or, in code: model = model.half()",
+    "model = model.to({dtype})   # every parameter, biases included\n"
+    "# a launcher with precision flags: pass the same --fp16/--bf16 to every rank",
     "The input was converted to half but some parameters (biases) stayed float32: the model "
     "was only half-converted, or the run flags and the model config disagree.",
     when=_({"input-low"}),
@@ -79,8 +80,9 @@ ONE_PRECISION_RUN = FixTemplate(
 )
 FRAGILE_FP32 = FixTemplate(
     "Keep numerically fragile layers in float32 deliberately, casting at their boundary",
-    "{module}.float()                                    # the whole layer, on purpose\n"
-    "y = {module}({tensor}.float()).to({tensor}.dtype)   # or transformers' _keep_in_fp32_modules",
+    "layer = {module_ref}\n"
+    "layer.float()                                    # the whole layer, on purpose\n"
+    "y = layer({tensor}.float()).to({tensor}.dtype)   # or transformers' _keep_in_fp32_modules",
     "fp32 norms/embeddings are fine when chosen on purpose and cast at the seam, not by accident.",
     when=_({"input-low"}),
     unless=_({"multi-error"}),
@@ -98,7 +100,7 @@ UNIFORM_DTYPE_CHECK = FixTemplate(
 )
 NATIVE_AMP = FixTemplate(
     "Use PyTorch native AMP (torch.autocast + torch.amp.GradScaler) instead of apex.amp",
-    'with torch.autocast("cuda", dtype=torch.float16):\n    loss = model(x)\nscaler.scale(loss).backward()',
+    'with torch.autocast("{device}", dtype=torch.float16):\n    loss = model(x)\nscaler.scale(loss).backward()',
 )
 
 # What the log scanner looks for in one pass: every pattern needle contains one of these (a needle
@@ -349,8 +351,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ONE_POLICY,
             FixTemplate(
                 "Keep the norm in float32 on purpose and cast around it",
-                "h = {module}({tensor}.float()).to({dtype})\n# or give the norm the input's dtype: "
-                "{module}.to({tensor}.dtype)",
+                "norm = {module_ref}.float()\nh = norm({tensor}.float()).to({dtype})\n"
+                "# or give the norm the input's dtype: norm.to({tensor}.dtype)",
                 "Norms are numerically fragile; fp32 parameters with fp16/bf16 input are the usual "
                 "choice, fp16 parameters with fp32 input are refused on CPU.",
             ),
@@ -550,7 +552,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             FixTemplate(
                 "Drop the redundant torch.autocast and keep the fp16 model",
                 "pipe = pipe.to(torch.float16)     # already half\n"
-                'images = pipe(prompt).images       # no `with torch.autocast("cuda")`',
+                'images = pipe(prompt).images       # no `with torch.autocast("{device}")`',
                 "The model is already fp16; torch autocast on top of a OneFlow graph only adds casts "
                 "OneFlow's type inference refuses.",
             ),
@@ -623,12 +625,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             FixTemplate(
                 "Keep the parameters in float32 and let autocast run the ops in fp16",
                 "model = model.float()            # no model.half() when training with GradScaler\n"
-                'with torch.autocast("cuda", dtype=torch.float16):\n    loss = model(x)\n'
+                'with torch.autocast("{device}", dtype=torch.float16):\n    loss = model(x)\n'
                 "scaler.scale(loss).backward()",
             ),
             FixTemplate(
                 "Or train in bf16 without a scaler",
-                'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()',
+                'with torch.autocast("{device}", dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()',
             ),
             FixTemplate(
                 "With DeepSpeed/accelerate, let the framework own fp16 (fp16: enabled) instead of .half()",
@@ -750,7 +752,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Keep the overflowing layer in float32 and cast at its boundary",
-                "h = {module}({tensor}.float()).to({dtype})",
+                "layer = {module_ref}.float()\nh = layer({tensor}.float()).to({dtype})",
             ),
         ),
         related=("grad-scaler-overflow", "overflow-on-cast"),
@@ -824,7 +826,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Use float16 (with autocast + GradScaler for training) on this GPU",
-                'with torch.autocast("cuda", dtype=torch.float16):\n    out = model(x)',
+                'with torch.autocast("{device}", dtype=torch.float16):\n    out = model(x)',
             ),
             FixTemplate(
                 "Check the real support, not the emulated one",
@@ -939,7 +941,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "If you keep both, make the autocast dtype the model's dtype",
-                'with torch.autocast("cuda", dtype=next(model.parameters()).dtype):\n    out = model(x)',
+                'with torch.autocast("{device}", dtype=next(model.parameters()).dtype):\n    out = model(x)',
             ),
         ),
         related=("oneflow-infer-dtype", "norm-dtype-mismatch"),
@@ -976,7 +978,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Train with fp32 parameters under autocast rather than .half() parameters",
-                'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x)',
+                'with torch.autocast("{device}", dtype=torch.bfloat16):\n    loss = model(x)',
             ),
             FixTemplate(
                 "With 8-bit / paged optimizers, follow the library's dtype rules for states",

@@ -17,7 +17,7 @@ INTEGRATION_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Prepare inputs the same way on every rank: cast with the model's dtype",
-                "x = x.to(device=model.device, dtype=next(model.parameters()).dtype)",
+                "p = next(model.parameters())\nx = x.to(device=p.device, dtype=p.dtype)",
                 "A rank-dependent branch (rank == 0 logging, a per-rank dataset shard with a "
                 "different collate) is the usual source.",
             ),

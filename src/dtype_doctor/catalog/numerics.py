@@ -56,7 +56,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Use GradScaler (dynamic loss scaling), or scale the loss down",
-                'scaler = torch.amp.GradScaler("cuda")\nscaler.scale(loss).backward()\n'
+                'scaler = torch.amp.GradScaler("{device}")\nscaler.scale(loss).backward()\n'
                 "scaler.step(optimizer)\nscaler.update()",
                 "GradScaler skips the step and lowers the scale when gradients overflow.",
                 when=frozenset({"backward"}),
@@ -104,7 +104,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Scale the loss with GradScaler so that small gradients survive float16",
-                'scaler = torch.amp.GradScaler("cuda")\nscaler.scale(loss).backward()',
+                'scaler = torch.amp.GradScaler("{device}")\nscaler.scale(loss).backward()',
                 when=frozenset({"backward"}),
             ),
             _BF16,
@@ -128,7 +128,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Train in bfloat16 autocast (no GradScaler needed)",
-                'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()',
+                'with torch.autocast("{device}", dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()',
             ),
             FixTemplate(
                 "Find the layer that overflows and keep it in float32",

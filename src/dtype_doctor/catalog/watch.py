@@ -17,7 +17,7 @@ WATCH_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Create {input} in the model's dtype {at}",
-                "{tensor} = torch.zeros(..., dtype={dtype}, device=device)  # or .to({dtype})",
+                "{tensor} = {made_op}(..., dtype={dtype})  # the same call, with dtype= (or .to({dtype}))",
                 "Every tensor created without dtype= is float32 (torch.get_default_dtype()).",
                 when=frozenset({"odd-op"}),
             ),
@@ -28,7 +28,7 @@ WATCH_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "If the wide result is wanted, make it explicit",
-                "a, b = a.float(), b.float()  # deliberate float32, then {op} as before",
+                "# upcast every operand with .float() before {op}: a deliberate, explicit float32",
                 "An explicit upcast documents intent and is not reported.",
             ),
         ),

@@ -15,7 +15,10 @@ from .analysis import Call, Grad, Producer, Sighting, TensorInfo
 from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
 
 HEADROOM_FACTOR = 2.0  # float16 outputs within this factor of 65504 are reported
-UNDERFLOW_SHARE = 0.05  # share of non-zero values below float16's smallest normal
+UNDERFLOW_SHARE = 0.05  # share of a gradient's non-zero values below float16's smallest normal
+# a forward output is reported only when most of it is subnormal: a few tiny activations (GELU
+# tails, a small residual branch) change no result, a mostly-subnormal matmul/norm input does
+UNDERFLOW_SHARE_FORWARD = 0.5
 _MAX_STEPS_KEPT = 50
 _LARGE_INPUT = FP16_MAX / 64
 
@@ -35,6 +38,14 @@ def op_name(module: nn.Module | None, module_type: str | None, leaf: bool) -> st
     if leaf:
         return _OPS.get(module_type, f"{module_type}.forward")
     return f"an op in {module_type}.forward (outside its children)"
+
+
+def _device(module: nn.Module | None) -> str:
+    """The device type of the module's tensors: autocast and GradScaler snippets take it."""
+    if module is not None:
+        for t in (*module.parameters(), *module.buffers()):
+            return t.device.type
+    return "cuda"
 
 
 def _source(module: nn.Module | None) -> tuple[str | None, int | None]:
@@ -109,6 +120,7 @@ class Advisor:
             "input_absmax": fmt(biggest_input),
             "scale": 2 ** max(1, math.ceil(math.log2(max(biggest_input, 1.0) / (FP16_MAX / 64)))),
             "dtype": f"torch.{p.dtype}",
+            "device": _device(module if module is not None else root),
         }
         finding = catalog.finding(
             code,
@@ -170,6 +182,11 @@ class Advisor:
                 )
                 if fp32_absmax < BF16_MAX:
                     ctx.add("bf16-fits")
+                if names.get("dtype") == "torch.float16":
+                    # kept alone, its float32 output is cast back to float16 at its border and overflows
+                    # again: the keep-set is the module around it, or none at the top level
+                    parent = path.rpartition(".")[0]
+                    names["modules"] = repr([parent]) if parent else "[]"
                 if "large-input" in ctx:
                     names["scale"] = 2 ** math.ceil(math.log2(fp32_absmax / (FP16_MAX / 4)))
             else:
@@ -240,13 +257,11 @@ class Advisor:
             )
 
     def _underflow(self, phase: str, modules: dict[str, nn.Module]) -> None:
+        share = UNDERFLOW_SHARE if phase == "backward" else UNDERFLOW_SHARE_FORWARD
         hits = {
             name: e[2] / e[3]
             for (ph, name), e in self._ranges.items()
-            if ph == phase
-            and e[0] in ("float16", "float32", "float64")
-            and e[3]
-            and e[2] / e[3] >= UNDERFLOW_SHARE
+            if ph == phase and e[0] in ("float16", "float32", "float64") and e[3] and e[2] / e[3] >= share
         }
         if not hits:
             return
@@ -283,8 +298,13 @@ class Advisor:
         phase: str = "forward",
     ) -> None:
         ctx = _context(worst, modules) | {phase}
-        names = {"module": worst, "modules": repr(sorted(hits)[:8]), "factor": f"{HEADROOM_FACTOR:g}"}
         module = modules.get(worst)
+        names = {
+            "module": worst,
+            "modules": repr(sorted(hits)[:8]),
+            "factor": f"{HEADROOM_FACTOR:g}",
+            "device": _device(module if module is not None else modules.get("")),
+        }
         self.report.add(
             catalog.finding(
                 code,

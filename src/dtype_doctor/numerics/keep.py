@@ -8,12 +8,13 @@ monitored run is finite.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..policy import KeepPattern, select
 from ..report import Report
 from .monitor import NumericsMonitor
 
@@ -93,11 +94,14 @@ class KeepFp32:
         self.remove()
 
 
-def keep_in_fp32(model: nn.Module, paths: list[str] | tuple[str, ...] | str) -> KeepFp32:
-    """Run the modules at `paths` (qualified names in `model`) in float32, casting at their border."""
-    if isinstance(paths, str):
-        paths = [paths]
-    return KeepFp32(model, list(paths))
+def keep_in_fp32(model: nn.Module, patterns: Iterable[KeepPattern] | str) -> KeepFp32:
+    """Run the modules matching `patterns` in float32, casting at their border; `.remove()` undoes it.
+
+    The patterns are fix()'s keep_fp32 language (policy.matches): module paths, globs, regexes,
+    class-name words, module classes. DoctorError when a pattern matches no module."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    return KeepFp32(model, [name for name, _ in select(model, patterns)])
 
 
 def find_fp32_set(
@@ -132,6 +136,8 @@ def find_fp32_set(
             if path == "" or producer.caller is None:
                 return chosen, report
             path = producer.caller
+        if path == "":
+            return chosen, report  # the root itself: no smaller set helps, and [""] is the whole model
         chosen = [c for c in chosen if not (c == path or c.startswith(path + ".") or path == "")]
         chosen.append(path)
     return chosen, report

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..causes import by_cause, group_by_cause
 from ..processors import lift_meta_sections
 from ..report import Finding, Report, Severity
 from ..sections import CompareResult, EnvFacts
@@ -53,10 +54,11 @@ def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
     if not report.findings:
         yield Text.from_markup(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
-    shown = report.findings if verbose else report.findings[:MAX_PANELS]
-    for index, finding in enumerate(shown, 1):
-        yield finding_panel(finding, index, verbose)
-    hidden = len(report.findings) - len(shown)
+    groups = by_cause(group_by_cause(report))
+    shown = groups if verbose else groups[:MAX_PANELS]
+    for index, (cause, findings) in enumerate(shown, 1):
+        yield finding_panel(findings[0], index, verbose, cause=cause, folded=findings[1:])
+    hidden = sum(len(findings) for _, findings in groups[len(shown) :])
     if hidden:
         yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
     yield summary_line(report)
@@ -81,21 +83,79 @@ def section_renderables(section: Any, wide: bool = False) -> list[Any]:
     return []  # dtype maps and plots are drawn in the HTML report
 
 
+def render_brief(report: Report, console: Console) -> None:
+    """Each cause in a few lines: what, where, the root, the best fix (the demo's and a log's view)."""
+    if not report.findings:
+        console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
+        return
+    for cause, findings in by_cause(group_by_cause(report)):
+        f = findings[0]
+        more = f" (+{len(findings) - 1} more of this cause)" if len(findings) > 1 else ""
+        count = f" ×{f.count}" if f.count > 1 else ""
+        console.print(
+            Text.assemble(
+                ("• " + f.severity.value.upper() + " ", _STYLE[f.severity]),
+                (f.code + count, "bold"),
+                (f"  {f.title}{more}", ""),
+            )
+        )
+        if f.location and f.location.describe():
+            console.print(Text.assemble(("  where ", "bold"), f.location.describe()))
+        if cause:
+            console.print(Text.assemble(("  root cause ", "bold magenta"), cause))
+        if f.fixes and f.severity != Severity.INFO:
+            console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
+            if f.fixes[0].snippet:
+                console.print(Text(_indent(f.fixes[0].snippet), style="cyan"))
+    console.print(summary_line(report))
+
+
 def summary_line(report: Report) -> Text:
+    return Text(summary_text(report), style="bold")
+
+
+def summary_text(report: Report) -> str:
+    """'dtype-doctor watch: 1 error, 2 warnings (3 causes); raised RuntimeError'."""
     counts = {s: sum(1 for f in report.findings if f.severity == s) for s in Severity}
     parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
-    return Text(f"dtype-doctor {report.tool}: " + ", ".join(parts), style="bold")
+    text = f"dtype-doctor {report.tool}: " + (", ".join(parts) or "no findings")
+    causes = len(by_cause(group_by_cause(report)))
+    if causes < len(report.findings):
+        text += f" ({causes} cause{'s' if causes != 1 else ''})"
+    raised = report.meta.get("raised")
+    if raised:
+        text += f"; raised {raised}"
+    return text
 
 
-def finding_panel(finding: Finding, index: int = 1, verbose: bool = False) -> Panel:
-    parts: list = []
+def finding_panel(
+    finding: Finding,
+    index: int = 1,
+    verbose: bool = False,
+    cause: str | None = None,
+    folded: list[Finding] | None = None,
+) -> Panel:
+    # the title goes inside the box: a border title is cut mid-word at the console's width
+    parts: list = [Text(finding.title, style="bold")]
+    if cause:
+        parts.append(Text.assemble(("root cause  ", "bold magenta"), cause))
     if finding.message:
         parts.append(Text(finding.message))
     if finding.location and finding.location.describe():
         parts.append(Text.assemble(("where  ", "bold"), finding.location.describe()))
     if finding.operands:
         parts.append(_operands_table(finding, verbose))
-    if finding.cause:
+    folded = folded or []
+    shown = folded if verbose or len(folded) <= 4 else folded[:3]
+    for other in shown:
+        where = other.location.describe() if other.location else other.message
+        count = f" ×{other.count}" if other.count > 1 else ""
+        parts.append(Text(f"  also {other.code}{count}: {where}", style="dim"))
+    if len(shown) < len(folded):
+        parts.append(Text(f"  (+{len(folded) - len(shown)} more of this cause: -v)", style="dim"))
+    if finding.data.get("verified"):
+        parts.append(Text.assemble(("verified  ", "bold green"), str(finding.data["verified"])))
+    if finding.cause and (verbose or not folded):
         parts.append(Text.assemble(("cause  ", "bold"), finding.cause))
     for rank, fix in enumerate(finding.fixes if verbose else finding.fixes[:3], 1):
         parts.append(Text.assemble((f"fix {rank}  ", "bold green"), fix.title))
@@ -110,11 +170,11 @@ def finding_panel(finding: Finding, index: int = 1, verbose: bool = False) -> Pa
         where = f"line {ev.line}: " if ev.line else ""
         parts.append(Text(f"{where}{ev.text}", style="dim"))
     count = f" ×{finding.count}" if finding.count > 1 else ""
+    more = f" +{len(folded)} more" if folded else ""
     title = Text.assemble(
         (f"{index}. {finding.severity.value.upper()} ", _STYLE[finding.severity]),
         (finding.code, "bold"),
-        (count, "bold magenta"),
-        ("  " + finding.title, ""),
+        (count + more, "bold magenta"),
     )
     return Panel(
         Group(*parts), title=title, title_align="left", border_style=_STYLE[finding.severity].split()[-1]

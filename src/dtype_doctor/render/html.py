@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
+from ..causes import by_cause, group_by_cause
 from ..dtype_map import report_map
 from ..processors import lift_meta_sections
 from ..report import Finding, Operand, Origin, Report, Severity
@@ -62,6 +63,7 @@ font-weight:600;margin-right:6px}
 .dtype-doctor th{color:var(--muted);font-weight:600;border-bottom:1px solid var(--line)}
 .dtype-doctor pre{background:#0f172a;color:#e2e8f0;padding:8px 12px;border-radius:6px;overflow-x:auto;
 font:12.5px/1.45 ui-monospace,"DejaVu Sans Mono",monospace;margin:4px 0 8px}
+.dtype-doctor .root-cause{color:#a21caf}.dtype-doctor details.folded{margin:0 0 12px 24px}
 .dtype-doctor .fix{margin:6px 0}.dtype-doctor .fix b{color:#15803d}
 .dtype-doctor .why{color:var(--muted);font-size:13px}
 .dtype-doctor .evidence{color:var(--muted);font-family:ui-monospace,"DejaVu Sans Mono",monospace;
@@ -112,7 +114,7 @@ def fragment(report: Report) -> str:
     out.append(_facts(report.meta))
     if report.findings:
         out.append("<h2>Findings</h2>")
-        out.extend(_finding(f, i) for i, f in enumerate(report.findings, 1))
+        out.extend(_causes(report))
     tree = _tree(report)
     if tree:
         out.append("<h2>Module tree by dtype</h2>" + _dtype_legend() + tree)
@@ -122,6 +124,24 @@ def fragment(report: Report) -> str:
     if plots:
         out.append("<h2>Plots</h2>" + "".join(render_plot(p) for p in plots))
     return '<div class="dtype-doctor">' + "\n".join(p for p in out if p) + "</div>"
+
+
+def _causes(report: Report) -> list[str]:
+    """Causes first: each root cause once, its other findings folded under it (anchors keep the
+    finding's index in report.findings, which the module tree links to)."""
+    grouped = group_by_cause(report)
+    index = {id(f): i for i, f in enumerate(grouped.findings, 1)}
+    out = []
+    for cause, findings in by_cause(grouped):
+        head, rest = findings[0], findings[1:]
+        out.append(_finding(head, index[id(head)], cause))
+        if rest:
+            inner = "\n".join(_finding(f, index[id(f)]) for f in rest)
+            out.append(
+                f'<details class="folded"><summary>{len(rest)} more finding{"s" if len(rest) != 1 else ""}'
+                f" of this cause</summary>\n{inner}</details>"
+            )
+    return out
 
 
 def _as_list(value: Any) -> list:
@@ -168,7 +188,7 @@ def _dtype_badge(dtype: str | None) -> str:
     return f'<span class="badge" style="background:{colour}">{escape(text)}</span>'
 
 
-def _finding(f: Finding, index: int) -> str:
+def _finding(f: Finding, index: int, cause: str | None = None) -> str:
     sev = f.severity.value
     count = f' <span class="count">×{f.count}</span>' if f.count > 1 else ""
     out = [
@@ -176,6 +196,8 @@ def _finding(f: Finding, index: int) -> str:
         f'<h3>{index}. <span class="badge sev-{sev}">{sev.upper()}</span>'
         f'<span class="code">{escape(f.code)}</span>{count} {escape(f.title)}</h3>',
     ]
+    if cause:
+        out.append(f'<p class="root-cause"><b>root cause</b> {escape(cause)}</p>')
     if f.message:
         out.append(f'<p class="msg">{escape(f.message)}</p>')
     if f.location and f.location.describe():
@@ -185,7 +207,8 @@ def _finding(f: Finding, index: int) -> str:
     if f.cause:
         out.append(f"<p><b>cause</b> {escape(f.cause)}</p>")
     for rank, fix in enumerate(f.fixes, 1):
-        snippet = f"<pre>{escape(fix.snippet)}</pre>" if fix.snippet else ""
+        lang = f' class="language-{escape(fix.language)}"' if fix.language else ""
+        snippet = f"<pre{lang}>{escape(fix.snippet)}</pre>" if fix.snippet else ""
         why = f'<div class="why">{escape(fix.why)}</div>' if fix.why else ""
         out.append(f'<div class="fix"><b>fix {rank}</b> {escape(fix.title)}{why}{snippet}</div>')
     for ev in f.evidence:

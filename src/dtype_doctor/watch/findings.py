@@ -158,7 +158,8 @@ def build(
         ctx.add(f"odd-{odd.origin.kind}")
     ctx |= situation(ops, module, root)
     variable = _variable_name(odd_tensor) if odd else None  # the user's own name for it, if any
-    odd_name = (odd.name or variable or odd.role) if odd else None
+    made = odd.origin.name if odd and odd.origin and odd.origin.kind in ("op", "cast", "output") else None
+    odd_name = (odd.name or variable or made or odd.role) if odd else None
     odd_file = odd.origin.file if odd and odd.origin and odd.origin.file else (ufile or file)
     odd_line = odd.origin.line if odd and odd.origin and odd.origin.file else (uline or line)
     fix_names = {
@@ -173,6 +174,8 @@ def build(
         "other_dtype": torch_name(odd and getattr(torch, odd.dtype or "", None)),
         "file": odd_file,
         "line": odd_line,
+        "device": operands[0].tensor.device.type if operands else "cuda",  # autocast's device_type
+        "made_op": odd.origin.op if odd and odd.origin and odd.origin.kind == "op" else None,
     }
     if not message:
         parts = ", ".join(f"{o.role} {o.dtype}" for o in ops)

@@ -5,7 +5,7 @@ each function is classified once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -14,8 +14,19 @@ from ..errors import DtypeMismatchError
 from .compiled import compiling
 from .contracts import CONTRACTS, Contract
 
-if TYPE_CHECKING:
-    from .session import Session
+
+class Watcher(Protocol):
+    """What the mode calls back (watch.session.Session); a protocol, so mode.py imports no session."""
+
+    def internal_error(self, exc: BaseException) -> None: ...
+    def tag_copy(self, src: Any, out: torch.Tensor) -> None: ...
+    def check_contract(self, func: Any, c: Contract, args: tuple, kwargs: dict) -> tuple: ...
+    def scan(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> tuple: ...
+    def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None: ...
+    def on_failure(
+        self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
+    ) -> None: ...
+
 
 _GETTER = type(torch.Tensor.dtype.__get__)
 
@@ -75,7 +86,7 @@ def classify(func: Any) -> Any:
 
 
 class WatchMode(TorchFunctionMode):
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Watcher) -> None:
         super().__init__()
         self.session = session
         self.kinds: dict[Any, Any] = {}

@@ -47,11 +47,20 @@ class Names:
         self._tensors: dict[int, tuple[Any, str, str, nn.Module]] = {}
         self._objects: list[nn.Module] = []
         self._missed: set[int] = set()
+        self._contained: set[int] = set()
         self._built = False
 
     def add_root(self, module: nn.Module) -> None:
-        if any(r is module for r in self.roots.values()):
+        """A module called from user code; names are paths in the OUTERMOST module the user holds
+        (`llm.get_input_embeddings()(ids)` then `llm(...)`: `embed_tokens.weight`, not `Embedding.weight`)."""
+        if id(module) in self._contained or any(r is module for r in self.roots.values()):
             return
+        if any(module is m for r in self.roots.values() for m in r.modules()):
+            self._contained.add(id(module))
+            return
+        inside = {id(m) for m in module.modules()}
+        self.roots = {k: r for k, r in self.roots.items() if id(r) not in inside}
+        self._contained.clear()
         prefix = "" if "" not in self.roots else type(module).__name__
         self.roots[prefix] = module
         self._built = False
@@ -142,12 +151,17 @@ class ModuleStack:
     """
 
     def __init__(
-        self, on_enter: Callable[..., None], on_error: Callable[[BaseException], None], gate: Any = None
+        self,
+        on_enter: Callable[..., None],
+        on_error: Callable[[BaseException], None],
+        on_exit: Callable[[nn.Module, tuple, Any], None] | None = None,
+        gate: Any = None,
     ) -> None:
         self._local = threading.local()  # one stack per thread: threads run modules concurrently
         self._gate = gate  # watch/threads.ThreadGate: which threads this stack follows
         self._on_enter = on_enter
         self._on_error = on_error
+        self._on_exit = on_exit  # called with (module, args, output) when an outermost call returns
         self._handles: list[Any] = []
 
     def start(self) -> None:
@@ -199,6 +213,12 @@ class ModuleStack:
         stack = self.stack
         if stack and stack[-1] is module:
             stack.pop()
+            if not stack and self._on_exit is not None:
+                try:
+                    with _no_torch_function():
+                        self._on_exit(module, args, output)
+                except Exception as exc:
+                    self._on_error(exc)
         else:
             for i in range(len(stack) - 1, -1, -1):
                 if stack[i] is module:

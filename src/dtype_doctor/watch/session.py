@@ -6,8 +6,6 @@ internal error is recorded in the report and the user's program goes on unchange
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Any
 
 import torch
@@ -15,27 +13,20 @@ from torch import nn
 
 from ..errors import DtypeMismatchError
 from ..report import Report
+from . import failures, threads
 from . import findings as F
-from . import threads
 from .compiled import CompileNotice
 from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, put
+from .failures import hide_own_frames
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
-from .patches import patch_method
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, op_name
+from .scaler_patch import patch_grad_scaler
+from .tagging import Tagger
+from .tagging import autocast_dtype as _autocast_dtype
 
 MODES = ("observe", "strict", "fix")
-_RANK = {"input": 0, "parameter": 1, "buffer": 1, "op": 2}  # which same-dtype input's origin an output shares
-_MAX_DEPTH = 6  # origin chains longer than this are cut (a loop that re-casts a carried tensor)
-_DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
-
-
-def _depth(tag: Tag) -> int:
-    d, t = 0, tag
-    while t.parents and d < _MAX_DEPTH:
-        t = t.parents[0]
-        d += 1
-    return d
+__all__ = ["MODES", "Session", "hide_own_frames", "watch"]
 
 
 class Session:
@@ -58,7 +49,10 @@ class Session:
         self._explicit = list(roots_of(model).values())
         self.names = Names(roots_of(model))
         self.prov = Provenance()
-        self.stack = ModuleStack(self.on_enter, self.internal_error, threads.ThreadGate(self))
+        self.stack = ModuleStack(
+            self.on_enter, self.internal_error, self.on_module_exit, gate=threads.ThreadGate(self)
+        )
+        self._tagger = Tagger(self.prov, self.names, self.stack)
         self._mode = WatchMode(self)
         self._seen: dict[tuple, Any] = {}
         self._ac_reported: set[tuple] = set()
@@ -76,20 +70,41 @@ class Session:
         threads.entered(self)
         self._compiled = CompileNotice()
         self.stack.start()
-        self._patch_grad_scaler()
+        undo = patch_grad_scaler(self)
+        if undo is not None:
+            self._unpatch.append(undo)
         self._mode.__enter__()
         self._active = True
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         self.stop()
-        if isinstance(exc, Exception) and not isinstance(exc, DtypeMismatchError):
+        if exc is None and self.mode == "fix":
+            root = self._root
+            meta = root is not None and any(p.is_meta for p in root.parameters())
+            done = "the dry run on meta completed (dtypes only)" if meta else "the block completed"
+            for f in self.report.findings:
+                if f.data.get("action"):  # the cast was applied and the run completed: say so
+                    f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
+        if isinstance(exc, DtypeMismatchError):
+            self.report.meta["raised"] = type(exc).__name__
+        elif isinstance(exc, Exception):
             try:
-                self._note_on_exit(exc)
+                failures.on_exit(self, exc)
                 hide_own_frames(exc)
             except Exception as err:
                 self.internal_error(err)
         return False
+
+    def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None:
+        """Give each new floating output the origin of its dtype (tagging.Tagger)."""
+        self._tagger.tag(func, kind, inputs, out)
+
+    def tag_copy(self, src: Any, out: torch.Tensor) -> None:
+        try:
+            self._tagger.tag_copy(src, out)
+        except Exception as exc:
+            self.internal_error(exc)
 
     def stop(self) -> None:
         if not self._active:
@@ -126,8 +141,12 @@ class Session:
         self._unpatch.clear()
 
     def _start_numerics(self) -> None:
-        from ..numerics import NumericsMonitor
+        try:
+            from ..numerics import NumericsMonitor
+        except ImportError as exc:
+            from ..errors import DoctorError
 
+            raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
         model = self.model if isinstance(self.model, nn.Module) else None
         self._numerics = NumericsMonitor(report=self.report, model=model, every=self._every)
         self._numerics.start()
@@ -396,239 +415,24 @@ class Session:
             floats = [f.to(expected) if f.dim() > 0 else f for f in floats]
         return args, kwargs, floats, finding
 
-    # ---- provenance of outputs ---------------------------------------------------------------
-    def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None:
-        """Give each new floating output the origin of its dtype (hot path: keep it lean)."""
-        if isinstance(out, torch.Tensor):
-            outs: Any = (out,)
-        elif isinstance(out, (tuple, list)):
-            outs = [o for o in out if isinstance(o, torch.Tensor)]
-        else:
-            return
-        lookup = self.prov.lookup
-        n = len(inputs)
-        if n == 1:  # most ops: the output's dtype is its input's, or the op changed it
-            i = inputs[0]
-            di = i.dtype
-            for o in outs:
-                if o is i or o._base is not None:
-                    continue
-                if o.dtype == di:
-                    parent = lookup(i) or self._parameter_tag(inputs, di)
-                    if parent is not None:
-                        self.prov.set(o, parent)
-                elif o.is_floating_point():
-                    self._new_tag(func, kind, inputs, o, False)
-            return
-        promoted = False
-        if n > 1 and kind is not CAST:
-            d0 = inputs[0].dtype
-            for i in inputs:
-                if i.dtype != d0:
-                    promoted = len({i.dtype for i in inputs if i.dim() > 0}) > 1
-                    break
-        for o in outs:
-            if o._base is not None or not o.is_floating_point():
-                continue
-            if any(o is i for i in inputs):
-                continue  # in-place or returned as is: its origin stands
-            if not promoted and n:
-                dt = o.dtype
-                parent = None
-                same = False
-                rank = 9
-                for i in inputs:
-                    if i.dtype == dt:
-                        same = True
-                        t = lookup(i)
-                        if t is not None:
-                            r = _RANK.get(t.kind, 1)
-                            if r < rank:
-                                parent, rank = t, r
-                                if r == 0:
-                                    break
-                if parent is None and same:
-                    parent = self._parameter_tag(inputs, dt)
-                    if parent is None:
-                        continue  # the dtype came from an untracked tensor: nothing new to say
-                if parent is not None:
-                    self.prov.set(o, parent)  # the dtype came with this input: share its origin
-                    continue
-            self._new_tag(func, kind, inputs, o, promoted)
-
-    def tag_copy(self, src: Any, out: torch.Tensor) -> None:
-        try:
-            if isinstance(src, torch.Tensor) and src.dtype == out.dtype:
-                t = self.prov.lookup(src)
-                if t is not None:
-                    self.prov.set(out, t)
-        except Exception as exc:
-            self.internal_error(exc)
-
-    def _new_tag(self, func: Any, kind: Any, inputs: Any, o: torch.Tensor, promoted: bool) -> None:
-        """The op decided this output's dtype (creation, cast, promotion, autocast): remember where."""
-        prov = self.prov
-        dt = o.dtype
-        tags = []
-        seen_dt = set()
-        for i in inputs:
-            if i.dtype not in seen_dt:
-                seen_dt.add(i.dtype)
-                t = prov.lookup(i)
-                if t is not None and _depth(t) < _MAX_DEPTH:
-                    tags.append(t)
-        inner, user = caller_frames(4)
-        if kind is CAST:
-            new_kind = "cast"
-        elif _autocast_dtype(o.device.type) == dt:
-            new_kind = "autocast"  # autocast chose this dtype, not the code
-        else:
-            new_kind = "promotion" if promoted else "op"
-        prov.set(o, Tag(new_kind, dt, op_name(func), None, self.stack.top, inner, user, tuple(tags)))
-
-    def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
-        """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
-        for i in inputs:
-            if i.dtype == dt:
-                known = self.names.tensor(i)
-                if known is not None:
-                    kind, qual, owner = known
-                    tag = Tag(kind, dt, None, qual, owner)
-                    self.prov.set(i, tag)
-                    return tag
-        return None
-
     # ---- when the op itself raises -----------------------------------------------------------
     def on_failure(
         self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
     ) -> None:
         try:
-            if any(str(n).startswith("dtype-doctor") for n in getattr(exc, "__notes__", ())):
-                return
-            if finding is None:
-                if not _DTYPE_TEXT.search(str(exc)):
-                    return
-                finding = self._failure_finding(exc, func, kind, args, kwargs)
-            if finding is not None and hasattr(exc, "add_note"):
-                exc.add_note(F.note_text(finding) + self._earlier(finding))
+            failures.on_failure(self, exc, func, kind, args, kwargs, finding)
         except Exception as err:
             self.internal_error(err)
 
-    def _earlier(self, finding: Any) -> str:
-        """Silent promotions seen before a failure: often where the wrong dtype came in."""
-        lines = []
-        for f in self.report.findings:
-            if f.code == "silent-promotion" and f is not finding and len(lines) < 3:
-                loc = f.location
-                lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
-        return "\n" + "\n".join(lines) if lines else ""
-
-    def _failure_finding(self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
-        """An op with no contract failed on dtypes: name its operands and their origins."""
-        if isinstance(kind, Contract):
-            slots = bind(kind, args, kwargs)
-            op = kind.op
-        else:
-            slots = [
-                Slot(f"operand{i}", a, ("a", i)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)
-            ]
-            slots += [Slot(k, v, ("k", k)) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
-            op = op_name(func)
-        if not slots:
-            return None
-        code = _code_for_message(str(exc))
-        finding = F.build(
-            code,
-            op,
-            [F.Seen(s.role, s.tensor) for s in slots],
-            None,
-            self.names,
-            self.prov,
-            self.stack.top,
-            self.stack.stack[0] if self.stack.stack else self._root,
-            message=f"{op} raised: {str(exc).splitlines()[0][:300]}",
-            depth=4,
-        )
-        return self.report.add(finding)
-
-    def _note_on_exit(self, exc: BaseException) -> None:
-        if any(str(n).startswith("dtype-doctor") for n in getattr(exc, "__notes__", ())):
-            return
-        errors = [f for f in self.report.findings if f.code != "tool-internal-error"]
-        if errors and hasattr(exc, "add_note"):
-            exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
-
-    # ---- torch.compile -----------------------------------------------------------------------
     def _note_compiled(self) -> None:
         finding = self._compiled.finding()
         if finding is not None:
             self.report.add(finding)
 
-    # ---- GradScaler --------------------------------------------------------------------------
-    def _patch_grad_scaler(self) -> None:
-        scaler_cls = getattr(torch.amp, "GradScaler", None)
-        if scaler_cls is None:
-            return
-        session = self
-
-        def unscale_(call_next: Any, scaler: Any, optimizer: Any) -> Any:
-            try:
-                return call_next(scaler, optimizer)
-            except ValueError as exc:
-                if "unscale FP16 gradients" in str(exc):
-                    session._fp16_gradients(exc, optimizer)
-                raise
-
-        # reference-counted: sessions exiting out of order never leave the class patched
-        self._unpatch.append(patch_method(scaler_cls, "unscale_", unscale_))
-
-    def _fp16_gradients(self, exc: BaseException, optimizer: Any) -> None:
-        try:
-            from .fp16_grads import fp16_gradient_finding
-
-            finding = fp16_gradient_finding(optimizer, self.names, self.prov, self._root)
-            if finding is not None:
-                self.report.add(finding)
-                exc.add_note(F.note_text(finding))
-        except Exception as err:
-            self.internal_error(err)
-
-
-def _autocast_dtype(device_type: str) -> torch.dtype | None:
-    try:
-        if torch.is_autocast_enabled(device_type):
-            return torch.get_autocast_dtype(device_type)
-    except (RuntimeError, ValueError):
-        pass
-    return None
-
-
-_MESSAGE_CODES = (
-    (re.compile(r"mat1 and mat2|m1 and m2|self and mat2|dot :"), "matmul-dtype-mismatch"),
-    (re.compile(r"bias type"), "conv-bias-dtype-mismatch"),
-    (re.compile(r"weight type"), "conv-weight-dtype-mismatch"),
-    (re.compile(r"mixed dtype"), "norm-dtype-mismatch"),
-    (re.compile(r"query, key|attn_mask"), "attention-dtype-mismatch"),
-    (re.compile(r"[Ii]ndex put|index_add|scatter"), "index-put-dtype-mismatch"),
-    (re.compile(r"prioritize"), "autocast-half-conflict"),
-)
-
-
-def _code_for_message(text: str) -> str:
-    """The family of an error message: explain's catalogue when present, else a few known texts."""
-    try:
-        from .. import catalog
-        from ..explain import explain
-
-        found = [f.code for f in explain(text).findings if f.code in catalog.codes()]
-        if found:
-            return found[0]
-    except Exception:
-        pass
-    for pattern, code in _MESSAGE_CODES:
-        if pattern.search(text):
-            return code
-    return "scalar-type-mismatch"
+    def on_module_exit(self, module: nn.Module, args: tuple, output: Any) -> None:
+        """An outermost module call returned: its outputs are "output of <Class> at file:line"."""
+        if self._active:
+            self._tagger.tag_module_output(module, args, output)
 
 
 def watch(
@@ -647,21 +451,3 @@ def watch(
     numerics monitor. The findings are in `session.report`.
     """
     return Session(model=model, mode=mode, numerics=numerics, report=report, every=every)
-
-
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def hide_own_frames(exc: BaseException) -> None:
-    """Unlink the tool's own frames (the mode's __torch_function__) from the user's traceback.
-
-    The exception object, its type, message and the user's frames stay as they are: the traceback
-    reads as it would without watch. Like pytest's __tracebackhide__.
-    """
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        nxt = tb.tb_next
-        if nxt.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
-            tb.tb_next = nxt.tb_next
-        else:
-            tb = nxt

@@ -1,0 +1,166 @@
+"""Root causes: findings that share where the wrong dtype came from form one cause.
+
+`group_by_cause` is a pure `Report -> Report` processor: every finding keeps its place in
+`report.findings` (JSON keeps them all); those that share a root origin get the same
+`root_cause` text, e.g. "float32 `inputs_embeds` (train.py:15) → 6 findings in 6 modules".
+Renderers show one cause per root and fold the rest under it. No torch import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from .report import Finding, Fix, Operand, Origin, Report
+
+
+def _odd_operands(f: Finding) -> list[Operand]:
+    """The operands whose dtype is not the one the op needed (all of them when unknown)."""
+    expected = f.data.get("expected_dtype")
+    odd = [o for o in f.operands if expected and o.dtype and o.dtype != expected]
+    return odd or [o for o in f.operands if o.origin is not None and o.origin.kind != "parameter"]
+
+
+def root_origin(origin: Origin) -> Origin:
+    """Follow an origin's chain to the tensor that first had this dtype (skipping call sites)."""
+    current = origin
+    for _ in range(16):
+        parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
+        if current.kind in ("input", "output") and not (parents and parents[0].kind == "promotion"):
+            return current  # a named tensor the user handed over: the place to act
+        if not parents:
+            return current
+        current = parents[0]
+    return current
+
+
+def _origin_label(origin: Origin) -> str:
+    if origin.kind in ("op", "cast") and origin.name:
+        text = f"{origin.dtype or '?'} `{origin.name}` made by {origin.op}"
+    elif origin.kind == "output":
+        text = f"{origin.dtype or '?'} output of {origin.op}" + (f" `{origin.name}`" if origin.name else "")
+    else:
+        text = f"{origin.dtype or '?'} `{origin.name or origin.op or origin.kind}`"
+    if origin.file:
+        text += f" ({origin.file}:{origin.line})"
+    elif origin.module:
+        text += f" in '{origin.module}'"
+    before = next((c for c in origin.chain if c.kind != "call"), None)
+    if origin.kind == "input" and before is not None and before.file:
+        text += f", made by {before.op or before.kind} at {before.file}:{before.line}"
+    return text
+
+
+def _root_fix(root: Origin, expected: str | None) -> Fix | None:
+    """Cast the tensor where the user made it: the one line that fixes every finding of the cause."""
+    made = root
+    if root.kind == "input":
+        made = next((c for c in root.chain if c.kind != "call"), root)
+    name = made.name if made.kind in ("output", "op", "cast") else None
+    if not (name and name.isidentifier() and expected and made.file):
+        return None
+    return Fix(
+        title=f"Cast `{name}` to {expected} where it is made ({made.file}:{made.line})",
+        snippet=f"{name} = {name}.to(torch.{expected})",
+        why="every finding of this cause starts from that tensor",
+        language="python",
+    )
+
+
+def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
+    """(identity, label, fix at the root) of the finding's root origin, or None when nothing names one."""
+    for op in _odd_operands(f):
+        if op.origin is None or op.origin.kind == "unknown":
+            continue
+        root = root_origin(op.origin)
+        if (root.kind == "parameter" and not root.file) or root.kind == "autocast":
+            continue  # a parameter is where it is; autocast's dtype is by design, not a cause
+        key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)
+        return key, _origin_label(root), _root_fix(root, f.data.get("expected_dtype"))
+    if f.operands and all(o.origin is None or not o.origin.file for o in f.operands):
+        # findings about what modules hold (audit): one per dtype pattern of the same family
+        pattern = tuple((o.role, o.dtype) for o in f.operands)
+        label = " next to ".join(f"{r} {d}" for r, d in pattern)
+        return ("pattern", f.code, pattern), label, None
+    return None
+
+
+def _places(findings: Iterable[Finding]) -> list[str]:
+    out: list[str] = []
+    for f in findings:
+        loc = f.location
+        if loc is None:
+            continue
+        place = f"'{loc.module or '<root>'}'" if loc.module is not None else loc.op
+        if place and place not in out:
+            out.append(place)
+    return out
+
+
+def _consequences(findings: list[Finding]) -> str:
+    places = _places(findings)
+    n = sum(f.count for f in findings)
+    text = f"{n} finding{'s' if n != 1 else ''}"
+    if len(places) > 3:
+        return f"{text} in {len(places)} places"
+    return f"{text} ({', '.join(places)})" if places else text
+
+
+def group_by_cause(report: Report) -> Report:
+    """A copy of `report` whose findings carry `root_cause`: the root origin of the odd operand,
+    shared by every finding that has the same root (audit's same-pattern findings likewise)."""
+    groups: dict[tuple, list[int]] = {}
+    labels: dict[tuple, str] = {}
+    root_fixes: dict[int, Fix] = {}
+    for i, f in enumerate(report.findings):
+        found = _root_key(f)
+        if found is None:
+            continue
+        key, label, fix = found
+        groups.setdefault(key, []).append(i)
+        labels.setdefault(key, label)
+        if fix is not None and not any(x.title == fix.title for x in f.fixes):
+            root_fixes[i] = fix
+    causes: dict[int, str] = {}
+    for key, members in groups.items():
+        if len(members) < 2 and key[0] == "pattern":
+            continue
+        text = labels[key]
+        if key[0] == "pattern":
+            text += f" in {sum(report.findings[i].count for i in members)} modules"
+        elif len(members) > 1:
+            text += f" → {_consequences([report.findings[i] for i in members])}"
+        for i in members:
+            causes[i] = text
+    findings = [
+        replace(f, root_cause=causes.get(i), fixes=_with_root_fix(f.fixes, root_fixes.get(i)))
+        for i, f in enumerate(report.findings)
+    ]
+    return replace(report, findings=findings, meta=dict(report.meta))
+
+
+def _with_root_fix(fixes: list[Fix], root: Fix | None) -> list[Fix]:
+    """The root fix first; a catalog fix with the same snippet gives way to it (no repeat)."""
+    if root is None:
+        return fixes
+    return [root, *(x for x in fixes if x.snippet.strip() != root.snippet)]
+
+
+def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:
+    """(cause, findings) in reading order: causes that fold several findings first, errors before
+    warnings; a finding with no shared root is its own group (cause None)."""
+    order: dict[str, list[Finding]] = {}
+    single: list[Finding] = []
+    for f in report.findings:
+        if f.root_cause:
+            order.setdefault(f.root_cause, []).append(f)
+        else:
+            single.append(f)
+    rank = {"error": 0, "warning": 1, "info": 2}
+
+    def worst(fs: list[Finding]) -> int:
+        return min(rank.get(f.severity.value, 3) for f in fs)
+
+    grouped: list[tuple[str | None, list[Finding]]] = [(c, fs) for c, fs in order.items()]
+    grouped += [(None, [f]) for f in single]
+    return sorted(grouped, key=lambda g: (worst(g[1]), g[0] is None))

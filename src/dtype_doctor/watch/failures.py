@@ -1,0 +1,167 @@
+"""When the user's code raises: name the failing op's operands, note the diagnosis on the
+exception, and make sure the report holds the crash as an error finding.
+
+The user's exception always reaches them unchanged (type, message, frames); the tool only
+adds notes and unlinks its own frames.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import torch
+
+from ..report import Location
+from . import findings as F
+from .contracts import Contract, Slot, bind
+from .provenance import USER, frame_kind, op_name, short_path
+
+Session = Any  # watch.session.Session, not imported: no import circle
+
+DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
+
+_MESSAGE_CODES = (
+    (re.compile(r"mat1 and mat2|m1 and m2|self and mat2|dot :"), "matmul-dtype-mismatch"),
+    (re.compile(r"bias type"), "conv-bias-dtype-mismatch"),
+    (re.compile(r"weight type"), "conv-weight-dtype-mismatch"),
+    (re.compile(r"mixed dtype"), "norm-dtype-mismatch"),
+    (re.compile(r"query, key|attn_mask"), "attention-dtype-mismatch"),
+    (re.compile(r"[Ii]ndex put|index_add|scatter"), "index-put-dtype-mismatch"),
+    (re.compile(r"prioritize"), "autocast-half-conflict"),
+)
+
+
+def code_for_message(text: str) -> str:
+    """The family of an error message: explain's catalogue when present, else a few known texts."""
+    try:
+        from .. import catalog
+        from ..explain import explain
+
+        found = [f.code for f in explain(text).findings if f.code in catalog.codes()]
+        if found:
+            return found[0]
+    except Exception:
+        pass
+    for pattern, code in _MESSAGE_CODES:
+        if pattern.search(text):
+            return code
+    return "scalar-type-mismatch"
+
+
+def _noted(exc: BaseException) -> bool:
+    return any(str(n).startswith("dtype-doctor") for n in getattr(exc, "__notes__", ()))
+
+
+def on_failure(
+    session: Session, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
+) -> None:
+    """An op raised: note the diagnosis (the finding made before it ran, or one made now)."""
+    if _noted(exc):
+        return
+    if finding is None or finding.severity.value != "error":
+        # no finding, or only a warning (a promotion at a fused op whose kernel then failed):
+        # the crash itself is the error the user must read
+        if not DTYPE_TEXT.search(str(exc)):
+            return
+        finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
+    if finding is not None and hasattr(exc, "add_note"):
+        exc.add_note(F.note_text(finding) + _earlier(session, finding))
+
+
+def _earlier(session: Session, finding: Any) -> str:
+    """Silent promotions seen before a failure: often where the wrong dtype came in."""
+    lines = []
+    for f in session.report.findings:
+        if f.code == "silent-promotion" and f is not finding and len(lines) < 3:
+            loc = f.location
+            lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
+    return "\n" + "\n".join(lines) if lines else ""
+
+
+def _failure_finding(
+    session: Session, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict
+) -> Any:
+    """An op with no contract failed on dtypes: name its operands and their origins."""
+    if isinstance(kind, Contract):
+        slots = bind(kind, args, kwargs)
+        op = kind.op
+    else:
+        slots = [Slot(f"operand{i}", a, ("a", i)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        slots += [Slot(k, v, ("k", k)) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        op = op_name(func)
+    if not slots:
+        return None
+    finding = F.build(
+        code_for_message(str(exc)),
+        op,
+        [F.Seen(s.role, s.tensor) for s in slots],
+        None,
+        session.names,
+        session.prov,
+        session.stack.top,
+        session.stack.stack[0] if session.stack.stack else session._root,
+        message=f"{op} raised: {str(exc).splitlines()[0][:300]}",
+        depth=5,
+        severity="error",
+    )
+    finding.data["raised"] = type(exc).__name__
+    return session.report.add(finding)
+
+
+def on_exit(session: Session, exc: BaseException) -> None:
+    """The `with` block ends with the user's exception: count it, and make a dtype crash a finding."""
+    session.report.meta["raised"] = type(exc).__name__
+    errors = [f for f in session.report.errors if f.code != "tool-internal-error"]
+    if not errors and DTYPE_TEXT.search(str(exc)) and not isinstance(exc, KeyboardInterrupt):
+        _crash_finding(session, exc)
+    if _noted(exc):
+        return
+    errors = [f for f in session.report.findings if f.code != "tool-internal-error"]
+    if errors and hasattr(exc, "add_note"):
+        exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
+
+
+def _crash_finding(session: Session, exc: BaseException) -> None:
+    """A dtype error no watched op saw (raised inside a fused kernel): the crash itself, located
+    at the innermost frame of the user's code in the traceback."""
+    from .. import catalog
+
+    text = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    file = line = function = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if frame_kind(tb.tb_frame.f_code) == USER:
+            code = tb.tb_frame.f_code
+            file, line, function = short_path(code.co_filename), tb.tb_lineno, code.co_name
+        tb = tb.tb_next
+    module = session.names.module(session._root) if session._root is not None else None
+    finding = catalog.finding(
+        code_for_message(text),
+        message=f"{type(exc).__name__}: {text}",
+        location=Location(module=module, file=file, line=line, function=function),
+        data={"raised": type(exc).__name__},
+    )
+    from ..report import Severity
+
+    finding.severity = Severity.ERROR
+    session.report.add(finding)
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def hide_own_frames(exc: BaseException) -> None:
+    """Unlink the tool's own frames (the mode's __torch_function__) from the user's traceback.
+
+    The exception object, its type, message and the user's frames stay as they are: the traceback
+    reads as it would without watch. Like pytest's __tracebackhide__.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        nxt = tb.tb_next
+        if nxt.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            tb.tb_next = nxt.tb_next
+        else:
+            tb = nxt

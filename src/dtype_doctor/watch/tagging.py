@@ -1,0 +1,218 @@
+"""Giving each new floating output the origin of its dtype (the hot path after every torch call).
+
+An output that keeps an input's dtype shares that input's Tag; an op that decides a new
+dtype (creation, cast, promotion, autocast) makes a new Tag whose first parent is the
+operand the result took its dtype from. Module calls made from user code tag their outputs
+as "output of <Class> called at file:line", so origins cross model borders.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+from typing import Any
+
+import torch
+
+from .mode import CAST
+from .modules import ModuleStack, Names
+from .provenance import Frame, Provenance, Tag, caller_frames, op_name
+
+_RANK = {"input": 0, "output": 0, "parameter": 1, "buffer": 1, "op": 2}  # which same-dtype origin wins
+_MAX_DEPTH = 6  # origin chains longer than this are cut (a loop that re-casts a carried tensor)
+_DTYPE_OF = re.compile(r"\.(?:to|type)\(\s*(?:dtype\s*=\s*)?([A-Za-z_]\w*)\.dtype\s*[,)]")
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=[^=]")
+_sources: dict[Frame, str | None] = {}
+
+
+def _depth(tag: Tag) -> int:
+    d, t = 0, tag
+    while t.parents and d < _MAX_DEPTH:
+        t = t.parents[0]
+        d += 1
+    return d
+
+
+def _source_match(frame: Frame | None, pattern: re.Pattern) -> str | None:
+    """The first group of `pattern` on the frame's source line (cached per code and line)."""
+    if frame is None:
+        return None
+    key = (frame[0], frame[1] * 2 + (pattern is _ASSIGNED))
+    if key not in _sources:
+        line = linecache.getline(frame[0].co_filename, frame[1])
+        m = pattern.search(line)
+        _sources[key] = m.group(1) if m else None
+    return _sources[key]
+
+
+def assigned_name(frame: Frame | None) -> str | None:
+    """`emb` for a call site `emb = text_encoder(ids)[0]`: the variable the user keeps it in."""
+    return _source_match(frame, _ASSIGNED)
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    try:
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+    except (RuntimeError, ValueError):
+        pass
+    return None
+
+
+class Tagger:
+    def __init__(self, prov: Provenance, names: Names, stack: ModuleStack) -> None:
+        self.prov = prov
+        self.names = names
+        self.stack = stack
+
+    def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None:
+        """Give each new floating output the origin of its dtype (hot path: keep it lean)."""
+        if isinstance(out, torch.Tensor):
+            outs: Any = (out,)
+        elif isinstance(out, (tuple, list)):
+            outs = [o for o in out if isinstance(o, torch.Tensor)]
+        else:
+            return
+        lookup = self.prov.lookup
+        n = len(inputs)
+        if n == 1:  # most ops: the output's dtype is its input's, or the op changed it
+            i = inputs[0]
+            di = i.dtype
+            for o in outs:
+                if o._base is not None:
+                    continue
+                if o.dtype == di:
+                    if kind is CAST and self._dtype_from_other(o):
+                        continue
+                    if o is i:
+                        continue
+                    parent = lookup(i) or self._parameter_tag(inputs, di)
+                    if parent is not None:
+                        self.prov.set(o, parent)
+                elif o.is_floating_point():
+                    self._new_tag(func, kind, inputs, o, False)
+            return
+        promoted = False
+        if n > 1 and kind is not CAST:
+            d0 = inputs[0].dtype
+            for i in inputs:
+                if i.dtype != d0:
+                    promoted = len({i.dtype for i in inputs if i.dim() > 0}) > 1
+                    break
+        for o in outs:
+            if o._base is not None or not o.is_floating_point():
+                continue
+            if any(o is i for i in inputs):
+                continue  # in-place or returned as is: its origin stands
+            if not promoted and n:
+                dt = o.dtype
+                parent = None
+                same = False
+                rank = 9
+                for i in inputs:
+                    if i.dtype == dt:
+                        same = True
+                        t = lookup(i)
+                        if t is not None:
+                            r = _RANK.get(t.kind, 1)
+                            if r < rank:
+                                parent, rank = t, r
+                                if r == 0:
+                                    break
+                if parent is None and same:
+                    parent = self._parameter_tag(inputs, dt)
+                    if parent is None:
+                        continue  # the dtype came from an untracked tensor: nothing new to say
+                if parent is not None:
+                    self.prov.set(o, parent)  # the dtype came with this input: share its origin
+                    continue
+            self._new_tag(func, kind, inputs, o, promoted)
+
+    def _dtype_from_other(self, o: torch.Tensor) -> bool:
+        """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it."""
+        inner, _user = caller_frames(4)
+        name = _source_match(inner, _DTYPE_OF)
+        if name is None or inner is None:
+            return False
+        f = sys._getframe(2)
+        while f is not None and (f.f_code is not inner[0]):
+            f = f.f_back
+        other = f.f_locals.get(name) if f is not None else None
+        if not isinstance(other, torch.Tensor) or other is o or other.dtype != o.dtype:
+            return False
+        tag = self.prov.lookup(other) or self._parameter_tag([other], other.dtype)
+        if tag is None:
+            return False
+        self.prov.set(o, tag)
+        return True
+
+    def tag_copy(self, src: Any, out: torch.Tensor) -> None:
+        if isinstance(src, torch.Tensor) and src.dtype == out.dtype:
+            t = self.prov.lookup(src)
+            if t is not None:
+                self.prov.set(out, t)
+
+    def _new_tag(self, func: Any, kind: Any, inputs: Any, o: torch.Tensor, promoted: bool) -> None:
+        """The op decided this output's dtype (creation, cast, promotion, autocast): remember where."""
+        prov = self.prov
+        dt = o.dtype
+        tags = []
+        seen_dt = set()
+        # the operand whose dtype the result took comes first: a chain follows it
+        for i in sorted(inputs, key=lambda t: t.dtype != dt) if promoted else inputs:
+            if i.dtype not in seen_dt:
+                seen_dt.add(i.dtype)
+                t = prov.lookup(i)
+                if t is None and promoted and i.dtype == dt:
+                    t = self._parameter_tag([i], dt)
+                if t is not None and _depth(t) < _MAX_DEPTH:
+                    tags.append(t)
+        inner, user = caller_frames(4)
+        if kind is CAST:
+            new_kind = "cast"
+        elif autocast_dtype(o.device.type) == dt:
+            new_kind = "autocast"  # autocast chose this dtype, not the code
+        else:
+            new_kind = "promotion" if promoted else "op"
+        name = assigned_name(inner) if inner is not None and inner == user else None
+        prov.set(o, Tag(new_kind, dt, op_name(func), name, self.stack.top, inner, user, tuple(tags)))
+
+    def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
+        """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
+        for i in inputs:
+            if i.dtype == dt:
+                known = self.names.tensor(i)
+                if known is not None:
+                    kind, qual, owner = known
+                    tag = Tag(kind, dt, None, qual, owner)
+                    self.prov.set(i, tag)
+                    return tag
+        return None
+
+    def tag_module_output(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        """A module called from user code: its floating outputs are "output of <Class> at file:line"."""
+        _, user = caller_frames(3)
+        if user is None:
+            return
+        name = assigned_name(user)
+        cls = type(module).__name__
+
+        def visit(value: Any, depth: int) -> None:
+            if isinstance(value, torch.Tensor):
+                if value.is_floating_point():
+                    if any(value is a for a in args):
+                        return  # handed through unchanged: its origin stands
+                    prev = self.prov.lookup(value)
+                    parents = (prev,) if prev is not None else ()
+                    self.prov.set(value, Tag("output", value.dtype, cls, name, module, user, None, parents))
+            elif depth < 2 and isinstance(value, (list, tuple)):
+                for v in value[:16]:
+                    visit(v, depth + 1)
+            elif depth < 2 and isinstance(value, dict):
+                for v in list(value.values())[:16]:
+                    visit(v, depth + 1)
+            elif depth < 2 and hasattr(value, "to_tuple"):  # transformers/diffusers ModelOutput
+                visit(value.to_tuple(), depth + 1)
+
+        visit(output, 0)
