@@ -104,13 +104,17 @@ NATIVE_AMP = FixTemplate(
 # What the log scanner looks for in one pass: every pattern needle contains one of these (a needle
 # that contains none is scanned for itself). Fewer, shorter triggers make the scan of a 50 MB log
 # cheaper; the needles then pick the candidate lines' patterns.
+# Triggers are lower-case (searched in the lower-cased text) and name no dtype (the text is not yet
+# canonicalised when they are searched: `Half`, `c10::Half` and `fp16` must all be found).
 TRIGGERS: tuple[str, ...] = (
-    "dtype", "type (", "scalar type", "mat2", "m1 and m2", "not implemented for '", "InferDataType", "FP16",
-    "OVERFLOW", "overflow", "loss scale", "lr_scheduler", "nan", "NaN", "=inf", ": inf", "invalid value",
-    "bf16", "bfloat16", "Bfloat16", "architecture", "CUBLAS_STATUS_", "CUDNN_STATUS_", "find an engine",
-    "No module named '", "pyramid", "FlashAttention", "No operator found", "__half", "__nv_bfloat16",
-    "is undefined", "MPS", "autocast", "`fused=True`", "Input contains", "desired output type",
-    "is_sm", "same type as tensor",
+    "dtype", "type (", "scalar type", "mat2", "m1 and m2", "not implemented for", "inferdatatype", "fp16",
+    "overflow", "loss scale", "lr_scheduler", "nan", "=inf", ": inf", "invalid value",
+    "bf16", "bfloat16", "architecture", "cublas_status_", "cudnn_status_", "find an engine",
+    "no module named '", "pyramid", "flashattention", "no operator found", "__half", "__nv_bfloat16",
+    "is undefined", "mps", "autocast", "fused=true", "input contains", "desired output type",
+    "is_sm", "same type as tensor", "tensor but", "tensor)", "same device", "cannot be converted",
+    "check failed", ".vs ", "nvrtc", "default_program", "invalid gradient", "type for target",
+    "skipping step", "same type, but", "should be on", "are supported",
 )  # fmt: skip
 
 ERROR_FAMILIES: tuple[Family, ...] = (
@@ -149,6 +153,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 rf"\b(?:dot : )?expected both vectors to have same dtype, but found (?P<left>{DT}) and (?P<right>{DT})",
                 note="torch.dot / 1-D matmul",
                 needles=("expected both vectors to have same dtype",),
+            ),
+            MessagePattern(
+                rf"\bexpected object of scalar type (?P<expected>{DT}) but got scalar type (?P<found>{DT}) for argument #\d+ '(?P<arg>mat1|mat2|m1|m2|batch1|batch2|vec|vec2|self)'",
+                info=("arg",),
+                note="torch < 1.5: the TH check of addmm/mm/bmm names the matmul argument",
+                needles=("scalar type",),
+                confidence=0.8,
             ),
             MessagePattern(
                 r"\bCUBLAS_STATUS_(?:NOT_SUPPORTED|INVALID_VALUE) when calling `?cublas(?:Gemm|LtMatmul)",
@@ -193,9 +204,16 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 confidence=0.6,
             ),
             MessagePattern(
-                rf"\bFound dtype (?P<found>{DT}) but expected (?P<expected>{DT})",
-                note="autograd engine: a backward function returned a gradient of the wrong dtype",
-                needles=("Found dtype",),
+                r"\bexpected (?:type )?(?P<expected>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor) but (?:got|found) (?P<found>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor)",
+                note="torch < 1.0 spelling (legacy tensor types); a device mismatch when only cuda. differs",
+                needles=("tensor but",),
+                confidence=0.5,
+            ),
+            MessagePattern(
+                rf"\bexpected backend (?P<b1>\w+) and dtype (?P<expected>{DT}) but got backend (?P<b2>\w+) and dtype (?P<found>{DT})",
+                info=("b1", "b2"),
+                note="torch 1.0-1.4 spelling",
+                needles=("expected backend",),
                 confidence=0.6,
             ),
             MessagePattern(
@@ -375,9 +393,25 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("query.dtype",),
             ),
             MessagePattern(
-                rf"\bExpected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask\.dtype: (?P<mask>{DT}) and\s+query\.dtype: (?P<query>{DT})",
+                rf"\bExpected attn_mask dtype to be bool(?: or float)? or to match query dtype(?:, but got attn_mask\.dtype: (?P<mask>{DT})(?: and\s+query\.dtype: (?P<query>{DT}))?)?",
                 note="F.scaled_dot_product_attention mask",
                 needles=("attn_mask dtype",),
+            ),
+            MessagePattern(
+                r"\bQuery/Key/Value should (?:either )?all have the same dtype",
+                note="xformers memory_efficient_attention (fmha) input check",
+                needles=("all have the same dtype",),
+            ),
+            MessagePattern(
+                r"\bonly bool and floating types of (?:key_padding_mask|attn_mask|mask) are supported",
+                note="nn.MultiheadAttention / F.multi_head_attention_forward masks",
+                needles=("are supported",),
+            ),
+            MessagePattern(
+                r"\bExpected (?:key_padding_mask|attn_mask|query|key|value)[^\n]{0,60}? dtype",
+                note="attention input checks",
+                needles=("mask", "query", "key"),
+                confidence=0.6,
             ),
         ),
         fixes=(
@@ -498,10 +532,33 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 rf"\"(?P<kernel>nll_loss\w*|\w*cross_entropy\w*|\w*_loss\w*)\" not implemented for '(?P<target>{DT})'",
                 info=("kernel",),
-                needles=("\" not implemented for '",),
+                needles=(" not implemented for '",),
             ),
             MessagePattern(
-                rf"\bexpected scalar type Long but found (?P<target>{DT})",
+                rf"\bFound dtype (?P<found>{DT}) but expected (?P<expected>{DT})",
+                note="autograd engine: a backward (a loss's, most often) returned a gradient of the wrong dtype",
+                needles=("found dtype",),
+                confidence=0.75,
+            ),
+            MessagePattern(
+                rf"\bFunction \w+ returned an invalid gradient at index \d+ - expected (?:dtype |type )?(?P<expected>{DT}) but got (?:dtype )?(?P<found>{DT})",
+                note="autograd engine (validate_outputs): a backward returned the wrong dtype",
+                needles=("invalid gradient",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                rf"\bexpected object of scalar type (?P<expected>{DT}) but got scalar type (?P<target>{DT}) for argument #\d+ '(?:target|label|labels)'",
+                note="torch < 1.5: nll_loss / cross_entropy target check",
+                needles=("scalar type",),
+                confidence=0.85,
+            ),
+            MessagePattern(
+                rf"\bExpected floating point type for target with class probabilities, got (?P<target>{DT})",
+                note="cross_entropy with probability targets",
+                needles=("type for target",),
+            ),
+            MessagePattern(
+                rf"\bexpected scalar type int64 but found (?P<target>{DT})",
                 note="nll_loss / cross_entropy with a non-int64 target",
                 needles=("scalar type Long",),
                 confidence=0.7,
@@ -545,6 +602,24 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("InferDataType",),
                 confidence=0.8,
             ),
+            MessagePattern(
+                rf"(?P<left>{DT}) \.vs (?P<right>{DT})",
+                note="OneFlow CHECK_EQ output (`X .vs Y`)",
+                needles=(".vs ",),
+                confidence=0.7,
+            ),
+            MessagePattern(
+                r"\bCheck failed: [^\n]{0,300}?(?:dtype|data_type|DataType|expected scalar type)",
+                note="OneFlow / glog CHECK on a data type",
+                needles=("check failed",),
+                confidence=0.6,
+            ),
+            MessagePattern(
+                r"\bexpected all \w{1,10} to have same type, but found (?P<left>\w+) and (?P<right>\w+)",
+                note="OneFlow functional op type check",
+                needles=("same type, but",),
+                confidence=0.7,
+            ),
         ),
         fixes=(
             FixTemplate(
@@ -577,12 +652,14 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\"(?P<kernel>[\w:]{1,80})\" not implemented for '(?P<dtype>Half|BFloat16|ComplexHalf|Float8_\w+)'",
+                r"\"?(?P<kernel>[\w:]{1,80})\"? (?:is )?not implemented for '?(?P<dtype>float16|bfloat16|complex32|float8_\w+)\b",
                 info=("kernel",),
                 needles=(
-                    "not implemented for 'Half'",
-                    "not implemented for 'BFloat16'",
-                    "not implemented for 'ComplexHalf'",
+                    "not implemented for 'float16'",
+                    "not implemented for 'bfloat16'",
+                    "not implemented for float16",
+                    "not implemented for bfloat16",
+                    "not implemented for 'complex32'",
                     "not implemented for 'Float8",
                 ),
             ),
@@ -615,8 +692,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bAttempting to unscale FP16 gradients",
-                needles=("unscale FP16 gradients",),
+                r"\bAttempting to unscale float16 gradients",
+                needles=("unscale float16 gradients",),
             ),
         ),
         fixes=(
@@ -664,14 +741,19 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("loss scale already at minimum", "Minimum loss scale reached"),
             ),
             MessagePattern(
+                r"\bOverflow detected\.? Skipping step|\bAttempted loss scale: [\d.e+-]{1,12}, reducing to|\bGrad overflow on iteration",
+                note="DeepSpeed fp16 optimizer",
+                needles=("skipping step", "attempted loss scale", "grad overflow on"),
+            ),
+            MessagePattern(
                 r"\bgradient overflow detected, ignoring gradient",
                 note="fairseq",
                 needles=("gradient overflow detected",),
             ),
             MessagePattern(
-                r"\bDetected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`",
+                r"\bDetected call of lr_scheduler\.step\(\) before optimizer\.step\(\)",
                 note="also printed when GradScaler skips the very first step",
-                needles=("Detected call of `lr_scheduler.step()`",),
+                needles=("Detected call of lr_scheduler.step()",),
                 confidence=0.4,
             ),
         ),
@@ -700,9 +782,9 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bprobability tensor contains either `inf`, `nan` or element < 0",
+                r"\bprobability tensor contains either inf, nan or element < 0",
                 note="generate()/multinomial sampling from fp16 logits",
-                needles=("`nan`",),
+                needles=("either inf, nan",),
                 confidence=0.9,
             ),
             MessagePattern(
@@ -715,6 +797,17 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 r"\bRuntimeWarning: invalid value encountered in cast",
                 note="diffusers numpy_to_pil on NaN images (black images)",
                 needles=("invalid value encountered in cast",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"\bA tensor with all NaN'?s was produced in \w+",
+                note="stable-diffusion-webui NansException (fp16 UNet/VAE)",
+                needles=("tensor with all nan",),
+            ),
+            MessagePattern(
+                r"\bNaN or Inf found in input tensor",
+                note="tensorboard(X) logging a non-finite scalar",
+                needles=("nan or inf found",),
                 confidence=0.8,
             ),
             MessagePattern(
@@ -765,8 +858,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                rf"\bvalue cannot be converted to type (?P<target>{DT}) without overflow",
-                needles=("without overflow",),
+                rf"\bvalue cannot be converted(?: to type (?P<target>{DT}) without overflow)?",
+                needles=("cannot be converted",),
             ),
             MessagePattern(
                 r"\bRuntimeWarning: overflow encountered in cast",
@@ -793,31 +886,31 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bExpected q_dtype == at::kHalf \|\| \(is_sm8x && q_dtype == at::kBFloat16\)",
+                r"\bExpected q_dtype == float16 \|\| \(is_sm8x && q_dtype == bfloat16\)",
                 note="flash-attn: bfloat16 needs an Ampere (sm80+) GPU",
                 needles=("is_sm8x && q_dtype",),
             ),
             MessagePattern(
-                r"\bYour setup doesn't support bf16",
+                r"\bYour setup doesn't support bfloat16",
                 note="transformers TrainingArguments",
-                needles=("doesn't support bf16",),
+                needles=("doesn't support bfloat16",),
             ),
             MessagePattern(
                 r"\b(?:Current CUDA Device does not support bfloat16|Bfloat16 is only supported on GPUs with compute capability)",
-                needles=("does not support bfloat16", "Bfloat16 is only supported"),
+                needles=("does not support bfloat16", "bfloat16 is only supported"),
             ),
             MessagePattern(
-                r"\bbf16 mixed precision requires",
+                r"\bbfloat16 mixed precision requires",
                 note="accelerate",
-                needles=("bf16 mixed precision requires",),
+                needles=("bfloat16 mixed precision requires",),
             ),
             MessagePattern(
-                r"\btype (?:bf16|fp8\w*) not supported in this architecture",
+                r"\btype (?:bfloat16|fp8\w*) not supported in this architecture",
                 note="triton",
                 needles=("not supported in this architecture",),
             ),
             MessagePattern(
-                r"\bCUBLAS_STATUS_\w+ when calling `?cublas\w+\([^\n]{0,400}?CUDA_R_16BF",
+                r"\bCUBLAS_STATUS_\w+ when calling cublas\w+\([^\n]{0,400}?\bbfloat16\b",
                 needles=("CUBLAS_STATUS_",),
             ),
         ),
@@ -845,6 +938,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 r"\bcuDNN error: CUDNN_STATUS_(?:NOT_SUPPORTED|BAD_PARAM|ARCH_MISMATCH)",
                 needles=("CUDNN_STATUS_",),
+            ),
+            MessagePattern(
+                r"\bCUDNN_STATUS_(?:NOT_SUPPORTED|BAD_PARAM|ARCH_MISMATCH|EXECUTION_FAILED|MAPPING_ERROR|INTERNAL_ERROR)",
+                note="cuDNN (frontend / backend API) status without the `cuDNN error:` head",
+                needles=("CUDNN_STATUS_",),
+                confidence=0.7,
             ),
             MessagePattern(
                 r"\bGET was unable to find an engine to execute this computation",
@@ -925,6 +1024,11 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
+                r"\bIn \w+ autocast, but the target dtype is not supported",
+                note="torch.autocast warning: the requested dtype is not an autocast dtype of this device",
+                needles=("autocast, but the target dtype",),
+            ),
+            MessagePattern(
                 r"\bUnexpected floating ScalarType in at::autocast::prioritize",
                 note="cat/stack under CPU autocast with fp16 inputs while autocast is bf16 (or reverse)",
                 needles=("autocast::prioritize",),
@@ -955,6 +1059,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
+                rf"\bexpected dtype (?P<expected>{DT}) for end,? but got dtype (?P<found>{DT})",
+                note="Tensor.lerp_: Adam/AdamW update exp_avg with exp_avg.lerp_(grad, 1 - beta1)",
+                needles=("for end",),
+                confidence=0.7,
+            ),
+            MessagePattern(
                 r"\bparams, grads, exp_avgs, and exp_avg_sqs must have same dtype",
                 note="fused Adam/AdamW",
                 needles=("exp_avg_sqs must have same dtype",),
@@ -965,8 +1075,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("the same dtype",),
             ),
             MessagePattern(
-                r"\b`fused=True` requires all the params to be floating point Tensors",
-                needles=("`fused=True` requires",),
+                r"\bfused=True requires all the params to be floating point Tensors",
+                needles=("fused=True requires",),
             ),
         ),
         fixes=(
@@ -992,15 +1102,15 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         cause="Apple's MPS backend has no float64 and limited bf16/fp8 support (bf16 needs macOS 14+).",
         patterns=(
             MessagePattern(
-                r"\bCannot convert a MPS Tensor to (?P<dtype>\w+) dtype as the MPS framework doesn't support",
-                needles=("MPS framework doesn't support",),
+                r"\bCannot convert a MPS Tensor to (?P<dtype>\w+) dtype",
+                needles=("cannot convert a mps tensor",),
             ),
             MessagePattern(
                 r"\bto the MPS backend but it does not have support for that dtype",
                 needles=("MPS backend but it does not have support",),
             ),
             MessagePattern(
-                r"\bMPS (?:BFloat16|bfloat16) is only supported on (?:MacOS|macOS) \d+",
+                r"\bMPS bfloat16 is only supported on macOS \d+",
                 needles=("MPS",),
             ),
         ),
@@ -1022,8 +1132,14 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bInput type into Linear4bit is (?P<input>torch\.\w+), but bnb_4bit_compute_dtype=(?P<compute>torch\.\w+)",
+                r"\bInput type into Linear4bit is (?P<input>[\w.]+), but bnb_4bit_compute_dtype=(?P<compute>[\w.]+)",
                 needles=("compute_dtype",),
+            ),
+            MessagePattern(
+                r"\bOverriding torch_dtype=\w+ with torch_dtype=\w+ due to requirements of bitsandbytes",
+                note="transformers loading a bitsandbytes-quantized model",
+                needles=("requirements of bitsandbytes",),
+                confidence=0.8,
             ),
         ),
         fixes=(
@@ -1051,8 +1167,19 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("__half", "__nv_bfloat16"),
             ),
             MessagePattern(
-                r"\bidentifier \"(?:__half|__nv_bfloat16|half)\" is undefined",
+                r"\bidentifier \"(?:__half|__nv_bfloat16|float16)\" is undefined",
                 needles=("is undefined",),
+            ),
+            MessagePattern(
+                r"\bdefault_program\(\d+\): error",
+                note="NVRTC's name for a TorchScript fuser kernel",
+                needles=("default_program",),
+            ),
+            MessagePattern(
+                r"\b(?:CUDA )?NVRTC (?:compile error|error)|\bnvrtc(?: compilation failed|: error)",
+                note="the fuser's runtime compilation failed",
+                needles=("nvrtc",),
+                confidence=0.7,
             ),
         ),
         fixes=(

@@ -38,7 +38,7 @@ class MessagePattern:
     needles: tuple[str, ...] = ()
     info: tuple[str, ...] = ()
     roles_if: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
-    ignorecase: bool = False
+    ignorecase: bool = True  # patterns run over normalize.view(line); most messages come in any case
     confidence: float = 0.9  # how surely this text means this family, with no other context
 
 

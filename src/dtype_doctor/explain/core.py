@@ -13,14 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
-from . import catalog
-from ._callable import make_callable
-from .catalog.context import CONTEXT_SIGNALS, REFINEMENTS
-from .catalog.errors import TRIGGERS
-from .catalog.model import ContextSignal, MessagePattern
-from .dtypes import canonical, is_low_precision, torch_name
-from .report import Evidence, Finding, Location, Operand, Report, Severity
-from .tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
+from .. import catalog
+
+from ..catalog.context import CONTEXT_SIGNALS, REFINEMENTS
+from ..catalog.errors import TRIGGERS
+from ..catalog.model import ContextSignal, MessagePattern
+from ..dtypes import canonical, is_low_precision, torch_name
+from ..report import Evidence, Finding, Location, Operand, Report, Severity
+from ..tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
+from .normalize import clean, decode, view
 
 __all__ = ["explain", "explain_sources"]
 
@@ -55,8 +56,8 @@ def _compiled() -> _Compiled:
     for fam in catalog.FAMILIES:
         for pat in fam.patterns:
             for needle in pat.needles:
-                by_needle.setdefault(needle, []).append((fam.code, pat))
-    uncovered = [n for n in by_needle if not any(t in n for t in TRIGGERS)]
+                by_needle.setdefault(needle.lower(), []).append((fam.code, pat))
+    uncovered = [n for n in by_needle if not any(t in n for t in TRIGGERS)]  # both lower-case
     signals: dict[str, list[ContextSignal]] = {}
     for sig in CONTEXT_SIGNALS:
         signals.setdefault(sig.scope, []).append(sig)
@@ -69,10 +70,21 @@ def _regex(pat: MessagePattern) -> re.Pattern[str]:
     return re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
 
 
-def _candidate_lines(text: str) -> list[int]:
-    """Start offsets of the lines holding a trigger, in order: one str.find pass per trigger."""
+def _lower(text: str) -> str:
+    """Lower-cased text with the same offsets (a few characters grow when lower-cased)."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def _candidate_lines(text: str, low: str) -> list[int]:
+    """Start offsets of the lines holding a trigger, in order: one str.find pass per trigger.
+
+    Triggers are lower-case and searched in the lower-cased text: messages come in any case.
+    """
     starts: set[int] = set()
-    find, rfind = text.find, text.rfind
+    find, rfind = low.find, text.rfind
     for trigger in _compiled().triggers:
         p = find(trigger)
         while p != -1:
@@ -121,7 +133,7 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
     for source, raw in sources:
         if not isinstance(raw, (str, bytes, bytearray)):
             raise TypeError(f"explain expects str or bytes, got {type(raw).__name__}")
-        text = bytes(raw).decode("utf-8", errors="replace") if not isinstance(raw, str) else raw
+        text = clean(decode(raw) if not isinstance(raw, str) else raw)
         log_tags = _tags(text, _compiled().signals.get("log", ()))
         _scan(text, source, log_tags, hits)
         tails.append((source, text))
@@ -142,7 +154,7 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, l
     line_no = 1
     counted_to = 0
     size = len(text)
-    for start in _candidate_lines(text):
+    for start in _candidate_lines(text, _lower(text)):
         end = text.find("\n", start)
         if end == -1:
             end = size
@@ -151,7 +163,7 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, l
         line = text[start:end].rstrip("\r")
         if is_frame_line(line) or _is_frame_code(text, start):
             continue  # `raise ValueError("Attempting to unscale ...")` quoted in a frame: not a second error
-        found = _match_line(line)
+        found = _match_line(line) or _match_wrapped(text, start, end, line)
         if found is None:
             continue
         code, pattern, match = found
@@ -184,12 +196,37 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, l
             hit.evidence.append(Evidence(text=line.strip()[:500], line=line_no, source=source))
 
 
+def _match_wrapped(text: str, start: int, end: int, line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
+    """A message wrapped over lines (a terminal, a forum post): this line joined with its neighbours."""
+    after = end
+    joined = line
+    for _ in range(2):  # the next two lines, unless they start a frame
+        if after >= len(text):
+            break
+        nxt_end = text.find("\n", after + 1)
+        nxt = text[after + 1 : nxt_end if nxt_end != -1 else len(text)]
+        if not nxt.strip() or is_frame_line(nxt):
+            break
+        joined = f"{joined} {nxt.strip()}"
+        after = nxt_end if nxt_end != -1 else len(text)
+        found = _match_line(joined[:2000])
+        if found:
+            return found
+    if start > 0:
+        prev = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
+        if prev.strip() and not is_frame_line(prev):
+            return _match_line(f"{prev} {line.strip()}"[-2000:])
+    return None
+
+
 def _match_line(line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
-    """The most confident family pattern matching this line (its needles are in it)."""
+    """The most confident family pattern matching this line's view (its needles are in it)."""
     best: tuple[str, MessagePattern, re.Match[str]] | None = None
     seen: set[int] = set()
+    line = view(line)
+    low = line.lower()
     for needle, entries in _compiled().by_needle.items():
-        if needle not in line:
+        if needle not in low:
             continue
         for code, pat in entries:
             if id(pat) in seen:
@@ -437,4 +474,4 @@ def _unknown(inputs: list[tuple[str | None, str]]) -> Finding:
     )
 
 
-make_callable(__name__, "explain")
+
