@@ -437,7 +437,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bFlashAttention only supports? fp16 and bf16 data type",
+                r"\bFlashAttention only supports? (?:float16|bfloat16) and (?:float16|bfloat16) data type",
                 needles=("FlashAttention only support",),
             ),
             MessagePattern(

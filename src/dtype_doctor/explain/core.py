@@ -28,6 +28,7 @@ __all__ = ["explain", "explain_sources"]
 WINDOW = 64 * 1024  # bytes of input above an error line searched for its traceback
 TRACED_PER_ERROR = 64  # occurrences of one error text whose traceback is parsed; later ones are counted
 MAX_EVIDENCE = 8
+BELOW = 30  # lines after an error line read for its context
 _MISMATCH_CODES = frozenset(
     {
         "scalar-type-mismatch",
@@ -109,6 +110,7 @@ class _Hit:
     rank: int | None
     frames: list[Frame] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
+    why: dict[str, str] = field(default_factory=dict)  # context tag → the text that set it
     count: int = 1
     ranks: list[int] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
@@ -150,7 +152,7 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
 # ---- scan ------------------------------------------------------------------------------------------
 
 
-def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, list[_Hit]]) -> None:
+def _scan(text: str, source: str | None, log_tags: dict[str, str], hits: dict[tuple, list[_Hit]]) -> None:
     line_no = 1
     counted_to = 0
     size = len(text)
@@ -261,7 +263,7 @@ def _is_frame_code(text: str, start: int) -> bool:
     return 'File "' in prev and ", line " in prev
 
 
-def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: set[str]) -> None:
+def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: dict[str, str]) -> None:
     lo = max(0, start - WINDOW)
     above = text[lo:start].split("\n")
     if above and above[-1] == "":
@@ -273,13 +275,27 @@ def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: set[str]) -
     frame = culprit_frame(frames)
     hit.place = (frame.file, frame.line, frame.function) if frame else None
     signals = _compiled().signals
-    local_text = "\n".join([hit.body, *read])
+    end = start
+    for _ in range(BELOW):  # words after the message: a pasted excerpt often puts the traceback below
+        nxt = text.find("\n", end + 1)
+        if nxt == -1:
+            end = len(text)
+            break
+        end = nxt
+    local_text = "\n".join([hit.body, *read, text[start:end]])
     op_text = "\n".join(f"{f.file} {f.function} {f.code or ''}" for f in frames[-2:]) + "\n" + hit.body
-    hit.tags = log_tags | _tags(local_text, signals.get("local", ())) | _tags(op_text, signals.get("op", ()))
+    if not frames:  # frames below the message (a pasted excerpt): their calls name the op
+        op_text += "\n" + text[start:end]
+    why = dict(log_tags)
+    why.update(_tags(local_text, signals.get("local", ())))
+    why.update(_tags(op_text, signals.get("op", ())))
+    hit.why = why
+    hit.tags = set(why)
 
 
-def _tags(text: str, signals: Iterable[ContextSignal]) -> set[str]:
-    tags = set()
+def _tags(text: str, signals: Iterable[ContextSignal]) -> dict[str, str]:
+    """Context tags the text shows, each with the needle that set it (shown to the user)."""
+    tags: dict[str, str] = {}
     low: str | None = None
     for sig in signals:
         if sig.tag in tags:
@@ -289,8 +305,9 @@ def _tags(text: str, signals: Iterable[ContextSignal]) -> set[str]:
             hay = low
         else:
             hay = text
-        if any(n in hay for n in sig.needles):
-            tags.add(sig.tag)
+        needle = next((n for n in sig.needles if n in hay), None)
+        if needle is not None:
+            tags[sig.tag] = needle
     return tags
 
 
@@ -313,11 +330,12 @@ def _operands(hit: _Hit, roles: dict[str, str]) -> list[Operand]:
     return operands
 
 
-def _refine(code: str, tags: set[str]) -> tuple[str, dict[str, str], str]:
+def _refine(code: str, tags: set[str]) -> tuple[str, dict[str, str], str, frozenset[str]]:
+    """The family the context makes of a message's family, and the tags that decided it."""
     for ref in REFINEMENTS:
         if code in ref.codes and ref.when <= tags and not (ref.unless & tags):
-            return ref.to, dict(ref.roles), ref.note
-    return code, {}, ""
+            return ref.to, dict(ref.roles), ref.note, ref.when
+    return code, {}, "", frozenset()
 
 
 def _findings(hits: list[_Hit]) -> list[Finding]:
@@ -326,7 +344,8 @@ def _findings(hits: list[_Hit]) -> list[Finding]:
         for op in (canonical(v) for k, v in hit.match.groupdict().items() if v and k not in hit.pattern.info):
             if op:
                 hit.tags.add(f"dtype-{op}")
-        code, roles, note = _refine(hit.code, hit.tags)
+        code, roles, note, decided = _refine(hit.code, hit.tags)
+        hit.why = {t: hit.why.get(t, t) for t in sorted(decided)}
         operands = _operands(hit, roles)
         prepared.append((hit, code, operands, note))
     distinct = {
@@ -382,6 +401,9 @@ def _finding(hit: _Hit, code: str, operands: list[Operand], note: str, multi: bo
         data["spelling"] = hit.pattern.note
     if code != hit.code:
         data["refined_from"] = hit.code
+        data["decided_by"] = dict(hit.why)
+        decided = ", ".join(f"{tag} ({needle!r})" for tag, needle in hit.why.items())
+        evidence.append(Evidence(text=f"{hit.code} → {code}: the text shows {decided}", source=hit.source))
     if hit.ranks:
         data["ranks"] = sorted(hit.ranks)
     info = {k: v for k, v in hit.match.groupdict().items() if k in hit.pattern.info and v}
