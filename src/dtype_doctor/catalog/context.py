@@ -55,7 +55,12 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         (
             "apex/",
             "apex\\",
-            "apex.",
+            "apex.amp",
+            "apex.normalization",
+            "apex.optimizers",
+            "apex.parallel",
+            "apex.contrib",
+            "apex.fp16_utils",
             "fused_layer_norm",
             "FusedRMSNorm",
             "FusedLayerNorm",
@@ -279,12 +284,6 @@ REFINEMENTS: tuple[Refinement, ...] = (
         _({"op-norm"}),
         "norm-dtype-mismatch",
         roles=(("expected", "input/weight"), ("found", "bias")),
-    ),
-    Refinement(
-        _({"scalar-type-mismatch"}),
-        _({"autograd"}),
-        "loss-dtype-mismatch",
-        note="raised in backward: a loss or its target has the odd dtype",
     ),
     Refinement(
         _({"scalar-type-mismatch"}),

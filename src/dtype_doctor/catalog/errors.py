@@ -1198,6 +1198,59 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         keywords=("torchscript", "jit", "fuser", "nvfuser", "nvrtc", "scripted"),
     ),
     Family(
+        code="device-mismatch",
+        title="Not a dtype problem: the tensors are on different devices",
+        cause=(
+            "The message reads like a dtype mismatch but both sides have the same dtype: one tensor "
+            "is on the CPU and the other on CUDA (torch.FloatTensor is a CPU tensor, "
+            "torch.cuda.FloatTensor a GPU one). Usually the input was not moved to the model's "
+            "device, or a submodule created after model.to(device) stayed on the CPU."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bInput type \((?P<input>{DT})\) and weight type \((?P<weight>{DT})\) should be the same",
+                note="conv: the legacy type names carry the device (torch.cuda.X vs torch.X)",
+                needles=("weight type (",),
+                confidence=0.95,
+            ),
+            MessagePattern(
+                r"\bexpected (?:type )?(?P<expected>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor) but (?:got|found) (?P<found>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor)",
+                note="torch < 1.0 type check",
+                needles=("tensor but",),
+            ),
+            MessagePattern(
+                rf"\bexpected backend (?P<b1>\w+) and dtype (?P<d1>{DT}) but got backend (?P<b2>\w+) and dtype (?P<d2>{DT})",
+                info=("d1", "d2"),
+                roles=(("b1", "expected"), ("b2", "found")),
+                note="torch 1.0-1.4 spelling",
+                needles=("expected backend",),
+            ),
+            MessagePattern(
+                r"\bExpected all tensors to be on the same device",
+                needles=("same device",),
+            ),
+            MessagePattern(
+                r"\b(?:Input and (?:parameter|hidden) tensors are not at the same device|Tensor for argument #\d+ '\w+' is on CPU, but expected it to be on GPU)",
+                needles=("same device", "is on cpu"),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Move the input to the device of the model's parameters",
+                "device = next(model.parameters()).device\n{tensor} = {tensor}.to(device)",
+                "Every input, mask and label must be moved; the model's parameters tell where.",
+            ),
+            FixTemplate(
+                "Move the whole model once, after building it and before the optimizer",
+                'model = model.to("cuda")\noptimizer = torch.optim.AdamW(model.parameters(), lr=lr)',
+                "A layer created after `.to(device)` (or kept in a plain Python list instead of an "
+                "nn.ModuleList) stays on the CPU.",
+            ),
+        ),
+        related=("conv-weight-dtype-mismatch", "scalar-type-mismatch"),
+        keywords=("device", "cuda", "cpu", "same device", ".to(device)"),
+    ),
+    Family(
         code="unknown",
         title="Not recognised as a known mixed-precision error",
         severity="info",

@@ -237,11 +237,26 @@ def _match_line(line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
             m = _regex(pat).search(line)
             if (
                 m
-                and (not code.endswith("-mismatch") or _dtypes_differ(pat, m))
+                and _fits(code, pat, m)
                 and (best is None or pat.confidence > best[1].confidence)
             ):
                 best = (code, pat, m)
     return best
+
+
+def _fits(code: str, pat: MessagePattern, m: re.Match[str]) -> bool:
+    if code == "device-mismatch":
+        return len(set(_devices(pat, m).values())) != 1
+    return not code.endswith("-mismatch") or _dtypes_differ(pat, m)
+
+
+def _devices(pat: MessagePattern, m: re.Match[str]) -> dict[str, str]:
+    """Operand group → device, from legacy type names (torch.cuda.FloatTensor) or backend names."""
+    return {
+        k: "CUDA" if "cuda" in v.lower() else "CPU"
+        for k, v in m.groupdict().items()
+        if v and k not in pat.info
+    }
 
 
 def _dtypes_differ(pat: MessagePattern, m: re.Match[str]) -> bool:
@@ -433,7 +448,11 @@ def _message(
     note: str,
 ) -> str:
     parts = []
-    if operands:
+    if hit.code == "device-mismatch" and _devices(hit.pattern, hit.match):
+        roles = dict(hit.pattern.roles)
+        where = ", ".join(f"{roles.get(k, k)} on {d}" for k, d in _devices(hit.pattern, hit.match).items())
+        parts.append(f"not a dtype problem: {where}")
+    elif operands:
         parts.append(", ".join(f"{o.role}: {o.dtype}" for o in operands if o.dtype))
     if module_expr:
         parts.append(f"raised in {module_expr}({arg or ''})")
