@@ -178,7 +178,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             UNIFORM_DTYPE_CHECK,
         ),
         related=("scalar-type-mismatch", "autocast-half-conflict"),
-        keywords=("mat1", "mat2", "linear", "matmul", "addmm", "bmm", "gemm", "cublas", "mm"),
+        keywords=("mat1", "mat2", "matmul", "addmm", "bmm", "gemm", "cublas", "linear layer", "nn.linear", "f.linear"),
     ),
     Family(
         code="scalar-type-mismatch",
@@ -238,7 +238,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             UNIFORM_DTYPE_CHECK,
         ),
         related=("matmul-dtype-mismatch", "norm-dtype-mismatch", "apex-conflict"),
-        keywords=("scalar type", "expected", "found", "dtype"),
+        keywords=("scalar type", "dtype mismatch", "expected scalar type"),
     ),
     Family(
         code="index-dtype",
@@ -270,7 +270,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("scalar-type-mismatch",),
-        keywords=("indices", "embedding", "input_ids", "long", "int"),
+        keywords=("indices", "embedding", "input_ids", "token ids"),
     ),
     Family(
         code="conv-weight-dtype-mismatch",
@@ -301,7 +301,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             LOAD_FP32,
         ),
         related=("conv-bias-dtype-mismatch",),
-        keywords=("conv", "weight type", "input type", "conv2d", "cudnn"),
+        keywords=("conv", "conv1d", "conv2d", "conv3d", "weight type", "convolution"),
     ),
     Family(
         code="conv-bias-dtype-mismatch",
@@ -336,7 +336,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
         ),
         related=("conv-weight-dtype-mismatch",),
-        keywords=("conv", "bias type", "input type", "conv2d"),
+        keywords=("bias type", "conv bias"),
     ),
     Family(
         code="norm-dtype-mismatch",
@@ -376,7 +376,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
         ),
         related=("autocast-half-conflict", "apex-conflict"),
-        keywords=("layer_norm", "group_norm", "norm", "layernorm", "groupnorm", "rmsnorm", "batch_norm"),
+        keywords=("layer_norm", "group_norm", "layernorm", "groupnorm", "rmsnorm", "batch_norm", "batchnorm", "layer norm", "batch norm", "group norm"),
     ),
     Family(
         code="attention-dtype-mismatch",
@@ -425,7 +425,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
         ),
         related=("flash-attention-dtype",),
-        keywords=("query", "key", "value", "attention", "sdpa", "attn_mask", "scaled_dot_product"),
+        keywords=("attn_mask", "attention mask", "sdpa", "scaled_dot_product_attention", "query", "key_padding_mask", "multiheadattention"),
     ),
     Family(
         code="flash-attention-dtype",
@@ -478,7 +478,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             AUTOCAST_INFERENCE,
         ),
         related=("attention-dtype-mismatch", "bf16-unsupported-hardware"),
-        keywords=("flash", "flash_attn", "xformers", "memory_efficient", "attention", "sdpa"),
+        keywords=("flash-attn", "flash_attn", "flash-attention", "flashattention", "flash attention", "xformers", "memory_efficient"),
     ),
     Family(
         code="index-put-dtype-mismatch",
@@ -514,7 +514,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
             ONE_POLICY,
         ),
-        keywords=("index_put", "index put", "scatter", "index_add", "setitem", "destination", "source"),
+        keywords=("index_put", "index put", "scatter", "index_add", "setitem"),
     ),
     Family(
         code="loss-dtype-mismatch",
@@ -581,7 +581,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 when=_({"autocast"}),
             ),
         ),
-        keywords=("loss", "target", "cross_entropy", "nll_loss", "bce", "mse"),
+        keywords=("loss function", "labels", "target", "cross entropy", "cross_entropy", "nll_loss", "bce", "mse_loss", "criterion"),
     ),
     Family(
         code="oneflow-infer-dtype",
@@ -640,7 +640,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("autocast-half-conflict",),
-        keywords=("oneflow", "onediff", "kfloat", "kfloat16", "inferdatatype", "flow"),
+        keywords=("oneflow", "onediff", "inferdatatype"),
     ),
     Family(
         code="half-unsupported-kernel",
@@ -680,7 +680,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("bf16-unsupported-hardware", "mps-dtype-unsupported"),
-        keywords=("not implemented", "half", "kernel", "cpu"),
+        keywords=("not implemented", "kernel", "on cpu"),
     ),
     Family(
         code="fp16-gradient-unscale",
@@ -714,7 +714,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("grad-scaler-overflow",),
-        keywords=("gradscaler", "unscale", "scaler", "fp16 gradients"),
+        keywords=("gradscaler", "unscale", "float16 gradients"),
     ),
     Family(
         code="grad-scaler-overflow",
@@ -768,7 +768,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("nonfinite-values", "fp16-gradient-unscale"),
-        keywords=("overflow", "skipping step", "loss scale", "scaler"),
+        keywords=("skipping step", "loss scale", "grad scale", "scaler", "overflow"),
     ),
     Family(
         code="nonfinite-values",
@@ -847,7 +847,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("grad-scaler-overflow", "overflow-on-cast"),
-        keywords=("nan", "inf", "black", "overflow", "non-finite", "infinity"),
+        keywords=("nan", "inf", "black", "non-finite", "infinity", "nansexception"),
     ),
     Family(
         code="overflow-on-cast",
@@ -875,7 +875,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             FixTemplate("Or do this step in float32", "scores = scores.float().masked_fill(mask, -1e9)"),
         ),
         related=("nonfinite-values",),
-        keywords=("overflow", "converted", "range", "masked_fill", "finfo"),
+        keywords=("overflow", "converted", "range", "masked_fill", "finfo", "65504"),
     ),
     Family(
         code="bf16-unsupported-hardware",
@@ -925,7 +925,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("half-unsupported-kernel",),
-        keywords=("bf16", "bfloat16", "compute capability", "ampere", "architecture"),
+        keywords=("compute capability", "ampere", "architecture", "v100", "t4", "is_bf16_supported"),
     ),
     Family(
         code="cudnn-half-unsupported",
@@ -963,7 +963,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "Upgrade cuDNN/PyTorch (bf16 conv needs cuDNN 8+ and Ampere)", "pip install -U torch"
             ),
         ),
-        keywords=("cudnn", "conv", "engine", "cudnn_status"),
+        keywords=("cudnn", "cudnn_status", "engine"),
     ),
     Family(
         code="apex-conflict",
@@ -1011,7 +1011,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             NATIVE_AMP,
         ),
         related=("norm-dtype-mismatch", "scalar-type-mismatch"),
-        keywords=("apex", "fused_layer_norm", "fusedrmsnorm", "fusedlayernorm", "amp_c"),
+        keywords=("apex", "amp.initialize", "fused_layer_norm", "fusedrmsnorm", "fusedlayernorm", "amp_c", "opt_level"),
     ),
     Family(
         code="autocast-half-conflict",
@@ -1047,7 +1047,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("oneflow-infer-dtype", "norm-dtype-mismatch"),
-        keywords=("autocast", "prioritize", "amp"),
+        keywords=("autocast", "prioritize", "amp.autocast", "torch.autocast"),
     ),
     Family(
         code="optimizer-state-dtype",
@@ -1094,7 +1094,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 when=_({"bitsandbytes"}),
             ),
         ),
-        keywords=("optimizer", "adam", "exp_avg", "fused", "foreach", "state"),
+        keywords=("optimizer", "adam", "adamw", "sgd", "exp_avg", "foreach", "optimizer.step", "momentum"),
     ),
     Family(
         code="mps-dtype-unsupported",
@@ -1121,7 +1121,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "torch.from_numpy(a).float().to('mps')",
             ),
         ),
-        keywords=("mps", "apple", "metal", "float64"),
+        keywords=("mps", "apple", "metal", "macos"),
     ),
     Family(
         code="quantized-compute-dtype",
@@ -1152,7 +1152,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "AutoModelForCausalLM.from_pretrained(path, quantization_config=cfg, torch_dtype=torch.bfloat16)",
             ),
         ),
-        keywords=("bitsandbytes", "linear4bit", "quant", "gptq", "awq", "compute_dtype"),
+        keywords=("bitsandbytes", "linear4bit", "quantized", "quantization", "gptq", "awq", "compute_dtype", "4-bit", "8-bit", "4bit", "8bit", "load_in_8bit", "load_in_4bit", "qlora", "int8"),
     ),
     Family(
         code="jit-fuser-half",
@@ -1195,7 +1195,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "Prefer torch.compile over TorchScript on current PyTorch", "model = torch.compile(model)"
             ),
         ),
-        keywords=("torchscript", "jit", "fuser", "nvfuser", "nvrtc", "scripted"),
+        keywords=("torchscript", "jit", "fuser", "nvfuser", "nvrtc", "scripted", "codegen", "torch.jit"),
     ),
     Family(
         code="device-mismatch",
@@ -1248,7 +1248,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("conv-weight-dtype-mismatch", "scalar-type-mismatch"),
-        keywords=("device", "cuda", "cpu", "same device", ".to(device)"),
+        keywords=("same device", "to(device)", "different devices", "device mismatch"),
     ),
     Family(
         code="unknown",

@@ -21,6 +21,7 @@ from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical, is_low_precision, torch_name
 from ..report import Evidence, Finding, Location, Operand, Report, Severity
 from ..tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
+from .fallback import fallback
 from .normalize import clean, decode, view
 
 __all__ = ["explain", "explain_sources"]
@@ -143,7 +144,7 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
             names.append(source)
     report = Report(tool="explain", meta={"sources": names} if names else {})
     found = [hit for group in hits.values() for hit in group]
-    findings = _findings(found) if found else [_unknown(tails)]
+    findings = _findings(found) if found else [fallback(tails)]
     findings.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], -f.confidence, _first_line(f)))
     report.findings = findings
     return report
@@ -470,49 +471,3 @@ def _message(
 
 def _first_line(f: Finding) -> int:
     return min((e.line for e in f.evidence if e.line is not None), default=0)
-
-
-# ---- nothing recognised ----------------------------------------------------------------------------
-
-_ERROR_LINE = re.compile(r"\b\w{0,60}(?:Error|Exception|Warning)\b:?[^\n]{0,300}")
-
-
-@lru_cache(maxsize=1)
-def _keywords_rx() -> re.Pattern[str]:
-    words = sorted({k for fam in catalog.FAMILIES for k in fam.keywords}, key=len, reverse=True)
-    return re.compile(r"(?<![a-z0-9_])(" + "|".join(map(re.escape, words)) + r")(?![a-z0-9_])")
-
-
-def _unknown(inputs: list[tuple[str | None, str]]) -> Finding:
-    """An honest `unknown`: the last error-looking lines, and the families sharing the most words."""
-    evidence: list[Evidence] = []
-    sample_parts = []
-    for source, text in inputs:
-        tail = text[-16 * 1024 :]
-        base = text.count("\n", 0, len(text) - len(tail)) + 1
-        numbered = [(base + i, ln.strip()) for i, ln in enumerate(tail.split("\n")) if ln.strip()]
-        picked = [(n, ln) for n, ln in numbered if _ERROR_LINE.search(ln)][-3:] or numbered[-1:]
-        evidence.extend(Evidence(text=ln[:500], line=n, source=source) for n, ln in picked)
-        sample_parts.append(tail)
-    words = set(_keywords_rx().findall("\n".join(sample_parts).lower()))
-    scores = []
-    for fam in catalog.FAMILIES:
-        score = sum(1 for k in fam.keywords if k in words)
-        if score:
-            scores.append((score, fam.code))
-    nearest = [code for _, code in sorted(scores, key=lambda s: (-s[0], s[1]))[:3]]
-    if nearest:
-        message = "No known mixed-precision error in this text. Nearest families: " + ", ".join(nearest) + "."
-    else:
-        message = "No known mixed-precision error in this text, and no dtype or precision words in it."
-    return catalog.finding(
-        "unknown",
-        message=message,
-        evidence=evidence,
-        related=nearest,
-        confidence=0.0,
-        data={"nearest": nearest},
-    )
-
-
-
