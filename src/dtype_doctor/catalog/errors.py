@@ -197,7 +197,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 confidence=0.6,
             ),
             MessagePattern(
-                rf"\bexpected dtype (?P<expected>{DT}) for `(?P<arg>\w+)`,? but got dtype (?P<found>{DT})",
+                rf"\bexpected dtype (?P<expected>{DT}) for (?P<arg>\w+),? but got (?:dtype )?(?P<found>{DT})",
                 note="lerp and other binary kernels (Adam's exp_avg.lerp_)",
                 needles=("expected dtype",),
                 info=("arg",),
@@ -1059,9 +1059,9 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                rf"\bexpected dtype (?P<expected>{DT}) for end,? but got dtype (?P<found>{DT})",
-                note="Tensor.lerp_: Adam/AdamW update exp_avg with exp_avg.lerp_(grad, 1 - beta1)",
-                needles=("for end",),
+                rf"\bexpected dtype (?P<expected>{DT}) for (?:end|weight),? but got (?:dtype )?(?P<found>{DT})",
+                note="Tensor.lerp_ (`end`, `weight`): Adam/AdamW update exp_avg with exp_avg.lerp_(grad, 1 - beta1)",
+                needles=("for end", "for weight"),
                 confidence=0.7,
             ),
             MessagePattern(

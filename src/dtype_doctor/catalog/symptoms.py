@@ -49,6 +49,24 @@ DTYPE_EVIDENCE = (
     r"|autocast|scalar ?type|[a-z]{0,12}tensor|half\(\)|\.half|quantiz\w*|[48]-?bit|load_in_[48]bit|cast(?:ing|s)?)\b"
 )
 
+# On a keyword tie, a family named after a library or set-up beats one named after an op: "a 4-bit
+# Linear layer" is about quantization more than about nn.Linear.
+SETUP_FAMILIES = frozenset(
+    {
+        "apex-conflict",
+        "oneflow-infer-dtype",
+        "flash-attention-dtype",
+        "quantized-compute-dtype",
+        "autocast-half-conflict",
+        "optimizer-state-dtype",
+        "jit-fuser-half",
+        "mps-dtype-unsupported",
+        "bf16-unsupported-hardware",
+        "cudnn-half-unsupported",
+        "device-mismatch",
+    }
+)
+
 CHECK_COMMAND = "dtype-doctor check model.py:build_model   # runs the model once and names each mismatch"
 
-__all__ = ["CHECK_COMMAND", "DTYPE_EVIDENCE", "SYMPTOMS", "Symptom"]
+__all__ = ["CHECK_COMMAND", "DTYPE_EVIDENCE", "SETUP_FAMILIES", "SYMPTOMS", "Symptom"]

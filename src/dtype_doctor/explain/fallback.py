@@ -3,7 +3,7 @@
 Order: a symptom described in words (`catalog.symptoms.SYMPTOMS`) names its family with a lower
 confidence and the command that would confirm it; otherwise, if the text shows any dtype or
 precision evidence, the family sharing the most keywords with it (ties go to the families that
-context refines to: a library or set-up is more telling than an op name); otherwise `unknown`,
+name a library or set-up: they are more telling than an op name); otherwise `unknown`,
 with the nearest families listed.
 """
 
@@ -13,8 +13,7 @@ import re
 from functools import lru_cache
 
 from .. import catalog
-from ..catalog.context import REFINEMENTS
-from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, SYMPTOMS, Symptom
+from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, SETUP_FAMILIES, SYMPTOMS, Symptom
 from ..report import Evidence, Finding, Fix
 from .normalize import view
 
@@ -40,12 +39,11 @@ def _sample(text: str) -> str:
 
 def nearest(words: set[str]) -> list[str]:
     """Families ranked by the keywords they share with the text (best first, at most 3)."""
-    refined_to = {ref.to for ref in REFINEMENTS}
     scores = []
     for fam in catalog.FAMILIES:
         score = sum(1 for k in fam.keywords if k in words)
         if score:
-            scores.append((-score, fam.code not in refined_to, fam.code))
+            scores.append((-score, fam.code not in SETUP_FAMILIES, fam.code))
     return [code for *_, code in sorted(scores)[:3]]
 
 
