@@ -594,7 +594,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bInferDataType Failed\.? Expected (?P<expected>k\w+), but got (?P<found>k\w+)",
+                rf"\bInferDataType Failed\.? Expected (?P<expected>{DT}), but got (?P<found>{DT})",
                 needles=("InferDataType",),
             ),
             MessagePattern(
@@ -1211,7 +1211,6 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 rf"\bInput type \((?P<input>{DT})\) and weight type \((?P<weight>{DT})\) should be the same",
                 note="conv: the legacy type names carry the device (torch.cuda.X vs torch.X)",
                 needles=("weight type (",),
-                confidence=0.95,
             ),
             MessagePattern(
                 r"\bexpected (?:type )?(?P<expected>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor) but (?:got|found) (?P<found>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor)",

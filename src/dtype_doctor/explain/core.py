@@ -41,6 +41,7 @@ _MISMATCH_CODES = frozenset(
         "index-put-dtype-mismatch",
     }
 )
+_LEGACY = re.compile(r"Tensor\b|Type\b|\bbackend\b")  # type names that carry the device
 _PARAM_ROLES = ("weight", "bias", "m2", "right", "batch2", "destination", "parameters (required)", "expected")
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
@@ -449,12 +450,14 @@ def _message(
     note: str,
 ) -> str:
     parts = []
-    if hit.code == "device-mismatch" and _devices(hit.pattern, hit.match):
-        roles = dict(hit.pattern.roles)
-        where = ", ".join(f"{roles.get(k, k)} on {d}" for k, d in _devices(hit.pattern, hit.match).items())
+    devices = _devices(hit.pattern, hit.match) if _LEGACY.search(hit.match.group(0)) else {}
+    where = ", ".join(f"{dict(hit.pattern.roles).get(k, k)} on {d}" for k, d in devices.items())
+    if hit.code == "device-mismatch" and where:
         parts.append(f"not a dtype problem: {where}")
     elif operands:
         parts.append(", ".join(f"{o.role}: {o.dtype}" for o in operands if o.dtype))
+    if hit.code != "device-mismatch" and len(set(devices.values())) > 1:
+        parts.append(f"and the devices differ too: {where}")
     if module_expr:
         parts.append(f"raised in {module_expr}({arg or ''})")
     if frame:
