@@ -107,14 +107,12 @@ NATIVE_AMP = FixTemplate(
 # Triggers are lower-case (searched in the lower-cased text) and name no dtype (the text is not yet
 # canonicalised when they are searched: `Half`, `c10::Half` and `fp16` must all be found).
 TRIGGERS: tuple[str, ...] = (
-    "dtype", "type (", "scalar type", "mat2", "m1 and m2", "not implemented for", "inferdatatype", "fp16",
-    "overflow", "loss scale", "lr_scheduler", "nan", "=inf", ": inf", "invalid value",
-    "bf16", "bfloat16", "architecture", "cublas_status_", "cudnn_status_", "find an engine",
-    "no module named '", "pyramid", "flashattention", "no operator found", "__half", "__nv_bfloat16",
-    "is undefined", "mps", "autocast", "fused=true", "input contains", "desired output type",
-    "is_sm", "same type as tensor", "tensor but", "tensor)", "same device", "cannot be converted",
-    "check failed", ".vs ", "nvrtc", "default_program", "invalid gradient", "type for target",
-    "skipping step", "same type, but", "should be on", "are supported",
+    "type", "nan", "=inf", ": inf", "overflow", "_status_", "fp16", "bf16", "bfloat16", "not implemented for",
+    "mat2", "m1 and m2", "loss scale", "lr_scheduler", "skipping step", "invalid ", "architecture",
+    "find an engine", "is_sm", "flashattention", "no operator found", "is undefined", "pyramid",
+    "no module named '", "__half", "mps tensor", "mps backend", "autocast", "fused=true", "input contains",
+    "tensor but", "tensor)", "same device", "is on cpu", "cannot be converted", "check failed", ".vs ",
+    "nvrtc", "default_program", "are supported", "bitsandbytes", "unscale",
 )  # fmt: skip
 
 ERROR_FAMILIES: tuple[Family, ...] = (
@@ -213,7 +211,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 rf"\bexpected backend (?P<b1>\w+) and dtype (?P<expected>{DT}) but got backend (?P<b2>\w+) and dtype (?P<found>{DT})",
                 info=("b1", "b2"),
                 note="torch 1.0-1.4 spelling",
-                needles=("expected backend",),
+                needles=("and dtype",),
                 confidence=0.6,
             ),
             MessagePattern(
@@ -410,7 +408,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 r"\bExpected (?:key_padding_mask|attn_mask|query|key|value)[^\n]{0,60}? dtype",
                 note="attention input checks",
-                needles=("mask", "query", "key"),
+                needles=("dtype",),
                 confidence=0.6,
             ),
         ),
@@ -560,7 +558,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 rf"\bexpected scalar type int64 but found (?P<target>{DT})",
                 note="nll_loss / cross_entropy with a non-int64 target",
-                needles=("scalar type Long",),
+                needles=("scalar type int64",),
                 confidence=0.7,
             ),
             MessagePattern(
@@ -1061,7 +1059,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 rf"\bexpected dtype (?P<expected>{DT}) for (?:end|weight),? but got (?:dtype )?(?P<found>{DT})",
                 note="Tensor.lerp_ (`end`, `weight`): Adam/AdamW update exp_avg with exp_avg.lerp_(grad, 1 - beta1)",
-                needles=("for end", "for weight"),
+                needles=("expected dtype",),
                 confidence=0.7,
             ),
             MessagePattern(
@@ -1103,15 +1101,15 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         patterns=(
             MessagePattern(
                 r"\bCannot convert a MPS Tensor to (?P<dtype>\w+) dtype",
-                needles=("cannot convert a mps tensor",),
+                needles=("mps tensor",),
             ),
             MessagePattern(
                 r"\bto the MPS backend but it does not have support for that dtype",
-                needles=("MPS backend but it does not have support",),
+                needles=("mps backend but it does not have support",),
             ),
             MessagePattern(
                 r"\bMPS bfloat16 is only supported on macOS \d+",
-                needles=("MPS",),
+                needles=("mps bfloat16",),
             ),
         ),
         fixes=(
@@ -1222,7 +1220,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 info=("d1", "d2"),
                 roles=(("b1", "expected"), ("b2", "found")),
                 note="torch 1.0-1.4 spelling",
-                needles=("expected backend",),
+                needles=("and dtype",),
             ),
             MessagePattern(
                 r"\bExpected all tensors to be on the same device",

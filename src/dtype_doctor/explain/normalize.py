@@ -4,11 +4,13 @@ Three steps, each linear in the input:
 
 - `decode`: bytes → str, with the UTF-8 BOM and UTF-16 (PowerShell `>` redirection) understood.
 - `clean`: whole-text clean-up that keeps one input line per output line (line numbers stay
-  meaningful): NFKC for full-width punctuation, ANSI colour codes (also with the ESC byte lost in
-  a copy-paste), CR line ends, and prefixes that loggers put before a message (timestamps, glog
-  heads, `!!! Exception during processing !!!`, markdown quotes, pytest's `E   `, rich's `│`).
-  Rank prefixes (`[rank3]:`) stay: the traceback walker reads ranks from them.
-- `view`: the form message patterns are written over: backticks and markdown emphasis gone,
+  meaningful): NFKC for full-width punctuation, curly quotes, ANSI colour codes (also with the
+  ESC byte lost in a copy-paste) and CR line ends. Only what is present is touched: an ASCII log
+  without colour or CR costs one scan.
+- `view` (per candidate line, never the whole log): the form message patterns are written over:
+  prefixes that loggers put before a message peeled (timestamps, glog heads, `!!! Exception
+  during processing !!!`, markdown quotes and links, pytest's `E   `, rich's `│`; a rank prefix
+  `[rank3]:` is kept), backticks and markdown emphasis gone,
   curly quotes straight, runs of spaces single, `a!= b` spaced, and every dtype spelling
   (`Float`, `c10::Half`, `struct c10::BFloat16`, `at::kHalf`, `kFloat16`, `torch.float16`,
   `CUDA_R_16BF`, `fp16`, `half`...) replaced by its canonical name (`float32`, `float16`,
@@ -63,23 +65,33 @@ _PEEL = (
     r"|E {3,}"  # pytest failure lines
     r"|[│┃║]\s{0,3}"  # rich / box-drawn tracebacks
 )
-_PREFIXES = re.compile(rf"(?m)^{_RANK}(?:\s{{0,8}}(?:{_PEEL})){{1,6}}")
-_PUNCT = str.maketrans({"‘": "'", "’": "'", "‚": "'", "“": '"', "”": '"', "„": '"', "‐": "-", "−": "-"})
+_PREFIXES = re.compile(rf"^{_RANK}(?:\s{{0,8}}(?:{_PEEL})){{1,6}}")
+_MD_LINK = re.compile(r"\[([^\]\n]{1,120})\]\([^)\s]{1,400}\)")
+_QUOTES = (("‘", "'"), ("’", "'"), ("‚", "'"), ("“", '"'), ("”", '"'), ("„", '"'), ("‐", "-"), ("−", "-"))
 
 
 def _peel(m: re.Match[str]) -> str:
     return m.group(1) or ""
 
 
+def _straight(text: str) -> str:
+    for curly, plain in _QUOTES:
+        if curly in text:
+            text = text.replace(curly, plain)
+    return text
+
+
 def clean(text: str) -> str:
-    """The text with one spelling of punctuation and no logger decoration; one line per line."""
+    """The text with one spelling of punctuation, no colour codes, `\n` line ends; one line per line."""
     if not text.isascii():
-        text = unicodedata.normalize("NFKC", text).translate(_PUNCT)
+        if not unicodedata.is_normalized("NFKC", text):
+            text = unicodedata.normalize("NFKC", text)
+        text = _straight(text)
     if "\x1b" in text or "m[" in text:
         text = _ANSI.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _PREFIXES.sub(_peel, text)
+    return text
 
 
 # ---- view ----------------------------------------------------------------------------------------
@@ -114,5 +126,8 @@ def _space(m: re.Match[str]) -> str:
 
 
 def view(line: str) -> str:
-    """The form patterns match: plain punctuation, single spaces, canonical dtype names."""
-    return _DTYPE.sub(_dtype, _SPACES.sub(_space, line.translate(_PUNCT)))
+    """The form patterns match: no logger prefix, plain punctuation, single spaces, canonical dtypes."""
+    line = _PREFIXES.sub(_peel, _straight(line))
+    if "](" in line:
+        line = _MD_LINK.sub(r"\1", line)
+    return _DTYPE.sub(_dtype, _SPACES.sub(_space, line))
