@@ -79,7 +79,17 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     # OneFlow spells data types as its enum (`kFloat16 .vs kFloat`); torch writes c10 names
     ContextSignal(
         "oneflow",
-        ("oneflow", "onediff", "OneFlow", "OneDiff", " kFloat", " kHalf", " kBFloat16", " kDouble", "(kFloat"),
+        (
+            "oneflow",
+            "onediff",
+            "OneFlow",
+            "OneDiff",
+            " kFloat",
+            " kHalf",
+            " kBFloat16",
+            " kDouble",
+            "(kFloat",
+        ),
     ),
     ContextSignal(
         "autograd",

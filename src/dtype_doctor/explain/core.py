@@ -1,9 +1,9 @@
 """Error text, traceback or whole log → findings, through the catalog. Never imports torch.
 
-The scan is built for 50 MB logs: one pass of a combined needle regex (literal substrings
-taken from every family's patterns) finds candidate lines; only those lines meet the family
-regexes, and only the first occurrences of each distinct error pay for the walk up their
-traceback. Everything else is counting.
+The scan is built for 50 MB logs: `match` finds candidate lines with one pass per trigger and
+matches only those; only the first occurrences of each distinct error pay for the walk up their
+traceback (and the evidence stage: frames, words around, set-up) that may refine the family.
+Everything else is counting. Text with no message goes to `fallback`.
 """
 
 from __future__ import annotations
@@ -11,18 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
 
 from .. import catalog
-
-from ..catalog.context import CONTEXT_SIGNALS, REFINEMENTS
-from ..catalog.errors import TRIGGERS
+from ..catalog.context import REFINEMENTS
 from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical, is_low_precision, torch_name
 from ..report import Evidence, Finding, Location, Operand, Report, Severity
 from ..tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
 from .fallback import fallback
-from .normalize import clean, decode, view
+from .match import candidate_lines, compiled, devices, lower, match_line, match_wrapped, no_operands
+from .normalize import clean, decode
 
 __all__ = ["explain", "explain_sources"]
 
@@ -42,61 +40,9 @@ _MISMATCH_CODES = frozenset(
     }
 )
 _LEGACY = re.compile(r"Tensor\b|Type\b|\bbackend\b")  # type names that carry the device
+_EXCEPTION_LINE = re.compile(r"[\w.]{0,120}(?:Error|Exception|Warning|Exit|Interrupt)\b:")
 _PARAM_ROLES = ("weight", "bias", "m2", "right", "batch2", "destination", "parameters (required)", "expected")
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    triggers: tuple[str, ...]
-    by_needle: dict[str, list[tuple[str, MessagePattern]]]
-    signals: dict[str, tuple[ContextSignal, ...]]
-
-
-@lru_cache(maxsize=1)
-def _compiled() -> _Compiled:
-    by_needle: dict[str, list[tuple[str, MessagePattern]]] = {}
-    for fam in catalog.FAMILIES:
-        for pat in fam.patterns:
-            for needle in pat.needles:
-                by_needle.setdefault(needle.lower(), []).append((fam.code, pat))
-    uncovered = [n for n in by_needle if not any(t in n for t in TRIGGERS)]  # both lower-case
-    signals: dict[str, list[ContextSignal]] = {}
-    for sig in CONTEXT_SIGNALS:
-        signals.setdefault(sig.scope, []).append(sig)
-    return _Compiled((*TRIGGERS, *uncovered), by_needle, {k: tuple(v) for k, v in signals.items()})
-
-
-@cache
-def _regex(pat: MessagePattern) -> re.Pattern[str]:
-    """Compiled on first use: a one-line `explain` compiles 2 regexes, not 80 (start-up budget)."""
-    return re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
-
-
-def _lower(text: str) -> str:
-    """Lower-cased text with the same offsets (a few characters grow when lower-cased)."""
-    low = text.lower()
-    if len(low) == len(text):
-        return low
-    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
-
-
-def _candidate_lines(text: str, low: str) -> list[int]:
-    """Start offsets of the lines holding a trigger, in order: one str.find pass per trigger.
-
-    Triggers are lower-case and searched in the lower-cased text: messages come in any case.
-    """
-    starts: set[int] = set()
-    find, rfind = low.find, text.rfind
-    for trigger in _compiled().triggers:
-        p = find(trigger)
-        while p != -1:
-            starts.add(rfind("\n", 0, p) + 1)
-            end = find("\n", p)
-            if end == -1:
-                break
-            p = find(trigger, end)
-    return sorted(starts)
 
 
 @dataclass
@@ -138,7 +84,7 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
         if not isinstance(raw, (str, bytes, bytearray)):
             raise TypeError(f"explain expects str or bytes, got {type(raw).__name__}")
         text = clean(decode(raw) if not isinstance(raw, str) else raw)
-        log_tags = _tags(text, _compiled().signals.get("log", ()))
+        log_tags = _tags(text, compiled().signals.get("log", ()))
         _scan(text, source, log_tags, hits)
         tails.append((source, text))
         if source:
@@ -158,7 +104,7 @@ def _scan(text: str, source: str | None, log_tags: dict[str, str], hits: dict[tu
     line_no = 1
     counted_to = 0
     size = len(text)
-    for start in _candidate_lines(text, _lower(text)):
+    for start in candidate_lines(text, lower(text)):
         end = text.find("\n", start)
         if end == -1:
             end = size
@@ -167,7 +113,9 @@ def _scan(text: str, source: str | None, log_tags: dict[str, str], hits: dict[tu
         line = text[start:end].rstrip("\r")
         if is_frame_line(line) or _is_frame_code(text, start):
             continue  # `raise ValueError("Attempting to unscale ...")` quoted in a frame: not a second error
-        found = _match_line(line) or _match_wrapped(text, start, end, line)
+        found = match_line(line)
+        if found is None or no_operands(found):  # the rest of the message may be on the next line
+            found = match_wrapped(text, start, end, line) or found
         if found is None:
             continue
         code, pattern, match = found
@@ -200,80 +148,13 @@ def _scan(text: str, source: str | None, log_tags: dict[str, str], hits: dict[tu
             hit.evidence.append(Evidence(text=line.strip()[:500], line=line_no, source=source))
 
 
-def _match_wrapped(text: str, start: int, end: int, line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
-    """A message wrapped over lines (a terminal, a forum post): this line joined with its neighbours."""
-    after = end
-    joined = line
-    for _ in range(2):  # the next two lines, unless they start a frame
-        if after >= len(text):
-            break
-        nxt_end = text.find("\n", after + 1)
-        nxt = text[after + 1 : nxt_end if nxt_end != -1 else len(text)]
-        if not nxt.strip() or is_frame_line(nxt):
-            break
-        joined = f"{joined} {nxt.strip()}"
-        after = nxt_end if nxt_end != -1 else len(text)
-        found = _match_line(joined[:2000])
-        if found:
-            return found
-    if start > 0:
-        prev = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
-        if prev.strip() and not is_frame_line(prev):
-            return _match_line(f"{prev} {line.strip()}"[-2000:])
-    return None
-
-
-def _match_line(line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
-    """The most confident family pattern matching this line's view (its needles are in it)."""
-    best: tuple[str, MessagePattern, re.Match[str]] | None = None
-    seen: set[int] = set()
-    line = view(line)
-    low = line.lower()
-    for needle, entries in _compiled().by_needle.items():
-        if needle not in low:
-            continue
-        for code, pat in entries:
-            if id(pat) in seen:
-                continue
-            seen.add(id(pat))
-            m = _regex(pat).search(line)
-            if (
-                m
-                and _fits(code, pat, m)
-                and (best is None or pat.confidence > best[1].confidence)
-            ):
-                best = (code, pat, m)
-    return best
-
-
-def _fits(code: str, pat: MessagePattern, m: re.Match[str]) -> bool:
-    if code == "device-mismatch":
-        return len(set(_devices(pat, m).values())) != 1
-    return not code.endswith("-mismatch") or _dtypes_differ(pat, m)
-
-
-def _devices(pat: MessagePattern, m: re.Match[str]) -> dict[str, str]:
-    """Operand group → device, from legacy type names (torch.cuda.FloatTensor) or backend names."""
-    return {
-        k: "CUDA" if "cuda" in v.lower() else "CPU"
-        for k, v in m.groupdict().items()
-        if v and k not in pat.info
-    }
-
-
-def _dtypes_differ(pat: MessagePattern, m: re.Match[str]) -> bool:
-    """False when a mismatch message names one dtype twice: that is not a dtype problem.
-
-    `Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor)` is a device mismatch.
-    """
-    names = {canonical(v) or v for k, v in m.groupdict().items() if v and k not in pat.info}
-    operands = sum(1 for k, v in m.groupdict().items() if v and k not in pat.info)
-    return operands < 2 or len(names) > 1
-
-
 def _is_frame_code(text: str, start: int) -> bool:
-    """Is the line starting at `start` the quoted source line below a `File "...", line N` line?"""
-    if start == 0:
+    """Is the line starting at `start` the quoted source line below a `File "...", line N` line?
+
+    Frames of `python -c`, `exec` or a `.pyc` have no source line: an exception line right below
+    a frame is the error, not code.
+    """
+    if start == 0 or _EXCEPTION_LINE.match(split_rank(text[start : start + 300])[1]):
         return False
     prev_start = text.rfind("\n", 0, start - 1) + 1
     prev = text[prev_start : start - 1]
@@ -291,7 +172,7 @@ def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: dict[str, s
     hit.frames = frames
     frame = culprit_frame(frames)
     hit.place = (frame.file, frame.line, frame.function) if frame else None
-    signals = _compiled().signals
+    signals = compiled().signals
     end = start
     for _ in range(BELOW):  # words after the message: a pasted excerpt often puts the traceback below
         nxt = text.find("\n", end + 1)
@@ -450,13 +331,13 @@ def _message(
     note: str,
 ) -> str:
     parts = []
-    devices = _devices(hit.pattern, hit.match) if _LEGACY.search(hit.match.group(0)) else {}
-    where = ", ".join(f"{dict(hit.pattern.roles).get(k, k)} on {d}" for k, d in devices.items())
+    where_is = devices(hit.pattern, hit.match) if _LEGACY.search(hit.match.group(0)) else {}
+    where = ", ".join(f"{dict(hit.pattern.roles).get(k, k)} on {d}" for k, d in where_is.items())
     if hit.code == "device-mismatch" and where:
         parts.append(f"not a dtype problem: {where}")
     elif operands:
         parts.append(", ".join(f"{o.role}: {o.dtype}" for o in operands if o.dtype))
-    if hit.code != "device-mismatch" and len(set(devices.values())) > 1:
+    if hit.code != "device-mismatch" and len(set(where_is.values())) > 1:
         parts.append(f"and the devices differ too: {where}")
     if module_expr:
         parts.append(f"raised in {module_expr}({arg or ''})")

@@ -17,6 +17,7 @@ from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, SETUP_FAMILIES, SY
 from ..report import Evidence, Finding, Fix
 from .normalize import view
 
+GENERIC = "scalar-type-mismatch"
 HEAD = 16 * 1024  # bytes of each input's start and end that are read (a description is short)
 TAIL = 48 * 1024
 _ERROR_LINE = re.compile(r"\b\w{0,60}(?:Error|Exception|Warning)\b:?[^\n]{0,300}")
@@ -58,8 +59,9 @@ def fallback(inputs: list[tuple[str | None, str]]) -> Finding:
         if m:
             return _symptom(symptom.code, symptom.confirm, symptom.confidence, m.group(0), samples, ranked)
     evidence = re.search(DTYPE_EVIDENCE, low)
-    if evidence and ranked:
-        return _symptom(ranked[0], CHECK_COMMAND, 0.3, evidence.group(0), samples, ranked)
+    if evidence:  # about dtypes, no family's words: the generic family, at the lowest confidence
+        code, confidence = (ranked[0], 0.3) if ranked else (GENERIC, 0.2)
+        return _symptom(code, CHECK_COMMAND, confidence, evidence.group(0), samples, ranked)
     return _unknown(samples, ranked)
 
 
@@ -75,13 +77,18 @@ def _lines_with(samples: list[tuple[str | None, str]], needle: str) -> list[Evid
 
 
 def _symptom(
-    code: str, confirm: str, confidence: float, said: str, samples: list[tuple[str | None, str]], ranked: list[str]
+    code: str,
+    confirm: str,
+    confidence: float,
+    said: str,
+    samples: list[tuple[str | None, str]],
+    ranked: list[str],
 ) -> Finding:
     why = f"No error message in the text; its words ({said.strip()!r}) describe {code}."
     finding = catalog.finding(
         code,
         context={"symptom"},
-        message=why + " Confirm it before changing code.",
+        message=f"{why} Confidence {confidence:.2f}, lower than for an error message: confirm it first.",
         evidence=_lines_with(samples, said) or _last_lines(samples),
         confidence=confidence,
         related=[c for c in ranked if c != code],

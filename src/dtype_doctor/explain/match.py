@@ -1,0 +1,148 @@
+"""Which family pattern a line's normalised view matches: the one-pass trigger scan and the regexes.
+
+Triggers (lower-case, dtype-free) find candidate lines in one `str.find` pass each over the
+lower-cased text; only those lines are normalised (`normalize.view`) and meet the needles and
+regexes of the families. A message wrapped over lines is tried joined with its neighbours.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache, lru_cache
+
+from .. import catalog
+from ..catalog.context import CONTEXT_SIGNALS
+from ..catalog.errors import TRIGGERS
+from ..catalog.model import ContextSignal, MessagePattern
+from ..dtypes import canonical
+from ..tracebacks import is_frame_line
+from .normalize import view
+
+Found = tuple[str, MessagePattern, re.Match[str]]
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    triggers: tuple[str, ...]
+    by_needle: dict[str, list[tuple[str, MessagePattern]]]
+    signals: dict[str, tuple[ContextSignal, ...]]
+
+
+@lru_cache(maxsize=1)
+def compiled() -> _Compiled:
+    by_needle: dict[str, list[tuple[str, MessagePattern]]] = {}
+    for fam in catalog.FAMILIES:
+        for pat in fam.patterns:
+            for needle in pat.needles:
+                by_needle.setdefault(needle.lower(), []).append((fam.code, pat))
+    uncovered = [n for n in by_needle if not any(t in n for t in TRIGGERS)]  # both lower-case
+    signals: dict[str, list[ContextSignal]] = {}
+    for sig in CONTEXT_SIGNALS:
+        signals.setdefault(sig.scope, []).append(sig)
+    return _Compiled((*TRIGGERS, *uncovered), by_needle, {k: tuple(v) for k, v in signals.items()})
+
+
+@cache
+def _regex(pat: MessagePattern) -> re.Pattern[str]:
+    """Compiled on first use: a one-line `explain` compiles 2 regexes, not 80 (start-up budget)."""
+    return re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
+
+
+def lower(text: str) -> str:
+    """Lower-cased text with the same offsets (a few characters grow when lower-cased)."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def candidate_lines(text: str, low: str) -> list[int]:
+    """Start offsets of the lines holding a trigger, in order: one str.find pass per trigger.
+
+    Triggers are lower-case and searched in the lower-cased text: messages come in any case.
+    """
+    starts: set[int] = set()
+    find, rfind = low.find, text.rfind
+    for trigger in compiled().triggers:
+        p = find(trigger)
+        while p != -1:
+            starts.add(rfind("\n", 0, p) + 1)
+            end = find("\n", p)
+            if end == -1:
+                break
+            p = find(trigger, end)
+    return sorted(starts)
+
+
+def match_wrapped(text: str, start: int, end: int, line: str) -> Found | None:
+    """A message wrapped over lines (a terminal, a forum post): this line joined with its neighbours."""
+    after = end
+    joined = line
+    for _ in range(2):  # the next two lines, unless they start a frame
+        if after >= len(text):
+            break
+        nxt_end = text.find("\n", after + 1)
+        nxt = text[after + 1 : nxt_end if nxt_end != -1 else len(text)]
+        if not nxt.strip() or is_frame_line(nxt):
+            break
+        joined = f"{joined} {nxt.strip()}"
+        after = nxt_end if nxt_end != -1 else len(text)
+        found = match_line(joined[:2000])
+        if found:
+            return found
+    if start > 0:
+        prev = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
+        if prev.strip() and not is_frame_line(prev):
+            return match_line(f"{prev} {line.strip()}"[-2000:])
+    return None
+
+
+def match_line(line: str) -> Found | None:
+    """The most confident family pattern matching this line's view (its needles are in it)."""
+    best: tuple[str, MessagePattern, re.Match[str]] | None = None
+    seen: set[int] = set()
+    line = view(line)
+    low = line.lower()
+    for needle, entries in compiled().by_needle.items():
+        if needle not in low:
+            continue
+        for code, pat in entries:
+            if id(pat) in seen:
+                continue
+            seen.add(id(pat))
+            m = _regex(pat).search(line)
+            if m and _fits(code, pat, m) and (best is None or pat.confidence > best[1].confidence):
+                best = (code, pat, m)
+    return best
+
+
+def no_operands(found: Found) -> bool:
+    _, pat, m = found
+    groups = [k for k in m.re.groupindex if k not in pat.info]
+    return bool(groups) and not any(m.group(k) for k in groups)
+
+
+def _fits(code: str, pat: MessagePattern, m: re.Match[str]) -> bool:
+    if code == "device-mismatch":
+        return len(set(devices(pat, m).values())) != 1
+    return not code.endswith("-mismatch") or _dtypes_differ(pat, m)
+
+
+def devices(pat: MessagePattern, m: re.Match[str]) -> dict[str, str]:
+    """Operand group → device, from legacy type names (torch.cuda.FloatTensor) or backend names."""
+    return {
+        k: "CUDA" if "cuda" in v.lower() else "CPU"
+        for k, v in m.groupdict().items()
+        if v and k not in pat.info
+    }
+
+
+def _dtypes_differ(pat: MessagePattern, m: re.Match[str]) -> bool:
+    """False when a mismatch message names one dtype twice: that is not a dtype problem.
+
+    `Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor)` is a device mismatch.
+    """
+    names = {canonical(v) or v for k, v in m.groupdict().items() if v and k not in pat.info}
+    operands = sum(1 for k, v in m.groupdict().items() if v and k not in pat.info)
+    return operands < 2 or len(names) > 1
