@@ -233,6 +233,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 confidence=0.5,
             ),
             MessagePattern(
+                rf"\bmasked_fill_? only supports boolean masks, but got mask with dtype (?P<mask>{DT})",
+                info=("mask",),
+                note="masked_fill with a float/int mask (an attention mask built in the model's dtype)",
+                needles=("with dtype",),
+                confidence=0.6,
+            ),
+            MessagePattern(
                 r"\bExpected all tensors to have the same dtype",
                 needles=("to have the same dtype",),
                 confidence=0.5,
@@ -708,6 +715,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                     "not implemented for 'complex32'",
                     "not implemented for 'Float8",
                 ),
+            ),
+            MessagePattern(
+                r"\bGot unsupported ScalarType (?P<dtype>bfloat16|float8\w*|complex32)",
+                note="Tensor.numpy() / NumPy conversion: NumPy has no bfloat16",
+                needles=("unsupported scalartype",),
+                confidence=0.7,
             ),
         ),
         fixes=(
@@ -1297,6 +1310,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 r"\bExpected all tensors to be on the same device",
                 needles=("same device",),
+            ),
+            MessagePattern(
+                r"\bexpected (?:a '(?P<expected>\w+)' device type for \w+ but found '(?P<found>\w+)'|object of device type (?P<expected_old>\w+) but got device type (?P<found_old>\w+))",
+                roles=(("expected_old", "expected"), ("found_old", "found")),
+                note="torch 1.x argument check / generator device check",
+                needles=("device type",),
             ),
             MessagePattern(
                 r"\b(?:Input and (?:parameter|hidden) tensors are not at the same device|Tensor for argument #\d+ '\w+' is on CPU, but expected it to be on GPU)",

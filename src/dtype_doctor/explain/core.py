@@ -39,7 +39,7 @@ _MISMATCH_CODES = frozenset(
         "index-put-dtype-mismatch",
     }
 )
-_LEGACY = re.compile(r"Tensor\b|Type\b|\bbackend\b")  # type names that carry the device
+_LEGACY = re.compile(r"Tensor\b|Type\b|\bbackend\b|device type")  # texts that name the devices
 _EXCEPTION_LINE = re.compile(r"[\w.]{0,120}(?:Error|Exception|Warning|Exit|Interrupt)\b:")
 _PARAM_ROLES = ("weight", "bias", "m2", "right", "batch2", "destination", "parameters (required)", "expected")
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
@@ -220,8 +220,8 @@ def _operands(hit: _Hit, roles: dict[str, str]) -> list[Operand]:
             base_roles.update(alt)
     operands = []
     for group, value in hit.match.groupdict().items():
-        if value is None or group in pat.info:
-            continue
+        if value is None or group in pat.info or (hit.code == "device-mismatch" and not canonical(value)):
+            continue  # a device name (`cuda`) is not an operand dtype
         role = base_roles.get(group, group)
         role = roles.get(group, roles.get(role, role))
         operands.append(Operand(role=role, dtype=canonical(value) or value, name=None))

@@ -20,6 +20,14 @@ from ..tracebacks import is_frame_line
 from .normalize import view
 
 Found = tuple[str, MessagePattern, re.Match[str]]
+_DEVICES = (
+    ("cuda", "CUDA"),
+    ("gpu", "CUDA"),
+    ("mps", "MPS"),
+    ("xpu", "XPU"),
+    ("hip", "ROCm"),
+    ("meta", "meta"),
+)
 
 
 @dataclass(frozen=True)
@@ -130,12 +138,13 @@ def _fits(code: str, pat: MessagePattern, m: re.Match[str]) -> bool:
 
 
 def devices(pat: MessagePattern, m: re.Match[str]) -> dict[str, str]:
-    """Operand group → device, from legacy type names (torch.cuda.FloatTensor) or backend names."""
-    return {
-        k: "CUDA" if "cuda" in v.lower() else "CPU"
-        for k, v in m.groupdict().items()
-        if v and k not in pat.info
-    }
+    """Operand group → device, from legacy type names (torch.cuda.FloatTensor, MPSFloatType) or backends."""
+    return {k: _device(v) for k, v in m.groupdict().items() if v and k not in pat.info}
+
+
+def _device(spelling: str) -> str:
+    low = spelling.lower()
+    return next((name for key, name in _DEVICES if key in low), "CPU")
 
 
 def _dtypes_differ(pat: MessagePattern, m: re.Match[str]) -> bool:
