@@ -18,7 +18,6 @@ from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical, is_low_precision, torch_name
 from ..report import Evidence, Finding, Location, Operand, Report, Severity
 from ..tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
-from .fallback import fallback
 from .match import candidate_lines, compiled, devices, lower, match_line, match_wrapped, no_operands
 from .normalize import clean, decode
 
@@ -91,7 +90,12 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
             names.append(source)
     report = Report(tool="explain", meta={"sources": names} if names else {})
     found = [hit for group in hits.values() for hit in group]
-    findings = _findings(found) if found else [fallback(tails)]
+    if found:
+        findings = _findings(found)
+    else:
+        from .fallback import fallback  # only text without a known message pays for its import
+
+        findings = [fallback(tails)]
     findings.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], -f.confidence, _first_line(f)))
     report.findings = findings
     return report

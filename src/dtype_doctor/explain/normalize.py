@@ -23,6 +23,7 @@ from __future__ import annotations
 import codecs
 import re
 import unicodedata
+from functools import cache
 
 from ..dtypes import canonical
 
@@ -67,7 +68,15 @@ _PEEL = (
     r"|E {3,}"  # pytest failure lines
     r"|[│┃║]\s{0,3}"  # rich / box-drawn tracebacks
 )
-_PREFIXES = re.compile(rf"^{_RANK}(?:\s{{0,8}}(?:{_PEEL})){{1,6}}")
+_PREFIX_STARTS = frozenset("0123456789[IWEFDC-!>`│┃║ \t")  # a line starting otherwise has no prefix
+
+
+@cache
+def _prefixes() -> re.Pattern[str]:
+    """Compiled on first use (5 ms): most error lines start `RuntimeError:` and never need it."""
+    return re.compile(rf"^{_RANK}(?:\s{{0,8}}(?:{_PEEL})){{1,6}}")
+
+
 _MD_LINK = re.compile(r"\[([^\]\n]{1,120})\]\([^)\s]{1,400}\)")
 _QUOTES = (("‘", "'"), ("’", "'"), ("‚", "'"), ("“", '"'), ("”", '"'), ("„", '"'), ("‐", "-"), ("−", "-"))
 
@@ -129,7 +138,9 @@ def _space(m: re.Match[str]) -> str:
 
 def view(line: str) -> str:
     """The form patterns match: no logger prefix, plain punctuation, single spaces, canonical dtypes."""
-    line = _PREFIXES.sub(_peel, _straight(line))
+    line = _straight(line)
+    if line[:1] in _PREFIX_STARTS:
+        line = _prefixes().sub(_peel, line)
     if "](" in line:
         line = _MD_LINK.sub(r"\1", line)
     return _DTYPE.sub(_dtype, _SPACES.sub(_space, line))
