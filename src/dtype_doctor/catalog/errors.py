@@ -23,6 +23,18 @@ _ = frozenset
 # CUDABFloat16Type, torch.float16, kFloat16... (dtypes.canonical names it).
 DT = r"(?:(?:struct|class) |long |unsigned |signed )?[\w:.]{1,40}"
 
+# torch < 1.0 legacy tensor types and torch 1.0-1.4 backends: one text is a dtype mismatch or a device
+# mismatch depending on which part differs (scalar-type-mismatch and device-mismatch share them)
+LEGACY_TYPES = (
+    r"\bexpected (?:type )?(?P<expected>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor) but (?:got|found) "
+    r"(?P<found>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor)"
+)
+
+
+def _backends(first: str, second: str) -> str:
+    return rf"\bexpected backend (?P<b1>\w+) and dtype (?P<{first}>{DT}) but got backend (?P<b2>\w+) and dtype (?P<{second}>{DT})"
+
+
 # ---- fixes shared by several families (one text, many families: no copy-paste) -----------------
 
 ONE_POLICY = FixTemplate(
@@ -213,13 +225,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 confidence=0.6,
             ),
             MessagePattern(
-                r"\bexpected (?:type )?(?P<expected>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor) but (?:got|found) (?P<found>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor)",
+                LEGACY_TYPES,
                 note="torch < 1.0 spelling (legacy tensor types); a device mismatch when only cuda. differs",
                 needles=("tensor but",),
                 confidence=0.5,
             ),
             MessagePattern(
-                rf"\bexpected backend (?P<b1>\w+) and dtype (?P<expected>{DT}) but got backend (?P<b2>\w+) and dtype (?P<found>{DT})",
+                _backends("expected", "found"),
                 info=("b1", "b2"),
                 note="torch 1.0-1.4 spelling",
                 needles=("and dtype",),
@@ -1296,12 +1308,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("weight type (",),
             ),
             MessagePattern(
-                r"\bexpected (?:type )?(?P<expected>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor) but (?:got|found) (?P<found>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor)",
+                LEGACY_TYPES,
                 note="torch < 1.0 type check",
                 needles=("tensor but",),
             ),
             MessagePattern(
-                rf"\bexpected backend (?P<b1>\w+) and dtype (?P<d1>{DT}) but got backend (?P<b2>\w+) and dtype (?P<d2>{DT})",
+                _backends("d1", "d2"),
                 info=("d1", "d2"),
                 roles=(("b1", "expected"), ("b2", "found")),
                 note="torch 1.0-1.4 spelling",
