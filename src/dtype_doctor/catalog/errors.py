@@ -124,7 +124,7 @@ TRIGGERS: tuple[str, ...] = (
     "find an engine", "is_sm", "flashattention", "no operator found", "is undefined", "pyramid",
     "no module named '", "__half", "mps tensor", "mps backend", "autocast", "fused=true", "input contains",
     "tensor but", "tensor)", "same device", "is on cpu", "cannot be converted", "check failed", ".vs ",
-    "nvrtc", "default_program", "are supported", "bitsandbytes", "unscale",
+    "nvrtc", "default_program", "are supported", "bitsandbytes", "unscale", "quantized model", "'apex'",
 )  # fmt: skip
 
 ERROR_FAMILIES: tuple[Family, ...] = (
@@ -432,7 +432,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("query.dtype",),
             ),
             MessagePattern(
-                rf"\bExpected attn_mask dtype to be bool(?: or float)? or to match query dtype(?:, but got attn_mask\.dtype: (?P<mask>{DT})(?: and\s+query\.dtype: (?P<query>{DT}))?)?",
+                rf"\bExpected attn_mask dtype to be bool(?: or float32)? or to match query dtype(?:, but got attn_mask\.dtype: (?P<mask>{DT})(?: and\s+query\.dtype: (?P<query>{DT}))?)?",
                 note="F.scaled_dot_product_attention mask",
                 needles=("attn_mask dtype",),
             ),
@@ -1058,6 +1058,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 ),
             ),
             MessagePattern(
+                r"\bmodule 'apex' has no attribute '\w+'",
+                note="a broken or unrelated `apex` install",
+                needles=("module 'apex'",),
+                confidence=0.8,
+            ),
+            MessagePattern(
                 r"\bfrom pyramid\.session import",
                 note="the PyPI 'apex' is an unrelated web package",
                 needles=("pyramid.session",),
@@ -1220,6 +1226,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("requirements of bitsandbytes",),
                 confidence=0.8,
             ),
+            MessagePattern(
+                r"(?:\bYou cannot cast a \w+ model in a new dtype|\bCasting a \w+ quantized model to a new dtype is not supported"
+                r"|(?<!\w)\.(?:half|float16|float|float32|to)\(\) is not supported for (?:quantized model|4-bit|8-bit))",
+                note="transformers refuses to cast a quantized model after loading",
+                needles=("in a new dtype", "to a new dtype", "quantized model"),
+            ),
         ),
         fixes=(
             FixTemplate(
@@ -1290,7 +1302,17 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "Prefer torch.compile over TorchScript on current PyTorch", "model = torch.compile(model)"
             ),
         ),
-        keywords=("torchscript", "jit", "fuser", "nvfuser", "nvrtc", "scripted", "codegen", "torch.jit"),
+        keywords=(
+            "torchscript",
+            "jit",
+            "fuser",
+            "nvfuser",
+            "nvrtc",
+            "scripted",
+            "codegen",
+            "torch.jit",
+            "inductor",
+        ),
     ),
     Family(
         code="device-mismatch",
