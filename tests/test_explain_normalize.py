@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dtype_doctor import explain
+from dtype_doctor import catalog, explain
+from dtype_doctor.catalog.errors import TRIGGERS
 from dtype_doctor.explain.normalize import clean, decode, view
 
 MSG = "mat1 and mat2 must have the same dtype, but got Float and Half"
@@ -42,6 +43,17 @@ MSG = "mat1 and mat2 must have the same dtype, but got Float and Half"
 )
 def test_every_dtype_spelling_has_one_canonical_name(spelling, canonical):
     assert view(f"got {spelling} here") == f"got {canonical} here"
+
+
+def test_needles_are_written_over_the_view_and_each_holds_a_trigger():
+    # Needles are looked for in the view; triggers (lower-case, no dtype name) find the lines in
+    # the raw text. A needle without a trigger would cost one more pass over a 50 MB log.
+    assert all(t == t.lower() for t in TRIGGERS)
+    for fam in catalog.FAMILIES:
+        for pat in fam.patterns:
+            for needle in pat.needles:
+                assert view(needle).lower() == needle.lower(), (fam.code, needle)
+                assert any(t in needle.lower() for t in TRIGGERS), (fam.code, needle)
 
 
 def test_legacy_tensor_types_keep_their_device():

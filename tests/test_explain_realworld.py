@@ -58,6 +58,11 @@ def test_apex_frames_below_the_message_decide_and_are_shown():
         ("slow_conv2d_cpu not implemented for 'half'", "half-unsupported-kernel"),
         ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
          "and cpu!", "device-mismatch"),
+        ("RuntimeError: Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same",
+         "device-mismatch"),
+        ("ValueError: You cannot cast a bitsandbytes model in a new `dtype`. Make sure to load the model using "
+         "`from_pretrained`", "quantized-compute-dtype"),
+        ("TypeError: Got unsupported ScalarType BFloat16", "half-unsupported-kernel"),
     ],
 )  # fmt: skip
 def test_real_spellings_find_their_family(text, code):

@@ -116,8 +116,9 @@ NATIVE_AMP = FixTemplate(
 # What the log scanner looks for in one pass: every pattern needle contains one of these (a needle
 # that contains none is scanned for itself). Fewer, shorter triggers make the scan of a 50 MB log
 # cheaper; the needles then pick the candidate lines' patterns.
-# Triggers are lower-case (searched in the lower-cased text) and name no dtype (the text is not yet
-# canonicalised when they are searched: `Half`, `c10::Half` and `fp16` must all be found).
+# Triggers are lower-case and searched in the lower-cased raw text, before the view canonicalises
+# dtype spellings: they avoid dtype names (`Half`, `c10::Half` and `fp16` must all be found), except
+# `fp16`/`bf16`/`bfloat16`, which find the lines whose needles read `float16`/`bfloat16` in the view.
 TRIGGERS: tuple[str, ...] = (
     "type", "nan", "=inf", ": inf", "overflow", "_status_", "fp16", "bf16", "bfloat16", "not implemented for",
     "mat2", "m1 and m2", "loss scale", "lr_scheduler", "skipping step", "invalid ", "architecture",
