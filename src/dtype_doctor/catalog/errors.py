@@ -120,7 +120,8 @@ NATIVE_AMP = FixTemplate(
 # dtype spellings: they avoid dtype names (`Half`, `c10::Half` and `fp16` must all be found), except
 # `fp16`/`bf16`/`bfloat16`, which find the lines whose needles read `float16`/`bfloat16` in the view.
 TRIGGERS: tuple[str, ...] = (
-    "type", "nan", "=inf", ": inf", "overflow", "_status_", "fp16", "bf16", "bfloat16", "not implemented for",
+    "dtype", "scalar type", "type (", "same type", "device type", "type for target", "output type",
+    "inferdatatype", "scalartype", "nan", "=inf", ": inf", "overflow", "_status_", "fp16", "bf16", "bfloat16", "not implemented for",
     "mat2", "m1 and m2", "loss scale", "lr_scheduler", "skipping step", "invalid ", "architecture",
     "find an engine", "is_sm", "flashattention", "no operator found", "is undefined", "pyramid",
     "no module named '", "__half", "mps tensor", "mps backend", "autocast", "fused=true", "input contains",

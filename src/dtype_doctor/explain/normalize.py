@@ -117,6 +117,9 @@ _DTYPE = re.compile(
     rf"|(?<![\w.])(?P<word>(?i:{_WORDS})|Long|Int|Short|Char|Byte|Bool|BFloat16|Float8_\w{{2,12}})(?![\w.])"
     r"|(?P<pre>dtype:?\s{0,3})(?P<low>long|int|bool|short)\b"
 )
+# every spelling `_DTYPE` rewrites holds one of these (lower-cased)
+_DTYPE_HINTS = ("half", "float", "double", "bf16", "fp16", "fp32", "fp64", "int", "long", "short", "char", "byte",
+                "bool", "cuda_r_", "complex")  # fmt: skip
 _SPACES = re.compile(r"[ \t\f\v]{2,}|\s{0,4}!=\s{0,4}|[`*]{1,3}")
 
 
@@ -143,4 +146,9 @@ def view(line: str) -> str:
         line = _prefixes().sub(_peel, line)
     if "](" in line:
         line = _MD_LINK.sub(r"\1", line)
-    return _DTYPE.sub(_dtype, _SPACES.sub(_space, line))
+    if "  " in line or "!=" in line or "`" in line or "*" in line or "\t" in line:
+        line = _SPACES.sub(_space, line)
+    low = line.lower()
+    if any(k in low for k in _DTYPE_HINTS):  # the regex costs ~10 µs a line; most log lines have no dtype
+        line = _DTYPE.sub(_dtype, line)
+    return line
