@@ -50,7 +50,8 @@ def compiled() -> _Compiled:
     for sig in CONTEXT_SIGNALS:
         signals.setdefault(sig.scope, []).append(sig)
     triggers = (*TRIGGERS, *uncovered)
-    trigger_rx = re.compile("|".join(map(re.escape, sorted(triggers, key=len, reverse=True))))
+    # a lookahead finds overlapping triggers too (`Exception: InferDataType` holds `: inf` and `inferdatatype`)
+    trigger_rx = re.compile("(?=(" + "|".join(map(re.escape, sorted(triggers, key=len, reverse=True))) + "))")
     return _Compiled(triggers, by_needle, {k: tuple(v) for k, v in signals.items()}, trigger_rx)
 
 
