@@ -63,6 +63,9 @@ def test_apex_frames_below_the_message_decide_and_are_shown():
         ("ValueError: You cannot cast a bitsandbytes model in a new `dtype`. Make sure to load the model using "
          "`from_pretrained`", "quantized-compute-dtype"),
         ("TypeError: Got unsupported ScalarType BFloat16", "half-unsupported-kernel"),
+        ("training with apex amp O1 gives RuntimeError: expected scalar type Half but found Float", "apex-conflict"),
+        ('  File "/venv/site-packages/xformers/ops/fmha/__init__.py", line 326, in _memory_efficient_attention\n'
+         "    return _fMHA.apply(\n" + HALF_FLOAT, "attention-dtype-mismatch"),
     ],
 )  # fmt: skip
 def test_real_spellings_find_their_family(text, code):

@@ -46,6 +46,11 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "binary_cross_entropy",
             "criterion(",
             "loss_fn(",
+            "CrossEntropyLoss",
+            "NLLLoss",
+            "BCELoss",
+            "BCEWithLogitsLoss",
+            "MSELoss",
         ),
         scope="op",
     ),
@@ -75,6 +80,10 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "FP16_Optimizer",
             "fp16_optimizer",
         ),
+    ),
+    # ...and in the words around a pasted message
+    ContextSignal(
+        "apex", ("apex amp", "apex o1", "apex o2", "using apex", "nvidia apex", "apex fp16"), ignorecase=True
     ),
     # OneFlow spells data types as its enum (`kFloat16 .vs kFloat`); torch writes c10 names
     ContextSignal(
@@ -262,7 +271,12 @@ REFINEMENTS: tuple[Refinement, ...] = (
     Refinement(
         _({"scalar-type-mismatch", "attention-dtype-mismatch"}), _({"flash_attn"}), "flash-attention-dtype"
     ),
-    Refinement(_({"scalar-type-mismatch"}), _({"xformers"}), "flash-attention-dtype"),
+    Refinement(
+        _({"scalar-type-mismatch"}),
+        _({"xformers"}),
+        "attention-dtype-mismatch",
+        note="raised inside xformers attention: query, key and value disagree",
+    ),
     Refinement(
         _({"norm-dtype-mismatch"}),
         _({"autocast"}),
