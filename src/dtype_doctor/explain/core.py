@@ -177,22 +177,30 @@ def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: dict[str, s
     frame = culprit_frame(frames)
     hit.place = (frame.file, frame.line, frame.function) if frame else None
     signals = compiled().signals
-    end = start
-    for _ in range(BELOW):  # words after the message: a pasted excerpt often puts the traceback below
-        nxt = text.find("\n", end + 1)
-        if nxt == -1:
-            end = len(text)
-            break
-        end = nxt
-    local_text = "\n".join([hit.body, *read, text[start:end]])
+    below = "" if frames else _below(text, start)
+    local_text = "\n".join([hit.body, *read, below])
     op_text = "\n".join(f"{f.file} {f.function} {f.code or ''}" for f in frames[-2:]) + "\n" + hit.body
-    if not frames:  # frames below the message (a pasted excerpt): their calls name the op
-        op_text += "\n" + text[start:end]
+    op_text += "\n" + below
     why = dict(log_tags)
     why.update(_tags(local_text, signals.get("local", ())))
     why.update(_tags(op_text, signals.get("op", ())))
     hit.why = why
     hit.tags = set(why)
+
+
+def _below(text: str, start: int) -> str:
+    """The lines after a message that has no traceback above it (a pasted excerpt).
+
+    An excerpt often puts its traceback and its words below the message. A message under its own
+    traceback, as in a log, is not read past: what follows it is the next thing the program printed.
+    """
+    end = start
+    for _ in range(BELOW):
+        nxt = text.find("\n", end + 1)
+        if nxt == -1:
+            return text[start:]
+        end = nxt
+    return text[start:end]
 
 
 def _tags(text: str, signals: Iterable[ContextSignal]) -> dict[str, str]:
