@@ -107,6 +107,20 @@ def test_fullwidth_and_wrapped_messages_are_read():
     assert [(o.role, o.dtype) for o in f.operands] == [("input", "float32"), ("weight", "float16")]
 
 
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ('RuntimeError: "LayerNormKernelImpl" not\nimplemented for \'Half\'', "half-unsupported-kernel"),
+        ("RuntimeError: Function AddBackward0 returned an\ninvalid gradient at index 1 - expected type\n"
+         "torch.cuda.HalfTensor but got torch.cuda.FloatTensor", "loss-dtype-mismatch"),
+        ("[rank1]: RuntimeError: Index put requires the\n[rank1]: source and destination dtypes match, got "
+         "BFloat16\n[rank1]: for the destination and Float for the source.", "index-put-dtype-mismatch"),
+    ],
+)  # fmt: skip
+def test_messages_wrapped_anywhere_are_joined(text, code):
+    assert explain(text).codes()[0] == code
+
+
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PIECES = ["Half", "c10::", "struct ", "k", "Float", "16", "torch.", "cuda.", "Tensor", "!=", " ", "`", "*", "[", "](",
           ")", "\r", "\n", "\x1b[", "m", "E1123 12:00:00.1 1 a.cc:1] ", "[rank0]: ", "> ", "\uff1a", "\u2019"]  # fmt: skip

@@ -27,6 +27,7 @@ WINDOW = 64 * 1024  # bytes of input above an error line searched for its traceb
 TRACED_PER_ERROR = 64  # occurrences of one error text whose traceback is parsed; later ones are counted
 MAX_EVIDENCE = 8
 BELOW = 30  # lines after an error line read for its context
+JOIN_LIMIT = 16 * 1024  # a text this short with no message found is also read as one joined line
 _MISMATCH_CODES = frozenset(
     {
         "scalar-type-mismatch",
@@ -88,6 +89,10 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
         tails.append((source, text))
         if source:
             names.append(source)
+    if not hits:
+        for source, text in tails:
+            if len(text) <= JOIN_LIMIT:  # a short paste wrapped anywhere, even inside a trigger
+                _scan(_joined(text), source, {}, hits)
     report = Report(tool="explain", meta={"sources": names} if names else {})
     found = [hit for group in hits.values() for hit in group]
     if found:
@@ -150,6 +155,18 @@ def _scan(text: str, source: str | None, log_tags: dict[str, str], hits: dict[tu
         new_source = not any(e.source == source for e in hit.evidence)
         if (hit.count == 1 or new_rank or new_source) and len(hit.evidence) < MAX_EVIDENCE:
             hit.evidence.append(Evidence(text=line.strip()[:500], line=line_no, source=source))
+
+
+def _joined(text: str) -> str:
+    """A short text as one line: its message lines joined, frames and their code left out."""
+    lines = text.split("\n")
+    keep = []
+    for i, line in enumerate(lines):
+        body = split_rank(line)[1].strip()
+        if not body or is_frame_line(line) or (i and is_frame_line(lines[i - 1])):
+            continue
+        keep.append(body)
+    return " ".join(keep)
 
 
 def _is_frame_code(text: str, start: int) -> bool:

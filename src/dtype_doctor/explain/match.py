@@ -16,7 +16,7 @@ from ..catalog.context import CONTEXT_SIGNALS
 from ..catalog.errors import TRIGGERS
 from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical
-from ..tracebacks import is_frame_line
+from ..tracebacks import is_frame_line, split_rank
 from .normalize import view
 
 Found = tuple[str, MessagePattern, re.Match[str]]
@@ -88,26 +88,48 @@ def candidate_lines(text: str, low: str) -> list[int]:
 
 
 def match_wrapped(text: str, start: int, end: int, line: str) -> Found | None:
-    """A message wrapped over lines (a terminal, a forum post): this line joined with its neighbours."""
-    after = end
-    joined = line
-    for _ in range(2):  # the next two lines, unless they start a frame
-        if after >= len(text):
+    """A message wrapped over lines (a terminal, a forum post): this line joined with its neighbours.
+
+    Up to two message lines before and after (not frames, not blank; a rank prefix on a continuation
+    line dropped) are joined in widening windows; the most confident match wins (the smallest
+    window on a tie): `... returned an / invalid gradient ... expected type / X but got Y` is the
+    autograd engine's message, not the generic one its last two lines make.
+    """
+    before = _neighbours(text, start, -1)
+    after = _neighbours(text, end, +1)
+    windows = ((0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 2))
+    best: Found | None = None
+    for back, ahead in windows:
+        if back > len(before) or ahead > len(after):
+            continue
+        parts = [*before[:back][::-1], line.strip(), *after[:ahead]]
+        found = match_line(" ".join(parts)[:4000])
+        if found and (best is None or found[1].confidence > best[1].confidence):
+            best = found
+    return best
+
+
+def _neighbours(text: str, edge: int, step: int) -> list[str]:
+    """The (at most two) message lines before `edge` (step -1, nearest first) or after it (+1)."""
+    out: list[str] = []
+    pos = edge
+    while len(out) < 2:
+        if step > 0:
+            if pos >= len(text):
+                break
+            nxt = text.find("\n", pos + 1)
+            nxt = len(text) if nxt == -1 else nxt
+            piece, pos = text[pos + 1 : nxt], nxt
+        else:
+            if pos <= 0:
+                break
+            prev = text.rfind("\n", 0, pos - 1) + 1
+            piece, pos = text[prev : pos - 1], prev
+        body = split_rank(piece)[1].strip()
+        if not body or is_frame_line(piece):
             break
-        nxt_end = text.find("\n", after + 1)
-        nxt = text[after + 1 : nxt_end if nxt_end != -1 else len(text)]
-        if not nxt.strip() or is_frame_line(nxt):
-            break
-        joined = f"{joined} {nxt.strip()}"
-        after = nxt_end if nxt_end != -1 else len(text)
-        found = match_line(joined[:2000])
-        if found:
-            return found
-    if start > 0:
-        prev = text[text.rfind("\n", 0, start - 1) + 1 : start - 1]
-        if prev.strip() and not is_frame_line(prev):
-            return match_line(f"{prev} {line.strip()}"[-2000:])
-    return None
+        out.append(body)
+    return out
 
 
 @lru_cache(maxsize=256)
