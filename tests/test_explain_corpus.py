@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,33 @@ def test_dev_corpus_top1_at_least_095():
     for cat, (hits, n) in per.items():
         if n >= 5:
             assert hits / n >= KNOWN_WEAK.get(cat, 0.80), (cat, hits, n, misses)
+
+
+def _wrap(text: str) -> str:
+    first, _, rest = text.partition("\n")
+    return "\n".join(textwrap.wrap(first, 50)) + ("\n" + rest if rest else "")
+
+
+PERTURB = {
+    "rank prefix on every line": lambda t: "\n".join("[rank3]: " + line for line in t.split("\n")),
+    "glog head": lambda t: "E1123 12:00:00.123456 4242 engine.cpp:42] " + t,
+    "ANSI colour, full-width punctuation, CRLF": lambda t: (
+        "\x1b[31m" + t.replace(": ", "\uff1a", 1).replace("\n", "\r\n") + "\x1b[0m"
+    ),
+    "wrapped at 50 columns": _wrap,
+}
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason=f"dev corpus not found at {CORPUS} (outside the repo)")
+@pytest.mark.parametrize("how", PERTURB)
+def test_decoration_and_wrapping_do_not_change_the_answer(how):
+    change = PERTURB[how]
+    cases = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    changed = []
+    for case in (c for c in cases if c["kind"] == "message" and c["category"] != "other"):
+        tail = "\n" + case["traceback_excerpt"] if case["traceback_excerpt"] else ""
+        plain = explain(case["error_text"] + tail).codes()[0]
+        decorated = explain(change(case["error_text"]) + tail).codes()[0]
+        if decorated != plain:
+            changed.append((case["id"], plain, decorated))
+    assert not changed

@@ -87,7 +87,7 @@ def test_logger_prefixes_are_peeled_and_ranks_kept(prefix):
 
 def test_clean_keeps_one_line_per_line():
     text = "a\x1b[31mred\x1b[0m\r\nb [1m[38;2;255;000;000mError[0m: x\rc\uff1a\uff08d\uff09"
-    assert clean(text) == "ared\nb Error: x\nc:(d)"
+    assert clean(text) == "ared\nb Error: x\nc: (d)"
 
 
 def test_decode_utf16_and_bom_logs():

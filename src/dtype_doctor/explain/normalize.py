@@ -78,6 +78,7 @@ def _prefixes() -> re.Pattern[str]:
 
 
 _MD_LINK = re.compile(r"\[([^\]\n]{1,120})\]\([^)\s]{1,400}\)")
+_WIDE = (("\uff1a", ": "), ("\uff0c", ", "), ("\uff1b", "; "), ("\u3001", ", "))
 _QUOTES = (("‘", "'"), ("’", "'"), ("‚", "'"), ("“", '"'), ("”", '"'), ("„", '"'), ("‐", "-"), ("−", "-"))
 
 
@@ -95,6 +96,9 @@ def _straight(text: str) -> str:
 def clean(text: str) -> str:
     """The text with one spelling of punctuation, no colour codes, `\n` line ends; one line per line."""
     if not text.isascii():
+        for wide, plain in _WIDE:  # CJK punctuation carries its own space: keep one after it
+            if wide in text:
+                text = text.replace(wide, plain)
         if not unicodedata.is_normalized("NFKC", text):
             text = unicodedata.normalize("NFKC", text)
         text = _straight(text)
