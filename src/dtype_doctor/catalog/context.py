@@ -107,8 +107,6 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "_execution_engine",
             ".backward(",
             "autograd/__init__.py",
-            "torch/autograd/",
-            "torch\\autograd\\",
             "autograd.grad",
             "jacobian(",
         ),
@@ -308,6 +306,12 @@ REFINEMENTS: tuple[Refinement, ...] = (
         _({"op-norm"}),
         "norm-dtype-mismatch",
         roles=(("expected", "input/weight"), ("found", "bias")),
+    ),
+    Refinement(
+        _({"scalar-type-mismatch"}),
+        _({"engine-spelling", "autograd"}),
+        "loss-dtype-mismatch",
+        note="the autograd engine's gradient dtype check, raised in backward(): a loss or its target",
     ),
     Refinement(
         _({"scalar-type-mismatch"}),

@@ -231,6 +231,14 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 note="torch < 1.0 spelling (legacy tensor types); a device mismatch when only cuda. differs",
                 needles=("tensor but",),
                 confidence=0.5,
+                tags=("engine-spelling",),
+            ),
+            MessagePattern(
+                rf"\bexpected dtype (?P<expected>{DT}) but got dtype (?P<found>{DT})",
+                note="a gradient's dtype check (autograd engine) when it names no argument",
+                needles=("expected dtype",),
+                confidence=0.55,
+                tags=("engine-spelling",),
             ),
             MessagePattern(
                 _backends("expected", "found"),

@@ -268,6 +268,9 @@ def _refine(code: str, tags: set[str]) -> tuple[str, dict[str, str], str, frozen
 def _findings(hits: list[_Hit]) -> list[Finding]:
     prepared = []
     for hit in hits:
+        for tag in hit.pattern.tags:
+            hit.tags.add(tag)
+            hit.why.setdefault(tag, hit.match.group(0)[:80])
         for op in (canonical(v) for k, v in hit.match.groupdict().items() if v and k not in hit.pattern.info):
             if op:
                 hit.tags.add(f"dtype-{op}")
