@@ -30,7 +30,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "grad-scaler-overflow",
         r"\b(?:loss|grad(?:ient)?) ?scal(?:e|er|ing)\b[^\n]{0,60}?(?:\bdrop|decreas|collaps|minimum|reduc|\bfall|halv"
-        r"|\bzero\b|\b0\b|underflow|tiny|vanish)"
+        r"|\bzero\b|\b0\b|underflow|tiny|vanish|\bdown\b|shrink|smaller|lower)"
         r"|\bminimum (?:loss|grad(?:ient)?) scale|\bskip(?:s|ping|ped)? (?:the |every |all |optimizer )?(?:optimizer )?steps?\b"
         r"|\b(?:gradient|grad) overflow",
         _NUMERICS,
@@ -46,7 +46,8 @@ SYMPTOMS: tuple[Symptom, ...] = (
 
 DTYPE_EVIDENCE = (
     r"\b(?:float16|bfloat16|float32|float64|float8\w*|int64|int32|int8|uint8|complex32|dtypes?|precision|amp"
-    r"|autocast|scalar ?type|[a-z]{0,12}tensor|half\(\)|\.half|quantiz\w*|[48]-?bit|load_in_[48]bit|cast(?:ing|s)?)\b"
+    r"|autocast|scalar ?type|[a-z]{0,12}tensor|half\(\)|\.half|quantiz\w*|[48]-?bit|load_in_[48]bit|cast(?:ing|s)?"
+    r"|loss ?scal\w*|grad ?scaler|(?:same|different) devices?)\b"
 )
 
 # On a keyword tie, a family named after a library or set-up beats one named after an op: "a 4-bit
