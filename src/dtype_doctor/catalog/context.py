@@ -19,7 +19,19 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         scope="op",
     ),
     ContextSignal(
-        "op-conv", ("conv.py", "_conv_forward", "F.conv", "conv1d(", "conv2d(", "conv3d("), scope="op"
+        "op-conv",
+        (
+            "conv.py",
+            "_conv_forward",
+            "F.conv",
+            "conv1d(",
+            "conv2d(",
+            "conv3d(",
+            "thnn_conv",
+            "cudnn_convolution",
+            "mkldnn_convolution",
+        ),
+        scope="op",
     ),
     ContextSignal(
         "op-norm",
