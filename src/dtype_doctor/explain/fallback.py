@@ -10,9 +10,12 @@ with the nearest families listed.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 
 from .. import catalog
+from ..catalog.errors import ERROR_FAMILIES
+from ..catalog.model import Family
 from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, SETUP_FAMILIES, SYMPTOMS, Symptom
 from ..report import Evidence, Finding, Fix
 from .normalize import view
@@ -38,10 +41,13 @@ def _sample(text: str) -> str:
     return text if len(text) <= HEAD + TAIL else text[:HEAD] + "\n" + text[-TAIL:]
 
 
-def nearest(words: set[str]) -> list[str]:
-    """Families ranked by the keywords they share with the text (best first, at most 3)."""
+def nearest(words: set[str], families: Iterable[Family] = ERROR_FAMILIES) -> list[str]:
+    """Families ranked by the keywords they share with the text (best first, at most 3).
+
+    Error families by default: a text is named after an error, not after a check's finding.
+    """
     scores = []
-    for fam in catalog.FAMILIES:
+    for fam in families:
         score = sum(1 for k in fam.keywords if k in words)
         if score:
             scores.append((-score, fam.code not in SETUP_FAMILIES, fam.code))
@@ -62,7 +68,7 @@ def fallback(inputs: list[tuple[str | None, str]]) -> Finding:
     if evidence:  # about dtypes, no family's words: the generic family, at the lowest confidence
         code, confidence = (ranked[0], 0.3) if ranked else (GENERIC, 0.2)
         return _symptom(code, CHECK_COMMAND, confidence, evidence.group(0), samples, ranked)
-    return _unknown(samples, ranked)
+    return _unknown(samples, nearest(words, catalog.FAMILIES))
 
 
 def _lines_with(samples: list[tuple[str | None, str]], needle: str) -> list[Evidence]:
