@@ -37,8 +37,11 @@ def _symptom_rx() -> tuple[tuple[Symptom, re.Pattern[str]], ...]:
     return tuple((s, re.compile(s.regex)) for s in SYMPTOMS)
 
 
-def _sample(text: str) -> str:
-    return text if len(text) <= HEAD + TAIL else text[:HEAD] + "\n" + text[-TAIL:]
+def _chunks(text: str) -> list[tuple[str, int]]:
+    """The parts of a text that are read, each with the number of its first line."""
+    if len(text) <= HEAD + TAIL:
+        return [(text, 1)]
+    return [(text[:HEAD], 1), (text[-TAIL:], text.count("\n", 0, len(text) - TAIL) + 1)]
 
 
 def nearest(words: set[str], families: Iterable[Family] = ERROR_FAMILIES) -> list[str]:
@@ -56,29 +59,33 @@ def nearest(words: set[str], families: Iterable[Family] = ERROR_FAMILIES) -> lis
 
 def fallback(inputs: list[tuple[str | None, str]]) -> Finding:
     """The finding for inputs in which no message pattern matched."""
-    samples = [(source, _sample(text)) for source, text in inputs]
-    low = view("\n".join(s for _, s in samples)).lower()
+    samples = [(source, _chunks(text)) for source, text in inputs]
+    low = view("\n".join(chunk for _, chunks in samples for chunk, _ in chunks)).lower()
     words = set(_keyword_rx().findall(low))
     ranked = nearest(words)
     for symptom, rx in _symptom_rx():
         m = rx.search(low)
         if m:
-            return _symptom(symptom.code, symptom.confirm, symptom.confidence, m.group(0), samples, ranked)
+            said = m.group(0).strip()
+            return _symptom(symptom.code, symptom.confirm, symptom.confidence, said, samples, inputs, ranked)
     evidence = re.search(DTYPE_EVIDENCE, low)
+    if evidence and ranked:  # about dtypes: the family sharing the most words with it
+        shared = [k for k in catalog.family(ranked[0]).keywords if k in words]
+        return _symptom(ranked[0], CHECK_COMMAND, 0.3, ", ".join(shared), samples, inputs, ranked)
     if evidence:  # about dtypes, no family's words: the generic family, at the lowest confidence
-        code, confidence = (ranked[0], 0.3) if ranked else (GENERIC, 0.2)
-        return _symptom(code, CHECK_COMMAND, confidence, evidence.group(0), samples, ranked)
-    return _unknown(samples, nearest(words, catalog.FAMILIES))
+        return _symptom(GENERIC, CHECK_COMMAND, 0.2, evidence.group(0).strip(), samples, inputs, ranked)
+    return _unknown(inputs, nearest(words, catalog.FAMILIES))
 
 
-def _lines_with(samples: list[tuple[str | None, str]], needle: str) -> list[Evidence]:
+def _lines_with(samples: list[tuple[str | None, list[tuple[str, int]]]], needle: str) -> list[Evidence]:
     out = []
-    for source, text in samples:
-        for n, line in enumerate(text.split("\n"), 1):
-            if needle in view(line).lower():
-                out.append(Evidence(text=line.strip()[:500], line=n, source=source))
-                if len(out) >= 3:
-                    return out
+    for source, chunks in samples:
+        for chunk, first in chunks:
+            for n, line in enumerate(chunk.split("\n"), first):
+                if needle in view(line).lower():
+                    out.append(Evidence(text=line.strip()[:500], line=n, source=source))
+                    if len(out) >= 3:
+                        return out
     return out
 
 
@@ -87,18 +94,19 @@ def _symptom(
     confirm: str,
     confidence: float,
     said: str,
-    samples: list[tuple[str | None, str]],
+    samples: list[tuple[str | None, list[tuple[str, int]]]],
+    inputs: list[tuple[str | None, str]],
     ranked: list[str],
 ) -> Finding:
-    why = f"No error message in the text; its words ({said.strip()!r}) describe {code}."
+    why = f"No error message in the text; its words ({said!r}) describe {code}."
     finding = catalog.finding(
         code,
         context={"symptom"},
         message=f"{why} Confidence {confidence:.2f}, lower than for an error message: confirm it first.",
-        evidence=_lines_with(samples, said) or _last_lines(samples),
+        evidence=_lines_with(samples, said.split(", ")[0]) or _last_lines(inputs),
         confidence=confidence,
         related=[c for c in ranked if c != code],
-        data={"symptom": said.strip(), "nearest": ranked, "context": ["symptom"]},
+        data={"symptom": said, "nearest": ranked, "context": ["symptom"]},
     )
     finding.fixes.insert(0, Fix(title="Confirm it: run the code under dtype-doctor", snippet=confirm))
     return finding
@@ -115,7 +123,7 @@ def _last_lines(samples: list[tuple[str | None, str]]) -> list[Evidence]:
     return evidence
 
 
-def _unknown(samples: list[tuple[str | None, str]], ranked: list[str]) -> Finding:
+def _unknown(inputs: list[tuple[str | None, str]], ranked: list[str]) -> Finding:
     """An honest `unknown`: the last error-looking lines, and the families sharing the most words."""
     if ranked:
         message = "No known mixed-precision error in this text. Nearest families: " + ", ".join(ranked) + "."
@@ -124,7 +132,7 @@ def _unknown(samples: list[tuple[str | None, str]], ranked: list[str]) -> Findin
     return catalog.finding(
         "unknown",
         message=message,
-        evidence=_last_lines(samples),
+        evidence=_last_lines(inputs),
         related=ranked,
         confidence=0.0,
         data={"nearest": ranked},
