@@ -13,7 +13,8 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from dtype_doctor import tiny_models, watch
+import tiny_models
+from dtype_doctor import watch
 from dtype_doctor.causes import by_cause, group_by_cause
 from dtype_doctor.errors import DtypeMismatchError
 from dtype_doctor.render.console import render, summary_text

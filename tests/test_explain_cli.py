@@ -116,11 +116,14 @@ def test_explain_never_imports_torch():
     assert result.returncode == 0, result.stderr.decode()
 
 
-def test_a_device_mismatch_spelled_like_a_dtype_one_is_not_diagnosed_as_dtype():
+def test_a_device_mismatch_spelled_like_a_dtype_one_is_named_a_device_mismatch():
     from dtype_doctor import explain
 
     text = (
         "RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be "
         "the same or input should be a MKLDNN tensor and weight is a dense tensor"
     )
-    assert explain(text).codes() == ["unknown"]
+    finding = explain(text).findings[0]
+    assert finding.code == "device-mismatch"
+    assert finding.message.startswith("Not a dtype problem: input on CPU, weight on CUDA")
+    assert ".to(device)" in finding.fixes[0].snippet

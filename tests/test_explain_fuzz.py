@@ -16,6 +16,8 @@ PIECES = [
     "Float", "Half", "c10::Half", "struct c10::Half", "torch.cuda.HalfTensor", "kFloat16", "(", ")", ", ",
     "[rank3]: ", '  File "/x/torch/nn/modules/linear.py", line 114, in forward\n', "    self.proj(x)\n",
     "Traceback (most recent call last):\n", "\n", "\r\n", " ", "RuntimeError: ", "^^^^\n", "nan", "loss:",
+    "\uff1a", "\uff0c", "\x1b[31m", "[1m", "E1123 12:00:00.1 1 a.cc:1] ", "```", "](", " .vs ", "Tensor but got ",
+    "\r", "!!! Exception during processing !!! ", "> ", "\u2019", "black images", "loss scale", "fp16",
 ]  # fmt: skip
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

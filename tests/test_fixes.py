@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import dtype_doctor as dd
-from dtype_doctor import tiny_models
+import tiny_models
 from dtype_doctor.causes import group_by_cause
 from dtype_doctor.errors import DoctorError
 from dtype_doctor.policy import select

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dtype_doctor as dd
-from dtype_doctor import tiny_models
+import tiny_models
 from dtype_doctor.render.console import summary_text
 
 pytest.importorskip("transformers")

@@ -154,7 +154,7 @@ RECORDED: list[tuple[str, str]] = [
     ("fp16-gradient-unscale", "ValueError: Attempting to unscale FP16 gradients."),
     ("scalar-type-mismatch", "RuntimeError: expected scalar type Half but found Float"),
     (
-        "scalar-type-mismatch",
+        "matmul-dtype-mismatch",  # torch < 1.5 names the matmul argument
         "RuntimeError: Expected object of scalar type Float but got scalar type Half for argument #2 'mat2'",
     ),
     # older torch and other libraries, as quoted in public issue threads

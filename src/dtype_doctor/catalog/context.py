@@ -19,7 +19,19 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         scope="op",
     ),
     ContextSignal(
-        "op-conv", ("conv.py", "_conv_forward", "F.conv", "conv1d(", "conv2d(", "conv3d("), scope="op"
+        "op-conv",
+        (
+            "conv.py",
+            "_conv_forward",
+            "F.conv",
+            "conv1d(",
+            "conv2d(",
+            "conv3d(",
+            "thnn_conv",
+            "cudnn_convolution",
+            "mkldnn_convolution",
+        ),
+        scope="op",
     ),
     ContextSignal(
         "op-norm",
@@ -46,6 +58,11 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "binary_cross_entropy",
             "criterion(",
             "loss_fn(",
+            "CrossEntropyLoss",
+            "NLLLoss",
+            "BCELoss",
+            "BCEWithLogitsLoss",
+            "MSELoss",
         ),
         scope="op",
     ),
@@ -55,18 +72,80 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         (
             "apex/",
             "apex\\",
-            "apex.",
+            "apex.amp",
+            "apex.normalization",
+            "apex.optimizers",
+            "apex.parallel",
+            "apex.contrib",
+            "apex.fp16_utils",
             "fused_layer_norm",
             "FusedRMSNorm",
             "FusedLayerNorm",
             "fused_rms_norm",
             "amp_C",
+            "apex-",
+            "import apex",
+            "amp.initialize",
+            "opt_level",
+            "optimization level O",
+            "keep_batchnorm_fp32",
+            "FP16_Optimizer",
+            "fp16_optimizer",
         ),
     ),
-    ContextSignal("oneflow", ("oneflow", "onediff", "OneFlow", "OneDiff")),
+    # ...and in the words around a pasted message
+    ContextSignal(
+        "apex", ("apex amp", "apex o1", "apex o2", "using apex", "nvidia apex", "apex fp16"), ignorecase=True
+    ),
+    # OneFlow spells data types as its enum (`kFloat16 .vs kFloat`); torch writes c10 names
+    ContextSignal(
+        "oneflow",
+        (
+            "oneflow",
+            "onediff",
+            "OneFlow",
+            "OneDiff",
+            " kFloat",
+            " kHalf",
+            " kBFloat16",
+            " kDouble",
+            "(kFloat",
+        ),
+    ),
+    ContextSignal(
+        "autograd",
+        (
+            "run_backward",
+            "_execution_engine",
+            ".backward(",
+            "autograd/__init__.py",
+            "autograd.grad",
+            "jacobian(",
+        ),
+    ),
+    ContextSignal("cublas-bf16", ("CUDA_R_16BF",)),
     ContextSignal("flash_attn", ("flash_attn", "flash_attention", "FlashAttention")),
     ContextSignal("xformers", ("xformers",)),
-    ContextSignal("quantized", ("bitsandbytes", "Linear4bit", "Linear8bitLt", "auto_gptq", "awq", "gptq")),
+    ContextSignal(
+        "quantized",
+        (
+            "bitsandbytes",
+            "linear4bit",
+            "linear8bitlt",
+            "auto_gptq",
+            "awq",
+            "gptq",
+            "load_in_8bit",
+            "load_in_4bit",
+            "bnb_4bit",
+            "qlora",
+            "8bit",
+            "4bit",
+            "8-bit",
+            "4-bit",
+        ),
+        ignorecase=True,
+    ),
     ContextSignal(
         "gradscaler", ("GradScaler", "grad_scaler.py", "scaler.step", "scaler.unscale_", "scaler.scale(")
     ),
@@ -168,6 +247,18 @@ _MISMATCH = {
 
 REFINEMENTS: tuple[Refinement, ...] = (
     Refinement(
+        _({"matmul-dtype-mismatch"}),
+        _({"cublas-bf16"}),
+        "bf16-unsupported-hardware",
+        note="cuBLAS refused a bfloat16 GEMM: this GPU has no bf16 GEMM",
+    ),
+    Refinement(
+        _({"matmul-dtype-mismatch", "scalar-type-mismatch"}),
+        _({"dtype-int8"}),
+        "quantized-compute-dtype",
+        note="an int8 operand in a matmul: 8-bit quantized weights met the activations",
+    ),
+    Refinement(
         _({"scalar-type-mismatch", "norm-dtype-mismatch", "matmul-dtype-mismatch"}),
         _({"apex"}),
         "apex-conflict",
@@ -191,7 +282,10 @@ REFINEMENTS: tuple[Refinement, ...] = (
         _({"scalar-type-mismatch", "attention-dtype-mismatch"}), _({"flash_attn"}), "flash-attention-dtype"
     ),
     Refinement(
-        _({"scalar-type-mismatch", "attention-dtype-mismatch"}), _({"xformers"}), "flash-attention-dtype"
+        _({"scalar-type-mismatch"}),
+        _({"xformers"}),
+        "attention-dtype-mismatch",
+        note="raised inside xformers attention: query, key and value disagree",
     ),
     Refinement(
         _({"norm-dtype-mismatch"}),
@@ -200,6 +294,12 @@ REFINEMENTS: tuple[Refinement, ...] = (
         note="a norm refused its parameters under autocast: the model's own dtype fights autocast's",
     ),
     Refinement(_({"scalar-type-mismatch"}), _({"autocast", "half-model"}), "autocast-half-conflict"),
+    Refinement(
+        _({"matmul-dtype-mismatch"}),
+        _({"autocast"}),
+        "autocast-half-conflict",
+        note="autocast casts matmul inputs itself: a mismatch under it means something fights autocast",
+    ),
     Refinement(_({"scalar-type-mismatch"}), _({"loss"}), "loss-dtype-mismatch"),
     Refinement(
         _({"scalar-type-mismatch"}),
@@ -219,8 +319,19 @@ REFINEMENTS: tuple[Refinement, ...] = (
         "norm-dtype-mismatch",
         roles=(("expected", "input/weight"), ("found", "bias")),
     ),
+    Refinement(
+        _({"scalar-type-mismatch"}),
+        _({"engine-spelling", "autograd"}),
+        "loss-dtype-mismatch",
+        note="the autograd engine's gradient dtype check, raised in backward(): a loss or its target",
+    ),
+    Refinement(
+        _({"scalar-type-mismatch"}),
+        _({"dtype-int64"}),
+        "loss-dtype-mismatch",
+        note="an int64 tensor against a floating one: most often integer labels meeting a loss",
+    ),
     Refinement(_({"half-unsupported-kernel"}), _({"mps"}), "mps-dtype-unsupported"),
-    Refinement(_({"half-unsupported-kernel"}), _({"dtype-bfloat16", "cuda"}), "bf16-unsupported-hardware"),
 )
 
 __all__ = ["CONTEXT_SIGNALS", "REFINEMENTS"]

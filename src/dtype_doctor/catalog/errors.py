@@ -23,6 +23,18 @@ _ = frozenset
 # CUDABFloat16Type, torch.float16, kFloat16... (dtypes.canonical names it).
 DT = r"(?:(?:struct|class) |long |unsigned |signed )?[\w:.]{1,40}"
 
+# torch < 1.0 legacy tensor types and torch 1.0-1.4 backends: one text is a dtype mismatch or a device
+# mismatch depending on which part differs (scalar-type-mismatch and device-mismatch share them)
+LEGACY_TYPES = (
+    r"\bexpected (?:type )?(?P<expected>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor) but (?:got|found) "
+    r"(?P<found>(?:torch\.)?(?:cuda\.)?\w{1,20}Tensor)"
+)
+
+
+def _backends(first: str, second: str) -> str:
+    return rf"\bexpected backend (?P<b1>\w+) and dtype (?P<{first}>{DT}) but got backend (?P<b2>\w+) and dtype (?P<{second}>{DT})"
+
+
 # ---- fixes shared by several families (one text, many families: no copy-paste) -----------------
 
 ONE_POLICY = FixTemplate(
@@ -106,13 +118,17 @@ NATIVE_AMP = FixTemplate(
 # What the log scanner looks for in one pass: every pattern needle contains one of these (a needle
 # that contains none is scanned for itself). Fewer, shorter triggers make the scan of a 50 MB log
 # cheaper; the needles then pick the candidate lines' patterns.
+# Triggers are lower-case and searched in the lower-cased raw text, before the view canonicalises
+# dtype spellings: they avoid dtype names (`Half`, `c10::Half` and `fp16` must all be found), except
+# `fp16`/`bf16`/`bfloat16`, which find the lines whose needles read `float16`/`bfloat16` in the view.
 TRIGGERS: tuple[str, ...] = (
-    "dtype", "type (", "scalar type", "mat2", "m1 and m2", "not implemented for '", "InferDataType", "FP16",
-    "OVERFLOW", "overflow", "loss scale", "lr_scheduler", "nan", "NaN", "=inf", ": inf", "invalid value",
-    "bf16", "bfloat16", "Bfloat16", "architecture", "CUBLAS_STATUS_", "CUDNN_STATUS_", "find an engine",
-    "No module named '", "pyramid", "FlashAttention", "No operator found", "__half", "__nv_bfloat16",
-    "is undefined", "MPS", "autocast", "`fused=True`", "Input contains", "desired output type",
-    "is_sm", "same type as tensor",
+    "dtype", "scalar type", "type (", "same type", "device type", "type for target", "output type",
+    "inferdatatype", "scalartype", "nan", "=inf", ": inf", "overflow", "_status_", "fp16", "bf16", "bfloat16", "not implemented for",
+    "mat2", "m1 and m2", "loss scale", "lr_scheduler", "skipping step", "invalid ", "architecture",
+    "find an engine", "is_sm", "flashattention", "no operator found", "is undefined", "pyramid",
+    "no module named '", "__half", "mps tensor", "mps backend", "autocast", "fused=true", "input contains",
+    "tensor but", "tensor)", "same device", "is on cpu", "cannot be converted", "check failed", ".vs ",
+    "nvrtc", "default_program", "are supported", "bitsandbytes", "unscale", "quantized model", "'apex'",
 )  # fmt: skip
 
 ERROR_FAMILIES: tuple[Family, ...] = (
@@ -153,6 +169,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("expected both vectors to have same dtype",),
             ),
             MessagePattern(
+                rf"\bexpected object of scalar type (?P<expected>{DT}) but got scalar type (?P<found>{DT}) for argument #\d+ '(?P<arg>mat1|mat2|m1|m2|batch1|batch2|vec|vec2|self)'",
+                info=("arg",),
+                note="torch < 1.5: the TH check of addmm/mm/bmm names the matmul argument",
+                needles=("scalar type",),
+                confidence=0.8,
+            ),
+            MessagePattern(
                 r"\bCUBLAS_STATUS_(?:NOT_SUPPORTED|INVALID_VALUE) when calling `?cublas(?:Gemm|LtMatmul)",
                 note="cuBLAS refused the dtype combination of a GEMM",
                 needles=("CUBLAS_STATUS_",),
@@ -169,7 +192,18 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             UNIFORM_DTYPE_CHECK,
         ),
         related=("scalar-type-mismatch", "autocast-half-conflict"),
-        keywords=("mat1", "mat2", "linear", "matmul", "addmm", "bmm", "gemm", "cublas", "mm"),
+        keywords=(
+            "mat1",
+            "mat2",
+            "matmul",
+            "addmm",
+            "bmm",
+            "gemm",
+            "cublas",
+            "linear layer",
+            "nn.linear",
+            "f.linear",
+        ),
     ),
     Family(
         code="scalar-type-mismatch",
@@ -188,16 +222,31 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 confidence=0.6,
             ),
             MessagePattern(
-                rf"\bexpected dtype (?P<expected>{DT}) for `(?P<arg>\w+)`,? but got dtype (?P<found>{DT})",
+                rf"\bexpected dtype (?P<expected>{DT}) for (?P<arg>\w+),? but got (?:dtype )?(?P<found>{DT})",
                 note="lerp and other binary kernels (Adam's exp_avg.lerp_)",
                 needles=("expected dtype",),
                 info=("arg",),
                 confidence=0.6,
             ),
             MessagePattern(
-                rf"\bFound dtype (?P<found>{DT}) but expected (?P<expected>{DT})",
-                note="autograd engine: a backward function returned a gradient of the wrong dtype",
-                needles=("Found dtype",),
+                LEGACY_TYPES,
+                note="torch < 1.0 spelling (legacy tensor types); a device mismatch when only cuda. differs",
+                needles=("tensor but",),
+                confidence=0.5,
+                tags=("engine-spelling",),
+            ),
+            MessagePattern(
+                rf"\bexpected dtype (?P<expected>{DT}) but got dtype (?P<found>{DT})",
+                note="a gradient's dtype check (autograd engine) when it names no argument",
+                needles=("expected dtype",),
+                confidence=0.55,
+                tags=("engine-spelling",),
+            ),
+            MessagePattern(
+                _backends("expected", "found"),
+                info=("b1", "b2"),
+                note="torch 1.0-1.4 spelling",
+                needles=("and dtype",),
                 confidence=0.6,
             ),
             MessagePattern(
@@ -206,6 +255,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 note="older torch: the TensorArg check (embedding_bag, cudnn rnn, batch_norm...)",
                 needles=("to have the same type as tensor for argument",),
                 confidence=0.5,
+            ),
+            MessagePattern(
+                rf"\bmasked_fill_? only supports boolean masks, but got mask with dtype (?P<mask>{DT})",
+                info=("mask",),
+                note="masked_fill with a float/int mask (an attention mask built in the model's dtype)",
+                needles=("with dtype",),
+                confidence=0.6,
             ),
             MessagePattern(
                 r"\bExpected all tensors to have the same dtype",
@@ -222,7 +278,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             UNIFORM_DTYPE_CHECK,
         ),
         related=("matmul-dtype-mismatch", "norm-dtype-mismatch", "apex-conflict"),
-        keywords=("scalar type", "expected", "found", "dtype"),
+        keywords=("scalar type", "dtype mismatch", "expected scalar type"),
     ),
     Family(
         code="index-dtype",
@@ -254,7 +310,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("scalar-type-mismatch",),
-        keywords=("indices", "embedding", "input_ids", "long", "int"),
+        keywords=("indices", "embedding", "input_ids", "token ids"),
     ),
     Family(
         code="conv-weight-dtype-mismatch",
@@ -285,7 +341,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             LOAD_FP32,
         ),
         related=("conv-bias-dtype-mismatch",),
-        keywords=("conv", "weight type", "input type", "conv2d", "cudnn"),
+        keywords=("conv", "conv1d", "conv2d", "conv3d", "weight type", "convolution"),
     ),
     Family(
         code="conv-bias-dtype-mismatch",
@@ -320,7 +376,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
         ),
         related=("conv-weight-dtype-mismatch",),
-        keywords=("conv", "bias type", "input type", "conv2d"),
+        keywords=("bias type", "conv bias"),
     ),
     Family(
         code="norm-dtype-mismatch",
@@ -360,7 +416,18 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
         ),
         related=("autocast-half-conflict", "apex-conflict"),
-        keywords=("layer_norm", "group_norm", "norm", "layernorm", "groupnorm", "rmsnorm", "batch_norm"),
+        keywords=(
+            "layer_norm",
+            "group_norm",
+            "layernorm",
+            "groupnorm",
+            "rmsnorm",
+            "batch_norm",
+            "batchnorm",
+            "layer norm",
+            "batch norm",
+            "group norm",
+        ),
     ),
     Family(
         code="attention-dtype-mismatch",
@@ -377,9 +444,25 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("query.dtype",),
             ),
             MessagePattern(
-                rf"\bExpected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask\.dtype: (?P<mask>{DT}) and\s+query\.dtype: (?P<query>{DT})",
+                rf"\bExpected attn_mask dtype to be bool(?: or float32)? or to match query dtype(?:, but got attn_mask\.dtype: (?P<mask>{DT})(?: and\s+query\.dtype: (?P<query>{DT}))?)?",
                 note="F.scaled_dot_product_attention mask",
                 needles=("attn_mask dtype",),
+            ),
+            MessagePattern(
+                r"\bQuery/Key/Value should (?:either )?all have the same dtype",
+                note="xformers memory_efficient_attention (fmha) input check",
+                needles=("all have the same dtype",),
+            ),
+            MessagePattern(
+                r"\bonly bool and floating types of (?:key_padding_mask|attn_mask|mask) are supported",
+                note="nn.MultiheadAttention / F.multi_head_attention_forward masks",
+                needles=("are supported",),
+            ),
+            MessagePattern(
+                r"\bExpected (?:key_padding_mask|attn_mask|query|key|value)[^\n]{0,60}? dtype",
+                note="attention input checks",
+                needles=("dtype",),
+                confidence=0.6,
             ),
         ),
         fixes=(
@@ -393,7 +476,15 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
         ),
         related=("flash-attention-dtype",),
-        keywords=("query", "key", "value", "attention", "sdpa", "attn_mask", "scaled_dot_product"),
+        keywords=(
+            "attn_mask",
+            "attention mask",
+            "sdpa",
+            "scaled_dot_product_attention",
+            "query",
+            "key_padding_mask",
+            "multiheadattention",
+        ),
     ),
     Family(
         code="flash-attention-dtype",
@@ -405,7 +496,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bFlashAttention only supports? fp16 and bf16 data type",
+                r"\bFlashAttention only supports? (?:float16|bfloat16) and (?:float16|bfloat16) data type",
                 needles=("FlashAttention only support",),
             ),
             MessagePattern(
@@ -446,7 +537,15 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             AUTOCAST_INFERENCE,
         ),
         related=("attention-dtype-mismatch", "bf16-unsupported-hardware"),
-        keywords=("flash", "flash_attn", "xformers", "memory_efficient", "attention", "sdpa"),
+        keywords=(
+            "flash-attn",
+            "flash_attn",
+            "flash-attention",
+            "flashattention",
+            "flash attention",
+            "xformers",
+            "memory_efficient",
+        ),
     ),
     Family(
         code="index-put-dtype-mismatch",
@@ -482,7 +581,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             CREATE_WITH_DTYPE,
             ONE_POLICY,
         ),
-        keywords=("index_put", "index put", "scatter", "index_add", "setitem", "destination", "source"),
+        keywords=("index_put", "index put", "scatter", "index_add", "setitem"),
     ),
     Family(
         code="loss-dtype-mismatch",
@@ -500,12 +599,35 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 rf"\"(?P<kernel>nll_loss\w*|\w*cross_entropy\w*|\w*_loss\w*)\" not implemented for '(?P<target>{DT})'",
                 info=("kernel",),
-                needles=("\" not implemented for '",),
+                needles=(" not implemented for '",),
             ),
             MessagePattern(
-                rf"\bexpected scalar type Long but found (?P<target>{DT})",
+                rf"\bFound dtype (?P<found>{DT}) but expected (?P<expected>{DT})",
+                note="autograd engine: a backward (a loss's, most often) returned a gradient of the wrong dtype",
+                needles=("found dtype",),
+                confidence=0.75,
+            ),
+            MessagePattern(
+                rf"\bFunction \w+ returned an invalid gradient at index \d+ - expected (?:dtype |type )?(?P<expected>{DT}) but got (?:dtype )?(?P<found>{DT})",
+                note="autograd engine (validate_outputs): a backward returned the wrong dtype",
+                needles=("invalid gradient",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                rf"\bexpected object of scalar type (?P<expected>{DT}) but got scalar type (?P<target>{DT}) for argument #\d+ '(?:target|label|labels)'",
+                note="torch < 1.5: nll_loss / cross_entropy target check",
+                needles=("scalar type",),
+                confidence=0.85,
+            ),
+            MessagePattern(
+                rf"\bExpected floating point type for target with class probabilities, got (?P<target>{DT})",
+                note="cross_entropy with probability targets",
+                needles=("type for target",),
+            ),
+            MessagePattern(
+                rf"\bexpected scalar type int64 but found (?P<target>{DT})",
                 note="nll_loss / cross_entropy with a non-int64 target",
-                needles=("scalar type Long",),
+                needles=("scalar type int64",),
                 confidence=0.7,
             ),
             MessagePattern(
@@ -526,7 +648,17 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 when=_({"autocast"}),
             ),
         ),
-        keywords=("loss", "target", "cross_entropy", "nll_loss", "bce", "mse"),
+        keywords=(
+            "loss function",
+            "labels",
+            "target",
+            "cross entropy",
+            "cross_entropy",
+            "nll_loss",
+            "bce",
+            "mse_loss",
+            "criterion",
+        ),
     ),
     Family(
         code="oneflow-infer-dtype",
@@ -539,13 +671,31 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bInferDataType Failed\.? Expected (?P<expected>k\w+), but got (?P<found>k\w+)",
+                rf"\bInferDataType Failed\.? Expected (?P<expected>{DT}), but got (?P<found>{DT})",
                 needles=("InferDataType",),
             ),
             MessagePattern(
                 r"\bInferDataType\b",
                 needles=("InferDataType",),
                 confidence=0.8,
+            ),
+            MessagePattern(
+                rf"(?P<left>{DT}) \.vs (?P<right>{DT})",
+                note="OneFlow CHECK_EQ output (`X .vs Y`)",
+                needles=(".vs ",),
+                confidence=0.7,
+            ),
+            MessagePattern(
+                r"\bCheck failed: [^\n]{0,300}?(?:dtype|data_type|DataType|expected scalar type)",
+                note="OneFlow / glog CHECK on a data type",
+                needles=("check failed",),
+                confidence=0.6,
+            ),
+            MessagePattern(
+                r"\bexpected all \w{1,10} to have same type, but found (?P<left>\w+) and (?P<right>\w+)",
+                note="OneFlow functional op type check",
+                needles=("same type, but",),
+                confidence=0.7,
             ),
         ),
         fixes=(
@@ -567,7 +717,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("autocast-half-conflict",),
-        keywords=("oneflow", "onediff", "kfloat", "kfloat16", "inferdatatype", "flow"),
+        keywords=("oneflow", "onediff", "inferdatatype"),
     ),
     Family(
         code="half-unsupported-kernel",
@@ -579,14 +729,22 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\"(?P<kernel>[\w:]{1,80})\" not implemented for '(?P<dtype>Half|BFloat16|ComplexHalf|Float8_\w+)'",
+                r"\"?(?P<kernel>[\w:]{1,80})\"? (?:is )?not implemented for '?(?P<dtype>float16|bfloat16|complex32|float8_\w+)\b",
                 info=("kernel",),
                 needles=(
-                    "not implemented for 'Half'",
-                    "not implemented for 'BFloat16'",
-                    "not implemented for 'ComplexHalf'",
+                    "not implemented for 'float16'",
+                    "not implemented for 'bfloat16'",
+                    "not implemented for float16",
+                    "not implemented for bfloat16",
+                    "not implemented for 'complex32'",
                     "not implemented for 'Float8",
                 ),
+            ),
+            MessagePattern(
+                r"\bGot unsupported ScalarType (?P<dtype>bfloat16|float8\w*|complex32)",
+                note="Tensor.numpy() / NumPy conversion: NumPy has no bfloat16",
+                needles=("unsupported scalartype",),
+                confidence=0.7,
             ),
         ),
         fixes=(
@@ -605,7 +763,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("bf16-unsupported-hardware", "mps-dtype-unsupported"),
-        keywords=("not implemented", "half", "kernel", "cpu"),
+        keywords=("not implemented", "kernel", "on cpu"),
     ),
     Family(
         code="fp16-gradient-unscale",
@@ -617,8 +775,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bAttempting to unscale FP16 gradients",
-                needles=("unscale FP16 gradients",),
+                r"\bAttempting to unscale float16 gradients",
+                needles=("unscale float16 gradients",),
             ),
         ),
         fixes=(
@@ -639,7 +797,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("grad-scaler-overflow",),
-        keywords=("gradscaler", "unscale", "scaler", "fp16 gradients"),
+        keywords=("gradscaler", "unscale", "float16 gradients"),
     ),
     Family(
         code="grad-scaler-overflow",
@@ -666,14 +824,19 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("loss scale already at minimum", "Minimum loss scale reached"),
             ),
             MessagePattern(
+                r"\bOverflow detected\.? Skipping step|\bAttempted loss scale: [\d.e+-]{1,12}, reducing to|\bGrad overflow on iteration",
+                note="DeepSpeed fp16 optimizer",
+                needles=("skipping step", "attempted loss scale", "grad overflow on"),
+            ),
+            MessagePattern(
                 r"\bgradient overflow detected, ignoring gradient",
                 note="fairseq",
                 needles=("gradient overflow detected",),
             ),
             MessagePattern(
-                r"\bDetected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`",
+                r"\bDetected call of lr_scheduler\.step\(\) before optimizer\.step\(\)",
                 note="also printed when GradScaler skips the very first step",
-                needles=("Detected call of `lr_scheduler.step()`",),
+                needles=("Detected call of lr_scheduler.step()",),
                 confidence=0.4,
             ),
         ),
@@ -688,7 +851,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("nonfinite-values", "fp16-gradient-unscale"),
-        keywords=("overflow", "skipping step", "loss scale", "scaler"),
+        keywords=("skipping step", "loss scale", "grad scale", "scaler", "overflow"),
     ),
     Family(
         code="nonfinite-values",
@@ -702,9 +865,9 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bprobability tensor contains either `inf`, `nan` or element < 0",
+                r"\bprobability tensor contains either inf, nan or element < 0",
                 note="generate()/multinomial sampling from fp16 logits",
-                needles=("`nan`",),
+                needles=("either inf, nan",),
                 confidence=0.9,
             ),
             MessagePattern(
@@ -717,6 +880,17 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 r"\bRuntimeWarning: invalid value encountered in cast",
                 note="diffusers numpy_to_pil on NaN images (black images)",
                 needles=("invalid value encountered in cast",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"\bA tensor with all NaN'?s was produced in \w+",
+                note="stable-diffusion-webui NansException (fp16 UNet/VAE)",
+                needles=("tensor with all nan",),
+            ),
+            MessagePattern(
+                r"\bNaN or Inf found in input tensor",
+                note="tensorboard(X) logging a non-finite scalar",
+                needles=("nan or inf found",),
                 confidence=0.8,
             ),
             MessagePattern(
@@ -756,7 +930,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("grad-scaler-overflow", "overflow-on-cast"),
-        keywords=("nan", "inf", "black", "overflow", "non-finite", "infinity"),
+        keywords=("nan", "inf", "black", "non-finite", "infinity", "nansexception"),
     ),
     Family(
         code="overflow-on-cast",
@@ -767,8 +941,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                rf"\bvalue cannot be converted to type (?P<target>{DT}) without overflow",
-                needles=("without overflow",),
+                rf"\bvalue cannot be converted(?: to type (?P<target>{DT}) without overflow)?",
+                needles=("cannot be converted",),
             ),
             MessagePattern(
                 r"\bRuntimeWarning: overflow encountered in cast",
@@ -784,7 +958,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             FixTemplate("Or do this step in float32", "scores = scores.float().masked_fill(mask, -1e9)"),
         ),
         related=("nonfinite-values",),
-        keywords=("overflow", "converted", "range", "masked_fill", "finfo"),
+        keywords=("overflow", "converted", "range", "masked_fill", "finfo", "65504"),
     ),
     Family(
         code="bf16-unsupported-hardware",
@@ -795,31 +969,31 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bExpected q_dtype == at::kHalf \|\| \(is_sm8x && q_dtype == at::kBFloat16\)",
+                r"\bExpected q_dtype == float16 \|\| \(is_sm8x && q_dtype == bfloat16\)",
                 note="flash-attn: bfloat16 needs an Ampere (sm80+) GPU",
                 needles=("is_sm8x && q_dtype",),
             ),
             MessagePattern(
-                r"\bYour setup doesn't support bf16",
+                r"\bYour setup doesn't support bfloat16",
                 note="transformers TrainingArguments",
-                needles=("doesn't support bf16",),
+                needles=("doesn't support bfloat16",),
             ),
             MessagePattern(
                 r"\b(?:Current CUDA Device does not support bfloat16|Bfloat16 is only supported on GPUs with compute capability)",
-                needles=("does not support bfloat16", "Bfloat16 is only supported"),
+                needles=("does not support bfloat16", "bfloat16 is only supported"),
             ),
             MessagePattern(
-                r"\bbf16 mixed precision requires",
+                r"\bbfloat16 mixed precision requires",
                 note="accelerate",
-                needles=("bf16 mixed precision requires",),
+                needles=("bfloat16 mixed precision requires",),
             ),
             MessagePattern(
-                r"\btype (?:bf16|fp8\w*) not supported in this architecture",
+                r"\btype (?:bfloat16|fp8\w*) not supported in this architecture",
                 note="triton",
                 needles=("not supported in this architecture",),
             ),
             MessagePattern(
-                r"\bCUBLAS_STATUS_\w+ when calling `?cublas\w+\([^\n]{0,400}?CUDA_R_16BF",
+                r"\bCUBLAS_STATUS_\w+ when calling cublas\w+\([^\n]{0,400}?\bbfloat16\b",
                 needles=("CUBLAS_STATUS_",),
             ),
         ),
@@ -834,7 +1008,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("half-unsupported-kernel",),
-        keywords=("bf16", "bfloat16", "compute capability", "ampere", "architecture"),
+        keywords=("compute capability", "ampere", "architecture", "v100", "t4", "is_bf16_supported"),
     ),
     Family(
         code="cudnn-half-unsupported",
@@ -847,6 +1021,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 r"\bcuDNN error: CUDNN_STATUS_(?:NOT_SUPPORTED|BAD_PARAM|ARCH_MISMATCH)",
                 needles=("CUDNN_STATUS_",),
+            ),
+            MessagePattern(
+                r"\bCUDNN_STATUS_(?:NOT_SUPPORTED|BAD_PARAM|ARCH_MISMATCH|EXECUTION_FAILED|MAPPING_ERROR|INTERNAL_ERROR)",
+                note="cuDNN (frontend / backend API) status without the `cuDNN error:` head",
+                needles=("CUDNN_STATUS_",),
+                confidence=0.7,
             ),
             MessagePattern(
                 r"\bGET was unable to find an engine to execute this computation",
@@ -866,7 +1046,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "Upgrade cuDNN/PyTorch (bf16 conv needs cuDNN 8+ and Ampere)", "pip install -U torch"
             ),
         ),
-        keywords=("cudnn", "conv", "engine", "cudnn_status"),
+        keywords=("cudnn", "cudnn_status", "engine"),
     ),
     Family(
         code="apex-conflict",
@@ -888,6 +1068,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                     "No module named 'fused_dense_cuda'",
                     "No module named 'apex_C'",
                 ),
+            ),
+            MessagePattern(
+                r"\bmodule 'apex' has no attribute '\w+'",
+                note="a broken or unrelated `apex` install",
+                needles=("module 'apex'",),
+                confidence=0.8,
             ),
             MessagePattern(
                 r"\bfrom pyramid\.session import",
@@ -914,7 +1100,15 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             NATIVE_AMP,
         ),
         related=("norm-dtype-mismatch", "scalar-type-mismatch"),
-        keywords=("apex", "fused_layer_norm", "fusedrmsnorm", "fusedlayernorm", "amp_c"),
+        keywords=(
+            "apex",
+            "amp.initialize",
+            "fused_layer_norm",
+            "fusedrmsnorm",
+            "fusedlayernorm",
+            "amp_c",
+            "opt_level",
+        ),
     ),
     Family(
         code="autocast-half-conflict",
@@ -926,6 +1120,11 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             "(or fp32)."
         ),
         patterns=(
+            MessagePattern(
+                r"\bIn \w+ autocast, but the target dtype is not supported",
+                note="torch.autocast warning: the requested dtype is not an autocast dtype of this device",
+                needles=("autocast, but the target dtype",),
+            ),
             MessagePattern(
                 r"\bUnexpected floating ScalarType in at::autocast::prioritize",
                 note="cat/stack under CPU autocast with fp16 inputs while autocast is bf16 (or reverse)",
@@ -945,7 +1144,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         related=("oneflow-infer-dtype", "norm-dtype-mismatch"),
-        keywords=("autocast", "prioritize", "amp"),
+        keywords=("autocast", "prioritize", "amp.autocast", "torch.autocast"),
     ),
     Family(
         code="optimizer-state-dtype",
@@ -957,6 +1156,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
+                rf"\bexpected dtype (?P<expected>{DT}) for (?:end|weight),? but got (?:dtype )?(?P<found>{DT})",
+                note="Tensor.lerp_ (`end`, `weight`): Adam/AdamW update exp_avg with exp_avg.lerp_(grad, 1 - beta1)",
+                needles=("expected dtype",),
+                confidence=0.7,
+            ),
+            MessagePattern(
                 r"\bparams, grads, exp_avgs, and exp_avg_sqs must have same dtype",
                 note="fused Adam/AdamW",
                 needles=("exp_avg_sqs must have same dtype",),
@@ -967,8 +1172,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("the same dtype",),
             ),
             MessagePattern(
-                r"\b`fused=True` requires all the params to be floating point Tensors",
-                needles=("`fused=True` requires",),
+                r"\bfused=True requires all the params to be floating point Tensors",
+                needles=("fused=True requires",),
             ),
         ),
         fixes=(
@@ -986,7 +1191,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 when=_({"bitsandbytes"}),
             ),
         ),
-        keywords=("optimizer", "adam", "exp_avg", "fused", "foreach", "state"),
+        keywords=("optimizer", "adam", "adamw", "sgd", "exp_avg", "foreach", "optimizer.step", "momentum"),
     ),
     Family(
         code="mps-dtype-unsupported",
@@ -994,16 +1199,16 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         cause="Apple's MPS backend has no float64 and limited bf16/fp8 support (bf16 needs macOS 14+).",
         patterns=(
             MessagePattern(
-                r"\bCannot convert a MPS Tensor to (?P<dtype>\w+) dtype as the MPS framework doesn't support",
-                needles=("MPS framework doesn't support",),
+                r"\bCannot convert a MPS Tensor to (?P<dtype>\w+) dtype",
+                needles=("mps tensor",),
             ),
             MessagePattern(
                 r"\bto the MPS backend but it does not have support for that dtype",
-                needles=("MPS backend but it does not have support",),
+                needles=("mps backend but it does not have support",),
             ),
             MessagePattern(
-                r"\bMPS (?:BFloat16|bfloat16) is only supported on (?:MacOS|macOS) \d+",
-                needles=("MPS",),
+                r"\bMPS bfloat16 is only supported on macOS \d+",
+                needles=("mps bfloat16",),
             ),
         ),
         fixes=(
@@ -1013,7 +1218,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "torch.from_numpy(a).float().to('mps')",
             ),
         ),
-        keywords=("mps", "apple", "metal", "float64"),
+        keywords=("mps", "apple", "metal", "macos"),
     ),
     Family(
         code="quantized-compute-dtype",
@@ -1024,8 +1229,20 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         patterns=(
             MessagePattern(
-                r"\bInput type into Linear4bit is (?P<input>torch\.\w+), but bnb_4bit_compute_dtype=(?P<compute>torch\.\w+)",
+                r"\bInput type into Linear4bit is (?P<input>[\w.]+), but bnb_4bit_compute_dtype=(?P<compute>[\w.]+)",
                 needles=("compute_dtype",),
+            ),
+            MessagePattern(
+                r"\bOverriding torch_dtype=\w+ with torch_dtype=\w+ due to requirements of bitsandbytes",
+                note="transformers loading a bitsandbytes-quantized model",
+                needles=("requirements of bitsandbytes",),
+                confidence=0.8,
+            ),
+            MessagePattern(
+                r"(?:\bYou cannot cast a \w+ model in a new dtype|\bCasting a \w+ quantized model to a new dtype is not supported"
+                r"|(?<!\w)\.(?:half|float16|float|float32|to)\(\) is not supported for (?:quantized model|4-bit|8-bit))",
+                note="transformers refuses to cast a quantized model after loading",
+                needles=("in a new dtype", "to a new dtype", "quantized model"),
             ),
         ),
         fixes=(
@@ -1038,7 +1255,23 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "AutoModelForCausalLM.from_pretrained(path, quantization_config=cfg, torch_dtype=torch.bfloat16)",
             ),
         ),
-        keywords=("bitsandbytes", "linear4bit", "quant", "gptq", "awq", "compute_dtype"),
+        keywords=(
+            "bitsandbytes",
+            "linear4bit",
+            "quantized",
+            "quantization",
+            "gptq",
+            "awq",
+            "compute_dtype",
+            "4-bit",
+            "8-bit",
+            "4bit",
+            "8bit",
+            "load_in_8bit",
+            "load_in_4bit",
+            "qlora",
+            "int8",
+        ),
     ),
     Family(
         code="jit-fuser-half",
@@ -1053,8 +1286,19 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("__half", "__nv_bfloat16"),
             ),
             MessagePattern(
-                r"\bidentifier \"(?:__half|__nv_bfloat16|half)\" is undefined",
+                r"\bidentifier \"(?:__half|__nv_bfloat16|float16)\" is undefined",
                 needles=("is undefined",),
+            ),
+            MessagePattern(
+                r"\bdefault_program\(\d+\): error",
+                note="NVRTC's name for a TorchScript fuser kernel",
+                needles=("default_program",),
+            ),
+            MessagePattern(
+                r"\b(?:CUDA )?NVRTC (?:compile error|error)|\bnvrtc(?: compilation failed|: error)",
+                note="the fuser's runtime compilation failed",
+                needles=("nvrtc",),
+                confidence=0.7,
             ),
         ),
         fixes=(
@@ -1070,7 +1314,75 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "Prefer torch.compile over TorchScript on current PyTorch", "model = torch.compile(model)"
             ),
         ),
-        keywords=("torchscript", "jit", "fuser", "nvfuser", "nvrtc", "scripted"),
+        keywords=(
+            "torchscript",
+            "jit",
+            "fuser",
+            "nvfuser",
+            "nvrtc",
+            "scripted",
+            "codegen",
+            "torch.jit",
+            "inductor",
+        ),
+    ),
+    Family(
+        code="device-mismatch",
+        title="Not a dtype problem: the tensors are on different devices",
+        cause=(
+            "The message reads like a dtype mismatch but both sides have the same dtype: one tensor "
+            "is on the CPU and the other on CUDA (torch.FloatTensor is a CPU tensor, "
+            "torch.cuda.FloatTensor a GPU one). Usually the input was not moved to the model's "
+            "device, or a submodule created after model.to(device) stayed on the CPU."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bInput type \((?P<input>{DT})\) and weight type \((?P<weight>{DT})\) should be the same",
+                note="conv: the legacy type names carry the device (torch.cuda.X vs torch.X)",
+                needles=("weight type (",),
+            ),
+            MessagePattern(
+                LEGACY_TYPES,
+                note="torch < 1.0 type check",
+                needles=("tensor but",),
+            ),
+            MessagePattern(
+                _backends("d1", "d2"),
+                info=("d1", "d2"),
+                roles=(("b1", "expected"), ("b2", "found")),
+                note="torch 1.0-1.4 spelling",
+                needles=("and dtype",),
+            ),
+            MessagePattern(
+                r"\bExpected all tensors to be on the same device",
+                needles=("same device",),
+            ),
+            MessagePattern(
+                r"\bexpected (?:a '(?P<expected>\w+)' device type for \w+ but found '(?P<found>\w+)'|object of device type (?P<expected_old>\w+) but got device type (?P<found_old>\w+))",
+                roles=(("expected_old", "expected"), ("found_old", "found")),
+                note="torch 1.x argument check / generator device check",
+                needles=("device type",),
+            ),
+            MessagePattern(
+                r"\b(?:Input and (?:parameter|hidden) tensors are not at the same device|Tensor for argument #\d+ '\w+' is on CPU, but expected it to be on GPU)",
+                needles=("same device", "is on cpu"),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Move the input to the device of the model's parameters",
+                "device = next(model.parameters()).device\n{tensor} = {tensor}.to(device)",
+                "Every input, mask and label must be moved; the model's parameters tell where.",
+            ),
+            FixTemplate(
+                "Move the whole model once, after building it and before the optimizer",
+                'model = model.to("cuda")\noptimizer = torch.optim.AdamW(model.parameters(), lr=lr)',
+                "A layer created after `.to(device)` (or kept in a plain Python list instead of an "
+                "nn.ModuleList) stays on the CPU.",
+            ),
+        ),
+        related=("conv-weight-dtype-mismatch", "scalar-type-mismatch"),
+        keywords=("same device", "to(device)", "different devices", "device mismatch"),
     ),
     Family(
         code="unknown",

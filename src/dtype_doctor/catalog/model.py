@@ -30,6 +30,7 @@ class MessagePattern:
     quantifiers, bounded repeats (`.{0,80}`) instead of `.*` between two parts.
     `info` names groups that are not operand dtypes (a kernel name, a value...).
     `roles_if` gives other roles when a context tag is present (e.g. `mm` vs `F.linear`).
+    `tags` are context tags the spelling itself is evidence of, for refinements.
     """
 
     regex: str
@@ -38,8 +39,9 @@ class MessagePattern:
     needles: tuple[str, ...] = ()
     info: tuple[str, ...] = ()
     roles_if: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
-    ignorecase: bool = False
+    ignorecase: bool = True  # patterns run over normalize.view(line); most messages come in any case
     confidence: float = 0.9  # how surely this text means this family, with no other context
+    tags: tuple[str, ...] = ()  # context tags this spelling itself sets (e.g. which component words it so)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ the set-up the text shows (apex, OneFlow, autocast, torchrun ranks...). Never im
 EPILOG = """examples:
   dtype-doctor explain "mat1 and mat2 must have the same dtype, but got Float and Half"
   dtype-doctor explain --file train.log
+  dtype-doctor explain train.log          # TEXT naming an existing file is read as --file
   dtype-doctor explain --file rank0.log --file rank1.log --json
   python train.py 2>&1 | dtype-doctor explain -
 
@@ -47,16 +48,35 @@ def run(args: argparse.Namespace) -> int:
     from ._output import emit
 
     sources: list[tuple[str | None, str | bytes]] = []
-    if args.text is not None:
+    read_as_file = None
+    if args.text == "-":
+        sources.append(("<stdin>", _read_stdin()))
+    elif args.text is not None and _names_a_file(args.text):
+        read_as_file = args.text  # `explain train.log`: surely the log, not the words "train.log"
+        print(f"dtype-doctor explain: reading the file {args.text} (as --file would)", file=sys.stderr)
+        sources.append((args.text, _read_file(args.text)))
+    elif args.text is not None:
         # the bytes of the argument: undecodable ones (surrogates in argv) are decoded like a log's
-        sources.append(("<stdin>", _read_stdin()) if args.text == "-" else (None, os.fsencode(args.text)))
+        sources.append((None, os.fsencode(args.text)))
     for path in args.file:
         sources.append(("<stdin>", _read_stdin()) if path == "-" else (path, _read_file(path)))
     if not sources:
         raise DoctorError("give the error TEXT, --file LOG, or '-' to read standard input")
     report = explain_sources(sources)
+    if read_as_file:
+        report.meta["text_read_as_file"] = read_as_file
     emit(report, args)
     return EXIT_NOTHING if report.codes() == ["unknown"] else EXIT_OK
+
+
+def _names_a_file(text: str) -> bool:
+    """TEXT that is one line naming an existing file (an error message never does)."""
+    if "\n" in text or len(text) > 4096 or not text.strip():
+        return False
+    try:
+        return os.path.isfile(text)
+    except (OSError, ValueError):
+        return False
 
 
 def _read_stdin() -> bytes:

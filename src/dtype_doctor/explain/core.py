@@ -1,9 +1,9 @@
 """Error text, traceback or whole log → findings, through the catalog. Never imports torch.
 
-The scan is built for 50 MB logs: one pass of a combined needle regex (literal substrings
-taken from every family's patterns) finds candidate lines; only those lines meet the family
-regexes, and only the first occurrences of each distinct error pay for the walk up their
-traceback. Everything else is counting.
+The scan is built for 50 MB logs: `match` finds candidate lines with one pass per trigger and
+matches only those; only the first occurrences of each distinct error pay for the walk up their
+traceback (and the evidence stage: frames, words around, set-up) that may refine the family.
+Everything else is counting. Text with no message goes to `fallback`.
 """
 
 from __future__ import annotations
@@ -11,22 +11,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
 
-from . import catalog
-from ._callable import make_callable
-from .catalog.context import CONTEXT_SIGNALS, REFINEMENTS
-from .catalog.errors import TRIGGERS
-from .catalog.model import ContextSignal, MessagePattern
-from .dtypes import canonical, is_low_precision, torch_name
-from .report import Evidence, Finding, Location, Operand, Report, Severity
-from .tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
+from .. import catalog
+from ..catalog.context import REFINEMENTS
+from ..catalog.model import ContextSignal, MessagePattern
+from ..dtypes import canonical, is_low_precision, torch_name
+from ..report import Evidence, Finding, Location, Operand, Report, Severity
+from ..tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
+from .match import candidate_lines, compiled, devices, lower, match_line, match_wrapped, no_operands
+from .normalize import clean, decode
 
 __all__ = ["explain", "explain_sources"]
 
 WINDOW = 64 * 1024  # bytes of input above an error line searched for its traceback
 TRACED_PER_ERROR = 64  # occurrences of one error text whose traceback is parsed; later ones are counted
 MAX_EVIDENCE = 8
+BELOW = 30  # lines after an error line read for its context
+JOIN_LIMIT = 16 * 1024  # a text this short with no message found is also read as one joined line
 _MISMATCH_CODES = frozenset(
     {
         "scalar-type-mismatch",
@@ -38,50 +39,10 @@ _MISMATCH_CODES = frozenset(
         "index-put-dtype-mismatch",
     }
 )
+_LEGACY = re.compile(r"Tensor\b|Type\b|\bbackend\b|device type")  # texts that name the devices
+_EXCEPTION_LINE = re.compile(r"[\w.]{0,120}(?:Error|Exception|Warning|Exit|Interrupt)\b:")
 _PARAM_ROLES = ("weight", "bias", "m2", "right", "batch2", "destination", "parameters (required)", "expected")
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    triggers: tuple[str, ...]
-    by_needle: dict[str, list[tuple[str, MessagePattern]]]
-    signals: dict[str, tuple[ContextSignal, ...]]
-
-
-@lru_cache(maxsize=1)
-def _compiled() -> _Compiled:
-    by_needle: dict[str, list[tuple[str, MessagePattern]]] = {}
-    for fam in catalog.FAMILIES:
-        for pat in fam.patterns:
-            for needle in pat.needles:
-                by_needle.setdefault(needle, []).append((fam.code, pat))
-    uncovered = [n for n in by_needle if not any(t in n for t in TRIGGERS)]
-    signals: dict[str, list[ContextSignal]] = {}
-    for sig in CONTEXT_SIGNALS:
-        signals.setdefault(sig.scope, []).append(sig)
-    return _Compiled((*TRIGGERS, *uncovered), by_needle, {k: tuple(v) for k, v in signals.items()})
-
-
-@cache
-def _regex(pat: MessagePattern) -> re.Pattern[str]:
-    """Compiled on first use: a one-line `explain` compiles 2 regexes, not 80 (start-up budget)."""
-    return re.compile(pat.regex, re.IGNORECASE if pat.ignorecase else 0)
-
-
-def _candidate_lines(text: str) -> list[int]:
-    """Start offsets of the lines holding a trigger, in order: one str.find pass per trigger."""
-    starts: set[int] = set()
-    find, rfind = text.find, text.rfind
-    for trigger in _compiled().triggers:
-        p = find(trigger)
-        while p != -1:
-            starts.add(rfind("\n", 0, p) + 1)
-            end = find("\n", p)
-            if end == -1:
-                break
-            p = find(trigger, end)
-    return sorted(starts)
 
 
 @dataclass
@@ -97,6 +58,7 @@ class _Hit:
     rank: int | None
     frames: list[Frame] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
+    why: dict[str, str] = field(default_factory=dict)  # context tag → the text that set it
     count: int = 1
     ranks: list[int] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
@@ -121,15 +83,24 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
     for source, raw in sources:
         if not isinstance(raw, (str, bytes, bytearray)):
             raise TypeError(f"explain expects str or bytes, got {type(raw).__name__}")
-        text = bytes(raw).decode("utf-8", errors="replace") if not isinstance(raw, str) else raw
-        log_tags = _tags(text, _compiled().signals.get("log", ()))
+        text = clean(decode(raw) if not isinstance(raw, str) else raw)
+        log_tags = _tags(text, compiled().signals.get("log", ()))
         _scan(text, source, log_tags, hits)
         tails.append((source, text))
         if source:
             names.append(source)
+    if not hits:
+        for source, text in tails:
+            if len(text) <= JOIN_LIMIT:  # a short paste wrapped anywhere, even inside a trigger
+                _scan(_joined(text), source, {}, hits)
     report = Report(tool="explain", meta={"sources": names} if names else {})
     found = [hit for group in hits.values() for hit in group]
-    findings = _findings(found) if found else [_unknown(tails)]
+    if found:
+        findings = _findings(found)
+    else:
+        from .fallback import fallback  # only text without a known message pays for its import
+
+        findings = [fallback(tails)]
     findings.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], -f.confidence, _first_line(f)))
     report.findings = findings
     return report
@@ -138,11 +109,11 @@ def explain_sources(sources: Iterable[tuple[str | None, str | bytes]]) -> Report
 # ---- scan ------------------------------------------------------------------------------------------
 
 
-def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, list[_Hit]]) -> None:
+def _scan(text: str, source: str | None, log_tags: dict[str, str], hits: dict[tuple, list[_Hit]]) -> None:
     line_no = 1
     counted_to = 0
     size = len(text)
-    for start in _candidate_lines(text):
+    for start in candidate_lines(text, lower(text)):
         end = text.find("\n", start)
         if end == -1:
             end = size
@@ -151,7 +122,9 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, l
         line = text[start:end].rstrip("\r")
         if is_frame_line(line) or _is_frame_code(text, start):
             continue  # `raise ValueError("Attempting to unscale ...")` quoted in a frame: not a second error
-        found = _match_line(line)
+        found = match_line(line)
+        if found is None or no_operands(found):  # the rest of the message may be on the next line
+            found = match_wrapped(text, start, end, line) or found
         if found is None:
             continue
         code, pattern, match = found
@@ -184,47 +157,32 @@ def _scan(text: str, source: str | None, log_tags: set[str], hits: dict[tuple, l
             hit.evidence.append(Evidence(text=line.strip()[:500], line=line_no, source=source))
 
 
-def _match_line(line: str) -> tuple[str, MessagePattern, re.Match[str]] | None:
-    """The most confident family pattern matching this line (its needles are in it)."""
-    best: tuple[str, MessagePattern, re.Match[str]] | None = None
-    seen: set[int] = set()
-    for needle, entries in _compiled().by_needle.items():
-        if needle not in line:
+def _joined(text: str) -> str:
+    """A short text as one line: its message lines joined, frames and their code left out."""
+    lines = text.split("\n")
+    keep = []
+    for i, line in enumerate(lines):
+        body = split_rank(line)[1].strip()
+        if not body or is_frame_line(line) or (i and is_frame_line(lines[i - 1])):
             continue
-        for code, pat in entries:
-            if id(pat) in seen:
-                continue
-            seen.add(id(pat))
-            m = _regex(pat).search(line)
-            if (
-                m
-                and (not code.endswith("-mismatch") or _dtypes_differ(pat, m))
-                and (best is None or pat.confidence > best[1].confidence)
-            ):
-                best = (code, pat, m)
-    return best
-
-
-def _dtypes_differ(pat: MessagePattern, m: re.Match[str]) -> bool:
-    """False when a mismatch message names one dtype twice: that is not a dtype problem.
-
-    `Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor)` is a device mismatch.
-    """
-    names = {canonical(v) or v for k, v in m.groupdict().items() if v and k not in pat.info}
-    operands = sum(1 for k, v in m.groupdict().items() if v and k not in pat.info)
-    return operands < 2 or len(names) > 1
+        keep.append(body)
+    return " ".join(keep)
 
 
 def _is_frame_code(text: str, start: int) -> bool:
-    """Is the line starting at `start` the quoted source line below a `File "...", line N` line?"""
-    if start == 0:
+    """Is the line starting at `start` the quoted source line below a `File "...", line N` line?
+
+    Frames of `python -c`, `exec` or a `.pyc` have no source line: an exception line right below
+    a frame is the error, not code.
+    """
+    if start == 0 or _EXCEPTION_LINE.match(split_rank(text[start : start + 300])[1]):
         return False
     prev_start = text.rfind("\n", 0, start - 1) + 1
     prev = text[prev_start : start - 1]
     return 'File "' in prev and ", line " in prev
 
 
-def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: set[str]) -> None:
+def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: dict[str, str]) -> None:
     lo = max(0, start - WINDOW)
     above = text[lo:start].split("\n")
     if above and above[-1] == "":
@@ -235,14 +193,36 @@ def _trace(hit: _Hit, text: str, start: int, line_no: int, log_tags: set[str]) -
     hit.frames = frames
     frame = culprit_frame(frames)
     hit.place = (frame.file, frame.line, frame.function) if frame else None
-    signals = _compiled().signals
-    local_text = "\n".join([hit.body, *read])
+    signals = compiled().signals
+    below = "" if frames else _below(text, start)
+    local_text = "\n".join([hit.body, *read, below])
     op_text = "\n".join(f"{f.file} {f.function} {f.code or ''}" for f in frames[-2:]) + "\n" + hit.body
-    hit.tags = log_tags | _tags(local_text, signals.get("local", ())) | _tags(op_text, signals.get("op", ()))
+    op_text += "\n" + below
+    why = dict(log_tags)
+    why.update(_tags(local_text, signals.get("local", ())))
+    why.update(_tags(op_text, signals.get("op", ())))
+    hit.why = why
+    hit.tags = set(why)
 
 
-def _tags(text: str, signals: Iterable[ContextSignal]) -> set[str]:
-    tags = set()
+def _below(text: str, start: int) -> str:
+    """The lines after a message that has no traceback above it (a pasted excerpt).
+
+    An excerpt often puts its traceback and its words below the message. A message under its own
+    traceback, as in a log, is not read past: what follows it is the next thing the program printed.
+    """
+    end = start
+    for _ in range(BELOW):
+        nxt = text.find("\n", end + 1)
+        if nxt == -1:
+            return text[start:]
+        end = nxt
+    return text[start:end]
+
+
+def _tags(text: str, signals: Iterable[ContextSignal]) -> dict[str, str]:
+    """Context tags the text shows, each with the needle that set it (shown to the user)."""
+    tags: dict[str, str] = {}
     low: str | None = None
     for sig in signals:
         if sig.tag in tags:
@@ -252,8 +232,9 @@ def _tags(text: str, signals: Iterable[ContextSignal]) -> set[str]:
             hay = low
         else:
             hay = text
-        if any(n in hay for n in sig.needles):
-            tags.add(sig.tag)
+        needle = next((n for n in sig.needles if n in hay), None)
+        if needle is not None:
+            tags[sig.tag] = needle
     return tags
 
 
@@ -268,28 +249,33 @@ def _operands(hit: _Hit, roles: dict[str, str]) -> list[Operand]:
             base_roles.update(alt)
     operands = []
     for group, value in hit.match.groupdict().items():
-        if value is None or group in pat.info:
-            continue
+        if value is None or group in pat.info or (hit.code == "device-mismatch" and not canonical(value)):
+            continue  # a device name (`cuda`) is not an operand dtype
         role = base_roles.get(group, group)
         role = roles.get(group, roles.get(role, role))
         operands.append(Operand(role=role, dtype=canonical(value) or value, name=None))
     return operands
 
 
-def _refine(code: str, tags: set[str]) -> tuple[str, dict[str, str], str]:
+def _refine(code: str, tags: set[str]) -> tuple[str, dict[str, str], str, frozenset[str]]:
+    """The family the context makes of a message's family, and the tags that decided it."""
     for ref in REFINEMENTS:
         if code in ref.codes and ref.when <= tags and not (ref.unless & tags):
-            return ref.to, dict(ref.roles), ref.note
-    return code, {}, ""
+            return ref.to, dict(ref.roles), ref.note, ref.when
+    return code, {}, "", frozenset()
 
 
 def _findings(hits: list[_Hit]) -> list[Finding]:
     prepared = []
     for hit in hits:
+        for tag in hit.pattern.tags:
+            hit.tags.add(tag)
+            hit.why.setdefault(tag, hit.match.group(0)[:80])
         for op in (canonical(v) for k, v in hit.match.groupdict().items() if v and k not in hit.pattern.info):
             if op:
                 hit.tags.add(f"dtype-{op}")
-        code, roles, note = _refine(hit.code, hit.tags)
+        code, roles, note, decided = _refine(hit.code, hit.tags)
+        hit.why = {t: hit.why.get(t, t) for t in sorted(decided)}
         operands = _operands(hit, roles)
         prepared.append((hit, code, operands, note))
     distinct = {
@@ -345,6 +331,9 @@ def _finding(hit: _Hit, code: str, operands: list[Operand], note: str, multi: bo
         data["spelling"] = hit.pattern.note
     if code != hit.code:
         data["refined_from"] = hit.code
+        data["decided_by"] = dict(hit.why)
+        decided = ", ".join(f"{tag} ({needle!r})" for tag, needle in hit.why.items())
+        evidence.append(Evidence(text=f"{hit.code} → {code}: the text shows {decided}", source=hit.source))
     if hit.ranks:
         data["ranks"] = sorted(hit.ranks)
     info = {k: v for k, v in hit.match.groupdict().items() if k in hit.pattern.info and v}
@@ -374,8 +363,14 @@ def _message(
     note: str,
 ) -> str:
     parts = []
-    if operands:
+    where_is = devices(hit.pattern, hit.match) if _LEGACY.search(hit.match.group(0)) else {}
+    where = ", ".join(f"{dict(hit.pattern.roles).get(k, k)} on {d}" for k, d in where_is.items())
+    if hit.code == "device-mismatch" and where:
+        parts.append(f"not a dtype problem: {where}")
+    elif operands:
         parts.append(", ".join(f"{o.role}: {o.dtype}" for o in operands if o.dtype))
+    if hit.code != "device-mismatch" and len(set(where_is.values())) > 1:
+        parts.append(f"and the devices differ too: {where}")
     if module_expr:
         parts.append(f"raised in {module_expr}({arg or ''})")
     if frame:
@@ -392,49 +387,3 @@ def _message(
 
 def _first_line(f: Finding) -> int:
     return min((e.line for e in f.evidence if e.line is not None), default=0)
-
-
-# ---- nothing recognised ----------------------------------------------------------------------------
-
-_ERROR_LINE = re.compile(r"\b\w{0,60}(?:Error|Exception|Warning)\b:?[^\n]{0,300}")
-
-
-@lru_cache(maxsize=1)
-def _keywords_rx() -> re.Pattern[str]:
-    words = sorted({k for fam in catalog.FAMILIES for k in fam.keywords}, key=len, reverse=True)
-    return re.compile(r"(?<![a-z0-9_])(" + "|".join(map(re.escape, words)) + r")(?![a-z0-9_])")
-
-
-def _unknown(inputs: list[tuple[str | None, str]]) -> Finding:
-    """An honest `unknown`: the last error-looking lines, and the families sharing the most words."""
-    evidence: list[Evidence] = []
-    sample_parts = []
-    for source, text in inputs:
-        tail = text[-16 * 1024 :]
-        base = text.count("\n", 0, len(text) - len(tail)) + 1
-        numbered = [(base + i, ln.strip()) for i, ln in enumerate(tail.split("\n")) if ln.strip()]
-        picked = [(n, ln) for n, ln in numbered if _ERROR_LINE.search(ln)][-3:] or numbered[-1:]
-        evidence.extend(Evidence(text=ln[:500], line=n, source=source) for n, ln in picked)
-        sample_parts.append(tail)
-    words = set(_keywords_rx().findall("\n".join(sample_parts).lower()))
-    scores = []
-    for fam in catalog.FAMILIES:
-        score = sum(1 for k in fam.keywords if k in words)
-        if score:
-            scores.append((score, fam.code))
-    nearest = [code for _, code in sorted(scores, key=lambda s: (-s[0], s[1]))[:3]]
-    if nearest:
-        message = "No known mixed-precision error in this text. Nearest families: " + ", ".join(nearest) + "."
-    else:
-        message = "No known mixed-precision error in this text, and no dtype or precision words in it."
-    return catalog.finding(
-        "unknown",
-        message=message,
-        evidence=evidence,
-        related=nearest,
-        confidence=0.0,
-        data={"nearest": nearest},
-    )
-
-
-make_callable(__name__, "explain")
