@@ -16,7 +16,6 @@ MAX_LINES = 500
 CATALOG_LOGIC = {"__init__.py", "model.py", "context.py"}
 
 # Known before the branches of issues 12 and 13 are merged; anything else fails at once.
-KNOWN_LONG = {"compare.py", "watch/session.py"}
 KNOWN_CLASS_REWRITE = {"_callable.py"}  # goes with the re-layout (docs/architecture.md)
 
 
@@ -151,10 +150,7 @@ def _length_cases() -> list:
         name = path.relative_to(PACKAGE).as_posix()
         if name.startswith("catalog/") and path.name not in CATALOG_LOGIC:
             continue
-        marks = [pytest.mark.xfail(strict=False, reason="until the branches are merged")] * (
-            name in KNOWN_LONG
-        )
-        cases.append(pytest.param(path, id=name, marks=marks))
+        cases.append(pytest.param(path, id=name))
     return cases
 
 

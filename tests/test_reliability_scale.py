@@ -9,7 +9,7 @@ from rich.console import Console
 from dtype_doctor import catalog
 from dtype_doctor.processors import fold_duplicates, merge_ranks
 from dtype_doctor.render.console import MAX_PANELS, render
-from dtype_doctor.report import Finding, Location, Operand, Report
+from dtype_doctor.report import Finding, Location, Operand, Origin, Report
 
 
 def _finding(i: int) -> Finding:
@@ -64,9 +64,17 @@ def test_fold_duplicates_is_pure():
     assert len(report.findings) == 3 and report.findings[0].count == 1
 
 
+def _finding_with_own_cause(i: int) -> Finding:
+    """A finding whose fp32 operand was made on its own line: one root cause each."""
+    origin = Origin(kind="op", op="torch.ones", name=f"mask{i}", file="train.py", line=i + 1, dtype="float32")
+    finding = _finding(i)
+    finding.operands[0].origin = origin
+    return finding
+
+
 def test_console_shows_the_first_findings_and_counts_the_rest():
     report = Report(tool="merge")
-    report.extend(_finding(i) for i in range(4000))
+    report.extend(_finding_with_own_cause(i) for i in range(4000))
     buf = io.StringIO()
     render(report, console=Console(file=buf, width=100, no_color=True))
     text = buf.getvalue()

@@ -56,6 +56,13 @@ class Terminated(BaseException):
     """SIGTERM while the program runs: unwinds it like Ctrl-C, so the report is still written."""
 
 
+def _in_tool(frame: Any) -> bool:
+    import dtype_doctor
+
+    package = os.path.dirname(os.path.abspath(dtype_doctor.__file__))
+    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep)
+
+
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM raises Terminated in the program (unless it installed its own handler)."""
@@ -63,7 +70,14 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def handler(signum: int, frame: object) -> None:
+    def handler(signum: int, frame: Any) -> None:
+        if _in_tool(frame):
+            # raised inside the tool (a weakref callback would swallow it, an update would be cut in
+            # half): let the signal come again shortly, when the program's own code runs
+            again = threading.Timer(0.02, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
