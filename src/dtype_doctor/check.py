@@ -19,6 +19,7 @@ from torch import nn
 
 from . import catalog
 from ._callable import make_callable
+from .check_hybrid import hybrid
 from .audit import autocast_findings, autocast_of, module_pattern
 from .dtypes import canonical
 from .errors import DoctorError
@@ -125,6 +126,8 @@ def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    if not (t.is_meta or t.is_floating_point() or t.is_complex() or isinstance(t, nn.Parameter)):
+        return t.detach().to("cpu", copy=True)  # ids, positions, masks: small, and the model may read them
     meta = torch.empty_like(t, device="meta")
     if isinstance(t, nn.Parameter):
         return nn.Parameter(meta, requires_grad=t.requires_grad)
@@ -169,22 +172,32 @@ def _drop_offload_hooks(mirror: nn.Module) -> None:
             vars(module).pop("forward", None)
 
 
-def meta_inputs(value: Any) -> Any:
-    """Inputs as meta tensors: real tensors become meta twins, specs become meta tensors."""
+def meta_inputs(value: Any, name: str = "") -> Any:
+    """Inputs for the dry run: floating tensors and specs become meta tensors; integer and bool
+    tensors (ids, masks, positions) stay real on CPU, as the model may read their values."""
     if isinstance(value, TensorSpec):
-        return torch.empty(value.shape, dtype=getattr(torch, value.dtype), device="meta")
+        dtype = getattr(torch, value.dtype)
+        if dtype.is_floating_point or dtype.is_complex:
+            return torch.empty(value.shape, dtype=dtype, device="meta")
+        if "mask" in (value.name or name):  # a made-up mask keeps every position
+            return torch.ones(value.shape, dtype=dtype)
+        return value.make()
     if isinstance(value, str) and _SPEC_TEXT.match(value):
-        return meta_inputs(parse_input(value))
+        return meta_inputs(parse_input(value), name)
     if _is_spec_tuple(value):
-        return meta_inputs(spec_from_tuple(value))
+        return meta_inputs(spec_from_tuple(value), name)
     if isinstance(value, torch.Tensor):
-        return value if value.is_meta else torch.empty_like(value, device="meta")
+        if value.is_meta:
+            return value
+        if value.is_floating_point() or value.is_complex():
+            return torch.empty_like(value, device="meta")
+        return value.detach().to("cpu")
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
         return type(value)(*(meta_inputs(v) for v in value))
     if isinstance(value, (list, tuple)):
         return type(value)(meta_inputs(v) for v in value)
     if isinstance(value, Mapping):  # dicts, and BatchEncoding-like mappings
-        return {k: meta_inputs(v) for k, v in value.items()}
+        return {k: meta_inputs(v, str(k)) for k, v in value.items()}
     return value
 
 
@@ -215,11 +228,14 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
     emulate = (
         _AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
     )
+    log = None
     try:
-        with torch.no_grad(), session, emulate:
+        with torch.no_grad(), session, emulate, hybrid() as log:
             model(*args, **kwargs)
     except Exception as exc:  # the dry run stopped: say where, keep what was found
         report.add(_incomplete(exc))
+    if log is not None and log.items:
+        report.meta["assumptions"] = [vars(a) for a in log.items.values()]
 
 
 def _fix_session(model: nn.Module, report: Report):
