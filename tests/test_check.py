@@ -318,23 +318,37 @@ def test_cli_check_config_that_is_not_a_model(workdir, capsys, monkeypatch):
     assert "'DDPMScheduler' is not a diffusers model class" in err and len(err.strip().splitlines()) == 1
 
 
-def test_an_op_meta_cannot_run_stops_the_dry_run_with_what_was_found():
-    class ReadsValues(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = nn.Linear(4, 4)
-            self.b = nn.Linear(4, 4)
+class ReadsValues(nn.Module):
+    def __init__(self, strict: bool = False):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        self.strict = strict
 
-        def forward(self, x):
-            x = self.a(x)
-            if x.sum().item() > 0:  # data-dependent: impossible on meta
-                x = x * 2
-            return self.b(x)
+    def forward(self, x):
+        x = self.a(x)
+        if self.strict:
+            assert not torch.isfinite(x).all(), "this model wants a non-finite activation"
+        if torch.isfinite(x).all():  # reads an activation's value: impossible on meta, assumed
+            x = x * 2
+        return self.b(x)
 
+
+def test_a_value_read_from_a_meta_activation_is_assumed_recorded_and_the_check_goes_on():
     report = dd.check(ReadsValues(), ("2x4", "float32"), dtype="float16")
+    assert report.codes() == ["matmul-dtype-mismatch"]
+    (assumed,) = report.meta["assumptions"]
+    assert assumed["file"].endswith("test_check.py") and assumed["op"] == "item() / bool(tensor)"
+    assert "bool scalar computed on meta: assumed True" in assumed["what"]
+    line = Path(assumed["file"]).read_text().splitlines()[assumed["line"] - 1]
+    assert "if torch.isfinite(x).all()" in line
+
+
+def test_an_op_that_cannot_run_stops_the_dry_run_with_what_was_found():
+    report = dd.check(ReadsValues(strict=True), ("2x4", "float32"), dtype="float16")
     assert report.codes() == ["matmul-dtype-mismatch", "check-incomplete"]
     stop = report.findings[1]
-    assert stop.severity == dd.Severity.WARNING and "meta" in stop.message
+    assert stop.severity == dd.Severity.WARNING and "non-finite activation" in stop.message
     assert stop.location.file.endswith("test_check.py")
 
 

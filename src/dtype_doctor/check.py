@@ -19,11 +19,11 @@ from torch import nn
 
 from . import catalog
 from ._callable import make_callable
+from .check_convert import convert_like_loader
 from .check_hybrid import hybrid
 from .audit import autocast_findings, autocast_of, module_pattern
 from .dtypes import canonical
 from .errors import DoctorError
-from .fix import convert
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
 from .policy import KeepPattern, dtype_name, map_tensors, matches, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
@@ -60,7 +60,7 @@ def check(
     keep_fp32 = tuple(keep_fp32)
     check_keep_fp32(model, keep_fp32)
     mirror = mirror_on_meta(model)
-    kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)] if dtype is not None else []
+    kept, loaded_as = convert_like_loader(mirror, to_torch_dtype(dtype), keep_fp32) if dtype is not None else ([], None)
     # an autocast given, or the one accelerate's prepare() wrapped around forward
     autocast = dtype_name(to_torch_dtype(autocast)) if autocast is not None else autocast_of(model)
     report = Report(tool="check")
@@ -69,6 +69,7 @@ def check(
             "model": type(model).__name__,
             "dtype": dtype_name(to_torch_dtype(dtype)) if dtype is not None else None,
             "kept_fp32": kept,
+            "loaded_as": loaded_as,
             "autocast": autocast,
             "inputs": _describe_inputs(args, kw),
         }

@@ -91,8 +91,12 @@ def _to_meta(x: Any) -> Any:
     return x.to(_META) if _is_real(x) else x
 
 
+_READS = {"_local_scalar_dense": "item() / bool(tensor)", "is_nonzero": "bool(tensor)", "equal": "torch.equal"}
+
+
 def _name(func: Any) -> str:
-    return str(getattr(func, "__name__", func)).split(".")[0]
+    name = str(getattr(func, "__name__", func)).split(".")[0]
+    return _READS.get(name, name)
 
 
 class HybridMode(TorchDispatchMode):
@@ -189,9 +193,9 @@ def _dn(dtype: torch.dtype) -> str:
 
 
 def _read_text(t: torch.Tensor) -> str:
-    kind = "floating activation" if t.is_floating_point() else f"{_dn(t.dtype)} tensor computed from meta values"
-    typical = "True" if t.dtype == torch.bool else "0"
-    return f"the value of a {kind} {tuple(t.shape)} was read: assumed {typical} (typical: finite, all set)"
+    shape = "x".join(map(str, t.shape)) or "scalar"
+    typical = "True (finite, all set)" if t.dtype == torch.bool else "0"
+    return f"read the value of a {_dn(t.dtype)} {shape} computed on meta: assumed {typical}"
 
 
 def _bool_index(index: Any, log: _Log) -> Any:
