@@ -19,9 +19,9 @@ from torch import nn
 
 from . import catalog
 from ._callable import make_callable
+from .audit import autocast_findings, autocast_of, module_pattern
 from .check_convert import convert_like_loader
 from .check_hybrid import hybrid
-from .audit import autocast_findings, autocast_of, module_pattern
 from .dtypes import canonical
 from .errors import DoctorError
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
@@ -60,7 +60,9 @@ def check(
     keep_fp32 = tuple(keep_fp32)
     check_keep_fp32(model, keep_fp32)
     mirror = mirror_on_meta(model)
-    kept, loaded_as = convert_like_loader(mirror, to_torch_dtype(dtype), keep_fp32) if dtype is not None else ([], None)
+    kept, loaded_as = (
+        convert_like_loader(mirror, to_torch_dtype(dtype), keep_fp32) if dtype is not None else ([], None)
+    )
     # an autocast given, or the one accelerate's prepare() wrapped around forward
     autocast = dtype_name(to_torch_dtype(autocast)) if autocast is not None else autocast_of(model)
     report = Report(tool="check")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 import torch
 from torch import nn
@@ -31,7 +30,7 @@ __all__ = ["convert_like_loader", "loader_of"]
 
 
 def loader_of(model: nn.Module) -> str:
-    """"transformers", "diffusers" or "torch": which loader the model's class loads through."""
+    """ "transformers", "diffusers" or "torch": which loader the model's class loads through."""
     names = [c.__module__ for c in type(model).__mro__]
     if any(n.startswith("transformers.") for n in names) and hasattr(model, "config"):
         return "transformers"

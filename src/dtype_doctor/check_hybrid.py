@@ -91,7 +91,11 @@ def _to_meta(x: Any) -> Any:
     return x.to(_META) if _is_real(x) else x
 
 
-_READS = {"_local_scalar_dense": "item() / bool(tensor)", "is_nonzero": "bool(tensor)", "equal": "torch.equal"}
+_READS = {
+    "_local_scalar_dense": "item() / bool(tensor)",
+    "is_nonzero": "bool(tensor)",
+    "equal": "torch.equal",
+}
 
 
 def _name(func: Any) -> str:
@@ -144,9 +148,7 @@ class HybridMode(TorchDispatchMode):
         return args[0]
 
     def _meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if func is aten.index.Tensor:
-            args = (args[0], [_bool_index(i, self.log) for i in args[1]], *args[2:])
-        elif func in (aten.index_put_.default, aten.index_put.default):
+        if func is aten.index.Tensor or func in (aten.index_put_.default, aten.index_put.default):
             args = (args[0], [_bool_index(i, self.log) for i in args[1]], *args[2:])
         margs, mkwargs = tree_map(_to_meta, (args, kwargs))
         try:
@@ -178,7 +180,9 @@ class HybridMode(TorchDispatchMode):
         for other in (torch.bfloat16, torch.float32, torch.float16):
             if other == have:
                 continue
-            cast = tree_map(lambda x, o=other: x.to(o) if _is_meta(x) and x.is_floating_point() else x, (args, kwargs))
+            cast = tree_map(
+                lambda x, o=other: x.to(o) if _is_meta(x) and x.is_floating_point() else x, (args, kwargs)
+            )
             try:
                 out = func(*cast[0], **cast[1])
             except RuntimeError:
