@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import catalog
+from . import autocast_table, catalog
 from ._callable import make_callable
 from .audit import autocast_findings, autocast_of, module_pattern
 from .check_convert import convert_like_loader
@@ -25,7 +26,7 @@ from .check_hybrid import hybrid
 from .dtypes import canonical
 from .errors import DoctorError
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
-from .policy import KeepPattern, dtype_name, map_tensors, matches, to_torch_dtype
+from .policy import KeepPattern, dtype_name, iter_tensors, map_tensors, matches, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
@@ -229,7 +230,7 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
     session = _fix_session(model, report)
     # entered after watch, so it sees each call first: the contracts get the autocast dtypes
     emulate = (
-        _AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
+        AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
     )
     log = None
     try:
@@ -269,28 +270,28 @@ def _user_frame(tb) -> tuple[str, int, str] | None:
     return found
 
 
-class _AutocastEmulation(torch.overrides.TorchFunctionMode):
+class AutocastEmulation(torch.overrides.TorchFunctionMode):
     """Autocast's per-op casts, applied to meta tensors (autocast has no meta dispatch key).
 
-    CUDA's policy: matmul-like ops run in the autocast dtype, norms and softmax in float32; the
-    cast happens before the op reaches the watch contracts, as it does on a GPU.
+    The policy is `autocast_table`'s for `device_type` (CUDA by default: users check before renting
+    a GPU); the cast happens before the op reaches the watch contracts, as it does on a GPU.
     """
 
-    def __init__(self, dtype: torch.dtype) -> None:
+    def __init__(self, dtype: torch.dtype, device_type: str = "cuda") -> None:
         super().__init__()
         self.dtype = dtype
-        F = torch.nn.functional
-        low = [F.linear, torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, torch.einsum]
-        low += [F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d]
-        low += [F.scaled_dot_product_attention, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm]
-        low += [torch.Tensor.bmm]
-        fp32 = [F.layer_norm, F.group_norm, F.softmax, F.log_softmax, torch.softmax, torch.Tensor.softmax]
-        fp32 += [F.rms_norm, torch.exp, torch.log, torch.pow, torch.cumsum, torch.sum, torch.prod]
-        self.policy = {**dict.fromkeys(low, dtype), **dict.fromkeys(fp32, torch.float32)}
+        self.device_type = device_type
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        target = self.policy.get(func)
+        kind = autocast_table.policy(self.device_type, func)
+        if kind is None:
+            return func(*args, **kwargs)
+        if kind == autocast_table.PROMOTE:
+            floats = [t.dtype for t in iter_tensors((args, kwargs)) if t.is_floating_point()]
+            target = functools.reduce(torch.promote_types, floats) if floats else None
+        else:
+            target = self.dtype if kind == autocast_table.LOW else torch.float32
         if target is not None:
 
             def cast(t: torch.Tensor) -> torch.Tensor:
