@@ -446,3 +446,27 @@ def test_integer_timesteps_of_a_diffusers_unet_stay_clean():
     )  # fmt: skip
     report = dd.check(unet, ("1x3x8x8", "float16"), ("1", "int64"))
     assert report.errors == [] and "check-incomplete" not in report.codes()
+
+
+def test_cli_input_origin_names_the_flag_not_the_launcher(workdir, capsys, monkeypatch):
+    args = ("check", "models.py:two_layers", "--dtype", "float16", "--input", "4x8:float32", "--json")
+    code, out, err = cli_in_process(capsys, monkeypatch, workdir, *args)
+    report = json.loads(out)
+    origin = report["findings"][0]["operands"][0]["origin"]
+    assert origin["kind"] == "input" and origin["file"] == "--input 4x8:float32" and origin["line"] is None
+    assert report["meta"]["loaded_as"] == "model.to(float16)"
+    args = ("check", "models.py:two_layers", "--dtype", "float16", "--input", "4x8:float32", "--no-color")
+    code, out, err = cli_in_process(capsys, monkeypatch, workdir, *args)
+    assert "model input 'input' (--input 4x8:float32)" in out and "loaded as: model.to(float16)" in out
+    assert "dtype-doctor:" not in out.replace("dtype-doctor check:", "")
+
+
+def test_api_input_origin_is_the_line_that_called_check(llama_config):
+    model = transformers.LlamaForCausalLM(llama_config)
+    report = dd.check(model, inputs_embeds=("1x4x64", "float32"), dtype="float16")
+    origin = first_error(report).operands[0].origin
+    while origin.kind != "input" and origin.chain:
+        origin = origin.chain[-1]
+    assert origin.kind == "input" and origin.file.endswith("test_check.py")
+    assert "dd.check(model" in Path(ROOT / "tests/test_check.py").read_text().splitlines()[origin.line - 1]
+    assert report.meta["loaded_as"] == "transformers from_pretrained(dtype=float16)"

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import functools
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from .errors import DoctorError
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
 from .policy import KeepPattern, dtype_name, iter_tensors, map_tensors, matches, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
+from .watch.provenance import short_path
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
 
@@ -40,6 +42,7 @@ def check(
     dtype: torch.dtype | str | None = torch.float16,
     keep_fp32: Iterable[KeepPattern] = (),
     autocast: torch.dtype | str | None = None,
+    input_flags: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> Report:
     """Dry-run `model(*example_inputs, **kwargs)` on meta and report every dtype mismatch.
@@ -77,12 +80,16 @@ def check(
             "inputs": _describe_inputs(args, kw),
         }
     )
+    if loaded_as is not None:
+        report.meta["notes"] = [f"loaded as: {loaded_as}"]
     from .audit import dtype_map
 
     report.meta["dtype_map"] = dtype_map(mirror)  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
     _dry_run(mirror, args, kw, report, autocast)
+    if input_flags is not None:
+        name_cli_inputs(report, input_flags, _outer_files())
     fold_repeats(report)
     first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
     if first is not None and first.location is not None:
@@ -240,6 +247,11 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
         report.add(_incomplete(exc))
     if log is not None and log.items:
         report.meta["assumptions"] = [vars(a) for a in log.items.values()]
+        notes = report.meta.setdefault("notes", [])
+        for a in log.items.values():
+            where = f" at {short_path(a.file)}:{a.line}" if a.file else ""
+            times = f" (x{a.count})" if a.count > 1 else ""
+            notes.append(f"assumed: {a.op}{where}: {a.what}{times}")
 
 
 def _fix_session(model: nn.Module, report: Report):
@@ -299,6 +311,44 @@ class AutocastEmulation(torch.overrides.TorchFunctionMode):
 
             args, kwargs = map_tensors(args, cast), map_tensors(kwargs, cast)
         return func(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- origins on the command line
+
+
+def _outer_files() -> set[str]:
+    """Files of the frames that called check (for the CLI: the launcher, cli.py, the command)."""
+    from .watch.provenance import short_path
+
+    out, frame = set(), sys._getframe(1)
+    while frame is not None:
+        out.add(short_path(frame.f_code.co_filename))
+        frame = frame.f_back
+    return out
+
+
+def name_cli_inputs(report: Report, flags: Mapping[str, str], outer: set[str]) -> None:
+    """Inputs made from `--input` flags were born in the launcher: name the flag instead, and drop
+    op locations that only reach the launcher (a model of torch modules has no line of its own)."""
+
+    def fix(origin: Any) -> None:
+        if origin is None:
+            return
+        if origin.file in outer:
+            if origin.kind == "input":
+                origin.file, origin.line = flags.get(origin.name or "", "--input"), None
+            else:
+                origin.file, origin.line = None, None
+        for parent in origin.chain:
+            fix(parent)
+        origin.chain = [o for o in origin.chain if not (o.kind == "call" and o.file is None)]
+
+    for finding in report.findings:
+        loc = finding.location
+        if loc is not None and loc.file in outer:
+            loc.file, loc.line, loc.function = None, None, None
+        for operand in finding.operands:
+            fix(operand.origin)
 
 
 # ---------------------------------------------------------------- folding repeats

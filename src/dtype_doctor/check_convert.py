@@ -104,16 +104,19 @@ def convert_like_loader(
             dtypes = pick(mirror, fresh, dtype)
         except Exception:  # a model the loader could not rebuild from its config: cast as .to() does
             dtypes = None
+    arg = "dtype" if loader == "transformers" else "torch_dtype"
+    how = f"{loader} from_pretrained({arg}={dtype_name(dtype)})"
     if dtypes is None:
         kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=loader != "torch")]
-        return kept, f"{'.to' if loader == 'torch' else 'from_pretrained'}({dtype_name(dtype)})"
+        if loader == "torch":
+            return kept, f"model.to({dtype_name(dtype)})"
+        return kept, f"{how}, approximated: the model could not be rebuilt from its config"
     _apply(mirror, dtypes, dtype)
     kept = [name for name, _ in kept_modules(mirror, keep_fp32)] if dtype != torch.float32 else []
     for name in kept:
         convert(mirror.get_submodule(name), torch.float32)
     kept += _fp32_islands(mirror, dtypes, dtype, kept)
-    arg = "dtype" if loader == "transformers" else "torch_dtype"
-    return kept, f"{loader} from_pretrained({arg}={dtype_name(dtype)})"
+    return kept, how
 
 
 def _apply(mirror: nn.Module, dtypes: dict[str, torch.dtype], dtype: torch.dtype) -> None:

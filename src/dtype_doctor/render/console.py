@@ -15,6 +15,8 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.
 
 def render(report: Report, console: Console | None = None, verbose: bool = False, color: bool = True) -> None:
     console = console or Console(no_color=not color, highlight=False, soft_wrap=False)
+    for note in report.meta.get("notes", ()):  # what the producer assumed (check: loader, values)
+        console.print(Text(str(note), style="dim"))
     if not report.findings:
         console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
