@@ -4,11 +4,11 @@ under bfloat16. The emulated ops run on meta (no compute)."""
 
 from __future__ import annotations
 
-import pytest
+import sys
+import types
+import unittest
 
-import sys  # noqa: E402
-import types  # noqa: E402
-import unittest  # noqa: E402
+import pytest
 
 torch = pytest.importorskip("torch")
 try:

@@ -450,13 +450,13 @@ def test_integer_timesteps_of_a_diffusers_unet_stay_clean():
 
 def test_cli_input_origin_names_the_flag_not_the_launcher(workdir, capsys, monkeypatch):
     args = ("check", "models.py:two_layers", "--dtype", "float16", "--input", "4x8:float32", "--json")
-    code, out, err = cli_in_process(capsys, monkeypatch, workdir, *args)
+    _, out, _ = cli_in_process(capsys, monkeypatch, workdir, *args)
     report = json.loads(out)
     origin = report["findings"][0]["operands"][0]["origin"]
     assert origin["kind"] == "input" and origin["file"] == "--input 4x8:float32" and origin["line"] is None
     assert report["meta"]["loaded_as"] == "model.to(float16)"
     args = ("check", "models.py:two_layers", "--dtype", "float16", "--input", "4x8:float32", "--no-color")
-    code, out, err = cli_in_process(capsys, monkeypatch, workdir, *args)
+    _code, out, _err = cli_in_process(capsys, monkeypatch, workdir, *args)
     assert "model input 'input' (--input 4x8:float32)" in out and "loaded as: model.to(float16)" in out
     assert "dtype-doctor:" not in out.replace("dtype-doctor check:", "")
 

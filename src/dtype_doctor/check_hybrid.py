@@ -142,14 +142,17 @@ class HybridMode(TorchDispatchMode):
 
     def _into_real(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """An in-place op writing meta values into a real tensor: checked on meta, values assumed kept."""
-        margs, mkwargs = tree_map(_to_meta, (args, kwargs))
-        self._meta(func, margs, mkwargs)
+        self._meta(func, args, kwargs)  # moves what it needs to meta (a boolean index first resolved)
         self.log.add(_name(func), "a real tensor written from meta values keeps its values")
         return args[0]
 
     def _meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if func is aten.index.Tensor or func in (aten.index_put_.default, aten.index_put.default):
-            args = (args[0], [_bool_index(i, self.log) for i in args[1]], *args[2:])
+        if func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default):
+            indices: list = []
+            for index in args[1]:
+                index = _bool_index(index, self.log)
+                indices.extend(index if isinstance(index, tuple) else (index,))
+            args = (args[0], indices, *args[2:])
         margs, mkwargs = tree_map(_to_meta, (args, kwargs))
         try:
             return func(*margs, **mkwargs)

@@ -101,12 +101,12 @@ def verdict(r: dict) -> dict[str, bool | None]:
 def summary(results: list[dict]) -> str:
     ran = [r for r in results if "skip" not in r]
     verdicts = [verdict(r) for r in ran]
-    fp = [r for r, v in zip(ran, verdicts) if v["false_positive"]]
+    fp = [r for r, v in zip(ran, verdicts, strict=False) if v["false_positive"]]
     complete = sum(bool(v["complete"]) for v in verdicts)
     planted = [v["planted_found"] for v in verdicts if v.get("planted_found") is not None]
-    planted_fp = [r for r, v in zip(ran, verdicts) if v.get("planted_false_positive")]
+    planted_fp = [r for r, v in zip(ran, verdicts, strict=False) if v.get("planted_false_positive")]
     real_found = [v["real_failure_found"] for v in verdicts if "real_failure_found" in v]
-    missed = [(r["name"], r["dtype"]) for r, v in zip(ran, verdicts) if v.get("planted_found") is False]
+    missed = [(r["name"], r["dtype"]) for r, v in zip(ran, verdicts, strict=False) if v.get("planted_found") is False]
     lines = [
         f"entries: {len({r['name'] for r in results})}, built and run: {len({r['name'] for r in ran})} "
         f"({len(ran)} runs), skipped: {len({r['name'] for r in results if 'skip' in r})}",
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                     signal.alarm(120)
                     try:
                         r = run_one(name, dtype, Path(tmp))
-                    except BaseException as exc:  # noqa: BLE001 - the zoo records everything
+                    except BaseException as exc:
                         if isinstance(exc, KeyboardInterrupt):
                             raise
                         r = {
