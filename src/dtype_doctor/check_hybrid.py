@@ -30,8 +30,14 @@ __all__ = ["Assumption", "HybridMode", "hybrid"]
 
 aten = torch.ops.aten
 _META = torch.device("meta")
+_SMALL = 1 << 16  # elements: a floating tensor made from nothing (a mask of ones) up to this is real
 _MAX_MATERIALISE = 1 << 24  # elements: a meta tensor whose values must be assumed is made real up to this
 _VALUE_OPS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
+# ops that read only the shape of their tensor argument: an integer/bool result is made real
+_FILLS = {
+    "ones_like": lambda a: 1, "new_ones": lambda a: 1, "zeros_like": lambda a: 0, "new_zeros": lambda a: 0,
+    "empty_like": lambda a: 0, "new_empty": lambda a: 0, "full_like": lambda a: a[1], "new_full": lambda a: a[2],
+}  # fmt: skip
 
 
 @dataclass
@@ -128,15 +134,19 @@ class HybridMode(TorchDispatchMode):
             return self._real(func, args, kwargs, tensors)
         if func._schema.is_mutable and any(_is_real(t) for t in _mutated(func, args, kwargs)):
             return self._into_real(func, args, kwargs)
-        return self._meta(func, args, kwargs)
+        out = self._meta(func, args, kwargs)
+        fill = _FILLS.get(func.__name__.split(".")[0])
+        if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
+            return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
+        return out
 
     def _real(self, func: Any, args: tuple, kwargs: dict, tensors: list) -> Any:
         out = func(*args, **kwargs)
         if tensors or not isinstance(out, torch.Tensor) or not out.is_meta:
             return out
-        if not _carries_values(out.dtype):
+        if not _carries_values(out.dtype) and out.numel() > _SMALL:
             return out  # a floating tensor made on meta stays there: no memory
-        kwargs = {**kwargs, "device": torch.device("cpu")}  # ids/positions made on meta: make them real
+        kwargs = {**kwargs, "device": torch.device("cpu")}  # ids, positions, masks made on meta: real
         out = func(*args, **kwargs)
         return out.zero_() if "empty" in str(func) else out
 

@@ -106,7 +106,11 @@ def summary(results: list[dict]) -> str:
     planted = [v["planted_found"] for v in verdicts if v.get("planted_found") is not None]
     planted_fp = [r for r, v in zip(ran, verdicts, strict=False) if v.get("planted_false_positive")]
     real_found = [v["real_failure_found"] for v in verdicts if "real_failure_found" in v]
-    missed = [(r["name"], r["dtype"]) for r, v in zip(ran, verdicts, strict=False) if v.get("planted_found") is False]
+    missed = [
+        (r["name"], r["dtype"])
+        for r, v in zip(ran, verdicts, strict=False)
+        if v.get("planted_found") is False
+    ]
     lines = [
         f"entries: {len({r['name'] for r in results})}, built and run: {len({r['name'] for r in ran})} "
         f"({len(ran)} runs), skipped: {len({r['name'] for r in results if 'skip' in r})}",
