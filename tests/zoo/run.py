@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import dtype_doctor as dd
 from . import models
 
 DTYPES = (torch.float16, torch.bfloat16)
+_DTYPE_ERROR = re.compile(r"dtype|scalar ?type|Half|BFloat16|same type|mixed dtype|ScalarType", re.IGNORECASE)
 
 
 def real_run(model: torch.nn.Module, kwargs: dict) -> tuple[str | None, str | None]:
@@ -87,11 +89,13 @@ def verdict(r: dict) -> dict[str, bool | None]:
         "false_positive": r["check"] is not None and runs,
         "real_fails_clean": not runs,
     }
-    if not runs:  # a real load that fails on its own (DeBERTa's fp32 q_bias): check must name it
+    if not runs and _DTYPE_ERROR.search(r["real"]):  # a real load that fails on dtypes: check names it
         v["real_failure_found"] = (r["check"] or {}).get("module") == r["real_module"]
     if "planted_real" in r and runs:
         found = r.get("planted_check") or {}
-        if r["planted_real"] is not None:
+        if r["planted_real"] is not None and not _DTYPE_ERROR.search(r["planted_real"]):
+            v["planted_invalid"] = True  # the real run fails first for another reason (an index, a shape)
+        elif r["planted_real"] is not None:
             v["planted_found"] = found.get("module") == r["planted_real_module"]
         else:  # the model casts its input itself (ViT): the real run is clean, so must check be
             v["planted_false_positive"] = bool(found)
@@ -103,6 +107,10 @@ def summary(results: list[dict]) -> str:
     verdicts = [verdict(r) for r in ran]
     fp = [r for r, v in zip(ran, verdicts, strict=False) if v["false_positive"]]
     complete = sum(bool(v["complete"]) for v in verdicts)
+    ok = [(r, v) for r, v in zip(ran, verdicts, strict=True) if not v["real_fails_clean"]]
+    complete_ok = sum(bool(v["complete"]) for _, v in ok)
+    incomplete_ok = [(r["name"], r["dtype"]) for r, v in ok if not v["complete"]]
+    invalid = sum(bool(v.get("planted_invalid")) for v in verdicts)
     planted = [v["planted_found"] for v in verdicts if v.get("planted_found") is not None]
     planted_fp = [r for r, v in zip(ran, verdicts, strict=False) if v.get("planted_false_positive")]
     real_found = [v["real_failure_found"] for v in verdicts if "real_failure_found" in v]
@@ -114,12 +122,13 @@ def summary(results: list[dict]) -> str:
     lines = [
         f"entries: {len({r['name'] for r in results})}, built and run: {len({r['name'] for r in ran})} "
         f"({len(ran)} runs), skipped: {len({r['name'] for r in results if 'skip' in r})}",
-        f"check complete with realistic inputs: {complete}/{len(ran)}",
+        f"check complete with realistic inputs, where the real load+run is clean: {complete_ok}/{len(ok)} "
+        f"(all runs: {complete}/{len(ran)}) incomplete: {incomplete_ok[:20]}",
         f"false positives (check error, real run clean): {len(fp)} {[(r['name'], r['dtype']) for r in fp][:20]}",
-        f"real load+run fails with clean inputs: {len(real_found)}, check's first error at the real "
-        f"failing module: {sum(real_found)}/{len(real_found)}",
+        f"real load+run fails with clean inputs: {len(ran) - len(ok)}; on a dtype error: {len(real_found)}, "
+        f"check's first error at the real failing module: {sum(real_found)}/{len(real_found)}",
         f"planted fp32 input found at the real run's first failing module: {sum(planted)}/{len(planted)} "
-        f"missed: {missed[:20]}",
+        f"missed: {missed[:20]}; not applicable (the real run fails first for another reason): {invalid}",
         f"planted input the model casts itself (real run clean), check not clean: {len(planted_fp)} "
         f"{[(r['name'], r['dtype']) for r in planted_fp][:20]}",
     ]
