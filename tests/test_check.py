@@ -21,6 +21,7 @@ from torch import nn  # noqa: E402
 import dtype_doctor as dd  # noqa: E402
 from dtype_doctor import tiny_models  # noqa: E402
 from dtype_doctor.check import mirror_on_meta  # noqa: E402
+from zoo.run import failing_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,21 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def real_failure(model: nn.Module, *args, **kwargs) -> tuple[str, str]:
     """Run for real on CPU; return (message, qualified name of the innermost module that raised).
 
-    The oracle is independent of dtype-doctor: it walks the traceback for the deepest frame whose
-    `self` is one of the model's modules.
+    The oracle is independent of dtype-doctor (zoo.run.failing_module walks the traceback).
     """
-    names = {id(m): n for n, m in model.named_modules()}
     try:
         with torch.no_grad():
             model(*args, **kwargs)
     except RuntimeError as exc:
-        tb, found = exc.__traceback__, None
-        while tb is not None:
-            owner = tb.tb_frame.f_locals.get("self")
-            if id(owner) in names:
-                found = names[id(owner)]
-            tb = tb.tb_next
-        return str(exc), found
+        return str(exc), failing_module(model, exc)
     raise AssertionError("the real run did not fail")
 
 
@@ -470,3 +463,13 @@ def test_api_input_origin_is_the_line_that_called_check(llama_config):
     assert origin.kind == "input" and origin.file.endswith("test_check.py")
     assert "dd.check(model" in Path(ROOT / "tests/test_check.py").read_text().splitlines()[origin.line - 1]
     assert report.meta["loaded_as"] == "transformers from_pretrained(dtype=float16)"
+
+
+def test_moe_grouped_mm_meta_gap_is_a_note_not_the_users_bug():
+    from zoo import models
+
+    model = models.build("mixtral")
+    report = dd.check(model, dtype=torch.float16, **models.inputs(model, torch.float16))
+    assert report.findings == []
+    (note,) = [n for n in report.meta["notes"] if "grouped_mm" in n]
+    assert "its meta kernel rejects float16; checked as if it accepts it" in note and "moe.py:" in note

@@ -27,20 +27,27 @@ DTYPES = (torch.float16, torch.bfloat16)
 _DTYPE_ERROR = re.compile(r"dtype|scalar ?type|Half|BFloat16|same type|mixed dtype|ScalarType", re.IGNORECASE)
 
 
+def failing_module(model: torch.nn.Module, exc: BaseException) -> str | None:
+    """The qualified name of the innermost module of `model` in the traceback (independent of dtype-doctor:
+    the deepest frame whose `self` is one of the model's modules)."""
+    names = {id(m): n for n, m in model.named_modules()}
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if id(owner) in names:
+            found = names[id(owner)]
+        tb = tb.tb_next
+    return found
+
+
 def real_run(model: torch.nn.Module, kwargs: dict) -> tuple[str | None, str | None]:
     """(None, None) when the real forward runs; else (message, innermost module of the model that raised)."""
-    names = {id(m): n for n, m in model.named_modules()}
     try:
         with torch.no_grad():
             model(**kwargs)
     except Exception as exc:
-        tb, found = exc.__traceback__, None
-        while tb is not None:
-            owner = tb.tb_frame.f_locals.get("self")
-            if id(owner) in names:
-                found = names[id(owner)]
-            tb = tb.tb_next
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300], found
+        text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return text[:300], failing_module(model, exc)
     return None, None
 
 
