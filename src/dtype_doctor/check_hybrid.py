@@ -73,6 +73,17 @@ def _user_line() -> tuple[str | None, int | None]:
     return None, None
 
 
+def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors among aten arguments (which nest at most a list deep: index lists, cat inputs)."""
+    out = []
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            out.extend(y for y in x if isinstance(y, torch.Tensor))
+    return out
+
+
 def _is_meta(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_meta
 
@@ -118,7 +129,7 @@ class HybridMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        tensors = _flat_tensors(args, kwargs)
         metas = [t for t in tensors if t.is_meta]
         if func in _VALUE_OPS and metas:
             self.log.add(_name(func), _read_text(metas[0]))
@@ -163,7 +174,8 @@ class HybridMode(TorchDispatchMode):
                 index = _bool_index(index, self.log)
                 indices.extend(index if isinstance(index, tuple) else (index,))
             args = (args[0], indices, *args[2:])
-        margs, mkwargs = tree_map(_to_meta, (args, kwargs))
+        has_real = any(_is_real(t) for t in _flat_tensors(args, kwargs))
+        margs, mkwargs = tree_map(_to_meta, (args, kwargs)) if has_real else (args, kwargs)
         try:
             return func(*margs, **mkwargs)
         except NotImplementedError as exc:
