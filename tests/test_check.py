@@ -473,3 +473,28 @@ def test_moe_grouped_mm_meta_gap_is_a_note_not_the_users_bug():
     assert report.findings == []
     (note,) = [n for n in report.meta["notes"] if "grouped_mm" in n]
     assert "its meta kernel rejects float16; checked as if it accepts it" in note and "moe.py:" in note
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: torch.mv(a, b[0]),
+        lambda a, b: torch.cdist(a, b),
+        lambda a, b: torch.cross(a, b, dim=1),
+    ],
+    ids=["mv", "cdist", "cross"],
+)
+def test_registered_contracts_catch_what_meta_kernels_let_through(op):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3, 3))
+
+        def forward(self, x):
+            return op(x, self.w)
+
+    with pytest.raises(RuntimeError):  # the real CPU op fails ...
+        op(torch.randn(3, 3), torch.randn(3, 3).half())
+    op(torch.randn(3, 3, device="meta"), torch.randn(3, 3, device="meta").half())  # ... the meta one does not
+    report = dd.check(M(), ("3x3", "float32"), dtype="float16")
+    assert report.errors and report.errors[0].location.file.endswith("test_check.py")

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..autocast_table import FP32, casting_devices
+from ..autocast_table import FP32, PROMOTE, casting_devices
 from ..autocast_table import LOW as LOW_POLICY
 
 LOW = (torch.float16, torch.bfloat16)
@@ -426,3 +426,32 @@ def _table() -> dict[Any, Contract]:
 
 
 CONTRACTS: dict[Any, Contract] = _table()
+
+
+def register(*funcs: Any, contract: Contract) -> Contract:
+    """Give these torch functions (and Tensor methods) a contract; watch and check read CONTRACTS."""
+    for func in funcs:
+        CONTRACTS[func] = contract
+    return contract
+
+
+def _autocasts(name: str) -> frozenset[str]:
+    """Devices whose autocast casts every floating operand of `name` itself (to any one dtype)."""
+    return _ac(name) | casting_devices(name, FP32) | casting_devices(name, PROMOTE)
+
+
+# ops whose meta kernels skip the dtype check their CPU/CUDA kernels make (probed on torch 2.13)
+register(
+    torch.mv, torch.Tensor.mv, contract=_c("mv", _MM, "input:input", "vec:other", autocast=_autocasts("mv"))
+)
+register(
+    torch.addmv,
+    torch.Tensor.addmv,
+    contract=_c("addmv", _MM, "input:bias", "mat:input", "vec:other", autocast=_autocasts("addmv")),
+)
+register(torch.cdist, contract=_c("cdist", _MM, "x1:input", "x2:other", autocast=_autocasts("cdist")))
+register(
+    torch.cross,
+    torch.Tensor.cross,
+    contract=_c("cross", "scalar-type-mismatch", "input:input", "other:other", autocast=_autocasts("cross")),
+)
