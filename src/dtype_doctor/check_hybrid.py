@@ -100,7 +100,7 @@ def _typical(t: torch.Tensor) -> torch.Tensor:
     """A real stand-in for a meta tensor whose values are read: True for bools, zeros otherwise."""
     if t.numel() > _MAX_MATERIALISE:
         raise RuntimeError(f"values of a {tuple(t.shape)} meta tensor are needed and too large to assume")
-    fill = True if t.dtype == torch.bool else 0
+    fill = True if t.dtype == torch.bool else 1  # a count or a length of one: a valid shape
     return torch.full(t.shape, fill, dtype=t.dtype)
 
 
@@ -223,7 +223,7 @@ def _dn(dtype: torch.dtype) -> str:
 
 def _read_text(t: torch.Tensor) -> str:
     shape = "x".join(map(str, t.shape)) or "scalar"
-    typical = "True (finite, all set)" if t.dtype == torch.bool else "0"
+    typical = "True (finite, all set)" if t.dtype == torch.bool else "1"
     return f"read the value of a {_dn(t.dtype)} {shape} computed on meta: assumed {typical}"
 
 
