@@ -181,6 +181,25 @@ def _list(contract: Contract, slots: list[Slot], context: torch.dtype | None) ->
     return Mismatch(expected, [s for s in fl if s.tensor.dtype != expected], contract.code)
 
 
+def under_autocast(
+    contract: Contract, slots: list[Slot], m: Mismatch, autocast: torch.dtype
+) -> Mismatch | None:
+    """What an enabled autocast makes of a mismatch: None where it casts every odd operand itself
+    (the contract's op is in the table for this device); mixed halves are an autocast-half-conflict."""
+    if slots[0].tensor.device.type in contract.autocast and all(s.tensor.is_floating_point() for s in m.odd):
+        return None
+    if any(s.tensor.dtype in LOW and s.tensor.dtype != autocast for s in _floating(slots)):
+        m.code = "autocast-half-conflict"
+    return m
+
+
+def list_under_autocast(floating: list[Slot], autocast: torch.dtype) -> Mismatch | None:
+    """cat/stack under autocast promote float32 with the autocast dtype, but a half of the other kind
+    fails in autocast's prioritize."""
+    bad = [s for s in floating if s.tensor.dtype in LOW and s.tensor.dtype != autocast]
+    return Mismatch(autocast, bad, "autocast-half-conflict") if bad else None
+
+
 @rule("norm")
 def _norm(contract: Contract, slots: list[Slot], context: torch.dtype | None = None) -> Mismatch | None:
     inp = next((s for s in slots if s.role == "input"), None)
