@@ -17,8 +17,7 @@ from torch import nn
 from ..errors import DtypeMismatchError
 from ..report import Report
 from . import findings as F
-from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, put
-from .contracts import list_under_autocast, under_autocast
+from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, list_under_autocast, put, under_autocast
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, op_name
