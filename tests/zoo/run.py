@@ -27,6 +27,11 @@ DTYPES = (torch.float16, torch.bfloat16)
 _DTYPE_ERROR = re.compile(r"dtype|scalar ?type|Half|BFloat16|same type|mixed dtype|ScalarType", re.IGNORECASE)
 
 
+def _line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+
+
 def failing_module(model: torch.nn.Module, exc: BaseException) -> str | None:
     """The qualified name of the innermost module of `model` in the traceback (independent of dtype-doctor:
     the deepest frame whose `self` is one of the model's modules)."""
@@ -46,7 +51,7 @@ def real_run(model: torch.nn.Module, kwargs: dict) -> tuple[str | None, str | No
         with torch.no_grad():
             model(**kwargs)
     except Exception as exc:
-        text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        text = f"{type(exc).__name__}: {_line(exc)}"
         return text[:300], failing_module(model, exc)
     return None, None
 
@@ -68,7 +73,7 @@ def run_one(name: str, dtype: torch.dtype, folder: Path) -> dict:
         model = models.build(name)
         clean = models.inputs(model, dtype)
     except Exception as exc:
-        out["skip"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        out["skip"] = f"{type(exc).__name__}: {_line(exc)}"[:300]
         return out
     real = models.load(model, dtype, folder)
     out["real"], out["real_module"] = real_run(real, clean)
