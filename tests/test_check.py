@@ -20,8 +20,7 @@ from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
 from dtype_doctor import tiny_models  # noqa: E402
-from dtype_doctor.check import mirror_on_meta  # noqa: E402
-from zoo.run import failing_module  # noqa: E402
+from dtype_doctor.check import mirror_on_meta, module_in_traceback  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,13 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def real_failure(model: nn.Module, *args, **kwargs) -> tuple[str, str]:
     """Run for real on CPU; return (message, qualified name of the innermost module that raised).
 
-    The oracle is independent of dtype-doctor (zoo.run.failing_module walks the traceback).
+    The oracle reads the traceback (the deepest frame whose `self` is one of the model's modules).
     """
     try:
         with torch.no_grad():
             model(*args, **kwargs)
     except RuntimeError as exc:
-        return str(exc), failing_module(model, exc)
+        return str(exc), module_in_traceback(exc.__traceback__, model)
     raise AssertionError("the real run did not fail")
 
 
@@ -338,11 +337,11 @@ def test_a_value_read_from_a_meta_activation_is_assumed_recorded_and_the_check_g
 
 
 def test_an_op_that_cannot_run_stops_the_dry_run_with_what_was_found():
-    report = dd.check(ReadsValues(strict=True), ("2x4", "float32"), dtype="float16")
+    report = dd.check(nn.Sequential(ReadsValues(strict=True)), ("2x4", "float32"), dtype="float16")
     assert report.codes() == ["matmul-dtype-mismatch", "check-incomplete"]
     stop = report.findings[1]
     assert stop.severity == dd.Severity.WARNING and "non-finite activation" in stop.message
-    assert stop.location.file.endswith("test_check.py")
+    assert stop.location.file.endswith("test_check.py") and stop.location.module == "0"
 
 
 def test_an_offloaded_model_is_checked_without_touching_its_weights(llama_config):

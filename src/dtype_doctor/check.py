@@ -244,7 +244,7 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
         with torch.no_grad(), session, emulate, hybrid() as log:
             model(*args, **kwargs)
     except Exception as exc:  # the dry run stopped: say where, keep what was found
-        report.add(_incomplete(exc))
+        report.add(_incomplete(exc, model))
     if log is not None and log.items:
         report.meta["assumptions"] = [vars(a) for a in log.items.values()]
         notes = report.meta.setdefault("notes", [])
@@ -260,14 +260,28 @@ def _fix_session(model: nn.Module, report: Report):
     return watch(model=model, mode="fix", report=report)
 
 
-def _incomplete(exc: BaseException) -> Finding:
+def _incomplete(exc: BaseException, model: nn.Module) -> Finding:
     frame = _user_frame(exc.__traceback__)
+    module = module_in_traceback(exc.__traceback__, model)
+    where = Location(module=module, file=frame[0], line=frame[1], function=frame[2]) if frame else None
     return catalog.finding(
         "check-incomplete",
         message=f"the dry run stopped at {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-        location=Location(file=frame[0], line=frame[1], function=frame[2]) if frame else None,
+        location=where if frame else Location(module=module),
         evidence=[Evidence(text=str(exc)[:500], source="meta dry run")],
     )
+
+
+def module_in_traceback(tb: Any, model: nn.Module) -> str | None:
+    """The innermost module of `model` in the traceback: the deepest frame whose `self` is one of them."""
+    names = {id(m): n for n, m in model.named_modules()}
+    found = None
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if id(owner) in names:
+            found = names[id(owner)]
+        tb = tb.tb_next
+    return found
 
 
 def _user_frame(tb) -> tuple[str, int, str] | None:

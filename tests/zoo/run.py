@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 import dtype_doctor as dd
+from dtype_doctor.check import module_in_traceback
 
 from . import models
 
@@ -32,19 +33,6 @@ def _line(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
 
 
-def failing_module(model: torch.nn.Module, exc: BaseException) -> str | None:
-    """The qualified name of the innermost module of `model` in the traceback (independent of dtype-doctor:
-    the deepest frame whose `self` is one of the model's modules)."""
-    names = {id(m): n for n, m in model.named_modules()}
-    tb, found = exc.__traceback__, None
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if id(owner) in names:
-            found = names[id(owner)]
-        tb = tb.tb_next
-    return found
-
-
 def real_run(model: torch.nn.Module, kwargs: dict) -> tuple[str | None, str | None]:
     """(None, None) when the real forward runs; else (message, innermost module of the model that raised)."""
     try:
@@ -52,7 +40,7 @@ def real_run(model: torch.nn.Module, kwargs: dict) -> tuple[str | None, str | No
             model(**kwargs)
     except Exception as exc:
         text = f"{type(exc).__name__}: {_line(exc)}"
-        return text[:300], failing_module(model, exc)
+        return text[:300], module_in_traceback(exc.__traceback__, model)
     return None, None
 
 
