@@ -3,7 +3,8 @@
 The model is mirrored on the `meta` device (structure, dtypes and names, no data) and run there under
 the contracts of `watch(mode="fix")`: meta kernels skip the dtype checks of linear/mm/addmm/norms/
 index_put, the contracts do not, and fix mode casts the odd operand so one pass lists every mismatch.
-The user's model is never modified.
+Integer and bool values (ids, masks, positions) stay real and are computed for real (check_hybrid.py),
+so code that reads them runs. The user's model is never modified.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def check(
 
     model_or_factory: a module (on any device: it is mirrored on meta, never modified) or a
     zero-argument factory (called under `torch.device("meta")`). dtype: the precision to check the
-    model in, converted on the mirror as `from_pretrained(torch_dtype=dtype)` would (the model's
-    `_keep_in_fp32_modules` and `keep_fp32` stay float32); None keeps the dtypes as they are.
+    model in, converted on the mirror as the model's loader would (check_convert.py: transformers'
+    `from_pretrained(dtype=)`, diffusers' `from_pretrained(torch_dtype=)`, else `.to(dtype)`; `keep_fp32`
+    modules stay float32 on top); None keeps the dtypes as they are.
     Inputs: real or meta tensors, specs like `("2x4x64x64", "float32")` or "2x4x64x64:float32",
     nested in lists/dicts, or any other value (passed as is). autocast: the dtype of an autocast the
     model will run under (its per-op casts are emulated).
