@@ -61,8 +61,10 @@ CPU: dict[str, str] = {
     **dict.fromkeys(("cat", "stack"), PROMOTE),
 }
 
-# device types whose autocast follows CUDA's lists (CUDA-like backends share autocast_mode.cpp's lists)
-_CUDA_LIKE = frozenset({"cuda", "xpu", "mps", "hpu", "mtia", "xla"})
+# device types whose autocast follows CUDA's lists (they share autocast_mode.cpp's lists); the other
+# accelerators' autocast is only known to run matmul-like ops low (their fp32 lists are their own)
+_CUDA_LIKE = frozenset({"cuda", "xpu", "mps"})
+_OTHER = frozenset({"hpu", "mtia", "xla"})
 _ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "__rpow__": "pow"}
 
 
@@ -77,9 +79,11 @@ def policy(device_type: str, func_or_name: Any) -> str | None:
     name = func_or_name if isinstance(func_or_name, str) else op_name(func_or_name)
     if device_type == "cpu":
         return CPU.get(name)
-    return CUDA.get(name) if device_type in _CUDA_LIKE else None
+    if device_type in _CUDA_LIKE:
+        return CUDA.get(name)
+    return LOW if device_type in _OTHER and CUDA.get(name) == LOW else None
 
 
 def casting_devices(name: str, kind: str) -> frozenset[str]:
     """Device types whose autocast gives `name` the policy `kind` (a contract's `autocast` field)."""
-    return frozenset(d for d in (*_CUDA_LIKE, "cpu") if policy(d, name) == kind)
+    return frozenset(d for d in (*_CUDA_LIKE, *_OTHER, "cpu") if policy(d, name) == kind)
