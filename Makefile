@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench zoo clean
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -25,6 +25,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py benchmarks/integrations.py; do $(PY) $$f || exit 1; done
+
+# every architecture the pinned transformers/diffusers build from a tiny config (long: ~30 min on 2 cores)
+zoo: $(STAMP)
+	cd tests && OMP_NUM_THREADS=1 ../$(PY) -m zoo.run --out ../zoo-results.jsonl
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -4,7 +4,10 @@ Shows (1) that a plain meta forward of the same model reports nothing (meta line
 do not check dtypes), (2) that `check` finds the mismatch at the op and module a real run fails on,
 (3) the time of the check itself against the plain meta forward, and the peak RSS of the process.
 
-    PYTHONPATH=src python benchmarks/bench_check_llama7b.py [--seq 2048] [--repeat 5]
+    PYTHONPATH=src python benchmarks/bench_check_llama7b.py [--shape 7b|70b] [--seq 2048] [--repeat 5]
+
+--shape 70b: Llama-2-70B's shape (80 layers, hidden 8192, intermediate 28672, 64 heads, GQA with 8
+key/value heads); budget 5 s.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ from dtype_doctor.check import mirror_on_meta
 LLAMA_7B = dict(
     hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=32000
 )
+LLAMA_70B = dict(
+    hidden_size=8192,
+    intermediate_size=28672,
+    num_hidden_layers=80,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    vocab_size=32000,
+)
+SHAPES = {"7b": LLAMA_7B, "70b": LLAMA_70B}
 
 
 def peak_rss_mb() -> float:
@@ -31,16 +43,18 @@ def peak_rss_mb() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="7b")
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
     t0 = time.perf_counter()
     with torch.device("meta"):
-        model = LlamaForCausalLM(LlamaConfig(**LLAMA_7B))
+        model = LlamaForCausalLM(LlamaConfig(**SHAPES[args.shape]))
+    hidden = SHAPES[args.shape]["hidden_size"]
     build = time.perf_counter() - t0
     params = sum(p.numel() for p in model.parameters())
-    embeds = torch.empty(1, args.seq, 4096, device="meta")  # float32
+    embeds = torch.empty(1, args.seq, hidden, device="meta")  # float32
 
     plain_model = mirror_on_meta(model).half()
     plain_times, check_times, check_cpu = [], [], []
@@ -57,8 +71,10 @@ def main() -> None:
 
     plain, checked = statistics.median(plain_times), statistics.median(check_times)
     first = next(f for f in report.findings if f.severity == dd.Severity.ERROR)
-    print(f"model: Llama-7B shape on meta, {params / 1e9:.2f} B parameters, built in {build:.2f} s")
-    print(f"input: inputs_embeds 1x{args.seq}x4096 float32 into a float16 model")
+    print(
+        f"model: Llama-{args.shape.upper()} shape on meta, {params / 1e9:.2f} B parameters, built in {build:.2f} s"
+    )
+    print(f"input: inputs_embeds 1x{args.seq}x{hidden} float32 into a float16 model")
     print("plain meta forward: no error, 0 findings")
     print(
         f"check: {len(report.errors)} error findings ({sum(f.count for f in report.errors)} mismatches), "

@@ -20,7 +20,7 @@ from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
 import tiny_models  # noqa: E402
-from dtype_doctor.check import mirror_on_meta  # noqa: E402
+from dtype_doctor.check import mirror_on_meta, module_in_traceback  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,21 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def real_failure(model: nn.Module, *args, **kwargs) -> tuple[str, str]:
     """Run for real on CPU; return (message, qualified name of the innermost module that raised).
 
-    The oracle is independent of dtype-doctor: it walks the traceback for the deepest frame whose
-    `self` is one of the model's modules.
+    The oracle reads the traceback (the deepest frame whose `self` is one of the model's modules).
     """
-    names = {id(m): n for n, m in model.named_modules()}
     try:
         with torch.no_grad():
             model(*args, **kwargs)
     except RuntimeError as exc:
-        tb, found = exc.__traceback__, None
-        while tb is not None:
-            owner = tb.tb_frame.f_locals.get("self")
-            if id(owner) in names:
-                found = names[id(owner)]
-            tb = tb.tb_next
-        return str(exc), found
+        return str(exc), module_in_traceback(exc.__traceback__, model)
     raise AssertionError("the real run did not fail")
 
 
@@ -318,24 +310,38 @@ def test_cli_check_config_that_is_not_a_model(workdir, capsys, monkeypatch):
     assert "'DDPMScheduler' is not a diffusers model class" in err and len(err.strip().splitlines()) == 1
 
 
-def test_an_op_meta_cannot_run_stops_the_dry_run_with_what_was_found():
-    class ReadsValues(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = nn.Linear(4, 4)
-            self.b = nn.Linear(4, 4)
+class ReadsValues(nn.Module):
+    def __init__(self, strict: bool = False):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        self.strict = strict
 
-        def forward(self, x):
-            x = self.a(x)
-            if x.sum().item() > 0:  # data-dependent: impossible on meta
-                x = x * 2
-            return self.b(x)
+    def forward(self, x):
+        x = self.a(x)
+        if self.strict:
+            assert not torch.isfinite(x).all(), "this model wants a non-finite activation"
+        if torch.isfinite(x).all():  # reads an activation's value: impossible on meta, assumed
+            x = x * 2
+        return self.b(x)
 
+
+def test_a_value_read_from_a_meta_activation_is_assumed_recorded_and_the_check_goes_on():
     report = dd.check(ReadsValues(), ("2x4", "float32"), dtype="float16")
+    assert report.codes() == ["matmul-dtype-mismatch"]
+    (assumed,) = report.meta["assumptions"]
+    assert assumed["file"].endswith("test_check.py") and assumed["op"] == "item() / bool(tensor)"
+    assert "bool scalar computed on meta: assumed True" in assumed["what"]
+    line = Path(assumed["file"]).read_text().splitlines()[assumed["line"] - 1]
+    assert "if torch.isfinite(x).all()" in line
+
+
+def test_an_op_that_cannot_run_stops_the_dry_run_with_what_was_found():
+    report = dd.check(nn.Sequential(ReadsValues(strict=True)), ("2x4", "float32"), dtype="float16")
     assert report.codes() == ["matmul-dtype-mismatch", "check-incomplete"]
     stop = report.findings[1]
-    assert stop.severity == dd.Severity.WARNING and "meta" in stop.message
-    assert stop.location.file.endswith("test_check.py")
+    assert stop.severity == dd.Severity.WARNING and "non-finite activation" in stop.message
+    assert stop.location.file.endswith("test_check.py") and stop.location.module == "0"
 
 
 def test_an_offloaded_model_is_checked_without_touching_its_weights(llama_config):
@@ -432,3 +438,62 @@ def test_integer_timesteps_of_a_diffusers_unet_stay_clean():
     )  # fmt: skip
     report = dd.check(unet, ("1x3x8x8", "float16"), ("1", "int64"))
     assert report.errors == [] and "check-incomplete" not in report.codes()
+
+
+def test_cli_input_origin_names_the_flag_not_the_launcher(workdir, capsys, monkeypatch):
+    args = ("check", "models.py:two_layers", "--dtype", "float16", "--input", "4x8:float32", "--json")
+    _, out, _ = cli_in_process(capsys, monkeypatch, workdir, *args)
+    report = json.loads(out)
+    origin = report["findings"][0]["operands"][0]["origin"]
+    assert origin["kind"] == "input" and origin["file"] == "--input 4x8:float32" and origin["line"] is None
+    assert report["meta"]["loaded_as"] == "model.to(float16)"
+    args = ("check", "models.py:two_layers", "--dtype", "float16", "--input", "4x8:float32", "--no-color")
+    _code, out, _err = cli_in_process(capsys, monkeypatch, workdir, *args)
+    assert "model input 'input' (--input 4x8:float32)" in out and "loaded as: model.to(float16)" in out
+    assert "dtype-doctor:" not in out.replace("dtype-doctor check:", "")
+
+
+def test_api_input_origin_is_the_line_that_called_check(llama_config):
+    model = transformers.LlamaForCausalLM(llama_config)
+    report = dd.check(model, inputs_embeds=("1x4x64", "float32"), dtype="float16")
+    origin = first_error(report).operands[0].origin
+    while origin.kind != "input" and origin.chain:
+        origin = origin.chain[-1]
+    assert origin.kind == "input" and origin.file.endswith("test_check.py")
+    assert "dd.check(model" in Path(ROOT / "tests/test_check.py").read_text().splitlines()[origin.line - 1]
+    assert report.meta["loaded_as"] == "transformers from_pretrained(dtype=float16)"
+
+
+def test_moe_grouped_mm_meta_gap_is_a_note_not_the_users_bug():
+    from zoo import models
+
+    model = models.build("mixtral")
+    report = dd.check(model, dtype=torch.float16, **models.inputs(model, torch.float16))
+    assert report.findings == []
+    (note,) = [n for n in report.meta["notes"] if "grouped_mm" in n]
+    assert "its meta kernel rejects float16; checked as if it accepts it" in note and "moe.py:" in note
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: torch.mv(a, b[0]),
+        lambda a, b: torch.cdist(a, b),
+        lambda a, b: torch.cross(a, b, dim=1),
+    ],
+    ids=["mv", "cdist", "cross"],
+)
+def test_registered_contracts_catch_what_meta_kernels_let_through(op):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3, 3))
+
+        def forward(self, x):
+            return op(x, self.w)
+
+    with pytest.raises(RuntimeError):  # the real CPU op fails ...
+        op(torch.randn(3, 3), torch.randn(3, 3).half())
+    op(torch.randn(3, 3, device="meta"), torch.randn(3, 3, device="meta").half())  # ... the meta one does not
+    report = dd.check(M(), ("3x3", "float32"), dtype="float16")
+    assert report.errors and report.errors[0].location.file.endswith("test_check.py")

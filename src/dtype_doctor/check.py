@@ -3,29 +3,34 @@
 The model is mirrored on the `meta` device (structure, dtypes and names, no data) and run there under
 the contracts of `watch(mode="fix")`: meta kernels skip the dtype checks of linear/mm/addmm/norms/
 index_put, the contracts do not, and fix mode casts the odd operand so one pass lists every mismatch.
-The user's model is never modified.
+Integer and bool values (ids, masks, positions) stay real and are computed for real (check_hybrid.py),
+so code that reads them runs. The user's model is never modified.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from . import catalog
+from . import autocast_table, catalog
 from ._callable import make_callable
 from .audit import autocast_findings, autocast_of, module_pattern
+from .check_convert import convert_like_loader
+from .check_hybrid import hybrid
 from .dtypes import canonical
 from .errors import DoctorError
-from .fix import convert
 from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
-from .policy import KeepPattern, dtype_name, map_tensors, select, to_torch_dtype
+from .policy import KeepPattern, dtype_name, iter_tensors, map_tensors, select, to_torch_dtype
 from .report import Evidence, Finding, Location, Report, Severity
+from .watch.provenance import short_path
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
 
@@ -38,14 +43,16 @@ def check(
     dtype: torch.dtype | str | None = torch.float16,
     keep_fp32: Iterable[KeepPattern] = (),
     autocast: torch.dtype | str | None = None,
+    input_flags: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> Report:
     """Dry-run `model(*example_inputs, **kwargs)` on meta and report every dtype mismatch.
 
     model_or_factory: a module (on any device: it is mirrored on meta, never modified) or a
     zero-argument factory (called under `torch.device("meta")`). dtype: the precision to check the
-    model in, converted on the mirror as `from_pretrained(torch_dtype=dtype)` would (the model's
-    `_keep_in_fp32_modules` and `keep_fp32` stay float32); None keeps the dtypes as they are.
+    model in, converted on the mirror as the model's loader would (check_convert.py: transformers'
+    `from_pretrained(dtype=)`, diffusers' `from_pretrained(torch_dtype=)`, else `.to(dtype)`; `keep_fp32`
+    modules stay float32 on top); None keeps the dtypes as they are.
     Inputs: real or meta tensors, specs like `("2x4x64x64", "float32")` or "2x4x64x64:float32",
     nested in lists/dicts, or any other value (passed as is). autocast: the dtype of an autocast the
     model will run under (its per-op casts are emulated).
@@ -59,7 +66,9 @@ def check(
     keep_fp32 = tuple(keep_fp32)
     check_keep_fp32(model, keep_fp32)
     mirror = mirror_on_meta(model)
-    kept = [name for name, _ in convert(mirror, dtype, keep_fp32, loading=True)] if dtype is not None else []
+    kept, loaded_as = (
+        convert_like_loader(mirror, to_torch_dtype(dtype), keep_fp32) if dtype is not None else ([], None)
+    )
     # an autocast given, or the one accelerate's prepare() wrapped around forward
     autocast = dtype_name(to_torch_dtype(autocast)) if autocast is not None else autocast_of(model)
     report = Report(tool="check")
@@ -68,16 +77,21 @@ def check(
             "model": type(model).__name__,
             "dtype": dtype_name(to_torch_dtype(dtype)) if dtype is not None else None,
             "kept_fp32": kept,
+            "loaded_as": loaded_as,
             "autocast": autocast,
             "inputs": _describe_inputs(args, kw),
         }
     )
+    if loaded_as is not None:
+        report.meta["notes"] = [f"loaded as: {loaded_as}"]
     from .audit import dtype_map
 
     report.meta["dtype_map"] = dtype_map(mirror)  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
     _dry_run(mirror, args, kw, report, autocast)
+    if input_flags is not None:
+        name_cli_inputs(report, input_flags, _outer_files())
     fold_repeats(report)
     first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
     if first is not None and first.location is not None:
@@ -121,6 +135,8 @@ def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    if not (t.is_meta or t.is_floating_point() or t.is_complex() or isinstance(t, nn.Parameter)):
+        return t.detach().to("cpu", copy=True)  # ids, positions, masks: small, and the model may read them
     meta = torch.empty_like(t, device="meta")
     if isinstance(t, nn.Parameter):
         return nn.Parameter(meta, requires_grad=t.requires_grad)
@@ -165,22 +181,32 @@ def _drop_offload_hooks(mirror: nn.Module) -> None:
             vars(module).pop("forward", None)
 
 
-def meta_inputs(value: Any) -> Any:
-    """Inputs as meta tensors: real tensors become meta twins, specs become meta tensors."""
+def meta_inputs(value: Any, name: str = "") -> Any:
+    """Inputs for the dry run: floating tensors and specs become meta tensors; integer and bool
+    tensors (ids, masks, positions) stay real on CPU, as the model may read their values."""
     if isinstance(value, TensorSpec):
-        return torch.empty(value.shape, dtype=getattr(torch, value.dtype), device="meta")
+        dtype = getattr(torch, value.dtype)
+        if dtype.is_floating_point or dtype.is_complex:
+            return torch.empty(value.shape, dtype=dtype, device="meta")
+        if "mask" in (value.name or name):  # a made-up mask keeps every position
+            return torch.ones(value.shape, dtype=dtype)
+        return value.make()
     if isinstance(value, str) and _SPEC_TEXT.match(value):
-        return meta_inputs(parse_input(value))
+        return meta_inputs(parse_input(value), name)
     if _is_spec_tuple(value):
-        return meta_inputs(spec_from_tuple(value))
+        return meta_inputs(spec_from_tuple(value), name)
     if isinstance(value, torch.Tensor):
-        return value if value.is_meta else torch.empty_like(value, device="meta")
+        if value.is_meta:
+            return value
+        if value.is_floating_point() or value.is_complex():
+            return torch.empty_like(value, device="meta")
+        return value.detach().to("cpu")
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
         return type(value)(*(meta_inputs(v) for v in value))
     if isinstance(value, (list, tuple)):
         return type(value)(meta_inputs(v) for v in value)
     if isinstance(value, Mapping):  # dicts, and BatchEncoding-like mappings
-        return {k: meta_inputs(v) for k, v in value.items()}
+        return {k: meta_inputs(v, str(k)) for k, v in value.items()}
     return value
 
 
@@ -209,13 +235,21 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
     session = _fix_session(model, report)
     # entered after watch, so it sees each call first: the contracts get the autocast dtypes
     emulate = (
-        _AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
+        AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
     )
+    log = None
     try:
-        with torch.no_grad(), session, emulate:
+        with torch.no_grad(), session, emulate, hybrid() as log:
             model(*args, **kwargs)
     except Exception as exc:  # the dry run stopped: say where, keep what was found
-        report.add(_incomplete(exc))
+        report.add(_incomplete(exc, model))
+    if log is not None and log.items:
+        report.meta["assumptions"] = [vars(a) for a in log.items.values()]
+        notes = report.meta.setdefault("notes", [])
+        for a in log.items.values():
+            where = f" at {short_path(a.file)}:{a.line}" if a.file else ""
+            times = f" (x{a.count})" if a.count > 1 else ""
+            notes.append(f"assumed: {a.op}{where}: {a.what}{times}")
 
 
 def _fix_session(model: nn.Module, report: Report):
@@ -224,14 +258,28 @@ def _fix_session(model: nn.Module, report: Report):
     return watch(model=model, mode="fix", report=report)
 
 
-def _incomplete(exc: BaseException) -> Finding:
+def _incomplete(exc: BaseException, model: nn.Module) -> Finding:
     frame = _user_frame(exc.__traceback__)
+    module = module_in_traceback(exc.__traceback__, model)
+    where = Location(module=module, file=frame[0], line=frame[1], function=frame[2]) if frame else None
     return catalog.finding(
         "check-incomplete",
         message=f"the dry run stopped at {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-        location=Location(file=frame[0], line=frame[1], function=frame[2]) if frame else None,
+        location=where if frame else Location(module=module),
         evidence=[Evidence(text=str(exc)[:500], source="meta dry run")],
     )
+
+
+def module_in_traceback(tb: Any, model: nn.Module) -> str | None:
+    """The innermost module of `model` in the traceback: the deepest frame whose `self` is one of them."""
+    names = {id(m): n for n, m in model.named_modules()}
+    found = None
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if id(owner) in names:
+            found = names[id(owner)]
+        tb = tb.tb_next
+    return found
 
 
 def _user_frame(tb) -> tuple[str, int, str] | None:
@@ -246,28 +294,28 @@ def _user_frame(tb) -> tuple[str, int, str] | None:
     return found
 
 
-class _AutocastEmulation(torch.overrides.TorchFunctionMode):
+class AutocastEmulation(torch.overrides.TorchFunctionMode):
     """Autocast's per-op casts, applied to meta tensors (autocast has no meta dispatch key).
 
-    CUDA's policy: matmul-like ops run in the autocast dtype, norms and softmax in float32; the
-    cast happens before the op reaches the watch contracts, as it does on a GPU.
+    The policy is `autocast_table`'s for `device_type` (CUDA by default: users check before renting
+    a GPU); the cast happens before the op reaches the watch contracts, as it does on a GPU.
     """
 
-    def __init__(self, dtype: torch.dtype) -> None:
+    def __init__(self, dtype: torch.dtype, device_type: str = "cuda") -> None:
         super().__init__()
         self.dtype = dtype
-        F = torch.nn.functional
-        low = [F.linear, torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, torch.einsum]
-        low += [F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d]
-        low += [F.scaled_dot_product_attention, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm]
-        low += [torch.Tensor.bmm]
-        fp32 = [F.layer_norm, F.group_norm, F.softmax, F.log_softmax, torch.softmax, torch.Tensor.softmax]
-        fp32 += [F.rms_norm, torch.exp, torch.log, torch.pow, torch.cumsum, torch.sum, torch.prod]
-        self.policy = {**dict.fromkeys(low, dtype), **dict.fromkeys(fp32, torch.float32)}
+        self.device_type = device_type
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        target = self.policy.get(func)
+        kind = autocast_table.policy(self.device_type, func)
+        if kind is None:
+            return func(*args, **kwargs)
+        if kind == autocast_table.PROMOTE:
+            floats = [t.dtype for t in iter_tensors((args, kwargs)) if t.is_floating_point()]
+            target = functools.reduce(torch.promote_types, floats) if floats else None
+        else:
+            target = self.dtype if kind == autocast_table.LOW else torch.float32
         if target is not None:
 
             def cast(t: torch.Tensor) -> torch.Tensor:
@@ -275,6 +323,44 @@ class _AutocastEmulation(torch.overrides.TorchFunctionMode):
 
             args, kwargs = map_tensors(args, cast), map_tensors(kwargs, cast)
         return func(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- origins on the command line
+
+
+def _outer_files() -> set[str]:
+    """Files of the frames that called check (for the CLI: the launcher, cli.py, the command)."""
+    from .watch.provenance import short_path
+
+    out, frame = set(), sys._getframe(1)
+    while frame is not None:
+        out.add(short_path(frame.f_code.co_filename))
+        frame = frame.f_back
+    return out
+
+
+def name_cli_inputs(report: Report, flags: Mapping[str, str], outer: set[str]) -> None:
+    """Inputs made from `--input` flags were born in the launcher: name the flag instead, and drop
+    op locations that only reach the launcher (a model of torch modules has no line of its own)."""
+
+    def fix(origin: Any) -> None:
+        if origin is None:
+            return
+        if origin.file in outer:
+            if origin.kind == "input":
+                origin.file, origin.line = flags.get(origin.name or "", "--input"), None
+            else:
+                origin.file, origin.line = None, None
+        for parent in origin.chain:
+            fix(parent)
+        origin.chain = [o for o in origin.chain if not (o.kind == "call" and o.file is None)]
+
+    for finding in report.findings:
+        loc = finding.location
+        if loc is not None and loc.file in outer:
+            loc.file, loc.line, loc.function = None, None, None
+        for operand in finding.operands:
+            fix(operand.origin)
 
 
 # ---------------------------------------------------------------- folding repeats

@@ -65,7 +65,7 @@ class Origin:
         if self.module:
             text += f" in module '{self.module}'"
         if self.file:
-            text += f" at {self.file}:{self.line}"
+            text += f" at {self.file}:{self.line}" if self.line is not None else f" ({self.file})"
         return text
 
 

@@ -44,6 +44,25 @@ def dtype_options(args: argparse.Namespace) -> tuple[str | None, str | None]:
     return dtype, autocast
 
 
+def input_flags(model: object, texts: list[str]) -> dict[str, str]:
+    """Input name → the `--input` flag that made it (positional inputs named by forward's signature)."""
+    import inspect
+
+    try:
+        names = [n for n in inspect.signature(model.forward).parameters if n != "self"]  # type: ignore[attr-defined]
+    except (TypeError, ValueError, AttributeError):
+        names = []
+    out, position = {}, 0
+    for text in texts:
+        name, eq, _ = text.partition("=")
+        if eq and name.isidentifier():
+            out[name] = f"--input {text}"
+        else:
+            out[names[position] if position < len(names) else f"args[{position}]"] = f"--input {text}"
+            position += 1
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from ..loading import split_inputs
 
@@ -56,11 +75,21 @@ def run(args: argparse.Namespace) -> int:
 
     model = build_on_meta(factory)
     refuse_lazy(model)
+    flags = input_flags(model, args.input)
     if not positional and not named:
         named = default_inputs(model, dtype)
         if named is None:
             raise DoctorError(f"no --input given and no default inputs known for {type(model).__name__}")
-    report = check(model, *positional, dtype=dtype, keep_fp32=args.keep_fp32, autocast=autocast, **named)
+        flags = dict.fromkeys(named, "a default input (no --input given)")
+    report = check(
+        model,
+        *positional,
+        dtype=dtype,
+        keep_fp32=args.keep_fp32,
+        autocast=autocast,
+        input_flags=flags,
+        **named,
+    )
     emit(report, args)
     incomplete = "check-incomplete" in report.codes()  # not clean: part of forward was not checked
     return EXIT_FINDINGS if report.errors or incomplete else EXIT_OK

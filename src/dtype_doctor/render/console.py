@@ -49,6 +49,8 @@ def renderable(report: Report, verbose: bool = False) -> Group:
 def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
     """The sections' tables first (dispatched on their type), then the findings and a summary."""
     report = lift_meta_sections(report)
+    for note in report.meta.get("notes", ()):  # how check loaded the model, what values it assumed
+        yield Text(str(note), style="dim")
     for section in report.sections:
         yield from section_renderables(section, wide=verbose)
     if not report.findings:

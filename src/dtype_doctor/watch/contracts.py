@@ -8,16 +8,17 @@ the dtype the op needs. The rules follow what each op does on torch 2.13, probed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from ..autocast_table import FP32, PROMOTE, casting_devices
+from ..autocast_table import LOW as LOW_POLICY
+
 LOW = (torch.float16, torch.bfloat16)
-_ALL_DEVICES = frozenset({"cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla"})
-# autocast on these device types puts norms in its fp32 list; CPU autocast leaves them alone
-_NORM_AUTOCAST = frozenset({"cuda", "xpu", "mps"})
 
 
 @dataclass(frozen=True)
@@ -119,48 +120,88 @@ def _pick(slots: list[Slot], ref: str | None, context: torch.dtype | None) -> to
     return dtypes[0]
 
 
+RULES: dict[str, Callable[[Contract, list[Slot], torch.dtype | None], Mismatch | None]] = {}
+
+
+def rule(name: str) -> Callable:
+    """Register a rule function under `name` (a Contract's `rule`), as flop_counter registers formulas."""
+
+    def deco(fn: Callable) -> Callable:
+        RULES[name] = fn
+        return fn
+
+    return deco
+
+
 def evaluate(contract: Contract, slots: list[Slot], context: torch.dtype | None) -> Mismatch | None:
     """The operands that break the contract, or None. Never reads tensor data (works on meta)."""
-    rule = contract.rule
-    if rule == "same" or rule == "indexed":
-        fl = _floating(slots)
-        # matmul/conv/lerp: an integer, bool or complex operand next to a floating one fails as surely
-        # as float16 next to float32 (index ops take integer indices, which are not operands here)
-        data = slots if rule == "same" and fl else fl
-        if len(data) < 2 or all(s.tensor.dtype == data[0].tensor.dtype for s in data):
-            return None
-        expected = _pick(fl, contract.ref, context)
-        odd = [s for s in data if s.tensor.dtype != expected]
-        code = contract.code
-        if contract.bias_code:
-            dt = {s.role: s.tensor.dtype for s in data}
-            inp = dt.get("input")
-            if "bias" in dt and inp != dt["bias"] and (inp is None or inp.is_floating_point):
-                code = contract.bias_code
-        return Mismatch(expected, odd, code)
-    if rule == "norm":
-        return _norm(contract, slots)
-    if rule == "attention":
-        return _attention(contract, slots, context)
-    if rule == "indices":
-        idx = next((s for s in slots if s.role == "indices"), None)
-        if idx is not None and idx.tensor.dtype not in (torch.int64, torch.int32):
-            return Mismatch(torch.int64, [idx], contract.code)
+    try:
+        fn = RULES[contract.rule]
+    except KeyError:
+        raise ValueError(f"unknown contract rule {contract.rule!r}") from None
+    return fn(contract, slots, context)
+
+
+@rule("same")
+@rule("indexed")
+def _same(contract: Contract, slots: list[Slot], context: torch.dtype | None) -> Mismatch | None:
+    fl = _floating(slots)
+    # matmul/conv/lerp: an integer, bool or complex operand next to a floating one fails as surely
+    # as float16 next to float32 (index ops take integer indices, which are not operands here)
+    data = slots if contract.rule == "same" and fl else fl
+    if len(data) < 2 or all(s.tensor.dtype == data[0].tensor.dtype for s in data):
         return None
-    if rule == "setitem":
-        return _setitem(contract, slots)
-    if rule == "list":
-        fl = _floating(slots)
-        if len(fl) < 2 or all(s.tensor.dtype == fl[0].tensor.dtype for s in fl):
-            return None
-        low = [s.tensor.dtype for s in fl if s.tensor.dtype in LOW]
-        expected = context if context is not None and context in {s.tensor.dtype for s in fl} else None
-        expected = expected or (low[0] if low else fl[0].tensor.dtype)
-        return Mismatch(expected, [s for s in fl if s.tensor.dtype != expected], contract.code)
-    raise ValueError(f"unknown contract rule {rule!r}")
+    expected = _pick(fl, contract.ref, context)
+    odd = [s for s in data if s.tensor.dtype != expected]
+    code = contract.code
+    if contract.bias_code:
+        dt = {s.role: s.tensor.dtype for s in data}
+        inp = dt.get("input")
+        if "bias" in dt and inp != dt["bias"] and (inp is None or inp.is_floating_point):
+            code = contract.bias_code
+    return Mismatch(expected, odd, code)
 
 
-def _norm(contract: Contract, slots: list[Slot]) -> Mismatch | None:
+@rule("indices")
+def _indices(contract: Contract, slots: list[Slot], context: torch.dtype | None) -> Mismatch | None:
+    idx = next((s for s in slots if s.role == "indices"), None)
+    if idx is not None and idx.tensor.dtype not in (torch.int64, torch.int32):
+        return Mismatch(torch.int64, [idx], contract.code)
+    return None
+
+
+@rule("list")
+def _list(contract: Contract, slots: list[Slot], context: torch.dtype | None) -> Mismatch | None:
+    fl = _floating(slots)
+    if len(fl) < 2 or all(s.tensor.dtype == fl[0].tensor.dtype for s in fl):
+        return None
+    low = [s.tensor.dtype for s in fl if s.tensor.dtype in LOW]
+    expected = context if context is not None and context in {s.tensor.dtype for s in fl} else None
+    expected = expected or (low[0] if low else fl[0].tensor.dtype)
+    return Mismatch(expected, [s for s in fl if s.tensor.dtype != expected], contract.code)
+
+
+def under_autocast(
+    contract: Contract, slots: list[Slot], m: Mismatch, autocast: torch.dtype
+) -> Mismatch | None:
+    """What an enabled autocast makes of a mismatch: None where it casts every odd operand itself
+    (the contract's op is in the table for this device); mixed halves are an autocast-half-conflict."""
+    if slots[0].tensor.device.type in contract.autocast and all(s.tensor.is_floating_point() for s in m.odd):
+        return None
+    if any(s.tensor.dtype in LOW and s.tensor.dtype != autocast for s in _floating(slots)):
+        m.code = "autocast-half-conflict"
+    return m
+
+
+def list_under_autocast(floating: list[Slot], autocast: torch.dtype) -> Mismatch | None:
+    """cat/stack under autocast promote float32 with the autocast dtype, but a half of the other kind
+    fails in autocast's prioritize."""
+    bad = [s for s in floating if s.tensor.dtype in LOW and s.tensor.dtype != autocast]
+    return Mismatch(autocast, bad, "autocast-half-conflict") if bad else None
+
+
+@rule("norm")
+def _norm(contract: Contract, slots: list[Slot], context: torch.dtype | None = None) -> Mismatch | None:
     inp = next((s for s in slots if s.role == "input"), None)
     params = [s for s in slots if s.role in ("weight", "bias") and s.tensor.is_floating_point()]
     if inp is None or not params:
@@ -178,6 +219,7 @@ def _norm(contract: Contract, slots: list[Slot]) -> Mismatch | None:
     return Mismatch(pdt, [inp], contract.code)
 
 
+@rule("attention")
 def _attention(contract: Contract, slots: list[Slot], context: torch.dtype | None) -> Mismatch | None:
     qkv = [s for s in slots if s.role in ("query", "key", "value")]
     if not qkv:
@@ -192,7 +234,8 @@ def _attention(contract: Contract, slots: list[Slot], context: torch.dtype | Non
     return None
 
 
-def _setitem(contract: Contract, slots: list[Slot]) -> Mismatch | None:
+@rule("setitem")
+def _setitem(contract: Contract, slots: list[Slot], context: torch.dtype | None = None) -> Mismatch | None:
     dst = next((s for s in slots if s.role == "destination"), None)
     val = next((s for s in slots if s.role == "value"), None)
     if dst is None or val is None or val.tensor.dtype == dst.tensor.dtype:
@@ -212,22 +255,36 @@ def _c(op: str, code: str, *params: str, **kw: Any) -> Contract:
 
 def _norm_contract(op: str, *params: str) -> Contract:
     """A normalisation op's contract: the input, then the op's own parameters (weight, bias ...)."""
-    return _c(op, _NORM, "input:input", *params, rule="norm", autocast=_NORM_AUTOCAST, module_op=True)
+    # autocast puts norms in its fp32 list on CUDA-like devices; CPU autocast leaves them alone
+    autocast = casting_devices(op, FP32)
+    return _c(op, _NORM, "input:input", *params, rule="norm", autocast=autocast, module_op=True)
 
 
 _MM = "matmul-dtype-mismatch"
-_AC = _ALL_DEVICES
+
+
+def _ac(name: str) -> frozenset[str]:
+    """The device types whose autocast casts this op's operands to its low dtype itself."""
+    return casting_devices(name, LOW_POLICY)
+
 
 LINEAR = _c(
-    "F.linear", _MM, "input:input", "weight:weight", "bias:bias", ref="weight", autocast=_AC, module_op=True
+    "F.linear",
+    _MM,
+    "input:input",
+    "weight:weight",
+    "bias:bias",
+    ref="weight",
+    autocast=_ac("linear"),
+    module_op=True,
 )
-ADDMM = _c("addmm", _MM, "input:bias", "mat1:input", "mat2:weight", ref="weight", autocast=_AC)
-MM = _c("mm", _MM, "input:input", "mat2:other", autocast=_AC)
-MATMUL = _c("matmul", _MM, "input:input", "other:other", autocast=_AC)
-BMM = _c("bmm", _MM, "input:input", "mat2:other", autocast=_AC)
-BADDBMM = _c("baddbmm", _MM, "input:bias", "batch1:batch1", "batch2:batch2", autocast=_AC)
+ADDMM = _c("addmm", _MM, "input:bias", "mat1:input", "mat2:weight", ref="weight", autocast=_ac("addmm"))
+MM = _c("mm", _MM, "input:input", "mat2:other", autocast=_ac("mm"))
+MATMUL = _c("matmul", _MM, "input:input", "other:other", autocast=_ac("matmul"))
+BMM = _c("bmm", _MM, "input:input", "mat2:other", autocast=_ac("bmm"))
+BADDBMM = _c("baddbmm", _MM, "input:bias", "batch1:batch1", "batch2:batch2", autocast=_ac("baddbmm"))
 DOT = _c("dot", _MM, "input:input", "tensor:other")
-EINSUM = _c("einsum", _MM, "equation", varargs=True, autocast=_AC)
+EINSUM = _c("einsum", _MM, "equation", varargs=True, autocast=_ac("einsum"))
 
 
 def _conv(name: str) -> Contract:
@@ -238,7 +295,7 @@ def _conv(name: str) -> Contract:
         "weight:weight",
         "bias:bias",
         ref="weight",
-        autocast=_AC,
+        autocast=_ac(name),
         bias_code="conv-bias-dtype-mismatch",
         module_op=True,
     )
@@ -255,7 +312,7 @@ def _table() -> dict[Any, Contract]:
         t[f] = MM
     for f in (torch.matmul, T.matmul, T.__matmul__):
         t[f] = MATMUL
-    t[T.__rmatmul__] = _c("matmul", _MM, "self:other", "other:input", autocast=_AC)
+    t[T.__rmatmul__] = _c("matmul", _MM, "self:other", "other:input", autocast=_ac("matmul"))
     for f in (torch.bmm, T.bmm):
         t[f] = BMM
     for f in (torch.baddbmm, T.baddbmm):
@@ -289,7 +346,7 @@ def _table() -> dict[Any, Contract]:
         "value:value",
         "attn_mask:mask",
         rule="attention",
-        autocast=_AC,
+        autocast=_ac("scaled_dot_product_attention"),
     )
     put_ = _c(
         "index_put_", _IDX, "self:destination", "indices", "values:values", rule="indexed", ref="destination"
@@ -388,3 +445,32 @@ def _table() -> dict[Any, Contract]:
 
 
 CONTRACTS: dict[Any, Contract] = _table()
+
+
+def register(*funcs: Any, contract: Contract) -> Contract:
+    """Give these torch functions (and Tensor methods) a contract; watch and check read CONTRACTS."""
+    for func in funcs:
+        CONTRACTS[func] = contract
+    return contract
+
+
+def _autocasts(name: str) -> frozenset[str]:
+    """Devices whose autocast casts every floating operand of `name` itself (to any one dtype)."""
+    return _ac(name) | casting_devices(name, FP32) | casting_devices(name, PROMOTE)
+
+
+# ops whose meta kernels skip the dtype check their CPU/CUDA kernels make (probed on torch 2.13)
+register(
+    torch.mv, torch.Tensor.mv, contract=_c("mv", _MM, "input:input", "vec:other", autocast=_autocasts("mv"))
+)
+register(
+    torch.addmv,
+    torch.Tensor.addmv,
+    contract=_c("addmv", _MM, "input:bias", "mat:input", "vec:other", autocast=_autocasts("addmv")),
+)
+register(torch.cdist, contract=_c("cdist", _MM, "x1:input", "x2:other", autocast=_autocasts("cdist")))
+register(
+    torch.cross,
+    torch.Tensor.cross,
+    contract=_c("cross", "scalar-type-mismatch", "input:input", "other:other", autocast=_autocasts("cross")),
+)

@@ -16,7 +16,7 @@ from ..report import Report
 from . import failures, threads
 from . import findings as F
 from .compiled import CompileNotice
-from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, put
+from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, list_under_autocast, put, under_autocast
 from .failures import hide_own_frames
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
@@ -276,10 +276,9 @@ class Session:
                 dev = slots[0].tensor.device.type
                 acd = _autocast_dtype(dev)
                 if acd is not None:
-                    if dev in c.autocast and all(s.tensor.is_floating_point() for s in m.odd):
+                    m = under_autocast(c, slots, m, acd)
+                    if m is None:
                         return args, kwargs, inputs, None  # autocast casts every floating operand itself
-                    if any(t.dtype in LOW and t.dtype != acd for t in inputs):
-                        m.code = "autocast-half-conflict"
                 if c.ref is None and c.rule != "indices":
                     code = m.code
                     m = evaluate(c, slots, self.stack.param_dtype()) or m
@@ -303,8 +302,7 @@ class Session:
             return None
         acd = _autocast_dtype(fl[0].tensor.device.type)
         if acd is not None:
-            bad = [s for s in fl if s.tensor.dtype in LOW and s.tensor.dtype != acd]
-            return Mismatch(acd, bad, "autocast-half-conflict") if bad else None
+            return list_under_autocast(fl, acd)
         m = evaluate(c, slots, self.stack.param_dtype())
         if m is None or not any(s.tensor.dtype in LOW for s in fl):
             return None

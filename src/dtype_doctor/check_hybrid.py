@@ -1,0 +1,267 @@
+"""The dry run's hybrid of real and meta tensors: values the model reads are real, the rest is meta.
+
+Weights and floating activations live on `meta` (no memory, no compute). The user's integer and bool
+inputs (ids, masks, positions) stay real on CPU, and every op whose tensors are all real runs for
+real, so masking utilities, `.item()`, `.tolist()`, `nonzero` and boolean indexing see true values.
+Where a real tensor meets a meta one it joins it on meta. Integer/bool tensors the model creates on
+the meta device (`torch.arange(n, device=x.device)`) are made on CPU instead, since they carry values.
+
+A value read from meta (a floating activation's `isfinite().all()`, routing indices from a meta
+`topk`) cannot be known: the typical value is assumed (True, finite, 0) and recorded, so the report
+says what was assumed. An op whose meta kernel rejects a dtype it accepts on an accelerator (MoE
+`grouped_mm` accepts only bfloat16 on meta) is run in a dtype meta accepts and its outputs cast back,
+also recorded: that is a gap of meta, not the user's bug.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+__all__ = ["Assumption", "HybridMode", "hybrid"]
+
+aten = torch.ops.aten
+_META = torch.device("meta")
+_SMALL = 1 << 16  # elements: a floating tensor made from nothing (a mask of ones) up to this is real
+_MAX_MATERIALISE = 1 << 24  # elements: a meta tensor whose values must be assumed is made real up to this
+_VALUE_OPS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
+# ops that read only the shape of their tensor argument: an integer/bool result is made real
+_FILLS = {
+    "ones_like": lambda a: 1, "new_ones": lambda a: 1, "zeros_like": lambda a: 0, "new_zeros": lambda a: 0,
+    "empty_like": lambda a: 0, "new_empty": lambda a: 0, "full_like": lambda a: a[1], "new_full": lambda a: a[2],
+}  # fmt: skip
+
+
+@dataclass
+class Assumption:
+    """A value the dry run could not know and assumed, where the model read it."""
+
+    op: str
+    what: str
+    file: str | None = None
+    line: int | None = None
+    count: int = 1
+
+
+@dataclass
+class _Log:
+    items: dict[tuple, Assumption] = field(default_factory=dict)
+
+    def add(self, op: str, what: str) -> None:
+        file, line = _user_line()
+        key = (op, what, file, line)
+        if key in self.items:
+            self.items[key].count += 1
+        else:
+            self.items[key] = Assumption(op, what, file, line)
+
+
+def _user_line() -> tuple[str | None, int | None]:
+    """The innermost frame outside torch and dtype_doctor: the model's line that read the value."""
+    for frame in reversed(traceback.extract_stack(limit=60)):
+        name = frame.filename.replace("\\", "/")
+        if "/torch/" not in name and "/dtype_doctor/" not in name and "<" not in name[:1]:
+            return frame.filename, frame.lineno
+    return None, None
+
+
+def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors among aten arguments (which nest at most a list deep: index lists, cat inputs)."""
+    out = []
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            out.extend(y for y in x if isinstance(y, torch.Tensor))
+    return out
+
+
+def _is_meta(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_meta
+
+
+def _is_real(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and not x.is_meta
+
+
+def _carries_values(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def _typical(t: torch.Tensor) -> torch.Tensor:
+    """A real stand-in for a meta tensor whose values are read: True for bools, zeros otherwise."""
+    if t.numel() > _MAX_MATERIALISE:
+        raise RuntimeError(f"values of a {tuple(t.shape)} meta tensor are needed and too large to assume")
+    fill = True if t.dtype == torch.bool else 1  # a count or a length of one: a valid shape
+    return torch.full(t.shape, fill, dtype=t.dtype)
+
+
+def _to_meta(x: Any) -> Any:
+    return x.to(_META) if _is_real(x) else x
+
+
+_READS = {
+    "_local_scalar_dense": "item() / bool(tensor)",
+    "is_nonzero": "bool(tensor)",
+    "equal": "torch.equal",
+}
+
+
+def _name(func: Any) -> str:
+    name = str(getattr(func, "__name__", func)).split(".")[0]
+    return _READS.get(name, name)
+
+
+class HybridMode(TorchDispatchMode):
+    """See the module docstring. `log` collects the assumptions made."""
+
+    def __init__(self, log: _Log) -> None:
+        super().__init__()
+        self.log = log
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        tensors = _flat_tensors(args, kwargs)
+        metas = [t for t in tensors if t.is_meta]
+        if func in _VALUE_OPS and metas:
+            self.log.add(_name(func), _read_text(metas[0]))
+            args, kwargs = tree_map(lambda x: _typical(x) if _is_meta(x) else x, (args, kwargs))
+            return func(*args, **kwargs)
+        if func is aten._to_copy.default and _is_real(args[0]) and kwargs.get("device") == _META:
+            kwargs = {k: v for k, v in kwargs.items() if k != "device"}  # real values stay real
+            return func(*args, **kwargs)
+        if func is aten._to_copy.default and metas and kwargs.get("device") not in (None, _META):
+            self.log.add("copy to CPU (.cpu()/.tolist())", _read_text(args[0]))
+            return func(_typical(args[0]), **kwargs)
+        if not metas:
+            return self._real(func, args, kwargs, tensors)
+        if func._schema.is_mutable and any(_is_real(t) for t in _mutated(func, args, kwargs)):
+            return self._into_real(func, args, kwargs)
+        out = self._meta(func, args, kwargs)
+        fill = _FILLS.get(func.__name__.split(".")[0])
+        if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
+            return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
+        return out
+
+    def _real(self, func: Any, args: tuple, kwargs: dict, tensors: list) -> Any:
+        out = func(*args, **kwargs)
+        if tensors or not isinstance(out, torch.Tensor) or not out.is_meta:
+            return out
+        if not _carries_values(out.dtype) and out.numel() > _SMALL:
+            return out  # a floating tensor made on meta stays there: no memory
+        kwargs = {**kwargs, "device": torch.device("cpu")}  # ids, positions, masks made on meta: real
+        out = func(*args, **kwargs)
+        return out.zero_() if "empty" in str(func) else out
+
+    def _into_real(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """An in-place op writing meta values into a real tensor: checked on meta, values assumed kept."""
+        self._meta(func, args, kwargs)  # moves what it needs to meta (a boolean index first resolved)
+        self.log.add(_name(func), "a real tensor written from meta values keeps its values")
+        return args[0]
+
+    def _meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default):
+            indices: list = []
+            for index in args[1]:
+                index = _bool_index(index, self.log)
+                indices.extend(index if isinstance(index, tuple) else (index,))
+            args = (args[0], indices, *args[2:])
+        has_real = any(_is_real(t) for t in _flat_tensors(args, kwargs))
+        margs, mkwargs = tree_map(_to_meta, (args, kwargs)) if has_real else (args, kwargs)
+        try:
+            return func(*margs, **mkwargs)
+        except NotImplementedError as exc:
+            if "nonzero" not in str(exc) and "data-dependent" not in str(exc):
+                raise
+            return self._assumed(func, args, kwargs)
+        except RuntimeError as exc:
+            retried = self._other_dtype(func, margs, mkwargs, exc)
+            if retried is None:
+                raise
+            return retried
+
+    def _assumed(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A data-dependent op on meta values (nonzero, masked_select...): run on typical values."""
+        metas = [x for x in tree_flatten((args, kwargs))[0] if _is_meta(x)]
+        self.log.add(_name(func), _read_text(metas[0]))
+        rargs, rkwargs = tree_map(lambda x: _typical(x) if _is_meta(x) else x, (args, kwargs))
+        out = func(*rargs, **rkwargs)
+        return tree_map(lambda x: _to_meta(x) if _is_real(x) and not _carries_values(x.dtype) else x, out)
+
+    def _other_dtype(self, func: Any, args: tuple, kwargs: dict, exc: BaseException) -> Any:
+        """A meta kernel that rejects a reduced dtype all floating operands share: a gap of meta."""
+        floats = {x.dtype for x in tree_flatten((args, kwargs))[0] if _is_meta(x) and x.is_floating_point()}
+        if len(floats) != 1 or "dtype" not in str(exc).lower():
+            return None
+        (have,) = floats
+        for other in (torch.bfloat16, torch.float32, torch.float16):
+            if other == have:
+                continue
+            cast = tree_map(
+                lambda x, o=other: x.to(o) if _is_meta(x) and x.is_floating_point() else x, (args, kwargs)
+            )
+            try:
+                out = func(*cast[0], **cast[1])
+            except RuntimeError:
+                continue
+            self.log.add(_name(func), f"its meta kernel rejects {_dn(have)}; checked as if it accepts it")
+            return tree_map(lambda x: x.to(have) if _is_meta(x) and x.is_floating_point() else x, out)
+        return None
+
+
+def _dn(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _read_text(t: torch.Tensor) -> str:
+    shape = "x".join(map(str, t.shape)) or "scalar"
+    typical = "True (finite, all set)" if t.dtype == torch.bool else "1"
+    return f"read the value of a {_dn(t.dtype)} {shape} computed on meta: assumed {typical}"
+
+
+def _bool_index(index: Any, log: _Log) -> Any:
+    """A boolean index selects a data-dependent number of rows: turn it into integer indices."""
+    if not isinstance(index, torch.Tensor) or index.dtype not in (torch.bool, torch.uint8):
+        return index
+    if index.is_meta:
+        log.add("boolean indexing", _read_text(index))
+        index = _typical(index)
+    return index.nonzero().unbind(1) if index.dim() > 1 else index.nonzero().squeeze(1)
+
+
+def _mutated(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    out = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+    return out
+
+
+class _Factories(TorchFunctionMode):
+    """`torch.tensor(data, device=meta)` never reaches dispatch: integer data is made on CPU instead."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and str(kwargs.get("device")) == "meta":
+            out = func(*args, **{**kwargs, "device": "cpu"})
+            return out if _carries_values(out.dtype) else out.to(_META)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def hybrid() -> Iterator[_Log]:
+    """Run the enclosed forward as the hybrid; yields the log of assumptions."""
+    log = _Log()
+    with _Factories(), HybridMode(log):
+        yield log

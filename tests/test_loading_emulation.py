@@ -1,0 +1,50 @@
+"""check converts the meta mirror exactly as a real load does: every parameter's and buffer's dtype
+after `convert_like_loader` equals the dtype after a real `save_pretrained` + `from_pretrained` on CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("diffusers")
+
+from dtype_doctor.check import mirror_on_meta  # noqa: E402
+from dtype_doctor.check_convert import convert_like_loader  # noqa: E402
+from zoo import models as zoo  # noqa: E402
+
+ARCHS = [
+    "llama",  # rotary inv_freq: a non-persistent buffer built in the default dtype
+    "deberta",  # q_bias/v_bias made with an explicit dtype=torch.float: they stay fp32
+    "deberta-v2",
+    "swinv2",  # relative_coords_table: not in the checkpoint, built in the target dtype
+    "m2m_100",  # sinusoidal position table made at init
+    "speech_to_text",
+    "t5",  # _keep_in_fp32_modules = ["wo"]: fp16 only
+    "bert",
+    "gpt2",
+    "vit",
+    "clip",
+    "whisper",
+    "switch_transformers",
+    "diffusers:UNet2DConditionModel",
+    "diffusers:AutoencoderKL",
+    "diffusers:SD3Transformer2DModel",
+]
+
+
+def _dtypes(model: torch.nn.Module) -> dict[str, str]:
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    return {name: str(t.dtype) for name, t in named}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("name", ARCHS)
+def test_emulated_load_gives_every_tensor_the_dtype_of_a_real_load(name, dtype, tmp_path):
+    model = zoo.build(name)
+    real = zoo.load(model, dtype, tmp_path)
+    mirror = mirror_on_meta(model)
+    _, loaded_as = convert_like_loader(mirror, dtype)
+    assert "from_pretrained" in loaded_as and str(dtype).removeprefix("torch.") in loaded_as
+    want, got = _dtypes(real), _dtypes(mirror)
+    assert {k: got.get(k) for k in want} == want
