@@ -21,7 +21,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import dtype_doctor as dd
-from dtype_doctor.check import mirror_on_meta
+from dtype_doctor.checking.check import mirror_on_meta
 
 LLAMA_7B = dict(
     hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=32000

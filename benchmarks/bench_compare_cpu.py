@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from dtype_doctor.compare import compare
+from dtype_doctor.comparing import compare
 from dtype_doctor.sections import CompareResult
 
 
@@ -60,7 +60,7 @@ MODELS = {
 
 
 def plain_forward_s(factory, inputs, repeats: int) -> float:
-    from dtype_doctor.compare import _make_inputs
+    from dtype_doctor.comparing import _make_inputs
 
     torch.manual_seed(0)
     model = factory().eval()

@@ -15,7 +15,7 @@ from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
 import tiny_models  # noqa: E402
-from dtype_doctor.fix import convert  # noqa: E402
+from dtype_doctor.repair.fix import convert  # noqa: E402
 
 
 def by_code(report, code):
@@ -33,9 +33,9 @@ def gpt2_config():
 
 
 def test_public_names_stay_callable_whatever_was_imported_first():
-    import dtype_doctor.audit
-    import dtype_doctor.check
-    import dtype_doctor.fix  # noqa: F401
+    import dtype_doctor.checking.audit
+    import dtype_doctor.checking.check
+    import dtype_doctor.repair.fix  # noqa: F401
 
     assert dd.audit(nn.Linear(2, 2)).codes() == ["dtype-map"]
     assert dd.fix(nn.Linear(2, 2), "bf16").weight.dtype == torch.bfloat16

@@ -19,8 +19,8 @@ lists = pytest.importorskip("torch.testing._internal.autocast_test_lists")
 
 from torch.utils._pytree import tree_map  # noqa: E402
 
-from dtype_doctor import autocast_table  # noqa: E402
-from dtype_doctor.check import AutocastEmulation  # noqa: E402
+from dtype_doctor.checking.check import AutocastEmulation  # noqa: E402
+from dtype_doctor.watching import autocast_table  # noqa: E402
 
 _NAMESPACES = {"torch": torch, "nn": torch._C._nn, "linalg": torch._C._linalg, "methods": torch.Tensor}
 
@@ -88,7 +88,7 @@ def test_ops_autocast_leaves_alone_keep_their_dtype(device):
 
 
 def test_contracts_read_their_autocast_devices_from_the_table():
-    from dtype_doctor.watch.contracts import CONTRACTS
+    from dtype_doctor.watching.contracts import CONTRACTS
 
     F = torch.nn.functional
     assert (

@@ -20,7 +20,7 @@ from torch import nn  # noqa: E402
 
 import dtype_doctor as dd  # noqa: E402
 import tiny_models  # noqa: E402
-from dtype_doctor.check import mirror_on_meta, module_in_traceback  # noqa: E402
+from dtype_doctor.checking.check import mirror_on_meta, module_in_traceback  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

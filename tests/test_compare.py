@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from dtype_doctor.cli import main
-from dtype_doctor.compare import compare, parse_precision
+from dtype_doctor.comparing import compare, parse_precision
+from dtype_doctor.comparing.measure import error_stats
 from dtype_doctor.errors import DoctorError
-from dtype_doctor.measure import error_stats
 from dtype_doctor.report import Report, Severity
 from dtype_doctor.sections import CompareResult
 

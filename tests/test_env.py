@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dtype_doctor.env import environment
-from dtype_doctor.packages import apex_info, package_info
+from dtype_doctor.env.facts import environment
+from dtype_doctor.env.packages import apex_info, package_info
 from dtype_doctor.sections import EnvFacts
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

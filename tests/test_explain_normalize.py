@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dtype_doctor import catalog, explain
 from dtype_doctor.catalog.errors import TRIGGERS
-from dtype_doctor.explain.normalize import clean, decode, view
+from dtype_doctor.explaining.normalize import clean, decode, view
 
 MSG = "mat1 and mat2 must have the same dtype, but got Float and Half"
 

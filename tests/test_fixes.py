@@ -18,7 +18,7 @@ import dtype_doctor as dd
 import tiny_models
 from dtype_doctor.causes import group_by_cause
 from dtype_doctor.errors import DoctorError
-from dtype_doctor.policy import select
+from dtype_doctor.repair.policy import select
 from dtype_doctor.report import Fix, Report
 
 transformers = pytest.importorskip("transformers")
@@ -194,7 +194,7 @@ def test_fix_and_keep_in_fp32_raise_on_a_pattern_that_matches_nothing():
 
 
 def test_one_pattern_means_the_same_modules_in_every_command():
-    from dtype_doctor.attribution import select_modules
+    from dtype_doctor.comparing.attribution import select_modules
 
     model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)))
     for patterns, expected in ((("1.*",), ["1.0", "1.1"]), (("LayerNorm",), ["1.1"]), (("1",), ["1"])):

@@ -180,7 +180,7 @@ def test_check_html_of_a_real_model_in_the_browser(tmp_path):
 
 def test_audit_rows_draw_the_tree_with_repeats():
     torch = pytest.importorskip("torch")
-    from dtype_doctor.audit import audit
+    from dtype_doctor.checking.audit import audit
 
     layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4), layers).half()

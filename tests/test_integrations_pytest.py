@@ -92,7 +92,7 @@ def test_option_is_registered_in_help(pytester):
 def test_plugin_import_is_light():
     code = (
         "import sys, dtype_doctor.integrations.pytest_plugin; "
-        "heavy = [m for m in ('torch', 'transformers', 'dtype_doctor.watch', 'rich') if m in sys.modules]; "
+        "heavy = [m for m in ('torch', 'transformers', 'dtype_doctor.watching', 'rich') if m in sys.modules]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("diffusers")
 
-from dtype_doctor.check import mirror_on_meta  # noqa: E402
-from dtype_doctor.check_convert import convert_like_loader  # noqa: E402
+from dtype_doctor.checking.check import mirror_on_meta  # noqa: E402
+from dtype_doctor.checking.convert import convert_like_loader  # noqa: E402
 from zoo import models as zoo  # noqa: E402
 
 ARCHS = [

@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from dtype_doctor.compare import ProgressEvent, compare
+from dtype_doctor.comparing import ProgressEvent, compare
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny_models

@@ -12,8 +12,8 @@ from torch import nn
 
 import tiny_models
 from dtype_doctor import watch
-from dtype_doctor.watch import mode as watch_mode
-from dtype_doctor.watch.session import Session
+from dtype_doctor.watching import mode as watch_mode
+from dtype_doctor.watching.session import Session
 
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")

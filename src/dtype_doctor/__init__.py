@@ -14,23 +14,23 @@ __version__ = "0.1.0"
 
 # name → module that defines it; imported on first use
 _LAZY = {
-    "assert_dtype_consistent": "testing",
-    "explain": "explain",
-    "explain_sources": "explain",
-    "check": "check",
-    "audit": "audit",
-    "fix": "fix",
-    "guard": "fix",
-    "watch": "watch",
+    "assert_dtype_consistent": "watching.testing",
+    "explain": "explaining",
+    "explain_sources": "explaining",
+    "check": "checking.check",
+    "audit": "checking.audit",
+    "fix": "repair.fix",
+    "guard": "repair.fix",
+    "watch": "watching",
     "NumericsMonitor": "numerics",
     "ScalerMonitor": "numerics",
     "find_fp32_set": "numerics",
     "keep_in_fp32": "numerics",
     "monitor_numerics": "numerics",
     "watch_scaler": "numerics",
-    "compare": "compare",
-    "environment": "env",
-    "to_precision": "attribution",
+    "compare": "comparing",
+    "environment": "env.facts",
+    "to_precision": "comparing.attribution",
 }
 
 __all__ = [

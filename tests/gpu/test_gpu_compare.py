@@ -16,7 +16,7 @@ import torch
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device (tests/gpu runs on a GPU machine)", allow_module_level=True)
 
-from dtype_doctor.compare import compare
+from dtype_doctor.comparing import compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tiny_models

@@ -11,7 +11,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device (tests/gpu runs on a GPU machine)", allow_module_level=True)
 
 from dtype_doctor.cli import main
-from dtype_doctor.env import environment
+from dtype_doctor.env.facts import environment
 
 
 def gpus_in(report_json: dict) -> list[dict]:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 import dtype_doctor as dd
-from dtype_doctor.check import module_in_traceback
+from dtype_doctor.checking.check import module_in_traceback
 
 from . import models
 

@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     from torch import nn
 
-    from ..audit import audit, collect
-    from ..check import build, check_keep_fp32
-    from ..fix import convert
+    from ..checking.audit import audit, collect
+    from ..checking.check import build, check_keep_fp32
+    from ..repair.fix import convert
 
     obj = build(target)  # a model, a pipeline or a (model, optimizer, scaler) set-up
     found = collect(obj)

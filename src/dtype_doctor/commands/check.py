@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     positional, named = split_inputs(args.input)
     factory = load_target(args)
 
-    from ..check import build_on_meta, check
+    from ..checking.check import build_on_meta, check
     from .defaults import default_inputs
 
     model = build_on_meta(factory)

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if not precisions:
         raise DoctorError("--precisions is empty")
 
-    from ..compare import compare
+    from ..comparing import compare
 
     report = compare(
         factory,

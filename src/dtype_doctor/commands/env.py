@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..env import environment
+    from ..env.facts import environment
 
     report = environment()
     emit(report, args)

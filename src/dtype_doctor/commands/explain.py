@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..cli import EXIT_NOTHING, EXIT_OK
-    from ..explain import explain_sources
+    from ..explaining import explain_sources
     from ._output import emit
 
     sources: list[tuple[str | None, str | bytes]] = []

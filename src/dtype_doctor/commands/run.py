@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import DoctorError
-    from ..run import RunOptions, rank, run_program
+    from ..watching.run import RunOptions, rank, run_program
 
     if args.module:
         opts = RunOptions(args.module[0], list(args.module[1:]), is_module=True)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) -> None:
     from ..render.console import make_console
-    from ..run import rank_path
+    from ..watching.run import rank_path
     from ._output import emit
 
     emit(

@@ -198,7 +198,7 @@ def distributed_watch(
     A rank whose block raised still publishes its report (with the diagnosis) but waits for no
     one: its user's exception goes on at once.
     """
-    from ..watch import watch
+    from ..watching import watch
 
     info = rank_info()
     state: DistributedSession | None = None

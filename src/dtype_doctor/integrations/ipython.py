@@ -58,7 +58,7 @@ def run_cell_under_watch(shell: Any, options: argparse.Namespace, code: str) -> 
     """Run `code` in the shell's namespace under watch; display the report; return the session."""
     from IPython.display import display
 
-    from ..watch import watch
+    from ..watching import watch
 
     model = shell.user_ns.get(options.model) if options.model else None
     if options.model and model is None:

@@ -46,7 +46,7 @@ class LoopWatch:
     def start(self, model: Any) -> None:
         if self._session is not None:
             return
-        from ..watch import watch
+        from ..watching import watch
 
         self.report = Report(tool="train")
         self._announced = 0

@@ -24,7 +24,7 @@ class _Watched:
     """A watch session opened in one hook and closed, once, in another."""
 
     def __init__(self, **kwargs: Any) -> None:
-        from dtype_doctor.watch import watch
+        from dtype_doctor.watching import watch
 
         self._cm = watch(**kwargs)
         self.session = self._cm.__enter__()

@@ -347,7 +347,7 @@ def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
     finding.data["keep_fp32"] = [p.path] if p.path else []
     if p.path:
         snippet = (
-            "from dtype_doctor.fix import convert\n"
+            "from dtype_doctor.repair.fix import convert\n"
             "from dtype_doctor.numerics import keep_in_fp32\n"
             f"# from the float32 model: cast everything but {p.path!r}, then cast at its border\n"
             f"convert(model, torch.{p.dtype}, keep_fp32=[{'^' + re.escape(p.path) + '$'!r}])\n"

@@ -20,17 +20,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import autocast_table, catalog
-from ._callable import make_callable
+from .. import catalog
+from ..dtypes import canonical
+from ..errors import DoctorError
+from ..loading import TensorSpec, call_factory, parse_input, spec_from_tuple
+from ..repair.policy import KeepPattern, dtype_name, iter_tensors, map_tensors, select, to_torch_dtype
+from ..report import Evidence, Finding, Location, Report, Severity
+from ..watching import autocast_table
+from ..watching.provenance import short_path
 from .audit import autocast_findings, autocast_of, module_pattern
-from .check_convert import convert_like_loader
-from .check_hybrid import hybrid
-from .dtypes import canonical
-from .errors import DoctorError
-from .loading import TensorSpec, call_factory, parse_input, spec_from_tuple
-from .policy import KeepPattern, dtype_name, iter_tensors, map_tensors, select, to_torch_dtype
-from .report import Evidence, Finding, Location, Report, Severity
-from .watch.provenance import short_path
+from .convert import convert_like_loader
+from .hybrid import hybrid
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
 
@@ -253,7 +253,7 @@ def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autoca
 
 
 def _fix_session(model: nn.Module, report: Report):
-    from .watch import watch
+    from ..watching import watch
 
     return watch(model=model, mode="fix", report=report)
 
@@ -330,7 +330,7 @@ class AutocastEmulation(torch.overrides.TorchFunctionMode):
 
 def _outer_files() -> set[str]:
     """Files of the frames that called check (for the CLI: the launcher, cli.py, the command)."""
-    from .watch.provenance import short_path
+    from ..watching.provenance import short_path
 
     out, frame = set(), sys._getframe(1)
     while frame is not None:
@@ -368,9 +368,6 @@ def name_cli_inputs(report: Report, flags: Mapping[str, str], outer: set[str]) -
 
 def fold_repeats(report: Report) -> None:
     """One finding per mismatch and repeated block, in place (processors.fold_repeated_blocks)."""
-    from .processors import fold_repeated_blocks
+    from ..processors import fold_repeated_blocks
 
     report.findings = fold_repeated_blocks(report, pattern=module_pattern).findings
-
-
-make_callable(__name__, "check")

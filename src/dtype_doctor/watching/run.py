@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DoctorError
-from .processors import tag_rank
-from .report import Report
+from ..errors import DoctorError
+from ..processors import tag_rank
+from ..report import Report
 
 
 @dataclass
@@ -195,7 +195,7 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     `then(code, report)` shows the report with SIGINT/SIGTERM held back until it is written, and only
     in the process that started the program (a child that forked and exits writes nothing).
     """
-    from .watch import watch
+    from . import watch
 
     if opts.is_module:
         if not _module_exists(opts.target):

@@ -37,7 +37,7 @@ def code_for_message(text: str) -> str:
     """The family of an error message: explain's catalogue when present, else a few known texts."""
     try:
         from .. import catalog
-        from ..explain import explain
+        from ..explaining import explain
 
         found = [f.code for f in explain(text).findings if f.code in catalog.codes()]
         if found:

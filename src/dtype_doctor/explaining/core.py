@@ -17,9 +17,9 @@ from ..catalog.context import REFINEMENTS
 from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical, is_low_precision, torch_name
 from ..report import Evidence, Finding, Location, Operand, Report, Severity
-from ..tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
 from .match import candidate_lines, compiled, devices, lower, match_line, match_wrapped, no_operands
 from .normalize import clean, decode
+from .tracebacks import Frame, call_hint, culprit_frame, frames_above, is_frame_line, op_of, split_rank
 
 __all__ = ["explain", "explain_sources"]
 

@@ -258,7 +258,7 @@ def first_nonfinite(model: torch.nn.Module, run: Callable[[torch.nn.Module], Any
 def select_modules(model: torch.nn.Module, patterns: Iterable[str]) -> list[str]:
     """Top-most module paths matching any keep-fp32 pattern (policy.matches: the one pattern language);
     DoctorError on a pattern that matches nothing."""
-    from .policy import select
+    from ..repair.policy import select
 
     return [name for name, _ in select(model, patterns)]
 

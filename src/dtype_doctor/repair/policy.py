@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .dtypes import canonical
-from .errors import DoctorError
+from ..dtypes import canonical
+from ..errors import DoctorError
 
 # A pattern matching one of these class-name words marks a layer that is numerically fragile in
 # low precision and commonly kept in fp32 on purpose.

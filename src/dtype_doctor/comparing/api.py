@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from ..attribution import rank, select_modules, top_modules
 from ..errors import DoctorError
 from ..report import Report
 from ..sections import CompareResult
+from .attribution import rank, select_modules, top_modules
 from .device import collect, device_name, resolve_device
 from .findings import MAX_KEEP_SHARE, variant_findings
 from .inputs import make_inputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .report import Report, Severity
+from ..report import Report, Severity
 
 __all__ = ["assert_dtype_consistent"]
 
@@ -29,7 +29,7 @@ def assert_dtype_consistent(
     min_severity: "error" fails on errors only; "warning" (default) also on silent promotions.
     Returns the check report when nothing fails.
     """
-    from .check import check
+    from ..checking.check import check
 
     if isinstance(inputs, Mapping):
         args, kwargs = (), dict(inputs)
@@ -42,7 +42,7 @@ def assert_dtype_consistent(
     allowed = set(allow)
     bad = [f for f in report.findings if f.severity in levels and f.code not in allowed]
     if bad:
-        from .render.text import render_plain
+        from ..render.text import render_plain
 
         shown = Report(findings=bad, tool="check", meta=report.meta)
         raise AssertionError(

@@ -7,8 +7,8 @@ import math
 import torch
 
 from .. import catalog
-from ..attribution import rank, top_modules
 from ..report import Evidence, Finding, Location, Severity
+from .attribution import rank, top_modules
 from .precision import Precision
 from .results import VariantResult
 

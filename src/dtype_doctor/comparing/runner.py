@@ -8,10 +8,13 @@ from typing import Any
 
 import torch
 
-from ..attribution import LayerError, first_nonfinite, input_dtypes, keep_in_fp32, shadow_errors
 from ..errors import DoctorError
 from ..loading import call_factory
-from ..measure import (
+from ..report import Finding, Report, Severity
+from .attribution import LayerError, first_nonfinite, input_dtypes, keep_in_fp32, shadow_errors
+from .device import collect
+from .inputs import batch_size
+from .measure import (
     PeakMemory,
     cast_floats,
     error_stats,
@@ -22,9 +25,6 @@ from ..measure import (
     tensor_bytes,
     time_runs,
 )
-from ..report import Finding, Report, Severity
-from .device import collect
-from .inputs import batch_size
 from .precision import Precision
 from .results import VariantResult
 
@@ -280,7 +280,7 @@ def _diagnose(exc: BaseException, model: torch.nn.Module, forward: Callable[[], 
     """Findings that say why a variant failed: watch re-runs it live, explain reads the text."""
     findings: list[Finding] = []
     try:
-        from ..watch import watch
+        from ..watching import watch
     except ImportError:
         watch = None  # type: ignore[assignment]
     if watch is not None:
@@ -296,7 +296,7 @@ def _diagnose(exc: BaseException, model: torch.nn.Module, forward: Callable[[], 
 
 def _explain(text: str) -> list[Finding]:
     try:
-        from ..explain import explain
+        from ..explaining import explain
 
         result = explain(text)
     except Exception:

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..policy import KeepPattern, select
+from ..numerics.monitor import NumericsMonitor
 from ..report import Report
-from .monitor import NumericsMonitor
+from .policy import KeepPattern, select
 
 
 def _cast(obj: Any, dtype: torch.dtype) -> Any:

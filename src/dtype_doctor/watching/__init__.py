@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from .._callable import make_callable
 from ..errors import DtypeMismatchError
 from .session import MODES, Session, watch
 
 __all__ = ["MODES", "DtypeMismatchError", "Session", "watch"]
-
-
-make_callable(__name__, "watch")

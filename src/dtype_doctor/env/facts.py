@@ -17,9 +17,9 @@ import subprocess
 import sys
 from typing import Any
 
-from . import catalog
+from .. import catalog
+from ..report import Finding, Report, Severity
 from .packages import dist_version, first_line, library_facts
-from .report import Finding, Report, Severity
 
 _ENV_VARS = (
     "ACCELERATE_MIXED_PRECISION",
@@ -250,7 +250,7 @@ def _hardware_findings(gpus: list[dict[str, Any]], cpu: dict[str, Any]) -> list[
 
 def environment() -> Report:
     """Facts about this machine (an EnvFacts section), and a finding for each hazard."""
-    from .sections import EnvFacts
+    from ..sections import EnvFacts
 
     report = Report(tool="env")
     try:

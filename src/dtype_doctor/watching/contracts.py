@@ -15,8 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..autocast_table import FP32, PROMOTE, casting_devices
-from ..autocast_table import LOW as LOW_POLICY
+from .autocast_table import FP32, PROMOTE, casting_devices
+from .autocast_table import LOW as LOW_POLICY
 
 LOW = (torch.float16, torch.bfloat16)
 

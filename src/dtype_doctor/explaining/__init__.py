@@ -7,9 +7,6 @@ dtype) → `core` (one-pass scan for message patterns, tracebacks, context refin
 
 from __future__ import annotations
 
-from .._callable import make_callable
 from .core import explain, explain_sources
 
 __all__ = ["explain", "explain_sources"]
-
-make_callable(__name__, "explain")

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..attribution import LayerError, rank
-from ..measure import ErrorStats, Timing
 from ..report import Finding
+from .attribution import LayerError, rank
+from .measure import ErrorStats, Timing
 from .precision import Precision
 
 

@@ -16,8 +16,8 @@ from ..catalog.context import CONTEXT_SIGNALS
 from ..catalog.errors import TRIGGERS
 from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical
-from ..tracebacks import is_frame_line, split_rank
 from .normalize import view
+from .tracebacks import is_frame_line, split_rank
 
 Found = tuple[str, MessagePattern, re.Match[str]]
 _DEVICES = (

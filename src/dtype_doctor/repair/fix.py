@@ -16,9 +16,10 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from . import catalog
-from ._callable import make_callable
-from .dtypes import torch_name
+from .. import catalog
+from ..dtypes import torch_name
+from ..report import Finding, Location, Operand, Report
+from ..watching.modules import argument_names
 from .keep_together import KeepNotes, widen_kept
 from .policy import (
     KeepPattern,
@@ -31,8 +32,6 @@ from .policy import (
     select,
     to_torch_dtype,
 )
-from .report import Finding, Location, Operand, Report
-from .watch.modules import argument_names
 
 __all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "convert", "fix", "guard"]
 
@@ -296,6 +295,3 @@ def _nested_needs_cast(value: Any, target: torch.dtype) -> bool:
     if isinstance(value, dict):
         return any(_nested_needs_cast(v, target) for v in value.values())
     return torch.is_tensor(value) and _needs_cast(value, target)
-
-
-make_callable(__name__, "fix")

@@ -19,7 +19,6 @@ recommend.py   the recommendation and its reasons
 
 from __future__ import annotations
 
-from .._callable import make_callable
 from .api import compare
 from .precision import DEFAULT_PRECISIONS, Precision, parse_precision
 from .progress import OnProgress, ProgressEvent
@@ -36,5 +35,3 @@ __all__ = [
     "parse_precision",
     "recommend",
 ]
-
-make_callable(__name__, "compare")

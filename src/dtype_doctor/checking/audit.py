@@ -15,11 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import catalog
-from ._callable import make_callable
-from .catalog import module_ref
-from .dtypes import is_low_precision, torch_name
-from .policy import (
+from .. import catalog
+from ..catalog import module_ref
+from ..dtypes import is_low_precision, torch_name
+from ..repair.policy import (
     NORM_WORDS,
     dominant_dtype,
     dtype_name,
@@ -28,7 +27,7 @@ from .policy import (
     matches,
     own_float_dtypes,
 )
-from .report import Finding, Location, Operand, Report, Severity
+from ..report import Finding, Location, Operand, Report, Severity
 
 __all__ = ["audit", "dtype_map"]
 
@@ -374,7 +373,7 @@ def pipeline_findings(models: dict[str, nn.Module]) -> list[Finding]:
 def _autocast_dtype(value: torch.dtype | str | bool) -> str:
     if value is True:
         return "float16"
-    from .policy import to_torch_dtype
+    from ..repair.policy import to_torch_dtype
 
     return dtype_name(to_torch_dtype(value))
 
@@ -479,6 +478,3 @@ def _optimizer_findings(opt: torch.optim.Optimizer, names: dict[int, str]) -> li
             )
         )
     return findings
-
-
-make_callable(__name__, "audit")

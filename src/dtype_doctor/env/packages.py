@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import catalog
-from .report import Evidence, Finding, Fix, Severity
+from .. import catalog
+from ..report import Evidence, Finding, Fix, Severity
 
 APEX_CONSUMERS = (
     "transformers",

@@ -1,0 +1,1 @@
+"""Repairs: one dtype policy for a model (`fix`), casts at module borders (`guard`), keep-in-fp32."""
