@@ -50,8 +50,11 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             _KEEP_FP32,
             FixTemplate(
                 "Scale the input down before {module}",
-                "x = x / {scale}  # its input reaches {input_absmax}",
-                "The input is already large; a smaller input keeps the result inside float16.",
+                'model.get_submodule("{module}").register_forward_pre_hook(\n'
+                "    lambda mod, args: (args[0] / {scale}, *args[1:])\n"
+                ")  # its input reaches {input_absmax}",
+                "The input is already large; a smaller input keeps the result inside float16. Only where "
+                "what follows does not depend on the scale (a norm right after it).",
                 when=frozenset({"large-input"}),
             ),
             FixTemplate(
