@@ -24,6 +24,8 @@ PRINTED = {
     "onediff": [
         "PyTorch said: RuntimeError: mixed dtype (CPU)",
         "ERROR autocast-half-conflict",
+        "root cause a float16 model under bfloat16 torch.autocast (examples/seed_cases.py:",
+        "dtype-doctor watch: 2 errors (1 cause)",
         "in 'time_embedding.linear_1' (Linear) at diffusers/models/embeddings.py:",
         "ERROR oneflow-infer-dtype",
         "fix Drop the redundant torch.autocast and keep the fp16 model",

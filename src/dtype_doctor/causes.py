@@ -67,8 +67,22 @@ def _root_fix(root: Origin, expected: str | None) -> Fix | None:
     )
 
 
+def _autocast_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
+    """An fp16 model under bf16 autocast (or the reverse) is one cause wherever it fails: the set-up."""
+    params = {o.dtype for o in f.operands if o.origin is not None and o.origin.kind == "parameter"}
+    if len(params) != 1:
+        return None
+    model = params.pop()
+    other = "bfloat16" if model == "float16" else "float16"
+    where = f.data.get("your_code")
+    label = f"a {model} model under {other} torch.autocast" + (f" ({where})" if where else "")
+    return ("setup", f.code, model, where), label, None
+
+
 def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
     """(identity, label, fix at the root) of the finding's root origin, or None when nothing names one."""
+    if f.code == "autocast-half-conflict":
+        return _autocast_key(f)
     for op in _odd_operands(f):
         if op.origin is None or op.origin.kind == "unknown":
             continue
