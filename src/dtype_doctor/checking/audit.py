@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +27,7 @@ from ..repair.policy import (
     own_float_dtypes,
 )
 from ..report import Finding, Location, Operand, Report, Severity
+from ..tensors import module_tensors
 
 __all__ = ["audit", "dtype_map"]
 
@@ -134,22 +134,15 @@ def dtype_map(model: nn.Module, name: str = "") -> list[dict[str, Any]]:
     return rows
 
 
-def _tensors(module: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
-    yield from module.named_parameters()
-    for n, b in module.named_buffers():
-        if b is not None and is_compute_float(b):
-            yield n, b
-
-
 def _counts(module: nn.Module) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for _, t in _tensors(module):
+    for _, t in module_tensors(module):
         counts[dtype_name(t.dtype)] += t.numel()
     return counts
 
 
 def _layout(module: nn.Module) -> tuple:
-    return tuple(sorted((n, dtype_name(t.dtype)) for n, t in _tensors(module)))
+    return tuple(sorted((n, dtype_name(t.dtype)) for n, t in module_tensors(module)))
 
 
 def _map_rows(module: nn.Module, path: str, depth: int, repeat: int, rows: list[dict[str, Any]]) -> None:

@@ -24,8 +24,9 @@ from .. import catalog
 from ..dtypes import canonical
 from ..errors import DoctorError
 from ..loading import TensorSpec, call_factory, parse_input, spec_from_tuple
-from ..repair.policy import KeepPattern, dtype_name, iter_tensors, map_tensors, select, to_torch_dtype
+from ..repair.policy import KeepPattern, dtype_name, select, to_torch_dtype
 from ..report import Evidence, Finding, Location, Report, Severity
+from ..tensors import iter_tensors, map_tensors
 from ..watching import autocast_table
 from ..watching.provenance import short_path
 from .audit import autocast_findings, autocast_of, module_pattern

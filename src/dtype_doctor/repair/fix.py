@@ -19,6 +19,7 @@ from torch.utils.hooks import RemovableHandle
 from .. import catalog
 from ..dtypes import torch_name
 from ..report import Finding, Location, Operand, Report
+from ..tensors import map_tensors
 from ..watching.modules import argument_names
 from .keep_together import KeepNotes, widen_kept
 from .policy import (
@@ -27,7 +28,6 @@ from .policy import (
     hf_keep_fp32,
     is_compute_float,
     kept_modules,
-    map_tensors,
     own_float_dtypes,
     select,
     to_torch_dtype,
