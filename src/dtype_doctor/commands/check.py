@@ -64,7 +64,7 @@ def input_flags(model: object, texts: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..loading import split_inputs
+    from ..inputs import split_inputs
 
     dtype, autocast = dtype_options(args)  # cheap checks first: bad input fails before torch is imported
     positional, named = split_inputs(args.input)

@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..cli import EXIT_FINDINGS, EXIT_OK
     from ..errors import DoctorError
-    from ..loading import call_factory, load_object, parse_dtype, split_inputs
+    from ..inputs import parse_dtype, split_inputs
+    from ..loading import call_factory, load_object
     from ..report import Fix, Report, Severity
     from ._output import emit
 

@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from ..errors import DoctorError
+from ..inputs import batch_size
 from ..loading import call_factory
 from ..report import Finding, Report, Severity
 from ..tensors import cast_floats, float_tensors, has_nonfinite, map_tensors
 from .attribution import LayerError, first_nonfinite, input_dtypes, keep_in_fp32, shadow_errors
 from .device import collect
-from .inputs import batch_size
 from .measure import PeakMemory, error_stats, grad_error_stats, tensor_bytes, time_runs
 from .precision import Precision
 from .results import VariantResult
