@@ -22,7 +22,11 @@ class Plain:
 
 def test_walk_paths_through_library_outputs_and_containers():
     out = CausalLMOutputWithPast(logits=torch.ones(2), hidden_states=(torch.zeros(1), torch.zeros(1)))
-    value = {"out": out, "pair": Pair(torch.ones(1), [torch.ones(1)]), "plain": Plain(torch.ones(1), [1, "s"])}
+    value = {
+        "out": out,
+        "pair": Pair(torch.ones(1), [torch.ones(1)]),
+        "plain": Plain(torch.ones(1), [1, "s"]),
+    }
     paths = [p for p, _ in walk(value)]
     assert paths == [
         "out.logits",
