@@ -16,6 +16,15 @@ from torch import nn
 
 from .. import catalog
 from ..catalog import module_ref
+from ..catalog.family_codes import (
+    DTYPE_MAP,
+    FP16_GRADIENT_UNSCALE,
+    FP32_ISLAND,
+    LOW_PRECISION_UNDER_AUTOCAST,
+    OPTIMIZER_STATE_DTYPE,
+    PIPELINE_COMPONENT_DTYPE_MISMATCH,
+    WEIGHT_BIAS_DTYPE_MISMATCH,
+)
 from ..dtypes import is_low_precision, torch_name
 from ..repair.policy import (
     NORM_WORDS,
@@ -199,7 +208,7 @@ def format_map(rows: list[dict[str, Any]]) -> str:
 def _map_finding(prefix: str, model: nn.Module) -> Finding:
     rows = dtype_map(model, prefix)
     return catalog.finding(
-        "dtype-map",
+        DTYPE_MAP,
         message=format_map(rows),
         location=Location(module=prefix, module_type=type(model).__name__),
         data={"dtype_map": rows, "dominant": dominant_dtype(model)},
@@ -237,7 +246,7 @@ def mixed_parameter_findings(model: nn.Module, prefix: str = "") -> list[Finding
         shown = paths[0] if len(paths) == 1 else pattern
         findings.append(
             catalog.finding(
-                "weight-bias-dtype-mismatch",
+                WEIGHT_BIAS_DTYPE_MISMATCH,
                 names={"module": f"'{shown}'", "dtype": torch_name(main), "other_dtype": torch_name(other)},
                 severity=Severity.ERROR if fused else Severity.WARNING,
                 message=f"{shown} ({cls.__name__}): "
@@ -294,7 +303,7 @@ def fp32_island_findings(model: nn.Module, prefix: str = "") -> list[Finding]:
         why = "deliberate (a norm or _keep_in_fp32_modules)" if deliberate else "accidental?"
         findings.append(
             catalog.finding(
-                "fp32-island",
+                FP32_ISLAND,
                 context=("deliberate",) if deliberate else (),
                 names={
                     "module": shown,
@@ -338,7 +347,7 @@ def pipeline_findings(models: dict[str, nn.Module]) -> list[Finding]:
         is_vae = "vae" in name
         findings.append(
             catalog.finding(
-                "pipeline-component-dtype-mismatch",
+                PIPELINE_COMPONENT_DTYPE_MISMATCH,
                 context=("vae",) if is_vae else (),
                 names={"module": name, "dtype": torch_name(reference), "other_dtype": torch_name(dt)},
                 message=f"component '{name}' ({type(models[name]).__name__}) is {dt}; "
@@ -397,7 +406,7 @@ def autocast_findings(model: nn.Module, prefix: str, autocast_dtype: str) -> lis
     differs = main != autocast_dtype
     return [
         catalog.finding(
-            "low-precision-under-autocast",
+            LOW_PRECISION_UNDER_AUTOCAST,
             names={
                 "dtype": torch_name(main),
                 "other_dtype": torch_name(autocast_dtype),
@@ -427,7 +436,7 @@ def _training_findings(setup: Setup) -> list[Finding]:
         shown = [names.get(id(p), "?") for p in fp16[:3]]
         findings.append(
             catalog.finding(
-                "fp16-gradient-unscale",
+                FP16_GRADIENT_UNSCALE,
                 names={"param": shown[0], "device": fp16[0].device.type},
                 message=f"GradScaler is enabled and {len(fp16)} of {len(params)} trained parameters are "
                 f"float16 ({', '.join(shown)}{', ...' if len(fp16) > 3 else ''}): "
@@ -462,7 +471,7 @@ def _optimizer_findings(opt: torch.optim.Optimizer, names: dict[int, str]) -> li
         )
         findings.append(
             catalog.finding(
-                "optimizer-state-dtype",
+                OPTIMIZER_STATE_DTYPE,
                 severity=Severity.WARNING,
                 message=f"{type(opt).__name__} keeps low-precision state: {what}; "
                 f"eps={opt.param_groups[0].get('eps')} underflows to 0 in float16 and updates lose precision",

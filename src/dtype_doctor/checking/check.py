@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .. import catalog
+from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..errors import DoctorError
 from ..inputs import meta_inputs
 from ..loading import call_factory
@@ -222,7 +223,7 @@ def _incomplete(exc: BaseException, model: nn.Module) -> Finding:
     module = module_in_traceback(exc.__traceback__, model)
     where = Location(module=module, file=frame[0], line=frame[1], function=frame[2]) if frame else None
     return catalog.finding(
-        "check-incomplete",
+        CHECK_INCOMPLETE,
         message=f"the dry run stopped at {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
         location=where if frame else Location(module=module),
         evidence=[Evidence(text=str(exc)[:500], source="meta dry run")],

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..catalog.family_codes import UNKNOWN
 from ..errors import DoctorError
 from ..inputs import batch_size
 from ..loading import call_factory
@@ -295,7 +296,7 @@ def _explain(text: str) -> list[Finding]:
     if isinstance(result, Finding):
         return [result]
     if isinstance(result, Report):
-        return [f for f in result.findings if f.code != "unknown"]
+        return [f for f in result.findings if f.code != UNKNOWN]
     if isinstance(result, list):
         return [f for f in result if isinstance(f, Finding)]
     return []

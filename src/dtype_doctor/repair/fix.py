@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from .. import catalog
+from ..catalog.family_codes import MODULE_INPUT_CAST
 from ..dtypes import torch_name
 from ..report import Finding, Location, Operand, Report
 from ..tensors import map_tensors
@@ -241,7 +242,7 @@ class Guard:
             return
         module_name = name or "<root>"
         finding = catalog.finding(
-            "module-input-cast",
+            MODULE_INPUT_CAST,
             names={
                 "module": f"'{module_name}'",
                 "input": arg,
