@@ -43,8 +43,19 @@ def _children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
 def walk(obj: Any, path: str = "", max_depth: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for every tensor in a nested value, in a stable order: `logits`,
     `hidden_states[0]`, `output` for a bare tensor. `max_depth` containers deep at most."""
+    for sub, t in _walk(obj, path, max_depth):
+        yield sub or "output", t
+
+
+def iter_tensors(obj: Any, max_depth: int | None = None) -> Iterator[torch.Tensor]:
+    """Every tensor in a nested value, in `walk`'s order, without building paths (hot paths:
+    module hooks, every op under check)."""
+    return (t for _, t in _walk(obj, None, max_depth))
+
+
+def _walk(obj: Any, path: str | None, max_depth: int | None) -> Iterator[tuple[str | None, torch.Tensor]]:
     if isinstance(obj, torch.Tensor):
-        yield path or "output", obj
+        yield path, obj
         return
     if max_depth is not None and max_depth <= 0:
         return
@@ -54,26 +65,13 @@ def walk(obj: Any, path: str = "", max_depth: int | None = None) -> Iterator[tup
     deeper = None if max_depth is None else max_depth - 1
     sequence = isinstance(obj, (list, tuple))
     for key, value in children:
-        if not sequence:
-            yield from walk(value, f"{path}.{key}" if path else str(key), deeper)
+        if path is None:
+            sub = None
+        elif sequence:
+            sub = f"{path}[{key}]"
         else:
-            yield from walk(value, f"{path}[{key}]", deeper)
-
-
-def iter_tensors(obj: Any, max_depth: int | None = None) -> Iterator[torch.Tensor]:
-    """Every tensor in a nested value, in `walk`'s order, without building paths (hot paths:
-    module hooks, every op under check)."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-        return
-    if max_depth is not None and max_depth <= 0:
-        return
-    children = _children(obj)
-    if children is None:
-        return
-    deeper = None if max_depth is None else max_depth - 1
-    for _, value in children:
-        yield from iter_tensors(value, deeper)
+            sub = f"{path}.{key}" if path else str(key)
+        yield from _walk(value, sub, deeper)
 
 
 def float_tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:
