@@ -60,11 +60,11 @@ MODELS = {
 
 
 def plain_forward_s(factory, inputs, repeats: int) -> float:
-    from dtype_doctor.comparing import _make_inputs
+    from dtype_doctor.inputs import real_inputs
 
     torch.manual_seed(0)
     model = factory().eval()
-    args, kwargs = _make_inputs(inputs, torch.device("cpu"), 0)
+    args, kwargs = real_inputs(inputs, torch.device("cpu"), 0)
     with torch.inference_mode():
         model(*args, **kwargs)
         samples = []

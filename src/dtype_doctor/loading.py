@@ -1,104 +1,19 @@
-"""Loading what the user points the CLI at: `PATH_OR_MODULE:FACTORY` and input specs.
+"""Loading what the user points the CLI at: `PATH_OR_MODULE:FACTORY`, or a Hugging Face config.
 
-Shared by check, numerics, compare. Bad input raises DoctorError with one clear line.
+Shared by check, numerics, compare (input specs: inputs.py). Bad input raises DoctorError with
+one clear line.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .dtypes import canonical
 from .errors import DoctorError
-
-_SHAPE = re.compile(r"^\d+(?:[x×,]\d+)*$")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A tensor described by shape and dtype, e.g. `2x4x64x64:float32`."""
-
-    shape: tuple[int, ...]
-    dtype: str  # canonical name
-    name: str | None = None
-    kind: str = "randn"  # randn | randint (integer dtypes) | zeros
-
-    def make(self, device: Any = "cpu") -> Any:
-        import torch
-
-        dtype = getattr(torch, self.dtype)
-        try:
-            if dtype.is_floating_point or dtype.is_complex:
-                return torch.randn(self.shape, dtype=dtype, device=device)
-            if dtype == torch.bool:
-                return torch.ones(self.shape, dtype=dtype, device=device)
-            return torch.randint(0, 100, self.shape, dtype=dtype, device=device)
-        except (RuntimeError, MemoryError) as exc:  # torch's allocator error is 30 lines of C++ frames
-            shape = "x".join(map(str, self.shape))
-            raise DoctorError(
-                f"cannot make input {shape}:{self.dtype} on {device}: {_first_line(exc)}"
-            ) from None
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    text = text.strip()
-    if not _SHAPE.match(text):
-        raise DoctorError(f"cannot parse shape {text!r}: expected e.g. 2x4x64x64")
-    shape = tuple(int(n) for n in re.split(r"[x×,]", text))
-    if any(n >= 2**63 for n in shape):
-        raise DoctorError(
-            f"shape {text!r} has a size beyond 2**63 - 1, the largest a tensor dimension can be"
-        )
-    return shape
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def parse_dtype(text: str) -> str:
-    name = canonical(text)
-    if name is None:
-        raise DoctorError(f"unknown dtype {text!r}: expected e.g. float32, float16, bfloat16, int64")
-    return name
-
-
-def parse_input(text: str) -> TensorSpec:
-    """`[name=]SHAPE[:DTYPE]` → TensorSpec. DTYPE defaults to float32."""
-    name, _, rest = text.rpartition("=") if "=" in text else (None, "", text)
-    if name is not None and not name.isidentifier():
-        raise DoctorError(f"bad input name {name!r} in {text!r}")
-    shape_text, _, dtype_text = rest.partition(":")
-    return TensorSpec(parse_shape(shape_text), parse_dtype(dtype_text or "float32"), name or None)
-
-
-def spec_from_tuple(value: tuple) -> TensorSpec:
-    """The Python form `("2x4x64x64", "float32")`."""
-    if len(value) != 2 or not all(isinstance(v, str) for v in value):
-        raise DoctorError(f'bad input spec {value!r}: expected ("2x4x64x64", "float32")')
-    return TensorSpec(parse_shape(value[0]), parse_dtype(value[1]))
-
-
-def split_inputs(specs: list[str]) -> tuple[list[TensorSpec], dict[str, TensorSpec]]:
-    """CLI `--input` values → positional and keyword specs."""
-    args: list[TensorSpec] = []
-    kwargs: dict[str, TensorSpec] = {}
-    for text in specs:
-        spec = parse_input(text)
-        if spec.name:
-            kwargs[spec.name] = spec
-        elif kwargs:
-            raise DoctorError(f"positional input {text!r} after named inputs")
-        else:
-            args.append(spec)
-    return args, kwargs
 
 
 def load_object(target: str) -> Any:

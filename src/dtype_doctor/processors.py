@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import catalog
+from .catalog.family_codes import RANK_DIVERGENCE
 from .dtype_map import report_map
 from .report import Evidence, Finding, Location, Report
 from .sections import LEGACY_META_KEYS, DtypeMap, sections_from_meta
@@ -99,7 +100,7 @@ def tag_rank(report: Report, rank: int) -> Report:
     return out
 
 
-_RANK_CODE = "rank-divergence"
+_RANK_CODE = RANK_DIVERGENCE
 
 
 def report_rank(report: Report, default: int) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,15 @@ from torch import nn
 
 from .. import catalog
 from ..catalog import module_ref
+from ..catalog.family_codes import (
+    DTYPE_MAP,
+    FP16_GRADIENT_UNSCALE,
+    FP32_ISLAND,
+    LOW_PRECISION_UNDER_AUTOCAST,
+    OPTIMIZER_STATE_DTYPE,
+    PIPELINE_COMPONENT_DTYPE_MISMATCH,
+    WEIGHT_BIAS_DTYPE_MISMATCH,
+)
 from ..dtypes import is_low_precision, torch_name
 from ..repair.policy import (
     NORM_WORDS,
@@ -28,6 +36,7 @@ from ..repair.policy import (
     own_float_dtypes,
 )
 from ..report import Finding, Location, Operand, Report, Severity
+from ..tensors import module_tensors
 
 __all__ = ["audit", "dtype_map"]
 
@@ -134,22 +143,15 @@ def dtype_map(model: nn.Module, name: str = "") -> list[dict[str, Any]]:
     return rows
 
 
-def _tensors(module: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
-    yield from module.named_parameters()
-    for n, b in module.named_buffers():
-        if b is not None and is_compute_float(b):
-            yield n, b
-
-
 def _counts(module: nn.Module) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for _, t in _tensors(module):
+    for _, t in module_tensors(module):
         counts[dtype_name(t.dtype)] += t.numel()
     return counts
 
 
 def _layout(module: nn.Module) -> tuple:
-    return tuple(sorted((n, dtype_name(t.dtype)) for n, t in _tensors(module)))
+    return tuple(sorted((n, dtype_name(t.dtype)) for n, t in module_tensors(module)))
 
 
 def _map_rows(module: nn.Module, path: str, depth: int, repeat: int, rows: list[dict[str, Any]]) -> None:
@@ -206,7 +208,7 @@ def format_map(rows: list[dict[str, Any]]) -> str:
 def _map_finding(prefix: str, model: nn.Module) -> Finding:
     rows = dtype_map(model, prefix)
     return catalog.finding(
-        "dtype-map",
+        DTYPE_MAP,
         message=format_map(rows),
         location=Location(module=prefix, module_type=type(model).__name__),
         data={"dtype_map": rows, "dominant": dominant_dtype(model)},
@@ -244,7 +246,7 @@ def mixed_parameter_findings(model: nn.Module, prefix: str = "") -> list[Finding
         shown = paths[0] if len(paths) == 1 else pattern
         findings.append(
             catalog.finding(
-                "weight-bias-dtype-mismatch",
+                WEIGHT_BIAS_DTYPE_MISMATCH,
                 names={"module": f"'{shown}'", "dtype": torch_name(main), "other_dtype": torch_name(other)},
                 severity=Severity.ERROR if fused else Severity.WARNING,
                 message=f"{shown} ({cls.__name__}): "
@@ -301,7 +303,7 @@ def fp32_island_findings(model: nn.Module, prefix: str = "") -> list[Finding]:
         why = "deliberate (a norm or _keep_in_fp32_modules)" if deliberate else "accidental?"
         findings.append(
             catalog.finding(
-                "fp32-island",
+                FP32_ISLAND,
                 context=("deliberate",) if deliberate else (),
                 names={
                     "module": shown,
@@ -345,7 +347,7 @@ def pipeline_findings(models: dict[str, nn.Module]) -> list[Finding]:
         is_vae = "vae" in name
         findings.append(
             catalog.finding(
-                "pipeline-component-dtype-mismatch",
+                PIPELINE_COMPONENT_DTYPE_MISMATCH,
                 context=("vae",) if is_vae else (),
                 names={"module": name, "dtype": torch_name(reference), "other_dtype": torch_name(dt)},
                 message=f"component '{name}' ({type(models[name]).__name__}) is {dt}; "
@@ -404,7 +406,7 @@ def autocast_findings(model: nn.Module, prefix: str, autocast_dtype: str) -> lis
     differs = main != autocast_dtype
     return [
         catalog.finding(
-            "low-precision-under-autocast",
+            LOW_PRECISION_UNDER_AUTOCAST,
             names={
                 "dtype": torch_name(main),
                 "other_dtype": torch_name(autocast_dtype),
@@ -434,7 +436,7 @@ def _training_findings(setup: Setup) -> list[Finding]:
         shown = [names.get(id(p), "?") for p in fp16[:3]]
         findings.append(
             catalog.finding(
-                "fp16-gradient-unscale",
+                FP16_GRADIENT_UNSCALE,
                 names={"param": shown[0], "device": fp16[0].device.type},
                 message=f"GradScaler is enabled and {len(fp16)} of {len(params)} trained parameters are "
                 f"float16 ({', '.join(shown)}{', ...' if len(fp16) > 3 else ''}): "
@@ -469,7 +471,7 @@ def _optimizer_findings(opt: torch.optim.Optimizer, names: dict[int, str]) -> li
         )
         findings.append(
             catalog.finding(
-                "optimizer-state-dtype",
+                OPTIMIZER_STATE_DTYPE,
                 severity=Severity.WARNING,
                 message=f"{type(opt).__name__} keeps low-precision state: {what}; "
                 f"eps={opt.param_groups[0].get('eps')} underflows to 0 in float16 and updates lose precision",

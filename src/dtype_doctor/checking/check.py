@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -21,11 +20,13 @@ import torch
 from torch import nn
 
 from .. import catalog
-from ..dtypes import canonical
+from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..errors import DoctorError
-from ..loading import TensorSpec, call_factory, parse_input, spec_from_tuple
-from ..repair.policy import KeepPattern, dtype_name, iter_tensors, map_tensors, select, to_torch_dtype
+from ..inputs import meta_inputs
+from ..loading import call_factory
+from ..repair.policy import KeepPattern, dtype_name, select, to_torch_dtype
 from ..report import Evidence, Finding, Location, Report, Severity
+from ..tensors import iter_tensors, map_tensors
 from ..watching import autocast_table
 from ..watching.provenance import short_path
 from .audit import autocast_findings, autocast_of, module_pattern
@@ -33,8 +34,6 @@ from .convert import convert_like_loader
 from .hybrid import hybrid
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
-
-_SPEC_TEXT = re.compile(r"^\d+(?:[x×,]\d+)*(?::\w+)?$")
 
 
 def check(
@@ -181,45 +180,6 @@ def _drop_offload_hooks(mirror: nn.Module) -> None:
             vars(module).pop("forward", None)
 
 
-def meta_inputs(value: Any, name: str = "") -> Any:
-    """Inputs for the dry run: floating tensors and specs become meta tensors; integer and bool
-    tensors (ids, masks, positions) stay real on CPU, as the model may read their values."""
-    if isinstance(value, TensorSpec):
-        dtype = getattr(torch, value.dtype)
-        if dtype.is_floating_point or dtype.is_complex:
-            return torch.empty(value.shape, dtype=dtype, device="meta")
-        if "mask" in (value.name or name):  # a made-up mask keeps every position
-            return torch.ones(value.shape, dtype=dtype)
-        return value.make()
-    if isinstance(value, str) and _SPEC_TEXT.match(value):
-        return meta_inputs(parse_input(value), name)
-    if _is_spec_tuple(value):
-        return meta_inputs(spec_from_tuple(value), name)
-    if isinstance(value, torch.Tensor):
-        if value.is_meta:
-            return value
-        if value.is_floating_point() or value.is_complex():
-            return torch.empty_like(value, device="meta")
-        return value.detach().to("cpu")
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
-        return type(value)(*(meta_inputs(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(meta_inputs(v) for v in value)
-    if isinstance(value, Mapping):  # dicts, and BatchEncoding-like mappings
-        return {k: meta_inputs(v, str(k)) for k, v in value.items()}
-    return value
-
-
-def _is_spec_tuple(value: Any) -> bool:
-    """("2x4x64x64", "float32") is a spec; ("a cat", "a dog") is a real input. A pair naming a
-    dtype with a shape-like first string ("2xx4", "float32") is a spec too: it fails to parse."""
-    if not (isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value)):
-        return False
-    if _SPEC_TEXT.match(value[0]) is not None:
-        return True
-    return canonical(value[1]) is not None and any(c.isdigit() for c in value[0])
-
-
 def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
     out = {}
     for key, value in [*((f"arg{i}", a) for i, a in enumerate(args)), *kwargs.items()]:
@@ -263,7 +223,7 @@ def _incomplete(exc: BaseException, model: nn.Module) -> Finding:
     module = module_in_traceback(exc.__traceback__, model)
     where = Location(module=module, file=frame[0], line=frame[1], function=frame[2]) if frame else None
     return catalog.finding(
-        "check-incomplete",
+        CHECK_INCOMPLETE,
         message=f"the dry run stopped at {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
         location=where if frame else Location(module=module),
         evidence=[Evidence(text=str(exc)[:500], source="meta dry run")],

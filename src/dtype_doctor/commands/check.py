@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
 from ._output import add_output_options, emit
@@ -64,7 +65,7 @@ def input_flags(model: object, texts: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..loading import split_inputs
+    from ..inputs import split_inputs
 
     dtype, autocast = dtype_options(args)  # cheap checks first: bad input fails before torch is imported
     positional, named = split_inputs(args.input)
@@ -91,5 +92,5 @@ def run(args: argparse.Namespace) -> int:
         **named,
     )
     emit(report, args)
-    incomplete = "check-incomplete" in report.codes()  # not clean: part of forward was not checked
+    incomplete = CHECK_INCOMPLETE in report.codes()  # not clean: part of forward was not checked
     return EXIT_FINDINGS if report.errors or incomplete else EXIT_OK

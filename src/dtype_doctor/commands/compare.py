@@ -83,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import DoctorError
-    from ..loading import load_object, split_inputs
+    from ..inputs import split_inputs
+    from ..loading import load_object
 
     if not args.input:
         raise DoctorError("give the model's inputs with --input SHAPE[:DTYPE] (e.g. --input 1x3x224x224)")

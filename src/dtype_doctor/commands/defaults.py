@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..loading import TensorSpec
+from ..inputs import TensorSpec
 
 
 def default_inputs(model: Any, dtype: str | None) -> dict[str, TensorSpec] | None:

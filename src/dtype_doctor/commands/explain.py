@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from ..catalog.family_codes import UNKNOWN
 from ..errors import DoctorError
 
 HELP = "explain an error message, a traceback or a whole training log"
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if read_as_file:
         report.meta["text_read_as_file"] = read_as_file
     emit(report, args)
-    return EXIT_NOTHING if report.codes() == ["unknown"] else EXIT_OK
+    return EXIT_NOTHING if report.codes() == [UNKNOWN] else EXIT_OK
 
 
 def _names_a_file(text: str) -> bool:

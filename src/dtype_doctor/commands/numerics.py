@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..cli import EXIT_FINDINGS, EXIT_OK
     from ..errors import DoctorError
-    from ..loading import call_factory, load_object, parse_dtype, split_inputs
+    from ..inputs import parse_dtype, split_inputs
+    from ..loading import call_factory, load_object
     from ..report import Fix, Report, Severity
     from ._output import emit
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..numerics import NumericsMonitor, find_fp32_set
-    from ..numerics.stats import iter_tensors
+    from ..numerics.stats import measured_tensors
 
     dtype = getattr(torch, dtype_name) if dtype_name else None
     model = call_factory(load_object(args.target))
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             with torch.set_grad_enabled(args.train):
                 out = forward(model)
                 if args.train:
-                    parts = [t.float().mean() for t in iter_tensors(out) if t.requires_grad]
+                    parts = [t.float().mean() for t in measured_tensors(out) if t.requires_grad]
                     if not parts:
                         raise DoctorError("--train: no model output requires grad")
                     torch.stack(parts).sum().backward()

@@ -10,7 +10,6 @@ Every variant's model comes from the user's factory (seeded, then loaded with th
 weights, so all variants compute the same function).
 
 precision.py   the precisions and their parsing
-inputs.py      the user's inputs as tensors
 runner.py      build, run, time, measure one variant
 api.py         `compare()`: drives the runner, reports progress through `on_progress`
 findings.py    per-variant findings

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 
 from ..errors import DoctorError
+from ..inputs import real_inputs
 from ..report import Report
 from ..sections import CompareResult
 from .attribution import rank, select_modules, top_modules
 from .device import collect, device_name, resolve_device
 from .findings import MAX_KEEP_SHARE, variant_findings
-from .inputs import make_inputs
 from .precision import DEFAULT_PRECISIONS, Precision, parse_precision
 from .progress import OnProgress, Tracker, rich_progress
 from .recommend import recommend
@@ -65,7 +65,7 @@ def compare(
     if isinstance(model_factory, torch.nn.Module):
         module = model_factory
         model_factory = lambda: copy.deepcopy(module)  # noqa: E731
-    args, kwargs = make_inputs(inputs, dev, seed)
+    args, kwargs = real_inputs(inputs, dev, seed)
     runner = Runner(model_factory, args, kwargs, dev, train_step, loss_fn, warmup, repeats, seed)
     runner.prepare()
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from .measure import ErrorStats, cast_floats, error_stats, float_tensors, has_nonfinite, map_tensors
+from ..tensors import cast_floats, float_tensors, has_nonfinite, map_tensors
+from .measure import ErrorStats, error_stats
 
 ContextFactory = Callable[[], contextlib.AbstractContextManager]
 

@@ -7,6 +7,12 @@ import math
 import torch
 
 from .. import catalog
+from ..catalog.family_codes import (
+    PRECISION_ERROR_HIGH,
+    PRECISION_FRAGILE_LAYERS,
+    PRECISION_OVERFLOW,
+    PRECISION_VARIANT_FAILED,
+)
 from ..report import Evidence, Finding, Location, Severity
 from .attribution import rank, top_modules
 from .precision import Precision
@@ -35,12 +41,12 @@ def variant_findings(
     if r.status in ("fails", "out-of-memory"):
         cause_codes = [f.code for f in r.findings]
         f = catalog.finding(
-            "precision-variant-failed",
+            PRECISION_VARIANT_FAILED,
             context=context_tags(p),
             names=names,
             message=f"{p.name} does not run: {r.failure}",
             evidence=[Evidence(r.failure or "", source=p.name)],
-            related=cause_codes + list(catalog.family("precision-variant-failed").related),
+            related=cause_codes + list(catalog.family(PRECISION_VARIANT_FAILED).related),
             data={"variant": p.name},
         )
         if r.findings:  # what watch/explain found: its location and its fixes come first
@@ -55,7 +61,7 @@ def variant_findings(
         module, module_type = r.nonfinite_module or (None, None)
         out.append(
             catalog.finding(
-                "precision-overflow",
+                PRECISION_OVERFLOW,
                 context=context_tags(p),
                 names={**names, "module": module or "an unlocated module"},
                 message=f"{p.name}: non-finite outputs"
@@ -69,7 +75,7 @@ def variant_findings(
     if r.error and r.status == "ok" and r.error.rel_l2 > tolerance and not p.keep:
         out.append(
             catalog.finding(
-                "precision-error-high",
+                PRECISION_ERROR_HIGH,
                 context=context_tags(p),
                 names={**names, "keep": keep},
                 severity=Severity.WARNING,
@@ -83,7 +89,7 @@ def variant_findings(
         top = ranked[: max(top_k, 1)]
         out.append(
             catalog.finding(
-                "precision-fragile-layers",
+                PRECISION_FRAGILE_LAYERS,
                 context=context_tags(p),
                 names={**names, "keep": keep},
                 message=f"{p.name}: "

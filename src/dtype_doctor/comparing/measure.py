@@ -7,7 +7,6 @@ peaks) run when the tensors live on a CUDA device, the CPU paths otherwise.
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
 import dataclasses
 import gc
@@ -16,90 +15,13 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-# ---------------------------------------------------------------------------------------------
-# tensors inside arbitrary outputs (tuples, dicts, ModelOutput, diffusers BaseOutput, dataclasses)
-
-
-def iter_tensors(obj: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """(path, tensor) for every tensor in a nested output, in a stable order."""
-    if isinstance(obj, torch.Tensor):
-        yield path or "output", obj
-    elif isinstance(obj, Mapping):
-        for key, value in obj.items():
-            yield from iter_tensors(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(obj, (list, tuple)):
-        for i, value in enumerate(obj):
-            yield from iter_tensors(value, f"{path}[{i}]")
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from iter_tensors(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
-
-
-def float_tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:
-    return [(p, t) for p, t in iter_tensors(obj) if t.is_floating_point()]
-
-
-def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """Apply fn to every tensor of any nested output: tuples, lists, dicts, namedtuples and
-    dataclasses, including library outputs (transformers ModelOutput, diffusers BaseOutput) that
-    are both a dataclass and an OrderedDict and whose fields may have no default."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _map_dataclass(obj, fn)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(map_tensors(v, fn) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        items = [map_tensors(v, fn) for v in obj]
-        try:
-            return type(obj)(items)
-        except Exception:
-            return tuple(items) if isinstance(obj, tuple) else items
-    if isinstance(obj, Mapping):
-        mapped = {key: map_tensors(value, fn) for key, value in obj.items()}
-        try:
-            out = copy.copy(obj)
-            for key, value in mapped.items():
-                out[key] = value
-            return out
-        except Exception:
-            return mapped
-    return obj
-
-
-def _map_dataclass(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """A new instance through the class's own constructor (so ModelOutput's dict view is rebuilt);
-    if the constructor refuses, a shallow copy with the fields replaced; else a plain dict."""
-    fields = dataclasses.fields(obj)
-    values = {f.name: map_tensors(getattr(obj, f.name), fn) for f in fields}
-    try:
-        return type(obj)(**{f.name: values[f.name] for f in fields if f.init})
-    except Exception:
-        pass
-    try:
-        out = copy.copy(obj)
-        for name, value in values.items():
-            object.__setattr__(out, name, value)
-            if isinstance(out, dict) and name in out:
-                out[name] = value
-        return out
-    except Exception:
-        return values
-
-
-def cast_floats(obj: Any, dtype: torch.dtype) -> Any:
-    return map_tensors(obj, lambda t: t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t)
-
-
-def has_nonfinite(obj: Any) -> bool:
-    return any(not bool(torch.isfinite(t).all()) for _, t in float_tensors(obj))
-
+from ..tensors import float_tensors
 
 # ---------------------------------------------------------------------------------------------
 # error against the fp32 reference

@@ -7,6 +7,7 @@ import math
 import torch
 
 from .. import catalog
+from ..catalog.family_codes import PRECISION_RECOMMENDATION
 from ..report import Finding
 from .device import device_name
 from .findings import context_tags, fmt_err, variant_names
@@ -139,7 +140,7 @@ def recommend(results: list[VariantResult], dev: torch.device, tolerance: float)
         headline = f"{best.name}: {ref.median / best.median:.2f}× faster than fp32, error {fmt_err(best.error.rel_l2 if best.error else None)}"
     p = best.precision
     f = catalog.finding(
-        "precision-recommendation",
+        PRECISION_RECOMMENDATION,
         context=context_tags(p),
         names={
             **variant_names(p, dev),

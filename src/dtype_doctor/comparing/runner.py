@@ -8,23 +8,15 @@ from typing import Any
 
 import torch
 
+from ..catalog.family_codes import UNKNOWN
 from ..errors import DoctorError
+from ..inputs import batch_size
 from ..loading import call_factory
 from ..report import Finding, Report, Severity
+from ..tensors import cast_floats, float_tensors, has_nonfinite, map_tensors
 from .attribution import LayerError, first_nonfinite, input_dtypes, keep_in_fp32, shadow_errors
 from .device import collect
-from .inputs import batch_size
-from .measure import (
-    PeakMemory,
-    cast_floats,
-    error_stats,
-    float_tensors,
-    grad_error_stats,
-    has_nonfinite,
-    map_tensors,
-    tensor_bytes,
-    time_runs,
-)
+from .measure import PeakMemory, error_stats, grad_error_stats, tensor_bytes, time_runs
 from .precision import Precision
 from .results import VariantResult
 
@@ -304,7 +296,7 @@ def _explain(text: str) -> list[Finding]:
     if isinstance(result, Finding):
         return [result]
     if isinstance(result, Report):
-        return [f for f in result.findings if f.code != "unknown"]
+        return [f for f in result.findings if f.code != UNKNOWN]
     if isinstance(result, list):
         return [f for f in result if isinstance(f, Finding)]
     return []

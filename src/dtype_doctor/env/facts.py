@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from .. import catalog
+from ..catalog.family_codes import BF16_UNSUPPORTED_HARDWARE, CPU_HALF_EMULATED
 from ..report import Finding, Report, Severity
 from .packages import dist_version, first_line, library_facts
 
@@ -224,7 +225,7 @@ def _hardware_findings(gpus: list[dict[str, Any]], cpu: dict[str, Any]) -> list[
         if g["bf16"] != "native":
             out.append(
                 catalog.finding(
-                    "bf16-unsupported-hardware",
+                    BF16_UNSUPPORTED_HARDWARE,
                     severity=Severity.WARNING,
                     message=(
                         f"GPU {g['index']} {g['name']} (sm{g['sm']}): bf16 is "
@@ -236,7 +237,7 @@ def _hardware_findings(gpus: list[dict[str, Any]], cpu: dict[str, Any]) -> list[
     if not gpus and cpu.get("native_bf16") is False and cpu.get("native_fp16") is False:
         out.append(
             catalog.finding(
-                "cpu-half-emulated",
+                CPU_HALF_EMULATED,
                 names={"missing": "AVX512-BF16/AMX-BF16 and AVX512-FP16/AMX-FP16"},
                 message=f"{cpu.get('model')}: no native fp16/bf16 arithmetic (torch kernels: {cpu.get('torch_kernels')})",
             )

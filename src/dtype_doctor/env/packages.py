@@ -17,6 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import catalog
+from ..catalog.family_codes import (
+    ACCELERATE_MIXED_PRECISION,
+    APEX_CONFLICT,
+    APEX_NO_CUDA_EXT,
+    EXTENSION_TORCH_MISMATCH,
+    FLASH_ATTN_UNSUPPORTED_GPU,
+    ONEFLOW_TORCH_AUTOCAST,
+    PYPI_APEX_CLASH,
+)
 from ..report import Evidence, Finding, Fix, Severity
 
 APEX_CONSUMERS = (
@@ -241,7 +250,7 @@ def _oneflow(libs: dict[str, Any], torch_version: str | None) -> list[Finding]:
     versions = ", ".join(f"{m} {libs[m]['version']}" for m in flow)
     return [
         catalog.finding(
-            "oneflow-torch-autocast",
+            ONEFLOW_TORCH_AUTOCAST,
             message=f"{versions} installed next to torch {torch_version}",
             evidence=[Evidence(f"{m}: {libs[m].get('location')}") for m in flow],
             data={"packages": {m: libs[m]["version"] for m in flow}},
@@ -256,7 +265,7 @@ def _torch_mismatch(dist: str, info: dict[str, Any], torch_version: str | None) 
     info["note"] = f"built for torch {pin}"
     return [
         catalog.finding(
-            "extension-torch-mismatch",
+            EXTENSION_TORCH_MISMATCH,
             names={
                 "package": dist,
                 "version": info["version"],
@@ -274,7 +283,7 @@ def _flash_attn(info: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Findin
         return []
     return [
         catalog.finding(
-            "flash-attn-unsupported-gpu",
+            FLASH_ATTN_UNSUPPORTED_GPU,
             names={"gpu": g["name"], "capability": g["sm"]},
             message=f"flash-attn {info['version']} on {g['name']} (sm{g['capability']})",
         )
@@ -291,7 +300,7 @@ def _accelerate(info: dict[str, Any]) -> list[Finding]:
         info["note"] = f"configured mixed_precision={configured}"
     return [
         catalog.finding(
-            "accelerate-mixed-precision",
+            ACCELERATE_MIXED_PRECISION,
             names={"source": source, "dtype": value},
             message=f"{source}: mixed_precision={value}",
             data={"source": source, "mixed_precision": value},
@@ -318,7 +327,7 @@ def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
         apex["note"] = "the unrelated PyPI package, not NVIDIA apex"
         return [
             catalog.finding(
-                "pypi-apex-clash",
+                PYPI_APEX_CLASH,
                 names={"detail": detail},
                 message=f"apex {apex.get('version')} at {where} is not NVIDIA apex: {detail}",
                 evidence=[Evidence(detail, source=where)],
@@ -329,7 +338,7 @@ def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
         apex["note"] = "NVIDIA apex built for another torch"
         return [
             catalog.finding(
-                "extension-torch-mismatch",
+                EXTENSION_TORCH_MISMATCH,
                 names={
                     "package": "apex",
                     "version": apex.get("version"),
@@ -349,7 +358,7 @@ def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
     )
     apex["note"] = "NVIDIA apex" + (", fused norms importable" if apex.get("fused_norms") else "")
     f = catalog.finding(
-        "apex-conflict",
+        APEX_CONFLICT,
         context=["env"],
         message=f"NVIDIA apex ({_version_text(apex)}) is importable from {where}: {swap}",
         evidence=[Evidence(f"{c} imports apex", source=c) for c in consumers],
@@ -370,7 +379,7 @@ def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
     if apex.get("fused_norms") and apex.get("cuda_ext") is False:
         out.append(
             catalog.finding(
-                "apex-no-cuda-ext",
+                APEX_NO_CUDA_EXT,
                 message="apex.normalization imports, but its CUDA extension fused_layer_norm_cuda is missing",
             )
         )

@@ -14,6 +14,16 @@ from dataclasses import dataclass, field
 
 from .. import catalog
 from ..catalog.context import REFINEMENTS
+from ..catalog.family_codes import (
+    ATTENTION_DTYPE_MISMATCH,
+    CONV_BIAS_DTYPE_MISMATCH,
+    CONV_WEIGHT_DTYPE_MISMATCH,
+    DEVICE_MISMATCH,
+    INDEX_PUT_DTYPE_MISMATCH,
+    MATMUL_DTYPE_MISMATCH,
+    NORM_DTYPE_MISMATCH,
+    SCALAR_TYPE_MISMATCH,
+)
 from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical, is_low_precision, torch_name
 from ..report import Evidence, Finding, Location, Operand, Report, Severity
@@ -30,13 +40,13 @@ BELOW = 30  # lines after an error line read for its context
 JOIN_LIMIT = 16 * 1024  # a text this short with no message found is also read as one joined line
 _MISMATCH_CODES = frozenset(
     {
-        "scalar-type-mismatch",
-        "matmul-dtype-mismatch",
-        "norm-dtype-mismatch",
-        "conv-weight-dtype-mismatch",
-        "conv-bias-dtype-mismatch",
-        "attention-dtype-mismatch",
-        "index-put-dtype-mismatch",
+        SCALAR_TYPE_MISMATCH,
+        MATMUL_DTYPE_MISMATCH,
+        NORM_DTYPE_MISMATCH,
+        CONV_WEIGHT_DTYPE_MISMATCH,
+        CONV_BIAS_DTYPE_MISMATCH,
+        ATTENTION_DTYPE_MISMATCH,
+        INDEX_PUT_DTYPE_MISMATCH,
     }
 )
 _LEGACY = re.compile(r"Tensor\b|Type\b|\bbackend\b|device type")  # texts that name the devices
@@ -249,7 +259,7 @@ def _operands(hit: _Hit, roles: dict[str, str]) -> list[Operand]:
             base_roles.update(alt)
     operands = []
     for group, value in hit.match.groupdict().items():
-        if value is None or group in pat.info or (hit.code == "device-mismatch" and not canonical(value)):
+        if value is None or group in pat.info or (hit.code == DEVICE_MISMATCH and not canonical(value)):
             continue  # a device name (`cuda`) is not an operand dtype
         role = base_roles.get(group, group)
         role = roles.get(group, roles.get(role, role))
@@ -365,11 +375,11 @@ def _message(
     parts = []
     where_is = devices(hit.pattern, hit.match) if _LEGACY.search(hit.match.group(0)) else {}
     where = ", ".join(f"{dict(hit.pattern.roles).get(k, k)} on {d}" for k, d in where_is.items())
-    if hit.code == "device-mismatch" and where:
+    if hit.code == DEVICE_MISMATCH and where:
         parts.append(f"not a dtype problem: {where}")
     elif operands:
         parts.append(", ".join(f"{o.role}: {o.dtype}" for o in operands if o.dtype))
-    if hit.code != "device-mismatch" and len(set(where_is.values())) > 1:
+    if hit.code != DEVICE_MISMATCH and len(set(where_is.values())) > 1:
         parts.append(f"and the devices differ too: {where}")
     if module_expr:
         parts.append(f"raised in {module_expr}({arg or ''})")

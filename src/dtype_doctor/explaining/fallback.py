@@ -15,12 +15,13 @@ from functools import lru_cache
 
 from .. import catalog
 from ..catalog.errors import ERROR_FAMILIES
+from ..catalog.family_codes import SCALAR_TYPE_MISMATCH, UNKNOWN
 from ..catalog.model import Family
 from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, SETUP_FAMILIES, SYMPTOMS, Symptom
 from ..report import Evidence, Finding, Fix
 from .normalize import view
 
-GENERIC = "scalar-type-mismatch"
+GENERIC = SCALAR_TYPE_MISMATCH
 HEAD = 16 * 1024  # bytes of each input's start and end that are read (a description is short)
 TAIL = 48 * 1024
 _ERROR_LINE = re.compile(r"\b\w{0,60}(?:Error|Exception|Warning)\b:?[^\n]{0,300}")
@@ -130,7 +131,7 @@ def _unknown(inputs: list[tuple[str | None, str]], ranked: list[str]) -> Finding
     else:
         message = "No known mixed-precision error in this text, and no dtype or precision words in it."
     return catalog.finding(
-        "unknown",
+        UNKNOWN,
         message=message,
         evidence=_last_lines(inputs),
         related=ranked,

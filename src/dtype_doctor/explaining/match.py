@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 from .. import catalog
 from ..catalog.context import CONTEXT_SIGNALS
 from ..catalog.errors import TRIGGERS
+from ..catalog.family_codes import DEVICE_MISMATCH
 from ..catalog.model import ContextSignal, MessagePattern
 from ..dtypes import canonical
 from .normalize import view
@@ -171,7 +172,7 @@ def no_operands(found: Found) -> bool:
 
 
 def _fits(code: str, pat: MessagePattern, m: re.Match[str]) -> bool:
-    if code == "device-mismatch":
+    if code == DEVICE_MISMATCH:
         return len(set(devices(pat, m).values())) != 1
     return not code.endswith("-mismatch") or _dtypes_differ(pat, m)
 

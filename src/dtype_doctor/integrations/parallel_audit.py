@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import catalog
+from ..catalog.family_codes import DEEPSPEED_CONFIG_CONFLICT, FSDP_POLICY_MISMATCH
 from ..dtypes import canonical, is_floating, is_low_precision, torch_name
 from ..errors import DoctorError
 from ..report import Evidence, Finding, Location, Report, Severity
 
-_FSDP = "fsdp-policy-mismatch"
-_DS = "deepspeed-config-conflict"
+_FSDP = FSDP_POLICY_MISMATCH
+_DS = DEEPSPEED_CONFIG_CONFLICT
 
 
 def _model_dtypes(model: Any) -> tuple[dict[str, list[str]], dict[str, list[str]]]:

@@ -109,6 +109,7 @@ def _explain(excinfo: pytest.ExceptionInfo) -> list:
     """Findings from the error text alone, when no live session saw the failure."""
     try:
         from dtype_doctor import explain
+        from dtype_doctor.catalog.family_codes import UNKNOWN
     except (ImportError, AttributeError):
         return []
     try:
@@ -116,7 +117,7 @@ def _explain(excinfo: pytest.ExceptionInfo) -> list:
     except Exception:
         return []
     findings = getattr(result, "findings", result)
-    return [f for f in (findings or []) if getattr(f, "code", "unknown") != "unknown"]
+    return [f for f in (findings or []) if getattr(f, "code", UNKNOWN) != UNKNOWN]
 
 
 _DTYPE_TEXT = re.compile(

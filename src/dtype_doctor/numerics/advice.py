@@ -10,6 +10,7 @@ from typing import Any
 from torch import nn
 
 from .. import catalog
+from ..catalog.family_codes import FP16_HEADROOM, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
 from ..report import Evidence, Finding, Fix, Location, Operand, Report, Severity
 from .analysis import Call, Grad, Producer, Sighting, TensorInfo
 from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
@@ -91,7 +92,7 @@ class Advisor:
 
     # -- non-finite producers -------------------------------------------------------------------
     def producer(self, p: Producer, modules: dict[str, nn.Module]) -> Finding:
-        code = "fp16-overflow" if p.dtype == "float16" and p.kind != "input" else "nonfinite-values"
+        code = FP16_OVERFLOW if p.dtype == "float16" and p.kind != "input" else NONFINITE_VALUES
         key = (code, p.phase, p.kind, p.path, p.param)
         if key in self._producers:
             finding = self._producers[key][0]
@@ -253,7 +254,7 @@ class Advisor:
             else:
                 message = f"{len(hits)} module output(s) exceed 65504 and would overflow in float16: {listing}{more}."
             self._summary(
-                "fp16-headroom", worst, hits, message, modules, Severity.WARNING if low else Severity.INFO
+                FP16_HEADROOM, worst, hits, message, modules, Severity.WARNING if low else Severity.INFO
             )
 
     def _underflow(self, phase: str, modules: dict[str, nn.Module]) -> None:
@@ -278,7 +279,7 @@ class Advisor:
         message = f"Non-zero {what} {len(hits)} tensor(s) {verb} (below 6.1e-05): {listing}{more}."
         module = worst.rpartition(".")[0] if phase == "backward" else worst
         self._summary(
-            "fp16-underflow",
+            FP16_UNDERFLOW,
             module,
             hits,
             message,

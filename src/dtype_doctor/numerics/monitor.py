@@ -21,7 +21,7 @@ from ..report import Report
 from . import advice
 from .analysis import Call, Grad, Shadow, Sighting, TensorInfo, backward_producer, forward_producers
 from .scaler import ScalerMonitor
-from .stats import ABSMAX, iter_tensors, light_stats, read_rows, tensor_stats
+from .stats import ABSMAX, light_stats, measured_tensors, read_rows, tensor_stats
 
 _SHADOW_MAX_PARAMS = 50_000_000
 _LOW = (torch.float16, torch.bfloat16)
@@ -264,7 +264,7 @@ class NumericsMonitor:
         call = Call(path, type(module).__name__, start=0, leaf=not module._modules, caller=scope)
         named = [(str(i), a) for i, a in enumerate(args)] + list(kwargs.items())
         for name, value in named:
-            for tensor in iter_tensors(value):
+            for tensor in measured_tensors(value):
                 slot = self._slot(tensor)
                 if slot is None:
                     slot = self._measure(tensor, signed=True)
@@ -284,7 +284,7 @@ class NumericsMonitor:
         frame = self._stack.pop()
         call = frame.call
         if call is not None:
-            for tensor in iter_tensors(output):
+            for tensor in measured_tensors(output):
                 slot = self._slot(tensor)
                 if slot is None:
                     slot = self._measure(tensor)
@@ -352,7 +352,7 @@ class NumericsMonitor:
                 sub._forward_pre_hooks.clear()
             self._shadows[path] = twin
         up = _to_float32
-        device = next(iter_tensors((args, kwargs)), torch.empty(0)).device.type
+        device = next(measured_tensors((args, kwargs)), torch.empty(0)).device.type
         self._busy = True
         after = _rng_state()
         try:
@@ -360,7 +360,7 @@ class NumericsMonitor:
                 _set_rng_state(rng)
             with torch.no_grad(), torch.autocast(device_type=device, enabled=False):
                 out = twin(*up(args), **up(kwargs))
-            slots = [self._measure(t) for t in iter_tensors(out)]
+            slots = [self._measure(t) for t in measured_tensors(out)]
         finally:
             _set_rng_state(after)
             self._busy = False

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .. import catalog
+from ..catalog.family_codes import GRAD_SCALER_COLLAPSE, GRAD_SCALER_GROWTH, GRAD_SCALER_OVERFLOW
 from ..report import Evidence, Location, Report, Severity
 from .stats import fmt
 
@@ -162,7 +163,7 @@ def findings_for(h: ScalerHistory) -> list:
             )
         out.append(
             catalog.finding(
-                "grad-scaler-overflow",
+                GRAD_SCALER_OVERFLOW,
                 severity=severity,
                 message=message,
                 location=Location(op="GradScaler.update", step=skipped[0]),
@@ -180,7 +181,7 @@ def findings_for(h: ScalerHistory) -> list:
         at = next(i for i, s in enumerate(scales) if s < 1)
         out.append(
             catalog.finding(
-                "grad-scaler-collapse",
+                GRAD_SCALER_COLLAPSE,
                 message=(
                     f"{h.name}'s scale fell below 1 at step {at} (from {fmt(h.init_scale)}) and reached "
                     f"{fmt(low)}: {len(skipped)} of {n} steps were skipped."
@@ -192,7 +193,7 @@ def findings_for(h: ScalerHistory) -> list:
     if last > GROWTH_LIMIT and len(scales) > 1 and last > scales[0] and last >= max(scales):
         out.append(
             catalog.finding(
-                "grad-scaler-growth",
+                GRAD_SCALER_GROWTH,
                 message=(
                     f"{h.name}'s scale grew to {fmt(last)} (> 2**24) and is still growing after {n} steps: "
                     "no gradient has overflowed for a long time."

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..tensors import iter_tensors
+
 ABSMAX, MIN_NONZERO, N_TINY, N_ZERO, MAX = range(5)
 
 FP16_MAX = 65504.0
@@ -84,18 +86,9 @@ def read_rows(rows: list[torch.Tensor]) -> list[list[float]]:
     return out
 
 
-def iter_tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
-    """Floating tensors in a module's inputs or outputs: tensors, sequences, mappings (ModelOutput)."""
-    if isinstance(obj, torch.Tensor):
-        if measurable(obj):
-            yield obj
-    elif depth < 3:
-        if isinstance(obj, (tuple, list)):
-            for item in obj:
-                yield from iter_tensors(item, depth + 1)
-        elif isinstance(obj, dict):
-            for item in obj.values():
-                yield from iter_tensors(item, depth + 1)
+def measured_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Floating tensors in a module's inputs or outputs, three containers deep at most."""
+    return (t for t in iter_tensors(obj, max_depth=3) if measurable(t))
 
 
 def fmt(value: float) -> str:

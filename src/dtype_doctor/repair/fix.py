@@ -17,8 +17,10 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from .. import catalog
+from ..catalog.family_codes import MODULE_INPUT_CAST
 from ..dtypes import torch_name
 from ..report import Finding, Location, Operand, Report
+from ..tensors import map_tensors
 from ..watching.modules import argument_names
 from .keep_together import KeepNotes, widen_kept
 from .policy import (
@@ -27,7 +29,6 @@ from .policy import (
     hf_keep_fp32,
     is_compute_float,
     kept_modules,
-    map_tensors,
     own_float_dtypes,
     select,
     to_torch_dtype,
@@ -241,7 +242,7 @@ class Guard:
             return
         module_name = name or "<root>"
         finding = catalog.finding(
-            "module-input-cast",
+            MODULE_INPUT_CAST,
             names={
                 "module": f"'{module_name}'",
                 "input": arg,

@@ -8,26 +8,20 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
 
 import torch
 from torch import nn
 
 from ..dtypes import canonical
 from ..errors import DoctorError
+from ..tensors import is_compute_float
 
 # A pattern matching one of these class-name words marks a layer that is numerically fragile in
 # low precision and commonly kept in fp32 on purpose.
 NORM_WORDS = ("norm",)
 
 KeepPattern = str | type | re.Pattern
-
-
-def is_compute_float(t: torch.Tensor) -> bool:
-    """Floating, and not a float8 storage format (fp8 weights and their scales are a quantization
-    design, never converted, cast to or compared by a dtype policy)."""
-    return t.is_floating_point() and t.element_size() > 1
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -147,31 +141,3 @@ def select(
 def kept_modules(model: nn.Module, patterns: Iterable[KeepPattern]) -> list[tuple[str, nn.Module]]:
     """The top-most modules matching any pattern; patterns that match nothing are ignored."""
     return select(model, patterns, strict=False)
-
-
-def iter_tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from iter_tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from iter_tensors(v)
-
-
-def map_tensors(value: Any, fn) -> Any:
-    """Apply fn to every tensor in nested lists/tuples/dicts (namedtuples and dict subclasses kept)."""
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(map_tensors(v, fn) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(map_tensors(v, fn) for v in value)
-    if isinstance(value, dict):
-        out = {k: map_tensors(v, fn) for k, v in value.items()}
-        try:
-            return type(value)(out) if type(value) is not dict else out
-        except Exception:
-            return out
-    return value

@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from ..catalog.family_codes import COMPILED_REGION_UNWATCHED
+
 try:
     compiling = torch.compiler.is_compiling
 except AttributeError:  # an old torch: nothing is ever compiled under us
@@ -49,7 +51,7 @@ class CompileNotice:
         from .. import catalog
 
         return catalog.finding(
-            "compiled-region-unwatched",
+            COMPILED_REGION_UNWATCHED,
             names={"graphs": graphs},
             message=f"torch.compile compiled {graphs} graph(s) while watching: dtype-doctor stepped "
             "aside while dynamo traced them, so compiled ops were checked only where the graph runs "

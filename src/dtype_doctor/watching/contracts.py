@@ -15,6 +15,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..catalog.family_codes import (
+    ATTENTION_DTYPE_MISMATCH,
+    AUTOCAST_HALF_CONFLICT,
+    CONV_BIAS_DTYPE_MISMATCH,
+    CONV_WEIGHT_DTYPE_MISMATCH,
+    INDEX_PUT_DTYPE_MISMATCH,
+    MATMUL_DTYPE_MISMATCH,
+    NORM_DTYPE_MISMATCH,
+    SCALAR_TYPE_MISMATCH,
+    SILENT_PROMOTION,
+)
 from .autocast_table import FP32, PROMOTE, casting_devices
 from .autocast_table import LOW as LOW_POLICY
 
@@ -189,7 +200,7 @@ def under_autocast(
     if slots[0].tensor.device.type in contract.autocast and all(s.tensor.is_floating_point() for s in m.odd):
         return None
     if any(s.tensor.dtype in LOW and s.tensor.dtype != autocast for s in _floating(slots)):
-        m.code = "autocast-half-conflict"
+        m.code = AUTOCAST_HALF_CONFLICT
     return m
 
 
@@ -197,7 +208,7 @@ def list_under_autocast(floating: list[Slot], autocast: torch.dtype) -> Mismatch
     """cat/stack under autocast promote float32 with the autocast dtype, but a half of the other kind
     fails in autocast's prioritize."""
     bad = [s for s in floating if s.tensor.dtype in LOW and s.tensor.dtype != autocast]
-    return Mismatch(autocast, bad, "autocast-half-conflict") if bad else None
+    return Mismatch(autocast, bad, AUTOCAST_HALF_CONFLICT) if bad else None
 
 
 @rule("norm")
@@ -260,7 +271,7 @@ def _norm_contract(op: str, *params: str) -> Contract:
     return _c(op, _NORM, "input:input", *params, rule="norm", autocast=autocast, module_op=True)
 
 
-_MM = "matmul-dtype-mismatch"
+_MM = MATMUL_DTYPE_MISMATCH
 
 
 def _ac(name: str) -> frozenset[str]:
@@ -290,19 +301,19 @@ EINSUM = _c("einsum", _MM, "equation", varargs=True, autocast=_ac("einsum"))
 def _conv(name: str) -> Contract:
     return _c(
         name,
-        "conv-weight-dtype-mismatch",
+        CONV_WEIGHT_DTYPE_MISMATCH,
         "input:input",
         "weight:weight",
         "bias:bias",
         ref="weight",
         autocast=_ac(name),
-        bias_code="conv-bias-dtype-mismatch",
+        bias_code=CONV_BIAS_DTYPE_MISMATCH,
         module_op=True,
     )
 
 
-_NORM = "norm-dtype-mismatch"
-_IDX = "index-put-dtype-mismatch"
+_NORM = NORM_DTYPE_MISMATCH
+_IDX = INDEX_PUT_DTYPE_MISMATCH
 
 
 def _table() -> dict[Any, Contract]:
@@ -340,7 +351,7 @@ def _table() -> dict[Any, Contract]:
         )
     t[F.scaled_dot_product_attention] = _c(
         "scaled_dot_product_attention",
-        "attention-dtype-mismatch",
+        ATTENTION_DTYPE_MISMATCH,
         "query:query",
         "key:key",
         "value:value",
@@ -410,15 +421,15 @@ def _table() -> dict[Any, Contract]:
         rule="indexed",
         ref="destination",
     )
-    lerp = _c("lerp", "scalar-type-mismatch", "input:start", "end:end", "weight:weight", ref="start")
+    lerp = _c("lerp", SCALAR_TYPE_MISMATCH, "input:start", "end:end", "weight:weight", ref="start")
     for f in (torch.lerp, T.lerp, T.lerp_):
         t[f] = lerp
     t[F.embedding] = _c(
-        "embedding", "scalar-type-mismatch", "input:indices", "weight:weight", rule="indices", module_op=True
+        "embedding", SCALAR_TYPE_MISMATCH, "input:indices", "weight:weight", rule="indices", module_op=True
     )
     t[F.embedding_bag] = _c(
         "embedding_bag",
-        "scalar-type-mismatch",
+        SCALAR_TYPE_MISMATCH,
         "input",
         "weight:weight",
         "offsets",
@@ -440,7 +451,7 @@ def _table() -> dict[Any, Contract]:
         torch.vstack,
         torch.dstack,
     ):
-        t[f] = _c(f"torch.{f.__name__}", "silent-promotion", "tensors:tensors", rule="list")
+        t[f] = _c(f"torch.{f.__name__}", SILENT_PROMOTION, "tensors:tensors", rule="list")
     return t
 
 
@@ -472,5 +483,5 @@ register(torch.cdist, contract=_c("cdist", _MM, "x1:input", "x2:other", autocast
 register(
     torch.cross,
     torch.Tensor.cross,
-    contract=_c("cross", "scalar-type-mismatch", "input:input", "other:other", autocast=_autocasts("cross")),
+    contract=_c("cross", SCALAR_TYPE_MISMATCH, "input:input", "other:other", autocast=_autocasts("cross")),
 )

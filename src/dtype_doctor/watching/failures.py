@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..catalog import family_codes as fc
 from ..report import Location
 from . import findings as F
 from .contracts import Contract, Slot, bind
@@ -23,13 +24,13 @@ Session = Any  # watch.session.Session, not imported: no import circle
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 
 _MESSAGE_CODES = (
-    (re.compile(r"mat1 and mat2|m1 and m2|self and mat2|dot :"), "matmul-dtype-mismatch"),
-    (re.compile(r"bias type"), "conv-bias-dtype-mismatch"),
-    (re.compile(r"weight type"), "conv-weight-dtype-mismatch"),
-    (re.compile(r"mixed dtype"), "norm-dtype-mismatch"),
-    (re.compile(r"query, key|attn_mask"), "attention-dtype-mismatch"),
-    (re.compile(r"[Ii]ndex put|index_add|scatter"), "index-put-dtype-mismatch"),
-    (re.compile(r"prioritize"), "autocast-half-conflict"),
+    (re.compile(r"mat1 and mat2|m1 and m2|self and mat2|dot :"), fc.MATMUL_DTYPE_MISMATCH),
+    (re.compile(r"bias type"), fc.CONV_BIAS_DTYPE_MISMATCH),
+    (re.compile(r"weight type"), fc.CONV_WEIGHT_DTYPE_MISMATCH),
+    (re.compile(r"mixed dtype"), fc.NORM_DTYPE_MISMATCH),
+    (re.compile(r"query, key|attn_mask"), fc.ATTENTION_DTYPE_MISMATCH),
+    (re.compile(r"[Ii]ndex put|index_add|scatter"), fc.INDEX_PUT_DTYPE_MISMATCH),
+    (re.compile(r"prioritize"), fc.AUTOCAST_HALF_CONFLICT),
 )
 
 
@@ -47,7 +48,7 @@ def code_for_message(text: str) -> str:
     for pattern, code in _MESSAGE_CODES:
         if pattern.search(text):
             return code
-    return "scalar-type-mismatch"
+    return fc.SCALAR_TYPE_MISMATCH
 
 
 def _noted(exc: BaseException) -> bool:
@@ -74,7 +75,7 @@ def _earlier(session: Session, finding: Any) -> str:
     """Silent promotions seen before a failure: often where the wrong dtype came in."""
     lines = []
     for f in session.report.findings:
-        if f.code == "silent-promotion" and f is not finding and len(lines) < 3:
+        if f.code == fc.SILENT_PROMOTION and f is not finding and len(lines) < 3:
             loc = f.location
             lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
     return "\n" + "\n".join(lines) if lines else ""
@@ -113,12 +114,12 @@ def _failure_finding(
 def on_exit(session: Session, exc: BaseException) -> None:
     """The `with` block ends with the user's exception: count it, and make a dtype crash a finding."""
     session.report.meta["raised"] = type(exc).__name__
-    errors = [f for f in session.report.errors if f.code != "tool-internal-error"]
+    errors = [f for f in session.report.errors if f.code != fc.TOOL_INTERNAL_ERROR]
     if not errors and DTYPE_TEXT.search(str(exc)) and not isinstance(exc, KeyboardInterrupt):
         _crash_finding(session, exc)
     if _noted(exc):
         return
-    errors = [f for f in session.report.findings if f.code != "tool-internal-error"]
+    errors = [f for f in session.report.findings if f.code != fc.TOOL_INTERNAL_ERROR]
     if errors and hasattr(exc, "add_note"):
         exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .. import catalog
+from ..catalog.family_codes import FP16_GRADIENT_UNSCALE
 from ..report import Finding, Location, Operand, Origin
 from .modules import Names
 from .provenance import Provenance, caller_frames, where
@@ -78,7 +79,7 @@ def fp16_gradient_finding(
     inner, _ = caller_frames(3)
     file, line, function = where(inner)
     return catalog.finding(
-        "fp16-gradient-unscale",
+        FP16_GRADIENT_UNSCALE,
         context=context,
         names={
             "param": first_qual,

@@ -11,6 +11,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..catalog.family_codes import (
+    AUTOCAST_HALF_CONFLICT,
+    FP16_GRADIENT_UNSCALE,
+    SILENT_PROMOTION,
+    TOOL_INTERNAL_ERROR,
+)
 from ..errors import DtypeMismatchError
 from ..report import Report
 from . import failures, threads
@@ -122,7 +128,7 @@ class Session:
         """Several different mismatches in one run: one dtype policy beats patching each op."""
         from .. import catalog
 
-        errors = [f for f in self.report.errors if f.code != "fp16-gradient-unscale"]
+        errors = [f for f in self.report.errors if f.code != FP16_GRADIENT_UNSCALE]
         if len({(f.code, f.location.module if f.location else None) for f in errors}) < 2:
             return
         for f in errors:
@@ -168,7 +174,7 @@ class Session:
 
                 self.report.add(
                     catalog.finding(
-                        "tool-internal-error",
+                        TOOL_INTERNAL_ERROR,
                         message=f"internal error: {type(exc).__name__}: {exc}",
                         evidence=[Evidence(text=f"{type(exc).__name__}: {exc}", source="dtype-doctor")],
                     )
@@ -241,7 +247,7 @@ class Session:
                     return
                 self._ac_reported.add(key)
                 finding = F.build(
-                    "autocast-half-conflict",
+                    AUTOCAST_HALF_CONFLICT,
                     f"torch.autocast('{dev}', dtype={acd})",
                     [F.Seen("weight", p, odd=True)],
                     acd,
@@ -404,7 +410,7 @@ class Session:
         context_dt = self.stack.param_dtype()
         low = [s.tensor.dtype for s in slots if s.tensor.dtype in LOW]
         expected = context_dt if context_dt in {s.tensor.dtype for s in slots} else low[0]
-        m = Mismatch(expected, [s for s in slots if s.tensor.dtype != expected], "silent-promotion")
+        m = Mismatch(expected, [s for s in slots if s.tensor.dtype != expected], SILENT_PROMOTION)
         finding = self._report(op_name(func), slots, m, {"promotion"})
         if self.mode == "strict":
             raise DtypeMismatchError(F.note_text(finding), finding)
