@@ -45,7 +45,7 @@ def html_and_merge() -> None:
     model = llama_7b_shape()
     t_map = best(lambda: module_dtype_map(model))
     dmap = module_dtype_map(model)
-    report = Report(tool="run", meta={"dtype_map": dmap})
+    report = Report(tool="run", sections=[dmap])
     for i in range(32):
         report.add(
             catalog.finding(
