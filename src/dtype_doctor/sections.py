@@ -81,7 +81,8 @@ class CompareResult:
     variants: list[dict[str, Any]] = field(default_factory=list)
 
     def as_meta(self) -> dict[str, Any]:
-        """Settings and variants in one dict: the shape the compare tables and plot read."""
+        """Settings and variants in one dict (schema 1's `meta["compare"]`; the views read the section
+        through render/compare_rows.py)."""
         return {**self.settings, "variants": self.variants}
 
 
