@@ -45,7 +45,7 @@ def html_and_merge() -> None:
     model = llama_7b_shape()
     t_map = best(lambda: module_dtype_map(model))
     dmap = module_dtype_map(model)
-    report = Report(tool="run", meta={"dtype_map": dmap})
+    report = Report(tool="run", sections=[dmap])
     for i in range(32):
         report.add(
             catalog.finding(
@@ -62,7 +62,7 @@ def html_and_merge() -> None:
     ranks = [Report.from_json(report.to_json()) for _ in range(8)]
     ranks[3].findings = ranks[3].findings[:-1]
     t_merge = best(lambda: merge_reports(ranks, list(range(8))))
-    print(f"Llama-7B shape: {len(dmap)} modules, 32 findings")
+    print(f"Llama-7B shape: {len(dmap.modules)} modules, 32 findings")
     print(f"  module_dtype_map      {t_map * 1000:8.1f} ms")
     print(f"  render_html           {t_html * 1000:8.1f} ms  ({size / 1024:.0f} KiB, self-contained)")
     print(f"  merge_reports 8 ranks {t_merge * 1000:8.1f} ms")

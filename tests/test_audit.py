@@ -16,6 +16,7 @@ from torch import nn  # noqa: E402
 import dtype_doctor as dd  # noqa: E402
 import tiny_models  # noqa: E402
 from dtype_doctor.repair.fix import convert  # noqa: E402
+from dtype_doctor.sections import DtypeMap  # noqa: E402
 
 
 def by_code(report, code):
@@ -47,13 +48,16 @@ def test_dtype_map_folds_repeated_blocks_and_names_the_odd_one(llama_config):
     convert(model, torch.float16, keep_fp32=("norm",))
     model.model.layers[2].mlp.down_proj.float()  # an accidental fp32 island in block 2
     report = dd.audit(model)
-    rows = by_code(report, "dtype-map")[0].data["dtype_map"]
-    paths = [r["path"] for r in rows]
-    assert "model.layers.0-1" in paths and "model.layers.3" in paths and "model.layers.2" in paths
-    folded = next(r for r in rows if r["path"] == "model.layers.0-1")
-    assert folded["repeat"] == 2 and set(folded["dtypes"]) == {"float16", "float32"}
-    assert next(r for r in rows if r["path"] == "model.embed_tokens")["dtypes"] == {"float16": 128 * 64}
+    rows = report.section(DtypeMap).by_path()
+    assert "model.layers.0-1" in rows and "model.layers.3" in rows and "model.layers.2" in rows
+    folded = rows["model.layers.0-1"]
+    assert folded.repeat == 2 and set(folded.dtypes) == {"float16", "float32"}
+    assert rows["model.embed_tokens"].dtypes == {"float16": 128 * 64}
     assert len(rows) < 30  # fits on a screen
+    # the map lives once, in the section: the info finding shows it as text and holds no copy
+    (shown,) = by_code(report, "dtype-map")
+    assert "dtype_map" not in shown.data and "  0-1 (LlamaDecoderLayer ×2)" in shown.message
+    assert "dtype_map" not in json.dumps(report.to_dict()["findings"])
     islands = {f.location.module: f for f in by_code(report, "fp32-island")}
     accidental = islands["model.layers.2.mlp.down_proj"]
     assert accidental.severity == dd.Severity.WARNING and not accidental.data["deliberate"]
@@ -99,6 +103,10 @@ def test_pipeline_components_in_different_dtypes():
     assert [f.location.module for f in found] == ["text_encoder"]
     assert found[0].data["components"] == {"vae": "float16", "text_encoder": "float32", "unet": "float16"}
     assert "pipe.text_encoder.to(torch.float16)" in [x.snippet for x in found[0].fixes]
+    # one map for the pipeline, each component under its name
+    modules = report.section(DtypeMap).by_path()
+    assert modules["text_encoder"].dtypes == {"float32": sum(p.numel() for p in text_encoder.parameters())}
+    assert set(modules["vae"].dtypes) == {"float16"} and modules["unet"].type == "UNet2DConditionModel"
     # the embeddings it makes do fail in the UNet's first cross-attention
     embeds = text_encoder(torch.randint(0, 100, (1, 5))).last_hidden_state
     with pytest.raises(RuntimeError, match="same dtype"):

@@ -139,6 +139,18 @@ def test_mixed_weight_and_bias_found_at_the_op():
     assert {o.role: o.dtype for o in first.operands}["bias"] == "float32"
 
 
+def test_the_checked_dtypes_are_the_reports_dtype_map_section():
+    from dtype_doctor.sections import DtypeMap
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    report = dd.check(model, ("3x4", "float16"), dtype="float16", keep_fp32=("1",))
+    modules = report.section(DtypeMap).by_path()
+    assert modules["0"].dtypes == {"float16": 20} and modules["1"].dtypes == {"float32": 10}
+    assert modules[""].type == "Sequential" and set(modules[""].dtypes) == {"float16", "float32"}
+    assert "dtype_map" not in report.meta and model[0].weight.dtype == torch.float32
+    assert [s["type"] for s in json.loads(report.to_json())["sections"]] == ["dtype_map"]
+
+
 def test_autocast_of_another_dtype_over_a_half_model_is_reported(llama_config):
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(llama_config)

@@ -12,7 +12,7 @@ from dtype_doctor import catalog
 from dtype_doctor.cli import main
 from dtype_doctor.render.html import DTYPE_COLOURS, render_html
 from dtype_doctor.report import Evidence, Location, Operand, Origin, Report
-from dtype_doctor.sections import CompareResult, DtypeMap, Plot, Table
+from dtype_doctor.sections import CompareResult, DtypeMap, ModuleDtypes, Plot, Table
 
 
 def _report() -> Report:
@@ -47,16 +47,18 @@ def _report() -> Report:
     )
     report = Report(tool="run", meta={"model": "UNet2DConditionModel", "device": "cpu"})
     report.add(finding)
-    dtype_map = {
-        "": {"type": "UNet2DConditionModel"},
-        "conv_in": {"type": "Conv2d", "dtypes": {"float16": 2}},
-        "time_embedding": {"type": "TimestepEmbedding"},
-        "time_embedding.linear_1": {"type": "Linear", "dtypes": {"float16": 2}},
-        "time_embedding.linear_2": {"type": "Linear", "dtypes": {"float32": 2}},
-        "norm_out": "bfloat16",
-    }
+    dtype_map = DtypeMap(
+        [
+            ModuleDtypes("", "UNet2DConditionModel"),
+            ModuleDtypes("conv_in", "Conv2d", {"float16": 2}),
+            ModuleDtypes("time_embedding", "TimestepEmbedding"),
+            ModuleDtypes("time_embedding.linear_1", "Linear", {"float16": 2}),
+            ModuleDtypes("time_embedding.linear_2", "Linear", {"float32": 2}),
+            ModuleDtypes("norm_out", "GroupNorm", {"bfloat16": 2}),
+        ]
+    )
     report.sections += [
-        DtypeMap.from_value(dtype_map),
+        dtype_map,
         Plot(
             title="Activation max |x| per layer",
             kind="line",

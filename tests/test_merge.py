@@ -10,7 +10,7 @@ from dtype_doctor import catalog
 from dtype_doctor.cli import main
 from dtype_doctor.merge import merge_reports
 from dtype_doctor.report import Location, Operand, Report
-from dtype_doctor.sections import DtypeMap
+from dtype_doctor.sections import DtypeMap, ModuleDtypes
 
 
 def _mismatch(module: str = "model.vision.patch_embed.proj") -> object:
@@ -27,7 +27,7 @@ def _rank_report(rank: int, *findings, dtype_map=None) -> Report:
     for f in findings:
         report.add(f)
     if dtype_map is not None:
-        report.meta["dtype_map"] = dtype_map
+        report.sections.append(dtype_map)
     return report
 
 
@@ -64,8 +64,8 @@ def test_rank_that_misses_a_shared_finding_is_named():
 
 
 def test_dtype_map_divergence_names_module_and_rank():
-    same = {"lm.embed": {"type": "Embedding", "dtypes": {"float16": 1}}}
-    odd = {"lm.embed": {"type": "Embedding", "dtypes": {"float32": 1}}}
+    same = DtypeMap([ModuleDtypes("lm.embed", "Embedding", {"float16": 1})])
+    odd = DtypeMap([ModuleDtypes("lm.embed", "Embedding", {"float32": 1})])
     merged = merge_reports(
         [_rank_report(0, dtype_map=same), _rank_report(1, dtype_map=odd), _rank_report(2, dtype_map=same)]
     )

@@ -110,6 +110,29 @@ def test_schema_1_reports_still_read_their_meta_as_sections():
     assert report.section(Table).rows == [["1"]] and report.section(Plot).series == {"s": [1.0]}
 
 
+def test_schema_1_audit_map_in_finding_data_reads_as_the_section():
+    from dtype_doctor.sections import DtypeMap
+
+    rows = [
+        {
+            "path": "<root>",
+            "name": "<root>",
+            "type": "Net",
+            "depth": 0,
+            "repeat": 1,
+            "dtypes": {"float16": 8},
+        },
+        {"path": "h.0-1", "name": "0-1", "type": "Block", "depth": 1, "repeat": 2, "dtypes": {"float16": 4}},
+    ]
+    finding = catalog.finding("dtype-map", message="Net", data={"dtype_map": rows, "dominant": "float16"})
+    old = Report(tool="audit", findings=[finding]).to_dict()
+    old["schema_version"] = 1
+    report = Report.from_dict(old)
+    assert report.findings[0].data == {"dominant": "float16"}
+    modules = report.section(DtypeMap).by_path()
+    assert modules[""].type == "Net" and modules["h.0-1"].repeat == 2
+
+
 @pytest.mark.parametrize(
     "section", [{"type": "nope"}, {"type": "table"}, {"type": "dtype_map", "modules": [{"x": 1}]}, 5]
 )

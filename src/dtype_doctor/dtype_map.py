@@ -1,31 +1,74 @@
-"""The dtype map of a model, as producers store it and renderers read it. No torch import.
+"""The dtype map of a model: its one shape is `sections.DtypeMap`. No torch import.
 
-A report holds its map as a `sections.DtypeMap`; these shapes are what producers hand to
-`DtypeMap.from_value` (and what schema-1 reports and `finding.data["dtype_map"]`, audit's folded rows, hold):
-    {"<module path>": {"type": "Linear", "dtypes": {"float16": 2}}, ...}      (root is "")
-    {"<module path>": "float16", ...}
-    [{"path" or "module": "<module path>", "type": ..., "dtypes": {...}, "repeat": 32}, ...]
-`dtypes` maps dtype → a count (tensors or elements); a list of dtypes or a single "dtype" also works.
+Producers append a DtypeMap section to their report: `module_dtype_map(model)` (each module and the
+tensors registered directly on it: the training-loop callbacks, distributed runs) and
+`checking.audit.dtype_map` (folded: a uniform subtree is one entry, identical ModuleList blocks are
+one entry with `repeat`; audit and check). Renderers and merges read it with `report_map`.
+`legacy_map` reads the shapes schema-1 reports held (in `meta["dtype_map"]` and in audit's
+`dtype-map` finding data); it is used only when such a report is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-
-@dataclass(frozen=True)
-class MapEntry:
-    path: str
-    type: str
-    dtypes: dict[str, int]
-    repeat: int = 1
+from .sections import DtypeMap, ModuleDtypes
 
 
-def _entry(path: str, value: Any) -> MapEntry | None:
+def report_map(report: Any) -> list[ModuleDtypes]:
+    """A report's dtype map: the modules of its DtypeMap sections (none: an empty list)."""
+    return [m for s in report.sections if isinstance(s, DtypeMap) for m in s.modules]
+
+
+def module_dtype_map(model: Any) -> DtypeMap:
+    """The map of a torch.nn.Module: each module's type and the dtypes of the parameters and floating
+    buffers registered directly on it (walks named_modules once; reads no tensor data, so meta works)."""
+    from .dtypes import canonical
+
+    modules = []
+    for name, module in model.named_modules():
+        counts: dict[str, int] = {}
+        for tensor in (*module._parameters.values(), *module._buffers.values()):
+            if tensor is None or not (tensor.is_floating_point() or tensor.is_complex()):
+                continue
+            dtype = canonical(str(tensor.dtype)) or str(tensor.dtype)
+            counts[dtype] = counts.get(dtype, 0) + 1
+        modules.append(ModuleDtypes(name, type(module).__name__, counts))
+    return DtypeMap(modules)
+
+
+def _human(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def format_map(modules: Iterable[ModuleDtypes]) -> str:
+    """The map as indented text, one line per entry, nested under the first entry (the map's root):
+    `0-31 (LlamaDecoderLayer ×32)  float16 202M, float32 262K`."""
+    lines = []
+    root: str | None = None
+    for m in modules:
+        if root is None:
+            root = m.path
+        rest = m.path[len(root) :].lstrip(".") if m.path.startswith(root) else m.path
+        depth = rest.count(".") + 1 if rest else 0
+        name = m.path.rpartition(".")[2] if depth else m.path or "<root>"
+        kind = m.type + (f" ×{m.repeat}" if m.repeat > 1 else "")
+        dtypes = ", ".join(f"{d} {_human(n)}" for d, n in sorted(m.dtypes.items(), key=lambda kv: -kv[1]))
+        own = "  [" + ", ".join(f"{k}: {v}" for k, v in m.own.items()) + "]" if m.own else ""
+        lines.append(f"{'  ' * depth}{name} ({kind})  {dtypes or 'no parameters'}{own}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- schema 1
+
+
+def _legacy_entry(path: str, value: Any) -> ModuleDtypes | None:
     if isinstance(value, str):
-        return MapEntry(path, "", {value: 1})
+        return ModuleDtypes(path, "", {value: 1})
     if not isinstance(value, Mapping):
         return None
     raw = value.get("dtypes")
@@ -38,51 +81,33 @@ def _entry(path: str, value: Any) -> MapEntry | None:
     else:
         dtypes = {}
     repeat = value.get("repeat", 1)
-    return MapEntry(path, str(value.get("type", "") or ""), dtypes, repeat if isinstance(repeat, int) else 1)
+    own = value.get("own")
+    return ModuleDtypes(
+        path,
+        str(value.get("type", "") or ""),
+        dtypes,
+        repeat if isinstance(repeat, int) else 1,
+        {str(k): str(v) for k, v in own.items()} if isinstance(own, Mapping) else {},
+    )
 
 
-def iter_map(value: Any) -> Iterator[MapEntry]:
-    """The entries of a dtype map in any accepted shape; anything else yields nothing."""
+def legacy_map(value: Any) -> DtypeMap:
+    """A schema-1 map as a section: `{path: {"type", "dtypes"}}`, `{path: "float16"}` or audit's
+    rows `[{"path", "type", "dtypes", "repeat", "own"}]` (root "" or "<root>"); anything else is empty."""
     if isinstance(value, Mapping):
-        items = ((str(k), v) for k, v in value.items())
+        items: Iterable[tuple[str, Any]] = ((str(k), v) for k, v in value.items())
     elif isinstance(value, list | tuple):
         items = ((str(v.get("path", v.get("module", ""))), v) for v in value if isinstance(v, Mapping))
     else:
-        return
-    for path, raw in items:
-        entry = _entry("" if path == "<root>" else path, raw)
-        if entry is not None:
-            yield entry
+        return DtypeMap()
+    entries = (_legacy_entry("" if path == "<root>" else path, raw) for path, raw in items)
+    return DtypeMap([e for e in entries if e is not None])
 
 
-def report_map(report: Any) -> list[MapEntry]:
-    """A report's dtype map: its DtypeMap section, else the maps its findings carry (audit's rows)."""
-    from .sections import DtypeMap
-
-    section = report.section(DtypeMap)
-    if section is not None:
-        return [MapEntry(m.path, m.type, dict(m.dtypes), m.repeat) for m in section.modules]
-    entries = list(iter_map(report.meta.get("dtype_map")))  # a producer not yet on sections
-    if entries:
-        return entries
-    for f in report.findings:
-        if isinstance(f.data, Mapping):
-            entries.extend(iter_map(f.data.get("dtype_map")))
-    return entries
-
-
-def module_dtype_map(model: Any) -> dict[str, dict[str, Any]]:
-    """The map of a torch.nn.Module: each module's type and the dtypes of the parameters and floating
-    buffers registered directly on it (walks named_modules once; reads no tensor data, so meta works)."""
-    from .dtypes import canonical
-
-    result: dict[str, dict[str, Any]] = {}
-    for name, module in model.named_modules():
-        counts: dict[str, int] = {}
-        for tensor in (*module._parameters.values(), *module._buffers.values()):
-            if tensor is None or not (tensor.is_floating_point() or tensor.is_complex()):
-                continue
-            dtype = canonical(str(tensor.dtype)) or str(tensor.dtype)
-            counts[dtype] = counts.get(dtype, 0) + 1
-        result[name] = {"type": type(module).__name__, "dtypes": counts}
-    return result
+def lift_finding_maps(findings: Iterable[Any]) -> list[DtypeMap]:
+    """Schema-1 audit kept its rows in the `dtype-map` finding's data: move them (data is changed)."""
+    out = []
+    for f in findings:
+        if isinstance(f.data, dict) and "dtype_map" in f.data:
+            out.append(legacy_map(f.data.pop("dtype_map")))
+    return out

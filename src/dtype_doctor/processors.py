@@ -12,13 +12,12 @@ import copy
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from . import catalog
 from .catalog.family_codes import RANK_DIVERGENCE
 from .dtype_map import report_map
 from .report import Evidence, Finding, Location, Report
-from .sections import LEGACY_META_KEYS, DtypeMap, sections_from_meta
+from .sections import LEGACY_META_KEYS, DtypeMap, ModuleDtypes, sections_from_meta
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
@@ -165,8 +164,8 @@ def merge_ranks(reports: Sequence[Report], ranks: Sequence[int] | None = None) -
             f.location = Location()
         f.location.rank = seen_sorted[0] if len(seen_sorted) == 1 else None
         merged.add(f)
-    if dtype_map:
-        merged.sections.append(DtypeMap.from_value(dtype_map))
+    if dtype_map.modules:
+        merged.sections.append(dtype_map)
     return merged
 
 
@@ -222,7 +221,7 @@ def _model_dtype_snippet(f: Finding) -> str | None:
 
 def _merge_dtype_maps(
     reports: Sequence[Report], ranks: Sequence[int], world: list[int]
-) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
+) -> tuple[DtypeMap, list[Finding]]:
     """Union of the per-rank dtype maps, and a divergence for each module whose dtypes differ."""
     per_module: dict[str, dict[int, frozenset[str]]] = {}
     types: dict[str, str] = {}
@@ -230,11 +229,11 @@ def _merge_dtype_maps(
         for entry in report_map(report):
             types.setdefault(entry.path, entry.type)
             per_module.setdefault(entry.path, {})[rank] = frozenset(entry.dtypes)
-    merged: dict[str, dict[str, Any]] = {}
+    merged = DtypeMap()
     findings: list[Finding] = []
     for module, by_rank in per_module.items():
         union = sorted(set().union(*by_rank.values()))
-        merged[module] = {"type": types.get(module, ""), "dtypes": {d: 1 for d in union}}
+        merged.modules.append(ModuleDtypes(module, types.get(module, ""), {d: 1 for d in union}))
         variants: dict[frozenset[str], list[int]] = {}
         for rank, dtypes in by_rank.items():
             variants.setdefault(dtypes, []).append(rank)

@@ -282,6 +282,10 @@ class Report:
             raise ValueError("'sections' is not a list")
         sections += [section_from_dict(x) for x in raw_sections]
         findings = [_finding_from_dict(f) for f in data.get("findings", [])]
+        if version == 1:
+            from .dtype_map import lift_finding_maps
+
+            sections += lift_finding_maps(findings)
         return cls(findings=findings, tool=data.get("tool", ""), meta=meta, sections=sections)
 
     @classmethod

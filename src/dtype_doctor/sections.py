@@ -37,12 +37,16 @@ class Plot:
 
 @dataclass
 class ModuleDtypes:
-    """One module (or a repeated block, `repeat` > 1) and the dtypes of the tensors it holds."""
+    """One module (or a repeated block, `repeat` > 1) and the dtypes of the tensors it holds.
+
+    `dtypes` maps a dtype to a count (tensors or elements, as the producer counts); `own` names the
+    module's own parameters by dtype when they disagree (audit's weight/bias mismatch)."""
 
     path: str
     type: str = ""
     dtypes: dict[str, int] = field(default_factory=dict)
     repeat: int = 1
+    own: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,13 +55,6 @@ class DtypeMap:
 
     TYPE: ClassVar[str] = "dtype_map"
     modules: list[ModuleDtypes] = field(default_factory=list)
-
-    @classmethod
-    def from_value(cls, value: Any) -> DtypeMap:
-        """From any map shape a producer or an older report holds (see dtype_map.iter_map)."""
-        from .dtype_map import iter_map
-
-        return cls([ModuleDtypes(e.path, e.type, dict(e.dtypes), e.repeat) for e in iter_map(value)])
 
     def by_path(self) -> dict[str, ModuleDtypes]:
         return {m.path: m for m in self.modules}
@@ -84,7 +81,8 @@ class CompareResult:
     variants: list[dict[str, Any]] = field(default_factory=list)
 
     def as_meta(self) -> dict[str, Any]:
-        """Settings and variants in one dict: the shape the compare tables and plot read."""
+        """Settings and variants in one dict (schema 1's `meta["compare"]`; the views read the section
+        through render/compare_rows.py)."""
         return {**self.settings, "variants": self.variants}
 
 
@@ -119,7 +117,9 @@ def sections_from_meta(meta: dict[str, Any]) -> list[Any]:
     """Schema 1 kept sections in meta: move them out (meta is changed) and return them typed."""
     out: list[Any] = []
     if "dtype_map" in meta:
-        out.append(DtypeMap.from_value(meta.pop("dtype_map")))
+        from .dtype_map import legacy_map
+
+        out.append(legacy_map(meta.pop("dtype_map")))
     env = meta.pop("env", None)
     if isinstance(env, dict):
         out.append(EnvFacts(**{k: v for k, v in env.items() if k in EnvFacts.__dataclass_fields__}))

@@ -39,7 +39,7 @@ def scenario(name: str, out: Path, rank: int) -> None:
     if name == "dtype_map":
         if rank == 1:
             model.vision.to(torch.bfloat16)
-        report = Report(tool="run", meta={"dtype_map": module_dtype_map(model)})
+        report = Report(tool="run", sections=[module_dtype_map(model)])
         merged = gather_reports(tag_report(report, rank_info()))
         if rank == 0:
             (out / "merged.json").write_text(merged.to_json())

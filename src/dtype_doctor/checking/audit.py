@@ -25,6 +25,7 @@ from ..catalog.family_codes import (
     PIPELINE_COMPONENT_DTYPE_MISMATCH,
     WEIGHT_BIAS_DTYPE_MISMATCH,
 )
+from ..dtype_map import format_map
 from ..dtypes import is_low_precision, torch_name
 from ..repair.policy import (
     NORM_WORDS,
@@ -36,6 +37,7 @@ from ..repair.policy import (
     own_float_dtypes,
 )
 from ..report import Finding, Location, Operand, Report, Severity
+from ..sections import DtypeMap, ModuleDtypes
 from ..tensors import module_tensors
 
 __all__ = ["audit", "dtype_map"]
@@ -72,7 +74,8 @@ def audit(
 ) -> Report:
     """Audit a model, a diffusers/transformers pipeline, or a tuple/dict of (model, optimizer, scaler).
 
-    Findings: the folded dtype map (`dtype-map`), modules whose parameters disagree
+    The folded dtype map is the report's DtypeMap section (and, as text, a `dtype-map` info finding
+    per model). Findings: modules whose parameters disagree
     (`weight-bias-dtype-mismatch`), fp32 islands in a low-precision model, deliberate or not
     (`fp32-island`), pipeline components in different dtypes, a GradScaler or optimizer that will
     fail on the parameters' dtype, and a low-precision model set to run under autocast (given as
@@ -88,8 +91,11 @@ def audit(
         raise TypeError(
             f"audit expects an nn.Module, a pipeline or an optimizer, got {type(target).__name__}"
         )
+    dmap = DtypeMap()
     for prefix, model in setup.models.items():
-        report.add(_map_finding(prefix, model))
+        section = dtype_map(model, prefix)
+        dmap.modules += section.modules
+        report.add(_map_finding(prefix, model, section))
         report.extend(mixed_parameter_findings(model, prefix))
         report.extend(fp32_island_findings(model, prefix))
         found = autocast_of(model) if autocast is None else _autocast_dtype(autocast)
@@ -98,6 +104,8 @@ def audit(
     if setup.pipeline:
         report.extend(pipeline_findings(setup.models))
     report.extend(_training_findings(setup))
+    if dmap.modules:
+        report.sections.append(dmap)
     return report
 
 
@@ -132,15 +140,13 @@ def _collect(obj: Any, name: str, setup: Setup) -> None:
 # ---------------------------------------------------------------- dtype map
 
 
-def dtype_map(model: nn.Module, name: str = "") -> list[dict[str, Any]]:
-    """Folded rows: {path, type, repeat, dtypes: {dtype: elements}, own: {param: dtype}}.
-
-    A subtree holding one dtype is one row; siblings in a ModuleList with the same dtype layout are
-    one row (`layers.0-31`, repeat 32), and only the first of them is expanded.
-    """
-    rows: list[dict[str, Any]] = []
-    _map_rows(model, name, 0, 1, rows)
-    return rows
+def dtype_map(model: nn.Module, name: str = "") -> DtypeMap:
+    """The folded map: one entry per subtree holding one dtype; siblings in a ModuleList with the
+    same dtype layout are one entry (`layers.0-31`, repeat 32), and only the first of them is expanded.
+    `dtypes` counts elements; `own` is set where a module's own parameters disagree."""
+    modules: list[ModuleDtypes] = []
+    _map_rows(model, name, 1, modules)
+    return DtypeMap(modules)
 
 
 def _counts(module: nn.Module) -> Counter[str]:
@@ -154,20 +160,11 @@ def _layout(module: nn.Module) -> tuple:
     return tuple(sorted((n, dtype_name(t.dtype)) for n, t in module_tensors(module)))
 
 
-def _map_rows(module: nn.Module, path: str, depth: int, repeat: int, rows: list[dict[str, Any]]) -> None:
+def _map_rows(module: nn.Module, path: str, repeat: int, rows: list[ModuleDtypes]) -> None:
     counts = _counts(module)
     own = own_float_dtypes(module)
-    rows.append(
-        {
-            "path": path or "<root>",
-            "name": path.rpartition(".")[2] if depth else path or "<root>",
-            "type": type(module).__name__,
-            "depth": depth,
-            "repeat": repeat,
-            "dtypes": dict(counts),
-            "own": own if len(set(own.values())) > 1 else {},
-        }
-    )
+    mixed_own = own if len(set(own.values())) > 1 else {}
+    rows.append(ModuleDtypes(path, type(module).__name__, dict(counts), repeat, mixed_own))
     if len(counts) <= 1:
         return
     children = list(module.named_children())
@@ -180,38 +177,17 @@ def _map_rows(module: nn.Module, path: str, depth: int, repeat: int, rows: list[
             while j < len(children) and children[j][0].isdigit() and _layout(children[j][1]) == layout:
                 j += 1
         label = name if j == i + 1 else f"{name}-{children[j - 1][0]}"
-        _map_rows(child, f"{path}.{label}" if path else label, depth + 1, j - i, rows)
+        _map_rows(child, f"{path}.{label}" if path else label, j - i, rows)
         i = j
 
 
-def _human(n: int) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return str(n)
-
-
-def format_map(rows: list[dict[str, Any]]) -> str:
-    lines = []
-    for row in rows:
-        kind = row["type"] + (f" ×{row['repeat']}" if row["repeat"] > 1 else "")
-        dtypes = ", ".join(
-            f"{d} {_human(n)}" for d, n in sorted(row["dtypes"].items(), key=lambda kv: -kv[1])
-        )
-        own = ""
-        if row["own"]:
-            own = "  [" + ", ".join(f"{k}: {v}" for k, v in row["own"].items()) + "]"
-        lines.append(f"{'  ' * row['depth']}{row['name']} ({kind})  {dtypes or 'no parameters'}{own}")
-    return "\n".join(lines)
-
-
-def _map_finding(prefix: str, model: nn.Module) -> Finding:
-    rows = dtype_map(model, prefix)
+def _map_finding(prefix: str, model: nn.Module, section: DtypeMap) -> Finding:
+    """The info finding that shows the map as text; the map itself is the report's DtypeMap section."""
     return catalog.finding(
         DTYPE_MAP,
-        message=format_map(rows),
+        message=format_map(section.modules),
         location=Location(module=prefix, module_type=type(model).__name__),
-        data={"dtype_map": rows, "dominant": dominant_dtype(model)},
+        data={"dominant": dominant_dtype(model)},
     )
 
 

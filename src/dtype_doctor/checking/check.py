@@ -85,7 +85,7 @@ def check(
         report.meta["notes"] = [f"loaded as: {loaded_as}"]
     from .audit import dtype_map
 
-    report.meta["dtype_map"] = dtype_map(mirror)  # the checked dtypes, folded; the HTML draws the tree
+    report.sections.append(dtype_map(mirror))  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
     _dry_run(mirror, args, kw, report, autocast)

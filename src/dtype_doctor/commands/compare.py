@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         from ..render.png import plot_compare
         from ..sections import CompareResult
 
-        args.plot = plot_compare(report.section(CompareResult).as_meta(), args.plot)
+        args.plot = plot_compare(report.section(CompareResult), args.plot)
     console = None
     if args.json != "-":
         from ..render.console import make_console

@@ -224,7 +224,7 @@ def _finish(state: DistributedSession, model: Any, path: Any, gather: bool) -> N
     if model is not None and report.section(DtypeMap) is None:
         from ..dtype_map import module_dtype_map
 
-        report.sections.append(DtypeMap.from_value(module_dtype_map(model)))
+        report.sections.append(module_dtype_map(model))
     if state.info is None:  # not a distributed run: one plain report
         state.merged = report
         if path is not None:

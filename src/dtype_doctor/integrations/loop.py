@@ -98,7 +98,7 @@ class LoopWatch:
             from ..dtype_map import module_dtype_map
 
             try:
-                self.report.sections.append(DtypeMap.from_value(module_dtype_map(self._model)))
+                self.report.sections.append(module_dtype_map(self._model))
             except Exception as exc:  # the map is a nicety; never fail the run's end for it
                 log.warning("dtype-doctor: cannot map the model's dtypes: %s", exc)
         if self.summary:

@@ -70,9 +70,8 @@ def section_renderables(section: Any, wide: bool = False) -> list[Any]:
     from . import tables
 
     if isinstance(section, CompareResult):
-        meta = section.as_meta()
-        layers = tables.layers_table(meta, top=10 if wide else 3)
-        return [tables.compare_table(meta, wide)] + ([layers] if layers is not None else [])
+        layers = tables.layers_table(section, top=10 if wide else 3)
+        return [tables.compare_table(section, wide)] + ([layers] if layers is not None else [])
     if isinstance(section, EnvFacts):
         return list(tables.env_tables(asdict(section)))
     if isinstance(section, SectionTable):
