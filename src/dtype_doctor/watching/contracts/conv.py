@@ -12,9 +12,9 @@ for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d
     register(
         getattr(F, name),
         code="conv-weight-dtype-mismatch",
+        bias_code="conv-bias-dtype-mismatch",
         roles={"input": "input", "weight": "weight", "bias": "bias"},
         ref="weight",
         autocast=LOW,
-        bias_code="conv-bias-dtype-mismatch",
         module_op=True,
     )

@@ -10,47 +10,25 @@ from .core import ANY_POLICY, register
 
 T = torch.Tensor
 MM = "matmul-dtype-mismatch"
+CAST_LOW = {"code": MM, "autocast": LOW}  # autocast runs these in its low dtype on every device
+LINEAR = {"input": "input", "weight": "weight", "bias": "bias"}
 
+register(F.linear, op="F.linear", roles=LINEAR, ref="weight", module_op=True, **CAST_LOW)
 register(
-    F.linear,
-    op="F.linear",
-    code=MM,
-    roles={"input": "input", "weight": "weight", "bias": "bias"},
-    ref="weight",
-    autocast=LOW,
-    module_op=True,
+    torch.addmm, T.addmm, roles={"input": "bias", "mat1": "input", "mat2": "weight"}, ref="weight", **CAST_LOW
 )
+register(torch.mm, T.mm, roles={"input": "input", "mat2": "other"}, **CAST_LOW)
+register(torch.matmul, T.matmul, T.__matmul__, roles={"input": "input", "other": "other"}, **CAST_LOW)
+register(T.__rmatmul__, roles={"self": "other", "other": "input"}, **CAST_LOW)
+register(torch.bmm, T.bmm, roles={"input": "input", "mat2": "other"}, **CAST_LOW)
 register(
-    torch.addmm,
-    T.addmm,
-    code=MM,
-    roles={"input": "bias", "mat1": "input", "mat2": "weight"},
-    ref="weight",
-    autocast=LOW,
+    torch.baddbmm, T.baddbmm, roles={"input": "bias", "batch1": "batch1", "batch2": "batch2"}, **CAST_LOW
 )
-register(torch.mm, T.mm, code=MM, roles={"input": "input", "mat2": "other"}, autocast=LOW)
-register(
-    torch.matmul, T.matmul, T.__matmul__, code=MM, roles={"input": "input", "other": "other"}, autocast=LOW
-)
-register(T.__rmatmul__, code=MM, roles={"self": "other", "other": "input"}, autocast=LOW)
-register(torch.bmm, T.bmm, code=MM, roles={"input": "input", "mat2": "other"}, autocast=LOW)
-register(
-    torch.baddbmm,
-    T.baddbmm,
-    code=MM,
-    roles={"input": "bias", "batch1": "batch1", "batch2": "batch2"},
-    autocast=LOW,
-)
+register(torch.einsum, roles={"equation": None}, varargs=True, **CAST_LOW)
 register(torch.dot, T.dot, torch.inner, T.inner, code=MM, roles={"input": "input", "tensor": "other"})
-register(torch.einsum, code=MM, roles={"equation": None}, varargs=True, autocast=LOW)
 
 # ops whose meta kernels skip the dtype check their CPU/CUDA kernels make (probed on torch 2.13)
-register(torch.mv, T.mv, code=MM, roles={"input": "input", "vec": "other"}, autocast=ANY_POLICY)
-register(
-    torch.addmv,
-    T.addmv,
-    code=MM,
-    roles={"input": "bias", "mat": "input", "vec": "other"},
-    autocast=ANY_POLICY,
-)
-register(torch.cdist, code=MM, roles={"x1": "input", "x2": "other"}, autocast=ANY_POLICY)
+CAST_ANY = {"code": MM, "autocast": ANY_POLICY}
+register(torch.mv, T.mv, roles={"input": "input", "vec": "other"}, **CAST_ANY)
+register(torch.addmv, T.addmv, roles={"input": "bias", "mat": "input", "vec": "other"}, **CAST_ANY)
+register(torch.cdist, roles={"x1": "input", "x2": "other"}, **CAST_ANY)

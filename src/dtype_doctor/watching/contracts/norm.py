@@ -32,36 +32,16 @@ def _norm(contract: Contract, slots: list[Slot], context: torch.dtype | None = N
 
 # autocast puts these in its fp32 list on CUDA-like devices; CPU autocast leaves them alone
 AFFINE = {"weight": "weight", "bias": "bias"}
-register(
-    F.layer_norm,
-    code=NORM,
-    roles={"input": "input", "normalized_shape": None, **AFFINE},
-    rule="norm",
-    autocast=FP32,
-    module_op=True,
-)
-register(
-    F.group_norm,
-    code=NORM,
-    roles={"input": "input", "num_groups": None, **AFFINE},
-    rule="norm",
-    autocast=FP32,
-    module_op=True,
-)
+NORM_OP = {"code": NORM, "rule": "norm", "module_op": True}
+register(F.layer_norm, roles={"input": "input", "normalized_shape": None, **AFFINE}, autocast=FP32, **NORM_OP)
+register(F.group_norm, roles={"input": "input", "num_groups": None, **AFFINE}, autocast=FP32, **NORM_OP)
 if hasattr(F, "rms_norm"):
     register(
         F.rms_norm,
-        code=NORM,
         roles={"input": "input", "normalized_shape": None, "weight": "weight"},
-        rule="norm",
         autocast=FP32,
-        module_op=True,
+        **NORM_OP,
     )
-for func in (F.batch_norm, F.instance_norm):
-    register(
-        func,
-        code=NORM,
-        roles={"input": "input", "running_mean": None, "running_var": None, **AFFINE},
-        rule="norm",
-        module_op=True,
-    )
+RUNNING = {"input": "input", "running_mean": None, "running_var": None, **AFFINE}
+register(F.batch_norm, roles=RUNNING, **NORM_OP)
+register(F.instance_norm, roles=RUNNING, **NORM_OP)
