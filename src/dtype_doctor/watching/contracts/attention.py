@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...catalog.family_codes import ATTENTION_DTYPE_MISMATCH
 from ..autocast_table import LOW
 from .core import Contract, Mismatch, Slot, pick, register, rule
 
@@ -26,7 +27,7 @@ def _attention(contract: Contract, slots: list[Slot], context: torch.dtype | Non
 
 register(
     F.scaled_dot_product_attention,
-    code="attention-dtype-mismatch",
+    code=ATTENTION_DTYPE_MISMATCH,
     roles={"query": "query", "key": "key", "value": "value", "attn_mask": "mask"},
     rule="attention",
     autocast=LOW,

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ...catalog.family_codes import AUTOCAST_HALF_CONFLICT
 from ..autocast_table import FP32, PROMOTE, casting_devices, op_name
 from ..autocast_table import LOW as LOW_POLICY
 
@@ -173,7 +174,7 @@ def under_autocast(
     if slots[0].tensor.device.type in contract.autocast and all(s.tensor.is_floating_point() for s in m.odd):
         return None
     if any(s.tensor.dtype in LOW and s.tensor.dtype != autocast for s in floating(slots)):
-        m.code = "autocast-half-conflict"
+        m.code = AUTOCAST_HALF_CONFLICT
     return m
 
 

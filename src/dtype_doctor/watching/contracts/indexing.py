@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from ...catalog.family_codes import INDEX_PUT_DTYPE_MISMATCH
 from .core import Contract, Mismatch, Slot, register, rule
 
 T = torch.Tensor
-IDX = "index-put-dtype-mismatch"
+IDX = INDEX_PUT_DTYPE_MISMATCH
 INDEXED = {"code": IDX, "rule": "indexed", "ref": "destination"}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ...catalog.family_codes import AUTOCAST_HALF_CONFLICT, SILENT_PROMOTION
 from .core import LOW, Contract, Mismatch, Scene, Slot, floating, register, rule
 
 
@@ -18,7 +19,7 @@ def _list(contract: Contract, slots: list[Slot], scene: Scene) -> Mismatch | Non
         # autocast promotes float32 with its own dtype, but a half of the other kind fails in its
         # prioritize
         bad = [s for s in fl if s.tensor.dtype in LOW and s.tensor.dtype != acd]
-        return Mismatch(acd, bad, "autocast-half-conflict") if bad else None
+        return Mismatch(acd, bad, AUTOCAST_HALF_CONFLICT) if bad else None
     dtypes = {s.tensor.dtype for s in fl}
     low = [s.tensor.dtype for s in fl if s.tensor.dtype in LOW]
     if len(dtypes) < 2 or not low:
@@ -39,5 +40,5 @@ for func in (
     torch.dstack,
 ):
     register(
-        func, op=f"torch.{func.__name__}", code="silent-promotion", roles={"tensors": "tensors"}, rule="list"
+        func, op=f"torch.{func.__name__}", code=SILENT_PROMOTION, roles={"tensors": "tensors"}, rule="list"
     )

@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...catalog.family_codes import MATMUL_DTYPE_MISMATCH
 from ..autocast_table import LOW
 from .core import ANY_POLICY, register
 
 T = torch.Tensor
-MM = "matmul-dtype-mismatch"
+MM = MATMUL_DTYPE_MISMATCH
 CAST_LOW = {"code": MM, "autocast": LOW}  # autocast runs these in its low dtype on every device
 LINEAR = {"input": "input", "weight": "weight", "bias": "bias"}
 

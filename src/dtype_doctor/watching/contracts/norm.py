@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...catalog.family_codes import NORM_DTYPE_MISMATCH
 from ..autocast_table import FP32
 from .core import LOW, Contract, Mismatch, Slot, register, rule
 
-NORM = "norm-dtype-mismatch"
+NORM = NORM_DTYPE_MISMATCH
 
 
 @rule("norm")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...catalog.family_codes import SCALAR_TYPE_MISMATCH
 from .core import ANY_POLICY, Contract, Mismatch, Slot, register, rule
 
 T = torch.Tensor
-SCALAR = "scalar-type-mismatch"
+SCALAR = SCALAR_TYPE_MISMATCH
 
 
 @rule("indices")
