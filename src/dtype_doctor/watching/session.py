@@ -22,7 +22,7 @@ from ..report import Report
 from . import failures, threads
 from . import findings as F
 from .compiled import CompileNotice
-from .contracts import LOW, Contract, Mismatch, Slot, bind, evaluate, list_under_autocast, put, under_autocast
+from .contracts import LOW, Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
@@ -59,6 +59,7 @@ class Session:
             self.on_enter, self.internal_error, self.on_module_exit, gate=threads.ThreadGate(self)
         )
         self._tagger = Tagger(self.prov, self.names, self.stack)
+        self._scene = Scene(_autocast_dtype, self.stack.param_dtype, self._in_user_code)
         self._mode = WatchMode(self)
         self._seen: dict[tuple, Any] = {}
         self._ac_reported: set[tuple] = set()
@@ -272,47 +273,16 @@ class Session:
     def check_contract(self, func: Any, c: Contract, args: tuple, kwargs: dict) -> tuple:
         slots = bind(c, args, kwargs)
         inputs = [s.tensor for s in slots if s.tensor.is_floating_point()]
-        if c.rule == "list":
-            m = self._list_rule(c, slots)
-            acd = None
-        else:
-            m = evaluate(c, slots, None)
-            acd = None
-            if m is not None:
-                dev = slots[0].tensor.device.type
-                acd = _autocast_dtype(dev)
-                if acd is not None:
-                    m = under_autocast(c, slots, m, acd)
-                    if m is None:
-                        return args, kwargs, inputs, None  # autocast casts every floating operand itself
-                if c.ref is None and c.rule != "indices":
-                    code = m.code
-                    m = evaluate(c, slots, self.stack.param_dtype()) or m
-                    m.code = code
+        m = judge(c, slots, self._scene)
         if m is None:
             return args, kwargs, inputs, None
-        context = {"autocast"} if acd is not None else set()
-        if c.module_op:
-            context.add("module-op")
-        finding = self._report(c.op, slots, m, context)
+        finding = self._report(c.op, slots, m, m.context)
         if self.mode == "strict":
             raise DtypeMismatchError(F.note_text(finding), finding)
         if self.mode == "fix":
             args, kwargs = self._cast(args, kwargs, m, finding)
             inputs = [s.tensor for s in bind(c, args, kwargs) if s.tensor.is_floating_point()]
         return args, kwargs, inputs, finding
-
-    def _list_rule(self, c: Contract, slots: list[Slot]) -> Mismatch | None:
-        fl = [s for s in slots if s.tensor.is_floating_point()]
-        if len(fl) < 1:
-            return None
-        acd = _autocast_dtype(fl[0].tensor.device.type)
-        if acd is not None:
-            return list_under_autocast(fl, acd)
-        m = evaluate(c, slots, self.stack.param_dtype())
-        if m is None or not any(s.tensor.dtype in LOW for s in fl):
-            return None
-        return m if self._in_user_code() else None
 
     def _in_user_code(self) -> bool:
         inner, _ = caller_frames(3)
