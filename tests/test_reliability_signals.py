@@ -45,7 +45,12 @@ def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
         assert proc.stdout.readline() == b"ready\n"
         time.sleep(delay)
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # a hung run must not outlive the test
+            proc.communicate()
+            raise
         where = f"{sig.name} after {delay:.3f} s"
         assert proc.returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM), (where, proc.returncode, err)
         report = json.loads(out.read_text())  # whole: parses

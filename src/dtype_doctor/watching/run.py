@@ -56,36 +56,47 @@ class Terminated(BaseException):
     """SIGTERM while the program runs: unwinds it like Ctrl-C, so the report is still written."""
 
 
-def _in_tool(frame: Any) -> bool:
-    import dtype_doctor
+def _in_weakref_callback(frame: Any) -> bool:
+    """The signal arrived inside provenance's weakref callback, where Python drops exceptions."""
+    from .provenance import Provenance
 
-    package = os.path.dirname(os.path.abspath(dtype_doctor.__file__))
-    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep)
+    return frame is not None and frame.f_code is Provenance()._drop.__code__
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises Terminated in the program (unless it installed its own handler)."""
+    """SIGTERM raises Terminated in the program, as SIGINT raises KeyboardInterrupt (unless the program
+    installed its own handlers).
+
+    Python prints and drops an exception raised inside a weakref callback; a signal that arrives in
+    the tool's own callback (provenance drops a tensor's tag there) is sent again a moment later
+    instead, so the program cannot miss it and run on.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(signum: int, frame: Any) -> None:
-        if _in_tool(frame):
-            # raised inside the tool (a weakref callback would swallow it, an update would be cut in
-            # half): let the signal come again shortly, when the program's own code runs
-            again = threading.Timer(0.02, os.kill, (os.getpid(), signum))
-            again.daemon = True
-            again.start()
-            return
-        raise Terminated
+    def raising(exc_type: type[BaseException]) -> Callable[[int, Any], None]:
+        def handler(signum: int, frame: Any) -> None:
+            if _in_weakref_callback(frame):
+                again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+                again.daemon = True
+                again.start()
+                return
+            raise exc_type
 
-    previous = signal.signal(signal.SIGTERM, handler)
+        return handler
+
+    installed = {signal.SIGTERM: raising(Terminated)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        installed[signal.SIGINT] = raising(KeyboardInterrupt)
+    previous = {sig: signal.signal(sig, handler) for sig, handler in installed.items()}
     try:
         yield
     finally:
-        if signal.getsignal(signal.SIGTERM) is handler:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in installed.items():
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, previous[sig])
 
 
 @contextlib.contextmanager
