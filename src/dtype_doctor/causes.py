@@ -42,7 +42,7 @@ def _origin_label(origin: Origin) -> str:
     else:
         text = f"{origin.dtype or '?'} `{origin.name or origin.op or origin.kind}`"
     if origin.file:
-        text += f" ({origin.file}:{origin.line})"
+        text += f" ({origin.file}:{origin.line})" if origin.line is not None else f" ({origin.file})"
     elif origin.module:
         text += f" in '{origin.module}'"
     before = next((c for c in origin.chain if c.kind != "call"), None)

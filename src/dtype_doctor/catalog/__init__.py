@@ -34,6 +34,8 @@ def module_ref(path: object, model: str = "model") -> str:
     """`model.encoder.norm`, or `model.get_submodule("h.0.ln_1")` where attribute access is not Python."""
     if not isinstance(path, str) or path in ("", "<root>"):
         return model
+    if path == "self" or path.startswith("self."):
+        return path  # an expression from the forward that raised: valid there, not under `model`
     if all(part.isidentifier() for part in path.split(".")):
         return f"{model}.{path}"
     return f'{model}.get_submodule("{path}")'

@@ -39,7 +39,7 @@ def _backends(first: str, second: str) -> str:
 
 ONE_POLICY = FixTemplate(
     "Choose one dtype policy for the whole model and apply it everywhere",
-    "model.to(dtype)              # one call, one dtype, after loading\n"
+    "model = model.to({dtype})   # one call, one dtype, after loading\n"
     "# keep fp32 only where you decide to, and cast at that boundary",
     "Several different dtype mismatches in one run mean modules disagree: some call .float(), "
     "some keep fp16. Patching each op moves the error to the next one.",
@@ -1179,7 +1179,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Cast the model first, then build the optimizer (and keep fp32 master weights)",
-                "model = model.to(dtype)\noptimizer = torch.optim.AdamW(model.parameters(), lr=lr)",
+                "model = model.to({dtype})\n"
+                "optimizer = torch.optim.AdamW(model.parameters())  # your lr and settings",
             ),
             FixTemplate(
                 "Train with fp32 parameters under autocast rather than .half() parameters",
