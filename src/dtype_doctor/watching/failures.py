@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .. import catalog
 from ..catalog import family_codes as fc
 from ..report import Location
 from . import findings as F
@@ -23,32 +24,13 @@ Session = Any  # watch.session.Session, not imported: no import circle
 
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 
-_MESSAGE_CODES = (
-    (re.compile(r"mat1 and mat2|m1 and m2|self and mat2|dot :"), fc.MATMUL_DTYPE_MISMATCH),
-    (re.compile(r"bias type"), fc.CONV_BIAS_DTYPE_MISMATCH),
-    (re.compile(r"weight type"), fc.CONV_WEIGHT_DTYPE_MISMATCH),
-    (re.compile(r"mixed dtype"), fc.NORM_DTYPE_MISMATCH),
-    (re.compile(r"query, key|attn_mask"), fc.ATTENTION_DTYPE_MISMATCH),
-    (re.compile(r"[Ii]ndex put|index_add|scatter"), fc.INDEX_PUT_DTYPE_MISMATCH),
-    (re.compile(r"prioritize"), fc.AUTOCAST_HALF_CONFLICT),
-)
-
 
 def code_for_message(text: str) -> str:
-    """The family of an error message: explain's catalogue when present, else a few known texts."""
+    """The family of an error message, read by the catalog; the generic family when it names none."""
     try:
-        from .. import catalog
-        from ..explaining import explain
-
-        found = [f.code for f in explain(text).findings if f.code in catalog.codes()]
-        if found:
-            return found[0]
-    except Exception:
-        pass
-    for pattern, code in _MESSAGE_CODES:
-        if pattern.search(text):
-            return code
-    return fc.SCALAR_TYPE_MISMATCH
+        return catalog.match(text) or fc.SCALAR_TYPE_MISMATCH
+    except Exception:  # the tool never replaces the user's error with its own
+        return fc.SCALAR_TYPE_MISMATCH
 
 
 def _noted(exc: BaseException) -> bool:
