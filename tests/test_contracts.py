@@ -149,3 +149,13 @@ def test_fix_mode_casts_a_cat_to_the_running_modules_dtype(dtype, name):
     assert out.dtype == dtype
     (f,) = s.report.findings
     assert f.code == "silent-promotion" and f.data["expected_dtype"] == name
+
+
+def test_ops_cuda_autocast_promotes_are_not_mismatches_there():
+    """dot, index_put and scatter_add are on CUDA autocast's promote list: autocast casts them itself.
+    The in-place index_put_/scatter_add_ are not autocast ops, so they keep no autocast device."""
+    for func in (torch.dot, torch.Tensor.index_put, torch.scatter_add):
+        assert {"cuda", "xpu", "mps"} <= CONTRACTS[func].autocast, func.__name__
+        assert "cpu" not in CONTRACTS[func].autocast, func.__name__
+    for func in (torch.Tensor.index_put_, torch.Tensor.scatter_add_):
+        assert not CONTRACTS[func].autocast, func.__name__

@@ -6,11 +6,13 @@ from __future__ import annotations
 import torch
 
 from ...catalog.family_codes import INDEX_PUT_DTYPE_MISMATCH
+from ..autocast_table import PROMOTE
 from .core import Contract, Mismatch, Slot, register, rule
 
 T = torch.Tensor
 IDX = INDEX_PUT_DTYPE_MISMATCH
-INDEXED = {"code": IDX, "rule": "indexed", "ref": "destination"}
+# CUDA autocast promotes index_put and scatter_add (the out-of-place ops; in-place ones are not autocast)
+INDEXED = {"code": IDX, "rule": "indexed", "ref": "destination", "autocast": PROMOTE}
 
 
 @rule("setitem")

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ...catalog.family_codes import MATMUL_DTYPE_MISMATCH
-from ..autocast_table import LOW
+from ..autocast_table import LOW, PROMOTE
 from .core import ANY_POLICY, register
 
 T = torch.Tensor
@@ -26,7 +26,16 @@ register(
     torch.baddbmm, T.baddbmm, roles={"input": "bias", "batch1": "batch1", "batch2": "batch2"}, **CAST_LOW
 )
 register(torch.einsum, roles={"equation": None}, varargs=True, **CAST_LOW)
-register(torch.dot, T.dot, torch.inner, T.inner, code=MM, roles={"input": "input", "tensor": "other"})
+# CUDA autocast promotes dot to the widest operand dtype: no mismatch there
+register(
+    torch.dot,
+    T.dot,
+    torch.inner,
+    T.inner,
+    code=MM,
+    roles={"input": "input", "tensor": "other"},
+    autocast=PROMOTE,
+)
 
 # ops whose meta kernels skip the dtype check their CPU/CUDA kernels make (probed on torch 2.13)
 CAST_ANY = {"code": MM, "autocast": ANY_POLICY}
