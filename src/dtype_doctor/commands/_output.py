@@ -134,12 +134,8 @@ def emit(
     given). `path` maps the user's paths (run: one file per rank). `empty`: the line shown instead
     of "no problems found" when the report has no findings.
     """
-    from ..causes import group_by_cause
-    from ..processors import lift_meta_sections
     from ..render.console import make_console, render
 
-    # a producer that still keeps a section in meta; every output names each finding's root cause
-    report = group_by_cause(lift_meta_sections(report))
     json_target = getattr(args, "json", None)
     if json_target == "-":
         write_json_stdout(report)

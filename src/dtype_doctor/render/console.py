@@ -63,7 +63,7 @@ def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
     hidden = sum(len(findings) for _, findings in groups[len(shown) :])
     if hidden:
         yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
-    yield summary_line(report)
+    yield summary_line(report, causes=len(groups))
 
 
 def section_renderables(section: Any, wide: bool = False) -> list[Any]:
@@ -89,7 +89,8 @@ def render_brief(report: Report, console: Console) -> None:
     if not report.findings:
         console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
-    for cause, findings in by_cause(group_by_cause(report)):
+    groups = by_cause(group_by_cause(report))
+    for cause, findings in groups:
         f = findings[0]
         more = f" (+{len(findings) - 1} more of this cause)" if len(findings) > 1 else ""
         count = f" ×{f.count}" if f.count > 1 else ""
@@ -108,19 +109,22 @@ def render_brief(report: Report, console: Console) -> None:
             console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
             if f.fixes[0].snippet:
                 console.print(Text(_indent(f.fixes[0].snippet), style="cyan"))
-    console.print(summary_line(report))
+    console.print(summary_line(report, causes=len(groups)))
 
 
-def summary_line(report: Report) -> Text:
-    return Text(summary_text(report), style="bold")
+def summary_line(report: Report, causes: int | None = None) -> Text:
+    return Text(summary_text(report, causes), style="bold")
 
 
-def summary_text(report: Report) -> str:
-    """'dtype-doctor watch: 1 error, 2 warnings (3 causes); raised RuntimeError'."""
+def summary_text(report: Report, causes: int | None = None) -> str:
+    """'dtype-doctor watch: 1 error, 2 warnings (3 causes); raised RuntimeError'.
+
+    `causes`: how many the caller has already grouped; counted here when not given."""
     counts = {s: sum(1 for f in report.findings if f.severity == s) for s in Severity}
     parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
     text = f"dtype-doctor {report.tool}: " + (", ".join(parts) or "no findings")
-    causes = len(by_cause(group_by_cause(report)))
+    if causes is None:
+        causes = len(by_cause(group_by_cause(report)))
     if causes < len(report.findings):
         text += f" ({causes} cause{'s' if causes != 1 else ''})"
     raised = report.meta.get("raised")
