@@ -4,16 +4,16 @@ Producers append a DtypeMap section to their report: `module_dtype_map(model)` (
 tensors registered directly on it: the training-loop callbacks, distributed runs) and
 `checking.audit.dtype_map` (folded: a uniform subtree is one entry, identical ModuleList blocks are
 one entry with `repeat`; audit and check). Renderers and merges read it with `report_map`.
-`legacy_map` reads the shapes schema-1 reports held (in `meta["dtype_map"]` and in audit's
+`sections.legacy_map` reads the shapes schema-1 reports held (in `meta["dtype_map"]` and in audit's
 `dtype-map` finding data); it is used only when such a report is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from .sections import DtypeMap, ModuleDtypes
+from .sections import DtypeMap, ModuleDtypes, legacy_map
 
 
 def report_map(report: Any) -> list[ModuleDtypes]:
@@ -64,44 +64,6 @@ def format_map(modules: Iterable[ModuleDtypes]) -> str:
 
 
 # ---------------------------------------------------------------- schema 1
-
-
-def _legacy_entry(path: str, value: Any) -> ModuleDtypes | None:
-    if isinstance(value, str):
-        return ModuleDtypes(path, "", {value: 1})
-    if not isinstance(value, Mapping):
-        return None
-    raw = value.get("dtypes")
-    if isinstance(raw, Mapping):
-        dtypes = {str(k): int(v) if isinstance(v, int | float) else 1 for k, v in raw.items()}
-    elif isinstance(raw, list | tuple):
-        dtypes = {str(d): 1 for d in raw}
-    elif value.get("dtype"):
-        dtypes = {str(value["dtype"]): 1}
-    else:
-        dtypes = {}
-    repeat = value.get("repeat", 1)
-    own = value.get("own")
-    return ModuleDtypes(
-        path,
-        str(value.get("type", "") or ""),
-        dtypes,
-        repeat if isinstance(repeat, int) else 1,
-        {str(k): str(v) for k, v in own.items()} if isinstance(own, Mapping) else {},
-    )
-
-
-def legacy_map(value: Any) -> DtypeMap:
-    """A schema-1 map as a section: `{path: {"type", "dtypes"}}`, `{path: "float16"}` or audit's
-    rows `[{"path", "type", "dtypes", "repeat", "own"}]` (root "" or "<root>"); anything else is empty."""
-    if isinstance(value, Mapping):
-        items: Iterable[tuple[str, Any]] = ((str(k), v) for k, v in value.items())
-    elif isinstance(value, list | tuple):
-        items = ((str(v.get("path", v.get("module", ""))), v) for v in value if isinstance(v, Mapping))
-    else:
-        return DtypeMap()
-    entries = (_legacy_entry("" if path == "<root>" else path, raw) for path, raw in items)
-    return DtypeMap([e for e in entries if e is not None])
 
 
 def lift_finding_maps(findings: Iterable[Any]) -> list[DtypeMap]:

@@ -7,6 +7,7 @@ No torch import.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -109,6 +110,44 @@ def section_from_dict(data: Any) -> Any:
         raise ValueError(f"section {data['type']!r}: {exc}") from None
 
 
+def _legacy_entry(path: str, value: Any) -> ModuleDtypes | None:
+    if isinstance(value, str):
+        return ModuleDtypes(path, "", {value: 1})
+    if not isinstance(value, Mapping):
+        return None
+    raw = value.get("dtypes")
+    if isinstance(raw, Mapping):
+        dtypes = {str(k): int(v) if isinstance(v, int | float) else 1 for k, v in raw.items()}
+    elif isinstance(raw, list | tuple):
+        dtypes = {str(d): 1 for d in raw}
+    elif value.get("dtype"):
+        dtypes = {str(value["dtype"]): 1}
+    else:
+        dtypes = {}
+    repeat = value.get("repeat", 1)
+    own = value.get("own")
+    return ModuleDtypes(
+        path,
+        str(value.get("type", "") or ""),
+        dtypes,
+        repeat if isinstance(repeat, int) else 1,
+        {str(k): str(v) for k, v in own.items()} if isinstance(own, Mapping) else {},
+    )
+
+
+def legacy_map(value: Any) -> DtypeMap:
+    """A schema-1 map as a section: `{path: {"type", "dtypes"}}`, `{path: "float16"}` or audit's
+    rows `[{"path", "type", "dtypes", "repeat", "own"}]` (root "" or "<root>"); anything else is empty."""
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[str, Any]] = ((str(k), v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((str(v.get("path", v.get("module", ""))), v) for v in value if isinstance(v, Mapping))
+    else:
+        return DtypeMap()
+    entries = (_legacy_entry("" if path == "<root>" else path, raw) for path, raw in items)
+    return DtypeMap([e for e in entries if e is not None])
+
+
 # meta keys of schema 1 that are sections now
 LEGACY_META_KEYS = ("dtype_map", "env", "compare", "plots", "tables")
 
@@ -117,8 +156,6 @@ def sections_from_meta(meta: dict[str, Any]) -> list[Any]:
     """Schema 1 kept sections in meta: move them out (meta is changed) and return them typed."""
     out: list[Any] = []
     if "dtype_map" in meta:
-        from .dtype_map import legacy_map
-
         out.append(legacy_map(meta.pop("dtype_map")))
     env = meta.pop("env", None)
     if isinstance(env, dict):
