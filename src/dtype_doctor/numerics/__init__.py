@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..repair.keep import KeepFp32, find_fp32_set, keep_in_fp32
+from ..repair.keep import KeepFp32, keep_in_fp32
+from .fp32_set import find_fp32_set
 from .monitor import NumericsMonitor
 from .scaler import ScalerMonitor, watch_scaler
 

@@ -2,8 +2,7 @@
 
 `keep_in_fp32(model, paths)` upcasts those modules' parameters and wraps their forward so that
 floating inputs are cast to float32 (autocast off inside) and floating outputs back to the dtype
-the input came in. `find_fp32_set(model, run)` grows the smallest such set, leaf first, until a
-monitored run is finite.
+the input came in. The search for the smallest such set is numerics' (`numerics.fp32_set`).
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..numerics.monitor import NumericsMonitor
-from ..report import Report
 from .policy import KeepPattern, select
 
 
@@ -102,42 +99,3 @@ def keep_in_fp32(model: nn.Module, patterns: Iterable[KeepPattern] | str) -> Kee
     if isinstance(patterns, str):
         patterns = [patterns]
     return KeepFp32(model, [name for name, _ in select(model, patterns)])
-
-
-def find_fp32_set(
-    model: nn.Module, run: Callable[[nn.Module], Any], max_rounds: int = 10
-) -> tuple[list[str], Report]:
-    """The smallest set of modules to keep in float32 (greedy, leaf first) for a finite `run(model)`.
-
-    Each round runs `run(model)` under a NumericsMonitor (forward only) with the set applied and
-    adds the first forward producer; a producer already in the set means its float32 output
-    does not fit when cast back, so the module that called it replaces it. Returns (set, report of the last
-    round); the set is [] when the run was finite to begin with. The model is left unchanged.
-    """
-    chosen: list[str] = []
-    report = Report(tool="numerics")
-    for _ in range(max_rounds):
-        handle = keep_in_fp32(model, chosen)
-        try:
-            monitor = NumericsMonitor(model=model, backward=False, scaler=False, shadow=False).start()
-            try:
-                with torch.no_grad():
-                    run(model)
-            finally:
-                report = monitor.stop()
-        finally:
-            handle.remove()
-        producer = next((p for p in monitor.producers if p.phase == "forward"), None)
-        if producer is None or producer.kind == "input" or producer.path is None:
-            return chosen, report
-        path = producer.path
-        if path in chosen:
-            # its float32 output does not fit the dtype it is cast back to: widen to the caller
-            if path == "" or producer.caller is None:
-                return chosen, report
-            path = producer.caller
-        if path == "":
-            return chosen, report  # the root itself: no smaller set helps, and [""] is the whole model
-        chosen = [c for c in chosen if not (c == path or c.startswith(path + ".") or path == "")]
-        chosen.append(path)
-    return chosen, report
