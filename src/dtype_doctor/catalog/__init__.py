@@ -12,7 +12,6 @@ from typing import ClassVar
 
 from ..report import Finding, Fix, Severity
 from .families import FAMILIES
-from .family_codes import UNKNOWN
 from .model import Family, FixTemplate, MessagePattern
 
 __all__ = ["FAMILIES", "Family", "FixTemplate", "MessagePattern", "codes", "family", "finding", "fixes_for"]
@@ -29,14 +28,6 @@ def family(code: str) -> Family:
         return _BY_CODE[code]
     except KeyError:
         raise KeyError(f"unknown family code {code!r}") from None
-
-
-def match(text: str) -> str | None:
-    """The family an error message belongs to, read by explain's rules; None when it names none."""
-    from ..explaining import explain  # explain reads the catalog: imported when first asked
-
-    codes = [f.code for f in explain(text).findings if f.code != UNKNOWN]
-    return codes[0] if codes else None
 
 
 def module_ref(path: object, model: str = "model") -> str:

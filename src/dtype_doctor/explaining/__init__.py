@@ -8,5 +8,6 @@ dtype) → `core` (one-pass scan for message patterns, tracebacks, context refin
 from __future__ import annotations
 
 from .core import explain, explain_sources
+from .family import family_of
 
-__all__ = ["explain", "explain_sources"]
+__all__ = ["explain", "explain_sources", "family_of"]

@@ -63,7 +63,7 @@ class ScalerMonitor:
             self.scaler.update = update
             self._restore = lambda: self.scaler.__dict__.pop("update", None)
         else:
-            from ..watching.patches import patch_method
+            from ..patches import patch_method
 
             def update(call_next: Any, scaler: Any, new_scale: Any = None) -> None:
                 self._around(scaler, functools.partial(call_next, scaler), new_scale)

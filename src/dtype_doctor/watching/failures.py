@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .. import catalog
 from ..catalog import family_codes as fc
+from ..explaining.family import family_of
 from ..report import Location
 from . import findings as F
 from .contracts import Contract, Slot, bind
@@ -26,9 +26,9 @@ DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|Scala
 
 
 def code_for_message(text: str) -> str:
-    """The family of an error message, read by the catalog; the generic family when it names none."""
+    """The family of an error message, read by explain's rules; the generic family when it names none."""
     try:
-        return catalog.match(text) or fc.SCALAR_TYPE_MISMATCH
+        return family_of(text) or fc.SCALAR_TYPE_MISMATCH
     except Exception:  # the tool never replaces the user's error with its own
         return fc.SCALAR_TYPE_MISMATCH
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from ..patches import patch_method
 from . import findings as F
-from .patches import patch_method
 
 Session = Any  # watch.session.Session, not imported: no import circle
 
