@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import report as _report
 from .errors import DoctorError, DtypeMismatchError
 from .report import Evidence, Finding, Fix, Location, Operand, Origin, Report, Severity
 
@@ -75,6 +76,18 @@ def unload_ipython_extension(shell: Any) -> None:
     from .integrations.ipython import unload_ipython_extension as unload
 
     unload(shell)
+
+
+def _display(kind: str) -> Any:
+    def show(report: Report) -> Any:
+        from .render import display  # rich and the HTML renderer load when a report is first shown
+
+        return getattr(display, kind)(report)
+
+    return show
+
+
+_report.DISPLAY.update({kind: _display(kind) for kind in ("text", "rich", "html")})
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, TypeVar
@@ -175,6 +175,10 @@ class Finding:
         )
 
 
+# kind ("text", "rich", "html") -> function(report): filled by dtype_doctor/__init__.py
+DISPLAY: dict[str, Callable[[Report], Any]] = {}
+
+
 @dataclass
 class Report:
     findings: list[Finding] = field(default_factory=list)
@@ -234,26 +238,17 @@ class Report:
     def __bool__(self) -> bool:  # a Report is always truthy; use .findings to test emptiness
         return True
 
+    # How a Report shows itself (Jupyter, print, rich): looked up in DISPLAY, which the package's
+    # __init__ fills with the renderers (render/display.py); report.py never imports a renderer.
     def _repr_html_(self) -> str:
-        """Jupyter shows a Report as the HTML report's body (imported here: render imports report)."""
-        from .render.html import fragment, style
-
-        return style() + fragment(self)
+        return DISPLAY["html"](self)
 
     def __str__(self) -> str:
         """The console report as plain text: `print(session.report)`."""
-        import io
-
-        from .render.console import make_console, render
-
-        buf = io.StringIO()
-        render(self, console=make_console(color=False, file=buf, width=110, force_terminal=False))
-        return buf.getvalue().rstrip("\n")
+        return DISPLAY["text"](self)
 
     def __rich__(self) -> Any:
-        from .render.console import renderable
-
-        return renderable(self)
+        return DISPLAY["rich"](self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
