@@ -9,12 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .commands import EXIT_FINDINGS, EXIT_NOTHING, EXIT_OK, EXIT_USAGE  # noqa: F401 (the codes, for callers of cli)
 from .errors import DoctorError
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_NOTHING = 3
 
 
 class _Parser(argparse.ArgumentParser):

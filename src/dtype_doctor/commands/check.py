@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..catalog.family_codes import CHECK_INCOMPLETE
-from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
+from . import EXIT_FINDINGS, EXIT_OK
 from ._output import add_output_options, emit
 from ._target import add_target_arguments, dtype_option, load_target, refuse_lazy
 

@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import EXIT_NOTHING, EXIT_OK
     from ..explaining import explain_sources
+    from . import EXIT_NOTHING, EXIT_OK
     from ._output import emit
 
     sources: list[tuple[str | None, str | bytes]] = []

@@ -7,8 +7,8 @@ import glob
 import re
 from pathlib import Path
 
-from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
+from . import EXIT_FINDINGS, EXIT_OK
 from ._output import add_output_options, check_output_paths, emit, write
 
 HELP = "merge per-rank reports (report.rank*.json) of a distributed run into one"

@@ -40,11 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import EXIT_FINDINGS, EXIT_OK
     from ..errors import DoctorError
     from ..inputs import parse_dtype, split_inputs
     from ..loading import call_factory, load_object
     from ..report import Fix, Report, Severity
+    from . import EXIT_FINDINGS, EXIT_OK
     from ._output import emit
 
     if args.steps < 1 or args.every < 1:
