@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 # name → module that defines it; imported on first use
 _LAZY = {
-    "assert_dtype_consistent": "watching.testing",
+    "assert_dtype_consistent": "checking.testing",
     "explain": "explaining",
     "explain_sources": "explaining",
     "check": "checking.check",

@@ -29,7 +29,7 @@ def assert_dtype_consistent(
     min_severity: "error" fails on errors only; "warning" (default) also on silent promotions.
     Returns the check report when nothing fails.
     """
-    from ..checking.check import check
+    from .check import check
 
     if isinstance(inputs, Mapping):
         args, kwargs = (), dict(inputs)
