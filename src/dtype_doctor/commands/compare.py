@@ -8,7 +8,7 @@ import os
 import sys
 import textwrap
 
-from .. import cli
+from . import EXIT_FINDINGS, EXIT_OK
 from ._output import add_output_options, emit
 
 HELP = "run a model in fp32/fp16/bf16/autocast side by side: speed, memory, error, per-layer error"
@@ -137,4 +137,4 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and args.json != "-":
         print(f"plot written to {args.plot}", file=sys.stderr)
     problems = [f for f in report.findings if f.severity.value != "info"]
-    return cli.EXIT_FINDINGS if problems else cli.EXIT_OK
+    return EXIT_FINDINGS if problems else EXIT_OK

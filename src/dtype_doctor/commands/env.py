@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import cli
+from . import EXIT_FINDINGS, EXIT_OK
 from ._output import add_output_options, emit
 
 HELP = "hardware and library facts: bf16/fp16 support, autocast, apex, OneFlow, flash-attn..."
@@ -28,4 +28,4 @@ def run(args: argparse.Namespace) -> int:
     report = environment()
     emit(report, args)
     problems = [f for f in report.findings if f.severity.value != "info"]
-    return cli.EXIT_FINDINGS if problems else cli.EXIT_OK
+    return EXIT_FINDINGS if problems else EXIT_OK

@@ -20,8 +20,8 @@ from .. import catalog
 from ..catalog.family_codes import MODULE_INPUT_CAST
 from ..dtypes import torch_name
 from ..report import Finding, Location, Operand, Report
+from ..signatures import argument_names
 from ..tensors import map_tensors
-from ..watching.modules import argument_names
 from .keep_together import KeepNotes, widen_kept
 from .policy import (
     KeepPattern,

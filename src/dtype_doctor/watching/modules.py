@@ -7,7 +7,6 @@ built only when a finding needs them.
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import weakref
@@ -19,6 +18,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from ..errors import DtypeMismatchError
+from ..signatures import argument_names  # noqa: F401 (re-exported for session)
 from .compiled import compiling
 
 _no_torch_function = torch._C.DisableTorchFunction
@@ -125,22 +125,6 @@ class Names:
         if entry is None or entry[0]() is not t:
             return None
         return entry[1], entry[2], entry[3]
-
-
-_SIGNATURES: dict[type, list[str] | None] = {}
-
-
-def argument_names(module: nn.Module) -> list[str] | None:
-    cls = type(module)
-    if cls not in _SIGNATURES:
-        try:
-            params = inspect.signature(module.forward).parameters.values()
-            _SIGNATURES[cls] = [
-                p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-        except (TypeError, ValueError):
-            _SIGNATURES[cls] = None
-    return _SIGNATURES[cls]
 
 
 class ModuleStack:
