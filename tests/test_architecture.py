@@ -1,10 +1,14 @@
-"""Architecture gates read from the sources (no import of the package): no import circles among
-dtype_doctor's modules, no source file over 500 lines except catalog data, no module whose class is
-rewritten at run time."""
+"""Architecture gates: no import circles among dtype_doctor's modules (every import counts, inside
+functions and of parent packages), every module imports alone in a fresh interpreter, no source
+file over 500 lines except catalog data, no module whose class is rewritten at run time."""
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -37,33 +41,38 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Imports run when the module is imported: module body, try/if blocks; not in functions, classes
-    or `if TYPE_CHECKING:`."""
+def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement: module body, functions, methods, try/if/with blocks. Only the body of
+    `if TYPE_CHECKING:` is left out (it never runs)."""
     found: list[ast.Import | ast.ImportFrom] = []
-    pending: list[ast.stmt] = list(tree.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
+
+    class Visitor(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            if _is_type_checking(node):
+                for stmt in node.orelse:
+                    self.visit(stmt)
+            else:
+                self.generic_visit(node)
+
+        def visit_Import(self, node: ast.Import) -> None:
             found.append(node)
-        elif isinstance(node, ast.If):
-            if not _is_type_checking(node):
-                pending += [*node.body, *node.orelse]
-        elif isinstance(node, ast.Try):
-            pending += [
-                *node.body,
-                *node.orelse,
-                *node.finalbody,
-                *(s for h in node.handlers for s in h.body),
-            ]
-        elif isinstance(node, ast.With):
-            pending += node.body
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            found.append(node)
+
+    Visitor().visit(tree)
     return found
 
 
+def _ancestors(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
 def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> set[str]:
-    """The dtype_doctor modules that `node` in `module` imports (a submodule named in `from x import y`
-    counts; parent packages run on the way do not)."""
+    """The dtype_doctor modules that `node` in `module` runs: the module named, a submodule named in
+    `from x import y`, and every parent package on the way, except the packages `module` is inside
+    (they are running already)."""
     if isinstance(node, ast.Import):
         names = {alias.name for alias in node.names}
     else:
@@ -74,18 +83,17 @@ def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> set[
             base = f"{package}.{node.module}" if node.module else package
         else:
             base = node.module or ""
-        submodules = {f"{base}.{alias.name}" for alias in node.names}
-        # `from . import advice` in a package's own module needs the package only as a namespace
-        ancestor = module.startswith(f"{base}.") and submodules <= set(MODULES)
-        names = submodules if ancestor else {base} | submodules
-    return {name for name in names if name in MODULES and name != module}
+        names = {base} | {f"{base}.{alias.name}" for alias in node.names}
+    names |= set().union(*(_ancestors(name) for name in names))
+    inside = _ancestors(module) | {module}
+    return {name for name in names if name in MODULES and name not in inside}
 
 
 def _graph() -> dict[str, set[str]]:
     graph = {}
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        graph[module] = set().union(*(_targets(module, path, n) for n in _top_level_imports(tree)))
+        graph[module] = set().union(*(_targets(module, path, n) for n in _imports(tree)))
     return graph
 
 
@@ -131,17 +139,67 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
     return circles
 
 
-def test_the_graph_sees_relative_and_absolute_imports():
+def test_the_graph_sees_every_import():
     graph = _graph()
     assert "dtype_doctor.report" in graph["dtype_doctor"]  # `from .report import ...` in __init__
     assert "dtype_doctor.report" in graph["dtype_doctor.catalog"]  # `from ..report import ...`
     assert "dtype_doctor.catalog.model" in graph["dtype_doctor.catalog.families"]
+    # an import inside a function counts, and so does the parent package it runs
+    assert "dtype_doctor.explaining" in graph["dtype_doctor.watching.failures"]
+    assert "dtype_doctor.render.display" in graph["dtype_doctor"]  # inside _display's closure
+    assert "dtype_doctor.numerics" in graph["dtype_doctor.watching.session"]  # `from ..numerics import`
+    # a package's own parents are running already: not an edge
+    assert "dtype_doctor.catalog" not in graph["dtype_doctor.catalog.families"]
+    tree = ast.parse(
+        "def f():\n    from ..numerics.monitor import M\nif TYPE_CHECKING:\n    from .. import cli\n"
+    )
+    targets = set().union(
+        *(_targets("dtype_doctor.repair.keep", PACKAGE / "repair/keep.py", n) for n in _imports(tree))
+    )
+    assert targets == {"dtype_doctor.numerics", "dtype_doctor.numerics.monitor"}
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
 
 
 def test_no_import_circles():
-    # Function-level (lazy) imports and `if TYPE_CHECKING:` do not count: they run after both modules exist.
-    assert not _circles(_graph())
+    # Every import counts, inside functions too (a lazy import only hides a circle until the day it
+    # runs first); only `if TYPE_CHECKING:` is left out.
+    circles = _circles(_graph())
+    assert not circles, f"import circles: {[sorted(c) for c in circles]}"
+
+
+def _batches(modules: list[str], size: int) -> list[list[str]]:
+    return [modules[i : i + size] for i in range(0, len(modules), size)]
+
+
+IMPORTABLE = sorted(m for m in MODULES if m != "dtype_doctor.__main__")  # __main__ runs the CLI
+
+
+@pytest.mark.parametrize("batch", _batches(IMPORTABLE, 40))
+def test_every_module_imports_alone_in_a_fresh_interpreter(batch):
+    """Each module imported first, in a new process (one process per batch, a fresh import per
+    module: earlier imports are dropped from sys.modules first), so an import order that only works
+    because something else loaded first fails here."""
+    script = textwrap.dedent(
+        """
+        import importlib, sys, traceback
+        base = set(sys.modules)
+        failed = []
+        for name in sys.argv[1:]:
+            for loaded in [m for m in sys.modules if m not in base and m.split(".")[0] == "dtype_doctor"]:
+                del sys.modules[loaded]
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                failed.append(name + ": " + traceback.format_exc().strip().splitlines()[-1])
+        print(*failed, sep=chr(10))
+        sys.exit(1 if failed else 0)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *batch], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, f"modules that fail to import alone:\n{done.stdout}{done.stderr[-2000:]}"
 
 
 def _length_cases() -> list:
