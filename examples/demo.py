@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from seed_cases import CASES
 
+from dtype_doctor.processors import present
 from dtype_doctor.render.console import render, render_brief
 
 
@@ -38,7 +39,7 @@ def main(names: list[str], console: Console | None = None) -> int:
         console.print(f"[bold]PyTorch said:[/bold] {result.user_error}")
         for how, report in result.reports:
             console.print(f"[bold]dtype-doctor {how}:[/bold]")
-            (render if full else render_brief)(report, console=console)
+            (render if full else render_brief)(present(report), console=console)
         console.print(f"[bold green]Fix applied:[/bold green] {result.fix}")
         console.print(f"[bold green]Result:[/bold green] {result.outcome}")
         failed += not any(r.findings for _, r in result.reports)

@@ -17,8 +17,9 @@ import tiny_models
 from dtype_doctor import watch
 from dtype_doctor.causes import by_cause, group_by_cause
 from dtype_doctor.errors import DtypeMismatchError
+from dtype_doctor.processors import present
 from dtype_doctor.render.console import render, summary_text
-from dtype_doctor.report import Report
+from dtype_doctor.report import Finding, Report, Severity
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("diffusers")
@@ -34,7 +35,7 @@ def here() -> int:
 
 def _console_text(report: Report) -> str:
     buf = io.StringIO()
-    render(report, console=Console(file=buf, width=100, no_color=True, highlight=False))
+    render(present(report), console=Console(file=buf, width=100, no_color=True, highlight=False))
     return buf.getvalue()
 
 
@@ -81,7 +82,7 @@ def test_console_shows_each_cause_once_with_its_consequences_folded(text_to_unet
     n = len(groups)
     assert text.splitlines()[-1].endswith(f"({n} cause{'s' if n != 1 else ''})")
     narrow = io.StringIO()
-    render(report, console=Console(file=narrow, width=50, no_color=True, highlight=False))
+    render(present(report), console=Console(file=narrow, width=50, no_color=True, highlight=False))
     words = set(narrow.getvalue().replace("│", " ").split())
     for f in report.findings:  # titles wrap at word boundaries, never cut mid-word
         assert set(f.title.split()) <= words, f.title
@@ -136,7 +137,7 @@ def test_html_shows_each_cause_first_and_keeps_every_finding_linkable(text_to_un
     from dtype_doctor.render.html import render_html
 
     report, _ = text_to_unet
-    page = render_html(report)
+    page = render_html(present(report))
     groups = by_cause(group_by_cause(report))
     assert page.count('class="root-cause"') == sum(1 for cause, _ in groups if cause)
     assert page.count('<details class="folded">') == sum(1 for _, fs in groups if len(fs) > 1)
@@ -204,3 +205,14 @@ def test_run_json_names_the_shared_root_cause_of_every_finding(tmp_path, capsys,
         "float32 `bias` made by torch.zeros (train.py:4) → 2 findings (torch.cat, '0')"
     }
     assert "(1 cause); raised RuntimeError" in capsys.readouterr().err
+
+
+def test_an_info_is_not_counted_as_a_cause():
+    """The CogVLM demo said "10 errors, 1 info (2 causes)" for one cause: the info dtype map counted."""
+    errors = [
+        Finding(code="matmul-dtype-mismatch", title="t", message=str(i), root_cause="vision.proj")
+        for i in range(3)
+    ]
+    info = Finding(code="dtype-map", title="map", severity=Severity.INFO)
+    report = Report(tool="watch", findings=[*errors, info])
+    assert summary_text(report) == "dtype-doctor watch: 3 errors, 1 info (1 cause)"

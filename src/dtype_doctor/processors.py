@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from . import catalog
 from .catalog.family_codes import RANK_DIVERGENCE
+from .causes import group_by_cause
 from .dtype_map import report_map
 from .report import Evidence, Finding, Location, Report
 from .sections import LEGACY_META_KEYS, DtypeMap, ModuleDtypes, sections_from_meta
@@ -40,6 +41,13 @@ def lift_meta_sections(report: Report) -> Report:
     out.meta = dict(report.meta)
     out.sections = [*sections_from_meta(out.meta), *report.sections]
     return out
+
+
+def present(report: Report) -> Report:
+    """What every output shows, computed once before any renderer reads it (commands/_output.emit,
+    Report's display, the integrations): schema-1 meta sections typed, each finding's root cause
+    set (causes.group_by_cause). Renderers only read the result."""
+    return group_by_cause(lift_meta_sections(report))
 
 
 def _own(f: Finding) -> Finding:

@@ -134,8 +134,10 @@ def emit(
     given). `path` maps the user's paths (run: one file per rank). `empty`: the line shown instead
     of "no problems found" when the report has no findings.
     """
+    from ..processors import present
     from ..render.console import make_console, render
 
+    report = present(report)  # the processors every output shares, once; the renderers only read
     json_target = getattr(args, "json", None)
     if json_target == "-":
         write_json_stdout(report)

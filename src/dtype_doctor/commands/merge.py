@@ -60,7 +60,7 @@ def load_rank_report(path: Path, index: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..processors import merge_ranks
+    from ..processors import merge_ranks, present
     from ..render.json import render_json
 
     paths = _expand(args.reports)
@@ -72,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
     merged = merge_ranks([rep for _, rep in loaded], ranks)
     merged.meta["merged_from"] = [str(p) for p in paths]
     if args.output:
-        write(args.output, render_json(merged))
+        write(args.output, render_json(present(merged)))
     emit(merged, args)
     return EXIT_FINDINGS if merged.findings else EXIT_OK

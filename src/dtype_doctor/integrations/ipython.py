@@ -74,11 +74,12 @@ def run_cell_under_watch(shell: Any, options: argparse.Namespace, code: str) -> 
         report = session.report
         report.tool = "notebook"
         if options.html:
+            from ..processors import present
             from ..render.html import render_html
 
             try:
                 with open(options.html, "w", encoding="utf-8") as fh:
-                    fh.write(render_html(report))
+                    fh.write(render_html(present(report)))
             except OSError as exc:  # never replace the cell's own outcome
                 print(f"%%{_NAME}: cannot write {options.html}: {exc.strerror or exc}")
         if report.findings or not options.quiet:

@@ -92,6 +92,7 @@ class LoopWatch:
         return lines
 
     def _finish(self) -> None:
+        from ..processors import present
         from ..sections import DtypeMap
 
         if self._model is not None and self.report.section(DtypeMap) is None:
@@ -107,16 +108,16 @@ class LoopWatch:
             try:
                 from rich.console import Console
 
-                render(self.report, console=Console(file=sys.stderr, highlight=False))
+                render(present(self.report), console=Console(file=sys.stderr, highlight=False))
             except Exception as exc:  # a summary we cannot print must not fail the run's end
                 log.warning("dtype-doctor: cannot print the summary: %s", exc)
         # a file that cannot be written is reported, never raised: training has finished by now
         if self.json_path:
-            self._write(self.json_path, lambda: self.report.to_json() + "\n")
+            self._write(self.json_path, lambda: present(self.report).to_json() + "\n")
         if self.html_path:
             from ..render.html import render_html
 
-            self._write(self.html_path, lambda: render_html(self.report))
+            self._write(self.html_path, lambda: render_html(present(self.report)))
 
     def _write(self, path: str | Path, text: Any) -> None:
         try:

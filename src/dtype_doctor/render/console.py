@@ -12,8 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..causes import by_cause, group_by_cause
-from ..processors import lift_meta_sections
+from ..causes import by_cause
 from ..report import Finding, Report, Severity
 from ..sections import CompareResult, EnvFacts
 from ..sections import Table as SectionTable
@@ -47,8 +46,8 @@ def renderable(report: Report, verbose: bool = False) -> Group:
 
 
 def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
-    """The sections' tables first (dispatched on their type), then the findings and a summary."""
-    report = lift_meta_sections(report)
+    """The sections' tables first (dispatched on their type), then the findings and a summary, of a
+    presented report (processors.present)."""
     for note in report.meta.get("notes", ()):  # how check loaded the model, what values it assumed
         yield Text(str(note), style="dim")
     for section in report.sections:
@@ -56,14 +55,14 @@ def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
     if not report.findings:
         yield Text.from_markup(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
-    groups = by_cause(group_by_cause(report))
+    groups = by_cause(report)
     shown = groups if verbose else groups[:MAX_PANELS]
     for index, (cause, findings) in enumerate(shown, 1):
         yield finding_panel(findings[0], index, verbose, cause=cause, folded=findings[1:])
     hidden = sum(len(findings) for _, findings in groups[len(shown) :])
     if hidden:
         yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
-    yield summary_line(report, causes=len(groups))
+    yield summary_line(report)
 
 
 def section_renderables(section: Any, wide: bool = False) -> list[Any]:
@@ -89,7 +88,7 @@ def render_brief(report: Report, console: Console) -> None:
     if not report.findings:
         console.print(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
         return
-    groups = by_cause(group_by_cause(report))
+    groups = by_cause(report)
     for cause, findings in groups:
         f = findings[0]
         more = f" (+{len(findings) - 1} more of this cause)" if len(findings) > 1 else ""
@@ -109,23 +108,24 @@ def render_brief(report: Report, console: Console) -> None:
             console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
             if f.fixes[0].snippet:
                 console.print(Text(_indent(f.fixes[0].snippet), style="cyan"))
-    console.print(summary_line(report, causes=len(groups)))
+    console.print(summary_line(report))
 
 
-def summary_line(report: Report, causes: int | None = None) -> Text:
-    return Text(summary_text(report, causes), style="bold")
+def summary_line(report: Report) -> Text:
+    return Text(summary_text(report), style="bold")
 
 
-def summary_text(report: Report, causes: int | None = None) -> str:
+def summary_text(report: Report) -> str:
     """'dtype-doctor watch: 1 error, 2 warnings (3 causes); raised RuntimeError'.
 
-    `causes`: how many the caller has already grouped; counted here when not given."""
+    The causes are the root causes processors.present set, counted over the problems only: an info
+    (a dtype map, a note) is not a cause."""
     counts = {s: sum(1 for f in report.findings if f.severity == s) for s in Severity}
     parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
     text = f"dtype-doctor {report.tool}: " + (", ".join(parts) or "no findings")
-    if causes is None:
-        causes = len(by_cause(group_by_cause(report)))
-    if causes < len(report.findings):
+    problems = [fs for _, fs in by_cause(report) if any(f.severity != Severity.INFO for f in fs)]
+    causes = len(problems)
+    if causes < sum(len(fs) for fs in problems):
         text += f" ({causes} cause{'s' if causes != 1 else ''})"
     raised = report.meta.get("raised")
     if raised:

@@ -1,12 +1,13 @@
 """How a Report shows itself: `str(report)`, rich's `console.print(report)`, Jupyter's
 `_repr_html_`. The package's __init__ registers these in `report.DISPLAY`, so the data model never
-imports a renderer."""
+imports a renderer. Each presents the report (processors.present) and hands it to a renderer."""
 
 from __future__ import annotations
 
 import io
 from typing import Any
 
+from ..processors import present
 from ..report import Report
 from .console import make_console, render, renderable
 from .html import fragment, style
@@ -15,14 +16,14 @@ from .html import fragment, style
 def text(report: Report) -> str:
     """The console report as plain text, 110 columns, no colour."""
     buf = io.StringIO()
-    render(report, console=make_console(color=False, file=buf, width=110, force_terminal=False))
+    render(present(report), console=make_console(color=False, file=buf, width=110, force_terminal=False))
     return buf.getvalue().rstrip("\n")
 
 
 def rich(report: Report) -> Any:
-    return renderable(report)
+    return renderable(present(report))
 
 
 def html(report: Report) -> str:
     """The HTML report's body, scoped style first (what Jupyter embeds)."""
-    return style() + fragment(report)
+    return style() + fragment(present(report))

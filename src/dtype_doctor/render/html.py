@@ -12,9 +12,8 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
-from ..causes import by_cause, group_by_cause
+from ..causes import by_cause
 from ..dtype_map import report_map
-from ..processors import lift_meta_sections
 from ..report import Finding, Operand, Origin, Report, Severity
 from .svg import render_plot
 from .views import section_views
@@ -88,7 +87,7 @@ margin:12px 12px 12px 0;display:inline-block}
 
 
 def render_html(report: Report) -> str:
-    """The whole report as one HTML document (str)."""
+    """The whole report as one HTML document (str), of a presented report (processors.present)."""
     tool = report.tool or "report"
     parts = [
         "<!DOCTYPE html>",
@@ -108,8 +107,8 @@ def style() -> str:
 
 
 def fragment(report: Report) -> str:
-    """The report body without <html>/<head>, for embedding (Jupyter's _repr_html_)."""
-    report = lift_meta_sections(report)
+    """The report body without <html>/<head>, for embedding (Jupyter's _repr_html_); of a presented
+    report (processors.present)."""
     out = [f"<h1>dtype-doctor {escape(report.tool or 'report')}</h1>", _summary(report)]
     out.append(_facts(report.meta))
     if report.findings:
@@ -129,10 +128,9 @@ def fragment(report: Report) -> str:
 def _causes(report: Report) -> list[str]:
     """Causes first: each root cause once, its other findings folded under it (anchors keep the
     finding's index in report.findings, which the module tree links to)."""
-    grouped = group_by_cause(report)
-    index = {id(f): i for i, f in enumerate(grouped.findings, 1)}
+    index = {id(f): i for i, f in enumerate(report.findings, 1)}
     out = []
-    for cause, findings in by_cause(grouped):
+    for cause, findings in by_cause(report):
         head, rest = findings[0], findings[1:]
         out.append(_finding(head, index[id(head)], cause))
         if rest:
