@@ -48,3 +48,17 @@ def test_cli_specs_split_into_positional_and_named():
     assert args == [TensorSpec((2, 3), "float32")] and kwargs == {"mask": TensorSpec((2, 3), "bool", "mask")}
     with pytest.raises(DoctorError, match="positional input '4' after named inputs"):
         split_inputs(["a=2", "4"])
+
+
+def test_dtype_naming_parsing_and_validation_have_one_home():
+    import torch
+
+    from dtype_doctor import dtypes, inputs
+    from dtype_doctor.repair import policy
+
+    assert policy.dtype_name is dtypes.dtype_name and policy.to_torch_dtype is dtypes.to_torch_dtype
+    assert inputs.parse_dtype is dtypes.parse_dtype
+    assert dtypes.dtype_name(torch.bfloat16) == "bfloat16"
+    assert dtypes.to_torch_dtype("fp16") is torch.float16 and dtypes.parse_dtype("half") == "float16"
+    with pytest.raises(DoctorError, match="unknown dtype 'fp17'"):
+        dtypes.to_torch_dtype("fp17")

@@ -1,11 +1,15 @@
-"""Every spelling of a dtype → one canonical name ("float32", "float16", "bfloat16", ...).
+"""Every spelling of a dtype → one canonical name ("float32", "float16", "bfloat16", ...); the one
+place that names, parses and validates a dtype (`dtype_name`, `parse_dtype`, `to_torch_dtype`).
 
-No torch import: `explain` uses this on text, `watch` on str(torch.dtype).
+No torch import at module level: `explain` uses this on text, `watch` on str(torch.dtype).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
+
+from .errors import DoctorError
 
 CANONICAL = (
     "float64", "float32", "float16", "bfloat16",
@@ -86,3 +90,26 @@ def is_floating(name: str | None) -> bool:
 def torch_name(name: str | None) -> str:
     """'float16' → 'torch.float16' (for fix snippets)."""
     return f"torch.{name}" if name else "torch.float16"
+
+
+def dtype_name(dtype: Any) -> str:
+    """torch.float16 → 'float16' (the name every report uses for a torch.dtype)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def parse_dtype(text: str) -> str:
+    """A dtype the user typed ("fp16", "half", "torch.bfloat16") → its canonical name; DoctorError
+    (one line, exit 2) when it names no dtype."""
+    name = canonical(text)
+    if name is None:
+        raise DoctorError(f"unknown dtype {text!r}: expected e.g. float32, float16, bfloat16, int64")
+    return name
+
+
+def to_torch_dtype(value: Any) -> Any:
+    """torch.float16, "fp16", "half", "torch.bfloat16"... → torch.dtype; DoctorError otherwise."""
+    import torch
+
+    if isinstance(value, torch.dtype):
+        return value
+    return getattr(torch, parse_dtype(value))

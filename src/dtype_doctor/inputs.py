@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .dtypes import canonical
+from .dtypes import canonical, parse_dtype
 from .errors import DoctorError
 
 __all__ = [
@@ -77,13 +77,6 @@ def parse_shape(text: str) -> tuple[int, ...]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def parse_dtype(text: str) -> str:
-    name = canonical(text)
-    if name is None:
-        raise DoctorError(f"unknown dtype {text!r}: expected e.g. float32, float16, bfloat16, int64")
-    return name
 
 
 def parse_input(text: str) -> TensorSpec:

@@ -351,7 +351,7 @@ def pipeline_findings(models: dict[str, nn.Module]) -> list[Finding]:
 def _autocast_dtype(value: torch.dtype | str | bool) -> str:
     if value is True:
         return "float16"
-    from ..repair.policy import to_torch_dtype
+    from ..dtypes import to_torch_dtype
 
     return dtype_name(to_torch_dtype(value))
 

@@ -21,10 +21,11 @@ from torch import nn
 
 from .. import catalog
 from ..catalog.family_codes import CHECK_INCOMPLETE
+from ..dtypes import dtype_name, to_torch_dtype
 from ..errors import DoctorError
 from ..inputs import meta_inputs
 from ..loading import call_factory
-from ..repair.policy import KeepPattern, dtype_name, select, to_torch_dtype
+from ..repair.policy import KeepPattern, select
 from ..report import Evidence, Finding, Location, Report, Severity
 from ..tensors import iter_tensors, map_tensors
 from ..watching import autocast_table

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import nn
 
+from ..dtypes import dtype_name
 from ..repair.fix import convert
-from ..repair.policy import KeepPattern, dtype_name, is_compute_float, kept_modules
+from ..repair.policy import KeepPattern, is_compute_float, kept_modules
 
 __all__ = ["convert_like_loader", "loader_of"]
 

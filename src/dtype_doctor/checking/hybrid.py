@@ -26,6 +26,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ..dtypes import dtype_name
+
 __all__ = ["Assumption", "HybridMode", "hybrid"]
 
 aten = torch.ops.aten
@@ -212,19 +214,17 @@ class HybridMode(TorchDispatchMode):
                 out = func(*cast[0], **cast[1])
             except RuntimeError:
                 continue
-            self.log.add(_name(func), f"its meta kernel rejects {_dn(have)}; checked as if it accepts it")
+            self.log.add(
+                _name(func), f"its meta kernel rejects {dtype_name(have)}; checked as if it accepts it"
+            )
             return tree_map(lambda x: x.to(have) if _is_meta(x) and x.is_floating_point() else x, out)
         return None
-
-
-def _dn(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _read_text(t: torch.Tensor) -> str:
     shape = "x".join(map(str, t.shape)) or "scalar"
     typical = "True (finite, all set)" if t.dtype == torch.bool else "1"
-    return f"read the value of a {_dn(t.dtype)} {shape} computed on meta: assumed {typical}"
+    return f"read the value of a {dtype_name(t.dtype)} {shape} computed on meta: assumed {typical}"
 
 
 def _bool_index(index: Any, log: _Log) -> Any:

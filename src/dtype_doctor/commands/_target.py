@@ -47,7 +47,7 @@ def load_target(args: argparse.Namespace) -> Any:
 
 
 def dtype_option(value: str | None) -> str | None:
-    from ..inputs import parse_dtype
+    from ..dtypes import parse_dtype
 
     return parse_dtype(value) if value else None
 

@@ -40,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..dtypes import parse_dtype
     from ..errors import DoctorError
-    from ..inputs import parse_dtype, split_inputs
+    from ..inputs import split_inputs
     from ..loading import call_factory, load_object
     from ..report import Fix, Report, Severity
     from . import EXIT_FINDINGS, EXIT_OK

@@ -13,6 +13,7 @@ from ..catalog.family_codes import (
     PRECISION_OVERFLOW,
     PRECISION_VARIANT_FAILED,
 )
+from ..dtypes import dtype_name
 from ..report import Evidence, Finding, Location, Severity
 from .attribution import rank, top_modules
 from .precision import Precision
@@ -27,7 +28,7 @@ def variant_names(p: Precision, dev: torch.device) -> dict[str, object]:
 
 def context_tags(p: Precision) -> list[str]:
     """Catalog context tags: the dtype, and how it is applied ('autocast' or 'cast')."""
-    dtype = str(p.dtype).removeprefix("torch.")
+    dtype = dtype_name(p.dtype)
     how = "autocast" if p.autocast else "cast"
     return [dtype, how, f"{how}-{dtype}", *(["keep-fp32"] if p.keep else [])]
 

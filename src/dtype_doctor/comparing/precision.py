@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..dtypes import canonical
+from ..dtypes import canonical, dtype_name
 from ..errors import DoctorError
 
 DEFAULT_PRECISIONS = ("fp32", "fp16", "bf16", "autocast-fp16", "autocast-bf16")
@@ -23,7 +23,7 @@ class Precision:
 
     @property
     def short(self) -> str:
-        return _SHORT.get(str(self.dtype).removeprefix("torch."), str(self.dtype).removeprefix("torch."))
+        return _SHORT.get(dtype_name(self.dtype), dtype_name(self.dtype))
 
     @property
     def name(self) -> str:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dtypes import dtype_name
 from ..report import Finding
 from .attribution import LayerError, rank
 from .measure import ErrorStats, Timing
@@ -42,7 +43,7 @@ class VariantResult:
         p = self.precision
         return {
             "name": p.name,
-            "dtype": str(p.dtype).removeprefix("torch."),
+            "dtype": dtype_name(p.dtype),
             "autocast": p.autocast,
             "keep_fp32": list(p.keep),
             "keep_strategy": self.keep_strategy,

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import catalog
 from ..catalog.family_codes import BF16_UNSUPPORTED_HARDWARE, CPU_HALF_EMULATED
+from ..dtypes import dtype_name
 from ..report import Finding, Report, Severity
 from .packages import dist_version, first_line, library_facts
 
@@ -182,7 +183,7 @@ def autocast_facts(torch: Any) -> dict[str, Any]:
         out[dev] = {
             "available": available,
             "device_present": here,
-            "default_dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
+            "default_dtype": dtype_name(dtype) if dtype is not None else None,
         }
     return out
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from ..dtypes import canonical
+from ..dtypes import canonical, dtype_name, to_torch_dtype  # noqa: F401 (re-exported)
 from ..errors import DoctorError
 from ..tensors import is_compute_float
 
@@ -22,20 +22,6 @@ from ..tensors import is_compute_float
 NORM_WORDS = ("norm",)
 
 KeepPattern = str | type | re.Pattern
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def to_torch_dtype(value: torch.dtype | str) -> torch.dtype:
-    """torch.float16, "fp16", "half", "torch.bfloat16"... → torch.dtype; DoctorError otherwise."""
-    if isinstance(value, torch.dtype):
-        return value
-    name = canonical(value)
-    if name is None:
-        raise DoctorError(f"unknown dtype {value!r}: expected e.g. float32, float16, bfloat16")
-    return getattr(torch, name)
 
 
 def own_float_dtypes(module: nn.Module, buffers: bool = False) -> dict[str, str]:
