@@ -22,7 +22,8 @@ from ..report import Report
 from . import failures, threads
 from . import findings as F
 from .compiled import CompileNotice
-from .contracts import LOW, Contract, Mismatch, Scene, Slot, bind, judge, put
+from .contracts import LOW_DTYPES as LOW
+from .contracts import Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of

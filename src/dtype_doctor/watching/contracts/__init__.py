@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import attention, conv, indexing, lists, matmul, norm, scalar  # noqa: F401
 from .core import (
     CONTRACTS,
-    LOW,
+    LOW_DTYPES,
     RULES,
     Contract,
     Mismatch,
@@ -29,7 +29,7 @@ from .core import (
 
 __all__ = [
     "CONTRACTS",
-    "LOW",
+    "LOW_DTYPES",
     "RULES",
     "Contract",
     "Mismatch",

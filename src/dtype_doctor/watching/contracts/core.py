@@ -19,7 +19,7 @@ from ...catalog.family_codes import AUTOCAST_HALF_CONFLICT
 from ..autocast_table import FP32, PROMOTE, casting_devices, op_name
 from ..autocast_table import LOW as LOW_POLICY
 
-LOW = (torch.float16, torch.bfloat16)
+LOW_DTYPES = (torch.float16, torch.bfloat16)  # the low-precision dtypes (autocast_table.LOW is a policy)
 # for ops whose autocast list differs by device: autocast casts every floating operand, whichever
 ANY_POLICY = (LOW_POLICY, FP32, PROMOTE)
 
@@ -173,7 +173,7 @@ def under_autocast(
     (the contract's op is in the table for this device); mixed halves are an autocast-half-conflict."""
     if slots[0].tensor.device.type in contract.autocast and all(s.tensor.is_floating_point() for s in m.odd):
         return None
-    if any(s.tensor.dtype in LOW and s.tensor.dtype != autocast for s in floating(slots)):
+    if any(s.tensor.dtype in LOW_DTYPES and s.tensor.dtype != autocast for s in floating(slots)):
         m.code = AUTOCAST_HALF_CONFLICT
     return m
 

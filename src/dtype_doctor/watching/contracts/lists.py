@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...catalog.family_codes import AUTOCAST_HALF_CONFLICT, SILENT_PROMOTION
-from .core import LOW, Contract, Mismatch, Scene, Slot, floating, register, rule
+from .core import LOW_DTYPES, Contract, Mismatch, Scene, Slot, floating, register, rule
 
 
 @rule("list", owns_call=True)
@@ -18,10 +18,10 @@ def _list(contract: Contract, slots: list[Slot], scene: Scene) -> Mismatch | Non
     if acd is not None:
         # autocast promotes float32 with its own dtype, but a half of the other kind fails in its
         # prioritize
-        bad = [s for s in fl if s.tensor.dtype in LOW and s.tensor.dtype != acd]
+        bad = [s for s in fl if s.tensor.dtype in LOW_DTYPES and s.tensor.dtype != acd]
         return Mismatch(acd, bad, AUTOCAST_HALF_CONFLICT) if bad else None
     dtypes = {s.tensor.dtype for s in fl}
-    low = [s.tensor.dtype for s in fl if s.tensor.dtype in LOW]
+    low = [s.tensor.dtype for s in fl if s.tensor.dtype in LOW_DTYPES]
     if len(dtypes) < 2 or not low:
         return None  # one dtype, or float32 with float64: no precision is lost to a half
     context = scene.module_dtype()

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ...catalog.family_codes import NORM_DTYPE_MISMATCH
 from ..autocast_table import FP32
-from .core import LOW, Contract, Mismatch, Slot, register, rule
+from .core import LOW_DTYPES, Contract, Mismatch, Slot, register, rule
 
 NORM = NORM_DTYPE_MISMATCH
 
@@ -26,7 +26,7 @@ def _norm(contract: Contract, slots: list[Slot], context: torch.dtype | None = N
         return Mismatch(pdt, [inp], contract.code)
     x = inp.tensor.dtype
     # CPU and CUDA accept a reduced-precision input with float32 parameters, not the reverse
-    if x == pdt or (pdt == torch.float32 and x in LOW):
+    if x == pdt or (pdt == torch.float32 and x in LOW_DTYPES):
         return None
     return Mismatch(pdt, [inp], contract.code)
 
