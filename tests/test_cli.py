@@ -32,3 +32,21 @@ def test_explain_json_before_the_text_prints_the_report(capsys):
     assert main(["explain", "--json", MSG]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["findings"][0]["code"] == "matmul-dtype-mismatch"
+
+
+def test_a_misspelled_command_gets_a_did_you_mean(capsys):
+    assert main(["chek", "model.py:make"]) == 2
+    assert capsys.readouterr().err.strip() == "dtype-doctor: error: unknown command 'chek': did you mean 'check'?"
+
+
+def test_dir_of_the_package_lists_the_lazy_public_functions():
+    import dtype_doctor
+
+    assert {"watch", "check", "fix", "guard", "explain", "compare", "audit"} <= set(dir(dtype_doctor))
+
+
+def test_guard_documents_what_it_does_and_how_to_undo_it():
+    from dtype_doctor import guard
+
+    doc = guard.__doc__ or ""
+    assert len(doc.splitlines()) > 5 and "remove()" in doc and "module-input-cast" in doc

@@ -90,6 +90,11 @@ def _display(kind: str) -> Any:
 _report.DISPLAY.update({kind: _display(kind) for kind in ("text", "rich", "html")})
 
 
+def __dir__() -> list[str]:
+    """The public names, the lazy ones (watch, check, fix, ...) included."""
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:

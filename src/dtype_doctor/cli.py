@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import os
 import sys
@@ -91,6 +92,15 @@ def json_value_guard(parser: argparse.ArgumentParser, argv: list[str]) -> list[s
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
+    if first is not None and first == args_list[0]:
+        from .commands import COMMANDS
+
+        close = difflib.get_close_matches(first, COMMANDS, n=1, cutoff=0.6)
+        if first not in COMMANDS and close:
+            print(
+                f"dtype-doctor: error: unknown command {first!r}: did you mean {close[0]!r}?", file=sys.stderr
+            )
+            return EXIT_USAGE
     parser = build_parser(only=first if first and first == args_list[0] else None)
     args = parser.parse_args(json_value_guard(parser, args_list))
     if not getattr(args, "_run", None):

@@ -282,7 +282,20 @@ def _require_module(model: object, what: str) -> None:
 
 
 def guard(model: nn.Module) -> Guard:
-    """Install casting hooks at every module that holds parameters of one floating dtype."""
+    """Make a model with mixed dtypes run, and log every cast it needed; the model is not changed.
+
+    A forward pre-hook on each module whose own floating parameters share one dtype casts the
+    floating inputs of that module to it (a float32 activation reaching an fp16 Linear becomes fp16).
+    A module that holds parameters of two dtypes cannot be helped by casting its inputs: guard logs a
+    warning naming it and `fix(model, dtype)` is the remedy. Each (module, input, dtype) that had to
+    be cast is one `module-input-cast` finding in `.report`, with how many times it happened: the
+    list of places to fix for good. Use `g = guard(model)` ... `g.remove()`, or
+    `with guard(model) as g:`, e.g.
+
+        with guard(model) as g:
+            model(x)
+        print(g.report)  # module-input-cast at encoder.proj: input float32 -> float16, 12 casts
+    """
     return Guard(model)
 
 
