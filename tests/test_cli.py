@@ -36,7 +36,10 @@ def test_explain_json_before_the_text_prints_the_report(capsys):
 
 def test_a_misspelled_command_gets_a_did_you_mean(capsys):
     assert main(["chek", "model.py:make"]) == 2
-    assert capsys.readouterr().err.strip() == "dtype-doctor: error: unknown command 'chek': did you mean 'check'?"
+    assert (
+        capsys.readouterr().err.strip()
+        == "dtype-doctor: error: unknown command 'chek': did you mean 'check'?"
+    )
 
 
 def test_dir_of_the_package_lists_the_lazy_public_functions():
