@@ -37,7 +37,7 @@ def make_console(color: bool = True, stderr: bool = False, **kwargs: Any) -> Con
 def render(report: Report, console: Console | None = None, verbose: bool = False, color: bool = True) -> None:
     console = console or make_console(color=color, soft_wrap=False)
     for item in renderables(report, verbose):
-        console.print(item)
+        console.print(item, crop=False)  # a box widened for a long code line is not cut at the edge
 
 
 def renderable(report: Report, verbose: bool = False) -> Group:
@@ -107,7 +107,7 @@ def render_brief(report: Report, console: Console) -> None:
         if f.fixes and f.severity != Severity.INFO:
             console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
             if f.fixes[0].snippet:
-                console.print(Text(_indent(f.fixes[0].snippet), style="cyan"))
+                console.print(_code(f.fixes[0].snippet), crop=False)
     console.print(summary_line(report))
 
 
@@ -166,7 +166,7 @@ def finding_panel(
         parts.append(Text.assemble((f"fix {rank}  ", "bold green"), fix.title))
         if fix.snippet:
             # plain styled text, not rich.syntax: pygments costs ~0.1 s of start-up, and explain has 0.3 s
-            parts.append(Text(_indent(fix.snippet), style="cyan"))
+            parts.append(_code(fix.snippet))
     hidden = len(finding.fixes) - 3
     if hidden > 0 and not verbose:
         parts.append(Text(f"(+{hidden} more fixes: -v)", style="dim"))
@@ -181,9 +181,24 @@ def finding_panel(
         (finding.code, "bold"),
         (count + more, "bold magenta"),
     )
-    return Panel(
+    panel = Panel(
         Group(*parts), title=title, title_align="left", border_style=_STYLE[finding.severity].split()[-1]
     )
+    code = [
+        line for part in parts if isinstance(part, Text) and part.no_wrap for line in part.plain.splitlines()
+    ]
+    return _AtLeast(panel, max(map(len, code), default=0) + 4)
+
+
+class _AtLeast:
+    """A renderable drawn at least `width` columns wide: a box holding a code line is widened to the
+    line rather than the line wrapped (a wrapped line, pasted, is a syntax error)."""
+
+    def __init__(self, inner: Any, width: int) -> None:
+        self.inner, self.width = inner, width
+
+    def __rich_console__(self, console: Console, options: Any) -> Iterator[Any]:
+        yield from console.render(self.inner, options.update(width=max(options.max_width, self.width)))
 
 
 def _operands_table(finding: Finding, verbose: bool) -> Table:
@@ -204,3 +219,8 @@ def _operands_table(finding: Finding, verbose: bool) -> Table:
 
 def _indent(snippet: str) -> str:
     return "\n".join("    " + line for line in snippet.splitlines())
+
+
+def _code(snippet: str) -> Text:
+    """A fix's code, indented, never wrapped."""
+    return Text(_indent(snippet), style="cyan", no_wrap=True, overflow="ignore")

@@ -1,0 +1,27 @@
+"""What a new user trips on first (issue 20): each item as the user reads it."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from dtype_doctor.render.console import render
+from dtype_doctor.report import Finding, Fix, Report
+
+LONG = "mask = torch.zeros(..., dtype=torch.float16)  # the same call, with dtype= (or .to(torch.float16))"
+
+
+def test_code_in_a_box_is_never_wrapped_onto_an_unindented_line():
+    """Pasted, a code line wrapped at the box's edge is a syntax error: the box widens instead."""
+    report = Report(
+        tool="watch",
+        findings=[Finding(code="silent-promotion", title="t", fixes=[Fix("Make it", snippet=LONG)])],
+    )
+    buf = io.StringIO()
+    render(report, console=Console(file=buf, width=80, no_color=True, highlight=False))
+    lines = buf.getvalue().splitlines()
+    (line,) = [line for line in lines if "torch.zeros" in line]
+    assert line.strip("│ ") == LONG
+    assert not any(line.strip("│ ").startswith(".to(") for line in lines)
+    assert LONG in str(report)
