@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from rich.console import Console
 
@@ -25,3 +26,14 @@ def test_code_in_a_box_is_never_wrapped_onto_an_unindented_line():
     assert line.strip("│ ") == LONG
     assert not any(line.strip("│ ").startswith(".to(") for line in lines)
     assert LONG in str(report)
+
+
+def test_compare_written_to_a_file_or_pipe_follows_COLUMNS(monkeypatch, capsys):
+    from dtype_doctor.cli import main
+
+    monkeypatch.setenv("COLUMNS", "70")
+    models = f"{Path(__file__).parent / 'compare_models.py'}:overflowing"
+    main(["compare", models, "-i", "4x32", "-p", "fp32,fp16", "-n", "2", "--warmup", "0", "--no-keep"])
+    tables = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("╭", "│", "╰"))]
+    assert "precision" in "".join(tables) or "precisi" in "".join(tables)
+    assert max(map(len, tables)) <= 70

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         from ..render.console import make_console
 
         console = make_console(color=not args.no_color)
-        if not console.is_terminal:
+        if not console.is_terminal and not os.environ.get("COLUMNS"):
             console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
     emit(report, args, console=console)
     if args.plot and args.json != "-":
