@@ -37,3 +37,19 @@ def test_compare_written_to_a_file_or_pipe_follows_COLUMNS(monkeypatch, capsys):
     tables = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("╭", "│", "╰"))]
     assert "precision" in "".join(tables) or "precisi" in "".join(tables)
     assert max(map(len, tables)) <= 70
+
+
+def test_merge_names_one_rank_as_a_rank():
+    from dtype_doctor.processors import merge_ranks
+
+    odd = Finding(code="matmul-dtype-mismatch", title="t", message="m")
+    merged = merge_ranks([Report(tool="run", findings=[odd]), Report(tool="run")], [0, 1])
+    (divergence,) = [f for f in merged.findings if f.code == "rank-divergence"]
+    assert divergence.message.startswith("rank 0 hit ") and divergence.message.endswith("; rank 1 did not")
+    merged = merge_ranks(
+        [Report(tool="run", findings=[odd]) for _ in range(3)] + [Report(tool="run")], [0, 1, 2, 3]
+    )
+    (divergence,) = [f for f in merged.findings if f.code == "rank-divergence"]
+    assert divergence.message.startswith("rank 3 did not hit ") and divergence.message.endswith(
+        " that ranks 0, 1, 2 hit"
+    )

@@ -194,13 +194,10 @@ def _finding_divergences(groups, world: list[int]) -> list[Finding]:
         if len(seen) == len(world):
             continue
         odd, others, odd_saw = _split(seen, world)
-        label = "rank" if len(odd) == 1 else "ranks"
         if odd_saw:
-            message = f"{label} {_ranks_text(odd)} hit {_what(f)}; ranks {_ranks_text(others)} did not"
+            message = f"{_ranks_label(odd)} hit {_what(f)}; {_ranks_label(others)} did not"
         else:
-            message = (
-                f"{label} {_ranks_text(odd)} did not hit {_what(f)} that ranks {_ranks_text(others)} hit"
-            )
+            message = f"{_ranks_label(odd)} did not hit {_what(f)} that {_ranks_label(others)} hit"
         loc = copy.deepcopy(f.location) if f.location else Location()
         loc.rank = odd[0] if len(odd) == 1 else None
         out.append(
