@@ -53,3 +53,14 @@ def test_merge_names_one_rank_as_a_rank():
     assert divergence.message.startswith("rank 3 did not hit ") and divergence.message.endswith(
         " that ranks 0, 1, 2 hit"
     )
+
+
+def test_env_json_writes_null_not_a_dash(capsys):
+    import json
+
+    from dtype_doctor.cli import main
+
+    main(["env", "--json"])
+    text = capsys.readouterr().out
+    assert "–" not in text
+    assert json.loads(text)

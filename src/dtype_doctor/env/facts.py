@@ -208,7 +208,7 @@ def software_facts(torch: Any | None) -> dict[str, Any]:
         {
             "cuda": torch.version.cuda or ("none (ROCm build)" if hip else "none (CPU build)"),
             "cudnn": cudnn if cudnn is not None else "none in this build",
-            "driver": _driver() or ("unknown (no nvidia-smi)" if torch.version.cuda else "–"),
+            "driver": _driver() or ("unknown (no nvidia-smi)" if torch.version.cuda else None),
             "float32_matmul_precision": _safe(lambda: torch.get_float32_matmul_precision()),
             "tf32_matmul": _safe(lambda: torch.backends.cuda.matmul.allow_tf32),
             "tf32_cudnn": _safe(lambda: torch.backends.cudnn.allow_tf32),

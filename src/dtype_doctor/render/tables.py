@@ -78,6 +78,8 @@ def env_tables(env: dict[str, Any]) -> list[Table]:
         if key == "env_vars":
             for var, text in value.items():
                 versions.add_row(f"${var}", text)
+        elif key == "driver" and value is None:
+            versions.add_row(_LABELS.get(key, key), "–")  # null: no CUDA in this build, nothing to know
         else:
             versions.add_row(_LABELS.get(key, key), _fact(value))
     tables.append(versions)
