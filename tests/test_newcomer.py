@@ -64,3 +64,10 @@ def test_env_json_writes_null_not_a_dash(capsys):
     text = capsys.readouterr().out
     assert "–" not in text
     assert json.loads(text)
+
+
+def test_check_says_on_the_console_the_inputs_it_made_up(capsys):
+    from dtype_doctor.cli import main
+
+    main(["check", f"{Path(__file__).parent / 'tiny_models.py'}:llama", "--dtype", "float16", "--no-color"])
+    assert "inputs made up (no --input given): input_ids=1x16:int64" in capsys.readouterr().out

@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     model = build_on_meta(factory)
     refuse_lazy(model)
     flags = input_flags(model, args.input)
-    if not positional and not named:
+    made_up = not positional and not named
+    if made_up:
         named = default_inputs(model, dtype)
         if named is None:
             raise DoctorError(f"no --input given and no default inputs known for {type(model).__name__}")
@@ -91,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         input_flags=flags,
         **named,
     )
+    if made_up:  # the console says what was run, not only the JSON
+        shown = ", ".join(f"{k}={v}" for k, v in (report.meta.get("inputs") or {}).items())
+        report.meta.setdefault("notes", []).append(f"inputs made up (no --input given): {shown}")
     emit(report, args)
     incomplete = CHECK_INCOMPLETE in report.codes()  # not clean: part of forward was not checked
     return EXIT_FINDINGS if report.errors or incomplete else EXIT_OK
