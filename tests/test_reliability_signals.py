@@ -57,4 +57,7 @@ def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
         assert report["tool"] == "run", where
         codes = [f["code"] for f in report["findings"]]
         assert codes == ["matmul-dtype-mismatch"], (where, codes)
+        said = "Ctrl-C (SIGINT)" if sig == signal.SIGINT else "SIGTERM"
+        assert report["meta"]["interrupted"] == said, where  # the report says it is of a cut-short run
+        assert f"interrupted by {said}" in err.decode(), where
         assert b"Traceback" not in err, (where, err.decode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 
 HELP = "run a script (or -m module) and locate every dtype mismatch live"
 DESCRIPTION = (
@@ -55,13 +56,20 @@ def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) ->
     from ..watching.run import rank_path
     from ._output import emit
 
+    stopped_by = {130: "Ctrl-C (SIGINT)", 128 + signal.SIGTERM: "SIGTERM"}.get(code)
+    if stopped_by:  # the report is whole, but of the run up to the signal: say so
+        report.meta["interrupted"] = stopped_by
     emit(
         report,
         args,
         console=make_console(color=not args.no_color, stderr=True),
         path=lambda p: rank_path(p, rank_),
         # "no problems found" would read as if the crash were fine
-        empty=f"dtype-doctor run: the program exited with code {code}; no mixed-precision problem seen."
+        empty=(
+            f"dtype-doctor run: interrupted by {stopped_by}; no mixed-precision problem seen up to then."
+            if stopped_by
+            else f"dtype-doctor run: the program exited with code {code}; no mixed-precision problem seen."
+        )
         if code
         else None,
     )

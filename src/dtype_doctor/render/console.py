@@ -130,6 +130,8 @@ def summary_text(report: Report) -> str:
     raised = report.meta.get("raised")
     if raised:
         text += f"; raised {raised}"
+    if report.meta.get("interrupted"):
+        text += f"; interrupted by {report.meta['interrupted']}: the report covers the run up to then"
     return text
 
 
