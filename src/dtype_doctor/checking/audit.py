@@ -27,6 +27,7 @@ from ..catalog.family_codes import (
 )
 from ..dtype_map import format_map
 from ..dtypes import is_low_precision, torch_name
+from ..processors import module_pattern
 from ..repair.policy import (
     NORM_WORDS,
     dominant_dtype,
@@ -52,7 +53,6 @@ _FUSED_TYPES: tuple[type, ...] = (
     nn.modules.batchnorm._NormBase,
 )
 _DENOISERS = ("transformer", "unet", "prior", "decoder", "transformer_2")
-_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
 
 @dataclass
@@ -192,11 +192,6 @@ def _map_finding(prefix: str, model: nn.Module, section: DtypeMap) -> Finding:
 
 
 # ---------------------------------------------------------------- per-module findings
-
-
-def module_pattern(path: str) -> str:
-    """`layers.3.mlp` → `layers.*.mlp`: one finding for a repeated block."""
-    return _INDEX.sub("*", path)
 
 
 def _join(prefix: str, name: str) -> str:

@@ -25,12 +25,13 @@ from ..dtypes import dtype_name, to_torch_dtype
 from ..errors import DoctorError
 from ..inputs import meta_inputs
 from ..loading import call_factory
+from ..processors import fold_repeated_blocks
 from ..repair.policy import KeepPattern, select
 from ..report import Evidence, Finding, Location, Report, Severity
 from ..tensors import iter_tensors, map_tensors
 from ..watching import autocast_table
 from ..watching.provenance import short_path
-from .audit import autocast_findings, autocast_of, module_pattern
+from .audit import autocast_findings, autocast_of
 from .convert import convert_like_loader
 from .hybrid import hybrid
 
@@ -92,7 +93,7 @@ def check(
     _dry_run(mirror, args, kw, report, autocast)
     if input_flags is not None:
         name_cli_inputs(report, input_flags, _outer_files())
-    fold_repeats(report)
+    report.findings = fold_repeated_blocks(report).findings  # one finding per repeated block
     first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
     if first is not None and first.location is not None:
         report.meta["first_error"] = {
@@ -322,13 +323,3 @@ def name_cli_inputs(report: Report, flags: Mapping[str, str], outer: set[str]) -
             loc.file, loc.line, loc.function = None, None, None
         for operand in finding.operands:
             fix(operand.origin)
-
-
-# ---------------------------------------------------------------- folding repeats
-
-
-def fold_repeats(report: Report) -> None:
-    """One finding per mismatch and repeated block, in place (processors.fold_repeated_blocks)."""
-    from ..processors import fold_repeated_blocks
-
-    report.findings = fold_repeated_blocks(report, pattern=module_pattern).findings
