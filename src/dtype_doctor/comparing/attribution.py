@@ -286,11 +286,11 @@ def to_precision(
     device_type = next((t.device.type for t in model.parameters()), "cpu")
     if not autocast:
         model.to(dtype)
-    keep_in_fp32(model, names, dtype, device_type if autocast else None, fp32_state, strategy)
+    keep_modules_fp32(model, names, dtype, device_type if autocast else None, fp32_state, strategy)
     return model
 
 
-def keep_in_fp32(
+def keep_modules_fp32(
     model: torch.nn.Module,
     names: Iterable[str],
     low_dtype: torch.dtype,
@@ -373,7 +373,7 @@ __all__ = [
     "cast_like",
     "first_nonfinite",
     "input_dtypes",
-    "keep_in_fp32",
+    "keep_modules_fp32",
     "rank",
     "select_modules",
     "shadow_errors",

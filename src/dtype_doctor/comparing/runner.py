@@ -14,7 +14,7 @@ from ..inputs import batch_size
 from ..loading import call_factory
 from ..report import Finding, Report, Severity
 from ..tensors import cast_floats, float_tensors, has_nonfinite, map_tensors
-from .attribution import LayerError, first_nonfinite, input_dtypes, keep_in_fp32, shadow_errors
+from .attribution import LayerError, first_nonfinite, input_dtypes, keep_modules_fp32, shadow_errors
 from .device import collect
 from .measure import PeakMemory, error_stats, grad_error_stats, tensor_bytes, time_runs
 from .precision import Precision
@@ -88,7 +88,7 @@ class Runner:
         if not p.autocast and p.dtype != torch.float32:
             model = model.to(p.dtype)
         if p.keep:
-            keep_in_fp32(
+            keep_modules_fp32(
                 model,
                 p.keep,
                 p.dtype,
