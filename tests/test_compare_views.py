@@ -92,3 +92,18 @@ def test_the_png_labels_each_latency_bar_with_the_tables_speed_up(tmp_path, unst
         assert labels == ["speed-up 1.00×", "speed-up 2.00×"]
     path = plot_compare(_section(fp32_unstable=unstable), str(tmp_path / "cmp"))
     assert path.endswith("cmp.png") and (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_module_that_went_inf_is_in_the_per_module_plot():
+    from dtype_doctor.render.views import compare_views
+
+    section = _section(fp32_unstable=False)
+    section.variants[1]["layers"] = [
+        {"module": "fragile", "module_type": "Square", "rel_l2": float("inf"), "nonfinite": True},
+        {"module": "fc2", "module_type": "Linear", "rel_l2": 1.5e-3},
+    ]
+    _, plots = compare_views(section)
+    (plot,) = [p for p in plots if p["title"].startswith("Per-module error")]
+    assert plot["x"] == ["fragile (inf/NaN)", "fc2"]
+    fragile, fc2 = plot["series"]["fp16"]
+    assert fragile > fc2 > 0 and "inf/NaN drawn above the rest" in plot["title"]

@@ -7,6 +7,7 @@ Only unit changes (s → ms, bytes → MiB) and picking; no measurement is deriv
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict
 
@@ -74,14 +75,25 @@ def _layer_plot(section: CompareResult) -> dict | None:
     if not modules:
         return None
     series: dict[str, list[float | None]] = {}
+    broken: set[int] = set()  # modules whose output went inf/NaN: drawn, above every finite bar
     for name, layer in worst:
         values = series.setdefault(name, [None] * len(modules))
         if str(layer.get("module")) in modules:
-            values[modules.index(str(layer.get("module")))] = finite(layer.get("rel_l2"))
+            at = modules.index(str(layer.get("module")))
+            error = layer.get("rel_l2")
+            if layer.get("nonfinite") or (isinstance(error, float) and not math.isfinite(error)):
+                broken.add(at)
+                values[at] = math.inf
+            else:
+                values[at] = finite(error)
+    ceiling = max((v for vs in series.values() for v in vs if v is not None and v < math.inf), default=1.0)
+    for values in series.values():
+        values[:] = [10 * (ceiling or 1.0) if v == math.inf else v for v in values]
+    title = "Per-module error (relative L2)" + ("; inf/NaN drawn above the rest" if broken else "")
     return {
-        "title": "Per-module error (relative L2)",
+        "title": title,
         "kind": "bar",
-        "x": modules,
+        "x": [f"{m} (inf/NaN)" if i in broken else m for i, m in enumerate(modules)],
         "series": series,
         "ylabel": "rel. L2",
         "log": True,
