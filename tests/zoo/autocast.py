@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import signal
 import sys
@@ -86,33 +87,32 @@ def summary(results: list[dict]) -> str:
     )
 
 
+def _guarded(name: str, dtype: torch.dtype, check_device: str) -> list[dict]:
+    signal.alarm(120)
+    try:
+        return run_one(name, dtype, check_device)
+    except Exception as exc:
+        return [{"name": name, "skip": f"harness: {type(exc).__name__}: {exc}"[:300]}]
+    finally:
+        signal.alarm(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("names", nargs="*")
     parser.add_argument("--out", default="zoo-autocast.jsonl")
-    parser.add_argument(
-        "--check-device", default="cpu", choices=["cpu", "cuda"], help="check's autocast policy"
-    )
+    parser.add_argument("--check-device", default="cpu", choices=["cpu", "cuda"], help="check's policy")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    results: list[dict] = []
     signal.signal(signal.SIGALRM, _alarm)
+    results: list[dict] = []
     with open(args.out, "w") as sink:
-        for name in args.names or models.entries():
-            for dtype in DTYPES:
-                signal.alarm(120)
-                try:
-                    rs = run_one(name, dtype, args.check_device)
-                except Exception as exc:
-                    rs = [{"name": name, "skip": f"harness: {type(exc).__name__}: {exc}"[:300]}]
-                finally:
-                    signal.alarm(0)
-                results.extend(rs)
-                for r in rs:
-                    sink.write(json.dumps(r) + "\n")
-                sink.flush()
+        for name, dtype in itertools.product(args.names or models.entries(), DTYPES):
+            found = _guarded(name, dtype, args.check_device)
+            results += found
+            sink.writelines(json.dumps(r) + "\n" for r in found)
     print(summary(results))
-    return 0
+    return 0 if not any(r.get("strict") for r in results if r.get("real") is None) else 1
 
 
 if __name__ == "__main__":
