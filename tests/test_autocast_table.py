@@ -188,3 +188,15 @@ def test_the_emulation_leaves_mixed_operands_raising_where_torch_raises():
         assert torch.tensordot(a, a, dims=([1], [1])).dtype == torch.bfloat16
         with pytest.raises(RuntimeError):
             torch.tensordot(a, b, dims=([1], [1]))
+
+
+def test_the_cuda_table_regenerates_from_torchs_lists(tmp_path, capsys):
+    script = _script()
+    out = tmp_path / "ops.json"
+    assert script.main(["--device", "cuda", "--from-lists", "--out", str(out)]) == 0
+    cuda = json.loads(out.read_text())["cuda"]
+    assert cuda["torch"] == torch.__version__ and cuda["measured"] is False
+    assert cuda["bfloat16"] == _DATA["cuda"]["bfloat16"] and cuda["float16"] == _DATA["cuda"]["float16"]
+    if not torch.cuda.is_available():  # measuring needs the GPU: one line, exit 2
+        assert script.main(["--device", "cuda", "--out", str(out)]) == 2
+        assert "no cuda device here" in capsys.readouterr().err
