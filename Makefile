@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench zoo clean
+.PHONY: demo test test-fast lint bench zoo zoo-autocast clean
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: $(STAMP)
 # every architecture the pinned transformers/diffusers build from a tiny config (long: ~30 min on 2 cores)
 zoo: $(STAMP)
 	cd tests && OMP_NUM_THREADS=1 ../$(PY) -m zoo.run --out ../zoo-results.jsonl
+
+# strict watch and check under CPU autocast bf16/fp16 on every zoo model (false positives: exit 1)
+zoo-autocast: $(STAMP)
+	cd tests && OMP_NUM_THREADS=1 ../$(PY) -m zoo.autocast --out ../zoo-autocast.jsonl
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

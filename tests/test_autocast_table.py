@@ -1,12 +1,17 @@
-"""check's autocast emulation gives every op in PyTorch's own autocast test lists the output dtype
-real autocast gives it: cuda lists (AutocastTestLists) under float16, cpu lists (AutocastCPUTestLists)
-under bfloat16. The emulated ops run on meta (no compute)."""
+"""The autocast table is what torch does: the CPU table, measured by scripts/gen_autocast_table.py, matches
+the installed torch (a slice regenerated here), and check's autocast emulation gives every op in
+PyTorch's own autocast test lists the output dtype real autocast gives it: cuda lists (AutocastTestLists)
+under float16, cpu lists (AutocastCPUTestLists) under bfloat16. The emulated ops run on meta."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import sys
 import types
 import unittest
+from pathlib import Path
 
 import pytest
 
@@ -69,11 +74,14 @@ def _run(func, args, kwargs):
 @pytest.mark.parametrize(
     ("device", "space", "op", "args", "kwargs", "want", "low"), _cases("cuda") + _cases("cpu")
 )
-def test_emulated_autocast_output_dtype_matches_pytorch_lists(device, space, op, args, kwargs, want, low):
+def test_emulated_autocast_output_dtype_matches_pytorch_lists(
+    device, space, op, args, kwargs, want, low, request
+):
     func = getattr(_NAMESPACES[space], op, None)
     if func is None or op.startswith("cudnn"):
         pytest.skip(f"{op} has no CPU or meta kernel in this build")
-    assert autocast_table.policy(device, func) is not None, f"{op} missing from the {device} table"
+    if "promote" not in request.node.callspec.id:  # cat/stack promote on their own: no cast to measure
+        assert autocast_table.policy(device, func) is not None, f"{op} missing from the {device} table"
     with AutocastEmulation(low, device):
         out = _run(func, args, kwargs)
     out = out[0] if isinstance(out, (tuple, list)) else out
@@ -95,9 +103,100 @@ def test_contracts_read_their_autocast_devices_from_the_table():
         "cpu" in CONTRACTS[torch.Tensor.__rmatmul__].autocast and "cuda" in CONTRACTS[torch.baddbmm].autocast
     )
     assert "cpu" not in CONTRACTS[F.layer_norm].autocast and "cuda" in CONTRACTS[F.layer_norm].autocast
-    assert CONTRACTS[F.linear].autocast == autocast_table.casting_devices("linear", autocast_table.LOW)
-    assert CONTRACTS[F.layer_norm].autocast == autocast_table.casting_devices(
-        "layer_norm", autocast_table.FP32
-    )
+    assert CONTRACTS[F.linear].autocast == autocast_table.casting_devices("linear")
+    assert CONTRACTS[F.layer_norm].autocast == autocast_table.casting_devices("layer_norm")
     assert "hpu" in CONTRACTS[F.linear].autocast and "hpu" not in CONTRACTS[F.group_norm].autocast
-    assert CONTRACTS[torch.mv].autocast == autocast_table.casting_devices("mv", autocast_table.LOW)
+    assert (
+        CONTRACTS[torch.mv].autocast
+        == autocast_table.casting_devices("mv")
+        == {"cuda", "xpu", "mps", "hpu", "mtia", "xla"}
+    )  # CPU autocast leaves mv alone: mixed operands raise there (measured)
+    # composites whose decomposition CPU autocast casts (issue 18): einsum runs low, cdist in float32
+    assert "cpu" in CONTRACTS[torch.einsum].autocast and "cpu" in CONTRACTS[torch.cdist].autocast
+    assert "cpu" not in CONTRACTS[torch.dot].autocast
+
+
+# ---------------------------------------------------------------- the table is torch's own behaviour
+
+_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gen_autocast_table.py"
+_DATA = json.loads((Path(autocast_table.__file__).with_name("autocast_ops.json")).read_text())
+# ops whose autocast behaviour the contracts and the zoo depend on: matmul-likes, the composites that
+# reach one (einsum, tensordot), the fp32 list (cdist, losses), ops autocast leaves alone (dot, norms)
+SLICE = ["mm", "einsum", "cdist", "conv2d", "linear", "tensordot", "dot", "mv", "layer_norm", "prod",
+         "index_copy", "index_put", "scaled_dot_product_attention", "lstm_cell", "cat", "softmax"]  # fmt: skip
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("gen_autocast_table", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _slice(table: dict, names) -> dict:
+    keys = ("policies", "varies", "mixed_raises", "no_sample_ran")
+    return {
+        low: {k: sorted(n for n in table[low][k] if n in names) if k != "policies" else
+              {n: p for n, p in table[low][k].items() if n in names} for k in keys}
+        for low in ("bfloat16", "float16")
+    }  # fmt: skip
+
+
+def test_the_cpu_table_is_stamped_with_the_installed_torch():
+    cpu = _DATA["cpu"]
+    assert cpu["measured"] is True and cpu["device"] == "cpu"
+    assert cpu["torch"] == torch.__version__, "regenerate: python scripts/gen_autocast_table.py"
+    assert _DATA["cuda"]["measured"] is False and "lists" in _DATA["cuda"]["source"]
+
+
+def test_a_slice_regenerated_against_the_installed_torch_matches_the_table():
+    fresh = _script().generate("cpu", set(SLICE))
+    assert _slice(fresh, SLICE) == _slice(_DATA["cpu"], SLICE)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DTYPE_DOCTOR_REGEN"), reason="~1 min: set DTYPE_DOCTOR_REGEN=1")
+def test_the_whole_cpu_table_regenerates_the_same():
+    fresh = _script().generate("cpu")
+    assert {low: fresh[low] for low in ("bfloat16", "float16")} == {
+        low: _DATA["cpu"][low] for low in ("bfloat16", "float16")
+    }
+
+
+def test_the_measured_cpu_table_holds_what_torch_does_to_composite_ops():
+    # einsum reaches bmm, which CPU autocast casts: one float32 and one bf16 operand run (issue 18)
+    a, b = torch.randn(3, 4), torch.randn(5, 4, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.einsum("ij,kj->ik", a, b).dtype == torch.bfloat16
+        assert torch.cdist(a, b).dtype == torch.float32
+        with pytest.raises(RuntimeError):
+            torch.tensordot(a, b, dims=([1], [1]))  # checks dtypes before its mm
+    assert autocast_table.policy("cpu", torch.einsum) == autocast_table.LOW
+    assert autocast_table.policy("cpu", torch.cdist) == autocast_table.FP32
+    assert autocast_table.casts_mixed("cpu", "einsum") and autocast_table.casts_mixed("cpu", "cdist")
+    assert autocast_table.policy("cpu", torch.tensordot) == autocast_table.LOW
+    assert not autocast_table.casts_mixed("cpu", "tensordot")
+    assert (
+        autocast_table.policy("cpu", torch.dot) is None and autocast_table.policy("cpu", "layer_norm") is None
+    )
+
+
+def test_the_emulation_leaves_mixed_operands_raising_where_torch_raises():
+    a, b = torch.randn(3, 4, device="meta"), torch.randn(5, 4, dtype=torch.bfloat16, device="meta")
+    with AutocastEmulation(torch.bfloat16, "cpu"):
+        assert torch.einsum("ij,kj->ik", a, b).dtype == torch.bfloat16
+        assert torch.tensordot(a, a, dims=([1], [1])).dtype == torch.bfloat16
+        with pytest.raises(RuntimeError):
+            torch.tensordot(a, b, dims=([1], [1]))
+
+
+def test_the_cuda_table_regenerates_from_torchs_lists(tmp_path, capsys):
+    script = _script()
+    out = tmp_path / "ops.json"
+    assert script.main(["--device", "cuda", "--from-lists", "--out", str(out)]) == 0
+    cuda = json.loads(out.read_text())["cuda"]
+    assert cuda["torch"] == torch.__version__ and cuda["measured"] is False
+    assert cuda["bfloat16"] == _DATA["cuda"]["bfloat16"] and cuda["float16"] == _DATA["cuda"]["float16"]
+    if not torch.cuda.is_available():  # measuring needs the GPU: one line, exit 2
+        assert script.main(["--device", "cuda", "--out", str(out)]) == 2
+        assert "no cuda device here" in capsys.readouterr().err

@@ -90,7 +90,10 @@ def shrink(config: Any, depth: int = 0) -> Any:
     if hasattr(config, "layer_types") and isinstance(config.layer_types, list):
         n = getattr(config, "num_hidden_layers", None)
         if isinstance(n, int):
-            config.layer_types = config.layer_types[:n]
+            with contextlib.suppress(AttributeError):  # a read-only property (mamba, mamba2)
+                config.layer_types = config.layer_types[:n]
+    if getattr(config, "model_type", None) == "mamba2":  # its heads must tile expand * hidden_size
+        config.head_dim, config.n_groups = config.expand * config.hidden_size // config.num_heads, 1
     vocab = getattr(config, "vocab_size", None)
     if isinstance(vocab, int):
         for name, value in list(vars(config).items()):

@@ -46,6 +46,16 @@ DIFFUSERS = {
         down_block_types=("DownEncoderBlock2D",) * 2,
         up_block_types=("UpDecoderBlock2D",) * 2,
     ),
+    "VQModel": dict(  # its quantizer's cdist runs one float32 and one low operand under autocast
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        latent_channels=4,
+        num_vq_embeddings=32,
+        vq_embed_dim=4,
+        sample_size=16,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+    ),
     "DiTTransformer2DModel": dict(
         num_attention_heads=2,
         attention_head_dim=8,
@@ -111,7 +121,8 @@ def build(name: str) -> torch.nn.Module:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    cls = getattr(transformers, MODEL_MAPPING_NAMES[name])
+    names = MODEL_MAPPING_NAMES[name]
+    cls = getattr(transformers, names[0] if isinstance(names, tuple) else names)  # funnel: (Model, BaseModel)
     config = shrink(transformers.AutoConfig.for_model(name))
     return cls(config).eval()
 
@@ -152,7 +163,7 @@ def inputs(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, Any]:
         "PixArtTransformer2DModel",
     ):
         return _diffusers_inputs(model, dtype)
-    if name == "AutoencoderKL":
+    if name in ("AutoencoderKL", "VQModel"):
         return {"sample": torch.randn(BATCH, 3, 16, 16, dtype=dtype)}
     if name == "FluxTransformer2DModel":
         return {

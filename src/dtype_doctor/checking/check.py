@@ -43,7 +43,7 @@ def check(
     *example_inputs: Any,
     dtype: torch.dtype | str | None = torch.float16,
     keep_fp32: Iterable[KeepPattern] = (),
-    autocast: torch.dtype | str | None = None,
+    autocast: torch.dtype | str | torch.autocast | None = None,
     input_flags: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> Report:
@@ -56,8 +56,12 @@ def check(
     modules stay float32 on top); None keeps the dtypes as they are.
     Inputs: real or meta tensors, specs like `("2x4x64x64", "float32")` or "2x4x64x64:float32",
     nested in lists/dicts, or any other value (passed as is). autocast: the dtype of an autocast the
-    model will run under (its per-op casts are emulated).
+    model will run under (its per-op casts are emulated with CUDA's policy), or the autocast itself,
+    `torch.autocast("cpu", dtype=torch.bfloat16)`, for its device's policy.
     """
+    device_type = "cuda"  # users check before renting a GPU
+    if isinstance(autocast, torch.autocast):
+        device_type, autocast = autocast.device, autocast.fast_dtype
     if dtype is not None and not to_torch_dtype(dtype).is_floating_point:
         raise DoctorError(f"dtype must be a floating dtype, got {dtype_name(to_torch_dtype(dtype))}")
     if autocast is not None and to_torch_dtype(autocast) not in (torch.float16, torch.bfloat16):
@@ -80,6 +84,7 @@ def check(
             "kept_fp32": kept,
             "loaded_as": loaded_as,
             "autocast": autocast,
+            "autocast_device": device_type if autocast is not None else None,
             "inputs": _describe_inputs(args, kw),
         }
     )
@@ -90,7 +95,7 @@ def check(
     report.sections.append(dtype_map(mirror))  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
-    _dry_run(mirror, args, kw, report, autocast)
+    _dry_run(mirror, args, kw, report, autocast, device_type)
     if input_flags is not None:
         name_cli_inputs(report, input_flags, _outer_files())
     report.findings = fold_repeated_blocks(report).findings  # one finding per repeated block
@@ -193,11 +198,15 @@ def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
 # ---------------------------------------------------------------- the dry run
 
 
-def _dry_run(model: nn.Module, args: tuple, kwargs: dict, report: Report, autocast: Any) -> None:
+def _dry_run(
+    model: nn.Module, args: tuple, kwargs: dict, report: Report, autocast: Any, device_type: str = "cuda"
+) -> None:
     session = _fix_session(model, report)
     # entered after watch, so it sees each call first: the contracts get the autocast dtypes
     emulate = (
-        AutocastEmulation(to_torch_dtype(autocast)) if autocast is not None else contextlib.nullcontext()
+        AutocastEmulation(to_torch_dtype(autocast), device_type)
+        if autocast is not None
+        else contextlib.nullcontext()
     )
     log = None
     try:
@@ -270,11 +279,15 @@ class AutocastEmulation(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        kind = autocast_table.policy(self.device_type, func)
+        kind = autocast_table.policy(self.device_type, func, self.dtype)
         if kind is None:
             return func(*args, **kwargs)
+        floats = [t.dtype for t in iter_tensors((args, kwargs)) if t.is_floating_point()]
+        if len(set(floats)) > 1 and not autocast_table.casts_mixed(
+            self.device_type, autocast_table.op_name(func), self.dtype
+        ):
+            return func(*args, **kwargs)  # mixed operands still raise under it (tensordot)
         if kind == autocast_table.PROMOTE:
-            floats = [t.dtype for t in iter_tensors((args, kwargs)) if t.is_floating_point()]
             target = functools.reduce(torch.promote_types, floats) if floats else None
         else:
             target = self.dtype if kind == autocast_table.LOW else torch.float32

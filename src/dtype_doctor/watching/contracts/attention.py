@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 
 from ...catalog.family_codes import ATTENTION_DTYPE_MISMATCH
-from ..autocast_table import LOW
 from .core import Contract, Mismatch, Slot, pick, register, rule
 
 
@@ -30,5 +29,4 @@ register(
     code=ATTENTION_DTYPE_MISMATCH,
     roles={"query": "query", "key": "key", "value": "value", "attn_mask": "mask"},
     rule="attention",
-    autocast=LOW,
 )

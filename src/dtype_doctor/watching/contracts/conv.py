@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from ...catalog.family_codes import CONV_BIAS_DTYPE_MISMATCH, CONV_WEIGHT_DTYPE_MISMATCH
-from ..autocast_table import LOW
 from .core import register
 
 for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
@@ -16,6 +15,5 @@ for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d
         bias_code=CONV_BIAS_DTYPE_MISMATCH,
         roles={"input": "input", "weight": "weight", "bias": "bias"},
         ref="weight",
-        autocast=LOW,
         module_op=True,
     )

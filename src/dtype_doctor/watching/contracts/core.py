@@ -16,12 +16,9 @@ from typing import Any
 import torch
 
 from ...catalog.family_codes import AUTOCAST_HALF_CONFLICT
-from ..autocast_table import FP32, PROMOTE, casting_devices, op_name
-from ..autocast_table import LOW as LOW_POLICY
+from ..autocast_table import casting_devices, op_name
 
 LOW_DTYPES = (torch.float16, torch.bfloat16)  # the low-precision dtypes (autocast_table.LOW is a policy)
-# for ops whose autocast list differs by device: autocast casts every floating operand, whichever
-ANY_POLICY = (LOW_POLICY, FP32, PROMOTE)
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class Contract:
     ]  # (signature parameter, role) in positional order; role "" = no operand
     rule: str = "same"  # a name in RULES
     ref: str | None = None  # role whose dtype the op needs
-    autocast: frozenset[str] = frozenset()  # device types whose autocast casts these operands itself
+    autocast: frozenset[str] = frozenset()  # device types whose autocast runs these operands mixed
     bias_code: str | None = None  # family when the input disagrees with the bias (conv: checked first)
     varargs: bool = False  # operands follow the named params as *args (einsum)
     module_op: bool = False  # the op of an nn layer: the weight decides the dtype
@@ -236,22 +233,26 @@ def register(
     roles: Mapping[str, str | None],
     rule: str = "same",
     op: str | None = None,
-    autocast: str | tuple[str, ...] = (),
+    autocast: str | tuple[str, ...] | None = None,
     **fields: Any,
 ) -> Contract:
     """Give these torch functions (and Tensor methods) one contract; watch and check read CONTRACTS.
 
     roles: each signature parameter, in positional order, to the role of its operand (None for a
     parameter that is not an operand). op: the name the user reads (default: the first function's).
-    autocast: the autocast_table policies (LOW, FP32, PROMOTE) under which autocast casts these
-    operands itself; the devices come from the table. fields: the other Contract fields (ref,
-    bias_code, varargs, module_op).
+    autocast: by default the contract reads autocast_table: the device types whose autocast runs the
+    op with mixed operands (measured: composite ops included) judge no mismatch there; given
+    policies (LOW, FP32, PROMOTE) keep only the devices where the table gives the op one of them.
+    fields: the other Contract fields (ref, bias_code, varargs, module_op).
     """
     if rule not in RULES and rule not in JUDGES:
         raise ValueError(f"unknown contract rule {rule!r}")
     name = op_name(funcs[0])
-    kinds = (autocast,) if isinstance(autocast, str) else autocast
-    devices = frozenset().union(*(casting_devices(name, k) for k in kinds))
+    if autocast is None:
+        devices = casting_devices(name)
+    else:
+        kinds = (autocast,) if isinstance(autocast, str) else autocast
+        devices = frozenset().union(*(casting_devices(name, k) for k in kinds))
     params = tuple((param, role or "") for param, role in roles.items())
     contract = Contract(op or name, code, params, rule=rule, autocast=devices, **fields)
     for func in funcs:

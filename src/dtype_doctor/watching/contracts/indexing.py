@@ -6,13 +6,13 @@ from __future__ import annotations
 import torch
 
 from ...catalog.family_codes import INDEX_PUT_DTYPE_MISMATCH
-from ..autocast_table import PROMOTE
 from .core import Contract, Mismatch, Slot, register, rule
 
 T = torch.Tensor
 IDX = INDEX_PUT_DTYPE_MISMATCH
-# CUDA autocast promotes index_put and scatter_add (the out-of-place ops; in-place ones are not autocast)
-INDEXED = {"code": IDX, "rule": "indexed", "ref": "destination", "autocast": PROMOTE}
+# autocast_table says where autocast runs them mixed (CUDA's promote list: index_put, scatter_add; CPU:
+# index_copy, measured); in-place ones are not autocast
+INDEXED = {"code": IDX, "rule": "indexed", "ref": "destination"}
 
 
 @rule("setitem")

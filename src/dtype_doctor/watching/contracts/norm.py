@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 
 from ...catalog.family_codes import NORM_DTYPE_MISMATCH
-from ..autocast_table import FP32
 from .core import LOW_DTYPES, Contract, Mismatch, Slot, register, rule
 
 NORM = NORM_DTYPE_MISMATCH
@@ -31,16 +30,15 @@ def _norm(contract: Contract, slots: list[Slot], context: torch.dtype | None = N
     return Mismatch(pdt, [inp], contract.code)
 
 
-# autocast puts these in its fp32 list on CUDA-like devices; CPU autocast leaves them alone
+# autocast_table: CUDA autocast runs these in float32; CPU autocast leaves them alone (measured)
 AFFINE = {"weight": "weight", "bias": "bias"}
 NORM_OP = {"code": NORM, "rule": "norm", "module_op": True}
-register(F.layer_norm, roles={"input": "input", "normalized_shape": None, **AFFINE}, autocast=FP32, **NORM_OP)
-register(F.group_norm, roles={"input": "input", "num_groups": None, **AFFINE}, autocast=FP32, **NORM_OP)
+register(F.layer_norm, roles={"input": "input", "normalized_shape": None, **AFFINE}, **NORM_OP)
+register(F.group_norm, roles={"input": "input", "num_groups": None, **AFFINE}, **NORM_OP)
 if hasattr(F, "rms_norm"):
     register(
         F.rms_norm,
         roles={"input": "input", "normalized_shape": None, "weight": "weight"},
-        autocast=FP32,
         **NORM_OP,
     )
 RUNNING = {"input": "input", "running_mean": None, "running_var": None, **AFFINE}

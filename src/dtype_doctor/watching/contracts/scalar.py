@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ...catalog.family_codes import SCALAR_TYPE_MISMATCH
-from .core import ANY_POLICY, Contract, Mismatch, Slot, register, rule
+from .core import Contract, Mismatch, Slot, register, rule
 
 T = torch.Tensor
 SCALAR = SCALAR_TYPE_MISMATCH
@@ -30,7 +30,7 @@ register(
     ref="start",
 )
 # its meta kernel skips the dtype check the CPU/CUDA kernels make (probed on torch 2.13)
-register(torch.cross, T.cross, code=SCALAR, roles={"input": "input", "other": "other"}, autocast=ANY_POLICY)
+register(torch.cross, T.cross, code=SCALAR, roles={"input": "input", "other": "other"})
 register(
     F.embedding, code=SCALAR, roles={"input": "indices", "weight": "weight"}, rule="indices", module_op=True
 )
