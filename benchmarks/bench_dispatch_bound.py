@@ -39,7 +39,7 @@ VARIANTS = ("plain", "floor", "observe", "strict", "numerics")
 
 
 class _NoOp(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
 
 
@@ -48,7 +48,7 @@ class _Count(TorchFunctionMode):
         super().__init__()
         self.n = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         self.n += 1
         return func(*args, **(kwargs or {}))
 
@@ -160,7 +160,9 @@ def main() -> None:
         "gpt2-16": ("GPT-2 shape (12 layers, width 64), seq 16", lambda: gpt2(16, a.device, dtype)),
         "unet": ("UNet2DConditionModel (tiny), 8x8", lambda: unet(a.device, dtype)),
     }
-    print(f"torch {torch.__version__}, {a.device}, {a.dtype}, {a.threads} thread(s), {a.reps} rounds, medians")
+    print(
+        f"torch {torch.__version__}, {a.device}, {a.dtype}, {a.threads} thread(s), {a.reps} rounds, medians"
+    )
     for key, (name, make) in cases.items():
         if a.only is None or a.only == key:
             measure(name, make, a.reps, a.device)

@@ -162,7 +162,11 @@ class WatchMode(TorchFunctionMode):
         if (
             not mixed
             and kind is not CAST
-            and (type(kind) is Generic or kind.rule in _ONE_DTYPE_PASSES or kind.rule == "list" and not _any_autocast())
+            and (
+                type(kind) is Generic
+                or kind.rule in _ONE_DTYPE_PASSES
+                or (kind.rule == "list" and not _any_autocast())
+            )
         ):
             try:
                 out = func(*args, **kwargs)
