@@ -67,6 +67,8 @@ def assigned_name(frame: Frame | None) -> str | None:
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
+    if not _any_autocast():
+        return None
     try:
         if torch.is_autocast_enabled(device_type):
             return torch.get_autocast_dtype(device_type)
