@@ -96,6 +96,7 @@ class WatchMode(TorchFunctionMode):
         super().__init__()
         self.session = session
         self.kinds: dict[Any, Any] = {}
+        self._tag_uniform = session._tagger.tag_uniform  # type: ignore[attr-defined]
 
     def _classify(self, func: Any) -> Any:
         try:
@@ -174,7 +175,7 @@ class WatchMode(TorchFunctionMode):
                 s.on_failure(exc, func, kind, args, kwargs, None)
                 raise
             try:
-                s._tagger.tag_uniform(func, kind, floats, out)
+                self._tag_uniform(func, kind, floats, out)
             except Exception as exc:
                 s.internal_error(exc)
             return out

@@ -17,7 +17,7 @@ import torch
 
 from .mode import CAST
 from .modules import ModuleStack, Names
-from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, op_name
+from .provenance import Frame, ParamTag, Provenance, Tag, _Ref, caller_frames, op_name
 
 Tensor = torch.Tensor
 Parameter = torch.nn.Parameter
@@ -159,12 +159,16 @@ class Tagger:
         if dt is not inputs[0].dtype:
             self.tag(func, kind, inputs, out)  # the op decided a new dtype
             return
-        lookup = self.prov.lookup
+        data = self.prov._data  # Provenance.lookup/set inlined: this runs after most torch calls
         if len(inputs) == 1:
             i = inputs[0]
             if out is i:
                 return
-            parent = lookup(i) or self._parameter_tag(inputs, dt)
+            ref = data.get(id(i))
+            if ref is not None and ref() is i:
+                parent = ref.tag
+            else:
+                parent = self.prov.lookup(i) or self._parameter_tag(inputs, dt)
         else:
             for i in inputs:
                 if out is i:
@@ -172,7 +176,8 @@ class Tagger:
             parent = None
             rank = 9
             for i in inputs:
-                t = lookup(i)
+                ref = data.get(id(i))
+                t = ref.tag if ref is not None and ref() is i else self.prov.lookup(i)
                 if t is not None:
                     r = _RANK.get(t.kind, 1)
                     if r < rank:
@@ -181,10 +186,18 @@ class Tagger:
                             break
             if parent is None:
                 parent = self._parameter_tag(inputs, dt)
-        if parent is not None:
-            self.prov.set(out, parent)
-        else:  # made during the run from untracked tensors: its dtype is born here
+        if parent is None:  # made during the run from untracked tensors: its dtype is born here
             self._new_tag(func, kind, inputs, out, False)
+            return
+        key = id(out)
+        ref = data.get(key)
+        if ref is not None and ref() is out:
+            ref.tag = parent
+        else:
+            ref = _Ref(out, self.prov._drop)
+            ref.key = key
+            ref.tag = parent
+            data[key] = ref
 
     def _dtype_from_other(self, o: torch.Tensor) -> bool:
         """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it."""
