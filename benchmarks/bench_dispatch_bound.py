@@ -11,7 +11,7 @@ Variants, interleaved round by round in one process (medians): plain; the floor 
 (a no-op TorchFunctionMode plus no-op global module forward pre/post hooks); `watch` observe;
 `watch` strict; `NumericsMonitor` (numerics monitoring, its own module hooks). Printed: ms per
 forward, the ratio to plain and to the floor, and µs per torch call (calls counted once with a
-counting TorchFunctionMode).
+counting TorchFunctionMode); the same in CPU time of the process, robust to a loaded machine.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/bench_dispatch_bound.py [--reps 40] [--device cpu]
 """
@@ -109,11 +109,12 @@ def measure(name: str, make: Callable[[], tuple], reps: int, device: str) -> dic
     model.eval()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    cpu: dict[str, list[float]] = {k: [] for k in VARIANTS}
 
     def once(kind: str) -> None:
         ctx = _context(kind, model)
         sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if ctx is None:
             model(*args, **kwargs)
         else:
@@ -121,6 +122,7 @@ def measure(name: str, make: Callable[[], tuple], reps: int, device: str) -> dic
                 model(*args, **kwargs)
         sync()
         times[kind].append(time.perf_counter() - t0)
+        cpu[kind].append(time.process_time() - c0)
 
     with torch.no_grad():
         counter = _Count()
@@ -129,18 +131,22 @@ def measure(name: str, make: Callable[[], tuple], reps: int, device: str) -> dic
         for _ in range(5):  # warm-up every path
             for k in VARIANTS:
                 once(k)
-        for v in times.values():
+        for v in (*times.values(), *cpu.values()):
             v.clear()
         for _ in range(reps):
             for k in VARIANTS:
                 once(k)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    mcpu = {k: statistics.median(v) * 1e3 for k, v in cpu.items()}
     print(f"\n{name}: {counter.n} torch calls per forward, {len(list(model.modules()))} modules")
-    print(f"{'variant':<10} {'ms':>8} {'x plain':>8} {'x floor':>8} {'us/call':>8}")
+    print(
+        f"{'variant':<10} {'wall ms':>8} {'x plain':>8} {'x floor':>8} {'us/call':>8} | {'CPU ms':>8} {'x floor':>8}"
+    )
     for k in VARIANTS:
         per_call = (med[k] - med["plain"]) * 1e3 / counter.n
         print(
             f"{k:<10} {med[k]:8.2f} {med[k] / med['plain']:8.2f} {med[k] / med['floor']:8.2f} {per_call:8.2f}"
+            f" | {mcpu[k]:8.2f} {mcpu[k] / mcpu['floor']:8.2f}"
         )
     return med
 

@@ -9,6 +9,7 @@ and kept as (code, line) pairs until a finding needs their file names.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -74,12 +75,21 @@ def caller_frames(depth: int = 2) -> tuple[Frame | None, Frame | None]:
 
 def short_path(path: str) -> str:
     """site-packages/diffusers/x.py → diffusers/x.py; files under the cwd relative to it."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed
+        return path
+    return _short_path(path, cwd)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_path(path: str, cwd: str) -> str:
     for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
         i = path.rfind(marker)
         if i >= 0:
             return path[i + len(marker) :]
     try:
-        rel = os.path.relpath(path)
+        rel = os.path.relpath(path, cwd)
     except ValueError:
         return path
     return path if rel.startswith("..") else rel
