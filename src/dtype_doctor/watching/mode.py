@@ -128,36 +128,23 @@ class WatchMode(TorchFunctionMode):
         floats: list = []
         dt = None
         mixed = False
-        for a in args:
+        for a in (*args, *kwargs.values()) if kwargs else args:
             if isinstance(a, Tensor):
-                d = a.dtype
-                if dt is None:
-                    dt = d
-                elif d is not dt:
-                    mixed = True
-                if d.is_floating_point:
-                    floats.append(a)
+                items: Any = (a,)
             elif type(a) is list or type(a) is tuple:
-                for x in a:  # torch.cat's list
-                    if isinstance(x, Tensor):
-                        d = x.dtype
-                        if dt is None:
-                            dt = d
-                        elif d is not dt:
-                            mixed = True
-                        if d.is_floating_point:
-                            floats.append(x)
-        if kwargs:
-            for a in kwargs.values():
-                if isinstance(a, Tensor):
-                    d = a.dtype
+                items = a  # torch.cat's list
+            else:
+                continue
+            for x in items:
+                if isinstance(x, Tensor):
+                    d = x.dtype
                     if dt is None:
                         dt = d
                     elif d is not dt:
                         mixed = True
                     if d.is_floating_point:
-                        floats.append(a)
-        else:
+                        floats.append(x)
+        if kwargs is None:
             kwargs = {}
         s = self.session
         if (

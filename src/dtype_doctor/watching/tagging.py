@@ -127,19 +127,7 @@ class Tagger:
                 continue  # in-place or returned as is: its origin stands
             if not promoted and n:
                 dt = o.dtype
-                parent = None
-                same = False
-                rank = 9
-                for i in inputs:
-                    if i.dtype == dt:
-                        same = True
-                        t = lookup(i)
-                        if t is not None:
-                            r = _RANK.get(t.kind, 1)
-                            if r < rank:
-                                parent, rank = t, r
-                                if r == 0:
-                                    break
+                parent, same = self._best_tag(inputs, dt)
                 if parent is None and same:
                     parent = self._parameter_tag(inputs, dt)
                 if parent is not None:
@@ -173,17 +161,7 @@ class Tagger:
             for i in inputs:
                 if out is i:
                     return  # in-place or returned as is: its origin stands
-            parent = None
-            rank = 9
-            for i in inputs:
-                ref = data.get(id(i))
-                t = ref.tag if ref is not None and ref() is i else self.prov.lookup(i)
-                if t is not None:
-                    r = _RANK.get(t.kind, 1)
-                    if r < rank:
-                        parent, rank = t, r
-                        if r == 0:
-                            break
+            parent, _same = self._best_tag(inputs, dt)
             if parent is None:
                 parent = self._parameter_tag(inputs, dt)
         if parent is None:  # made during the run from untracked tensors: its dtype is born here
@@ -198,6 +176,25 @@ class Tagger:
             ref.key = key
             ref.tag = parent
             data[key] = ref
+
+    def _best_tag(self, inputs: Any, dt: torch.dtype) -> tuple[Tag | None, bool]:
+        """The origin an output in dtype `dt` shares: the best-ranked tag among the inputs in `dt`
+        (a model input beats a parameter beats an op); and whether any input has `dt`."""
+        lookup = self.prov.lookup
+        parent = None
+        same = False
+        rank = 9
+        for i in inputs:
+            if i.dtype == dt:
+                same = True
+                t = lookup(i)
+                if t is not None:
+                    r = _RANK.get(t.kind, 1)
+                    if r < rank:
+                        parent, rank = t, r
+                        if r == 0:
+                            break
+        return parent, same
 
     def _dtype_from_other(self, o: torch.Tensor) -> bool:
         """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it."""
