@@ -14,6 +14,7 @@ import tiny_models
 from dtype_doctor import watch
 from dtype_doctor.watching import mode as watch_mode
 from dtype_doctor.watching.session import Session
+from dtype_doctor.watching.tagging import Tagger
 
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
@@ -96,6 +97,7 @@ def test_memory_stays_flat_over_2000_watched_training_steps(one_thread):
     [
         "Session.check_contract",
         "Session.scan",
+        "Tagger.tag_uniform",
         "Session.tag",
         "Session.on_enter",
         "Session._report",
@@ -108,11 +110,14 @@ def test_an_internal_failure_never_replaces_or_hides_the_users_error(monkeypatch
 
     if broken.startswith("Session."):
         monkeypatch.setattr(Session, broken.split(".")[1], explode)
+    elif broken.startswith("Tagger."):
+        monkeypatch.setattr(Tagger, broken.split(".")[1], explode)
     else:
         monkeypatch.setattr(watch_mode, broken, explode)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).half()
     with pytest.raises(RuntimeError) as err, watch(model=model) as s:
-        model(torch.randn(2, 4))
+        x = torch.randn(2, 4) * torch.ones(2, 4, dtype=torch.float64)  # a promotion: Session.scan
+        model(x.float())
     assert str(err.value) == "mat1 and mat2 must have the same dtype, but got Float and Half"
     assert type(err.value) is RuntimeError
     assert "tool-internal-error" in s.report.codes()

@@ -14,6 +14,12 @@ from ..errors import DtypeMismatchError
 from .compiled import compiling
 from .contracts import CONTRACTS, Contract
 
+Tensor = torch.Tensor
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+# contract rules that never object when every tensor operand has one dtype ("list" too, outside
+# autocast); any other rule (integer indices, a rule registered later) judges every call
+_ONE_DTYPE_PASSES = frozenset({"same", "indexed", "norm", "attention", "setitem"})
+
 
 class Watcher(Protocol):
     """What the mode calls back (watch.session.Session); a protocol, so mode.py imports no session."""
@@ -90,6 +96,7 @@ class WatchMode(TorchFunctionMode):
         super().__init__()
         self.session = session
         self.kinds: dict[Any, Any] = {}
+        self._tag_uniform = session._tagger.tag_uniform  # type: ignore[attr-defined]
 
     def _classify(self, func: Any) -> Any:
         try:
@@ -103,8 +110,6 @@ class WatchMode(TorchFunctionMode):
         # pushed when its session stopped mid-call (the session's hooks are gone): pass through
         if type(func) is _GETTER or compiling() or not self.session._active:
             return func(*args, **kwargs) if kwargs else func(*args)
-        if kwargs is None:
-            kwargs = {}
         try:
             kind = self.kinds[func]
         except KeyError:
@@ -112,13 +117,55 @@ class WatchMode(TorchFunctionMode):
         except TypeError:  # an unhashable callable: classify it every time
             kind = self._classify(func)
         if kind is PASS:
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
         if kind is VIEW:
-            out = func(*args, **kwargs)
-            if type(out) is torch.Tensor and out._base is None and args and out is not args[0]:
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            if type(out) is Tensor and out._base is None and args and out is not args[0]:
                 self.session.tag_copy(args[0], out)  # advanced indexing copies: keep the origin
             return out
+        # the common case costs one pass over the operands: every tensor in one dtype, and no rule
+        # that judges more than dtypes (a pure rule cannot fail then, nor can a silent promotion)
+        floats: list = []
+        dt = None
+        mixed = False
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(a, Tensor):
+                items: Any = (a,)
+            elif type(a) is list or type(a) is tuple:
+                items = a  # torch.cat's list
+            else:
+                continue
+            for x in items:
+                if isinstance(x, Tensor):
+                    d = x.dtype
+                    if dt is None:
+                        dt = d
+                    elif d is not dt:
+                        mixed = True
+                    if d.is_floating_point:
+                        floats.append(x)
+        if kwargs is None:
+            kwargs = {}
         s = self.session
+        if (
+            not mixed
+            and kind is not CAST
+            and (
+                type(kind) is Generic
+                or kind.rule in _ONE_DTYPE_PASSES
+                or (kind.rule == "list" and not _any_autocast())
+            )
+        ):
+            try:
+                out = func(*args, **kwargs)
+            except Exception as exc:
+                s.on_failure(exc, func, kind, args, kwargs, None)
+                raise
+            try:
+                self._tag_uniform(func, kind, floats, out)
+            except Exception as exc:
+                s.internal_error(exc)
+            return out
         inputs = None
         finding = None
         try:

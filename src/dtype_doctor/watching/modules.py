@@ -130,8 +130,9 @@ class Names:
 class ModuleStack:
     """The modules being run right now, innermost last.
 
-    `on_enter(module, args, kwargs_or_None, is_root)` is called for every module call;
-    kwargs are only fetched for root calls (they cost a frame lookup).
+    `on_enter(module, args, kwargs_or_None, is_root)` is called for every outermost module call
+    (kwargs cost a frame lookup), `on_nested(module, args)` for the calls inside it (the hot path: it
+    runs with the TorchFunctionMode on, and the gate is asked only at the outermost call).
     """
 
     def __init__(
@@ -140,10 +141,12 @@ class ModuleStack:
         on_error: Callable[[BaseException], None],
         on_exit: Callable[[nn.Module, tuple, Any], None] | None = None,
         gate: Any = None,
+        on_nested: Callable[[nn.Module, tuple], None] | None = None,
     ) -> None:
         self._local = threading.local()  # one stack per thread: threads run modules concurrently
         self._gate = gate  # watch/threads.ThreadGate: which threads this stack follows
         self._on_enter = on_enter
+        self._on_nested = on_nested or (lambda module, args: on_enter(module, args, None, False))
         self._on_error = on_error
         self._on_exit = on_exit  # called with (module, args, output) when an outermost call returns
         self._handles: list[Any] = []
@@ -175,29 +178,47 @@ class ModuleStack:
     def _pre(self, module: nn.Module, args: tuple) -> None:
         if compiling():  # dynamo is tracing this hook: leave the compiled graph the user's own
             return
-        if self._gate is not None and not self._gate.enter(not self.stack):
+        try:
+            stack = self._local.stack
+        except AttributeError:
+            stack = self._local.stack = []
+        if stack:  # a nested call (the gate let its outermost call in): the cheap common case
+            try:
+                self._on_nested(module, args)
+            except DtypeMismatchError:
+                raise  # strict mode stops here on purpose
+            except Exception as exc:
+                self._on_error(exc)
+            stack.append(module)
+            return
+        if self._gate is not None and not self._gate.enter(True):
             return
         try:
             with _no_torch_function():  # our own tensor inspection must not go through the mode
                 kwargs = None
-                if not self.stack:  # a root call: its kwargs are locals of Module._call_impl's inner()
-                    caller = sys._getframe(1)
-                    if caller.f_code.co_name == "inner":
-                        kwargs = caller.f_locals.get("kwargs")
-                self._on_enter(module, args, kwargs, not self.stack)
+                # a root call: its kwargs are locals of Module._call_impl's inner()
+                caller = sys._getframe(1)
+                if caller.f_code.co_name == "inner":
+                    kwargs = caller.f_locals.get("kwargs")
+                self._on_enter(module, args, kwargs, True)
         except DtypeMismatchError:
-            raise  # strict mode stops here on purpose
+            raise
         except Exception as exc:  # the tool never breaks the user's forward
             self._on_error(exc)
-        self.stack.append(module)
+        stack.append(module)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if compiling():
             return
-        stack = self.stack
+        try:
+            stack = self._local.stack
+        except AttributeError:
+            stack = self._local.stack = []
         if stack and stack[-1] is module:
             stack.pop()
-            if not stack and self._on_exit is not None:
+            if stack:
+                return
+            if self._on_exit is not None:
                 try:
                     with _no_torch_function():
                         self._on_exit(module, args, output)
@@ -208,8 +229,8 @@ class ModuleStack:
                 if stack[i] is module:
                     del stack[i:]
                     break
-        if self._gate is not None:
-            self._gate.leave(not stack)
+        if self._gate is not None and not stack:
+            self._gate.leave(True)
 
     def param_dtype(self) -> torch.dtype | None:
         """The floating dtype of the innermost running module that owns parameters."""

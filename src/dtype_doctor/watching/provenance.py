@@ -9,6 +9,7 @@ and kept as (code, line) pairs until a finding needs their file names.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -74,12 +75,21 @@ def caller_frames(depth: int = 2) -> tuple[Frame | None, Frame | None]:
 
 def short_path(path: str) -> str:
     """site-packages/diffusers/x.py → diffusers/x.py; files under the cwd relative to it."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed
+        return path
+    return _short_path(path, cwd)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_path(path: str, cwd: str) -> str:
     for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
         i = path.rfind(marker)
         if i >= 0:
             return path[i + len(marker) :]
     try:
-        rel = os.path.relpath(path)
+        rel = os.path.relpath(path, cwd)
     except ValueError:
         return path
     return path if rel.startswith("..") else rel
@@ -118,6 +128,47 @@ class Tag:
         self.parents = parents
 
 
+_NAME, _MODULE = Tag.name, Tag.module  # the slots a ParamTag fills when first read
+
+
+class ParamTag(Tag):
+    """The tag of a parameter, named (qualified name, owner module) only when a finding reads it:
+    naming walks the model, which a forward that finds nothing should not pay for."""
+
+    __slots__ = ("_names", "_ref")
+
+    def __init__(self, names: Any, t: torch.Tensor, dtype: torch.dtype) -> None:
+        self.kind = "parameter"
+        self.dtype = dtype
+        self.op = None
+        self.frame = None
+        self.user = None
+        self.parents = ()
+        self._names = names
+        self._ref = weakref.ref(t)
+
+    def _resolve(self) -> None:
+        names, self._names = self._names, None
+        t = self._ref()
+        known = names.tensor(t) if t is not None else None
+        kind, qual, owner = known if known is not None else ("parameter", None, None)
+        self.kind = kind
+        _NAME.__set__(self, qual)
+        _MODULE.__set__(self, owner)
+
+    @property
+    def name(self) -> str | None:  # type: ignore[override]
+        if self._names is not None:
+            self._resolve()
+        return _NAME.__get__(self)
+
+    @property
+    def module(self) -> Any:  # type: ignore[override]
+        if self._names is not None:
+            self._resolve()
+        return _MODULE.__get__(self)
+
+
 def op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or repr(func)
     owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
@@ -132,7 +183,9 @@ def op_name(func: Any) -> str:
 
 
 class _Ref(weakref.ref):
-    __slots__ = ("key",)
+    """A weak reference to a tagged tensor that carries its tag: one object per tagged tensor."""
+
+    __slots__ = ("key", "tag")
 
 
 class Provenance:
@@ -140,47 +193,48 @@ class Provenance:
 
     The semantics of torch.utils.weak.WeakIdKeyDictionary (identity keys: tensor `==` breaks
     weakref.WeakKeyDictionary), without building a WeakIdRef on every lookup: a lookup here
-    is id() + dict.get + a ref call, ~20× cheaper, and it runs on every torch call.
+    is id() + dict.get + a ref call, ~20× cheaper, and it runs on every torch call. The tag
+    rides on the weak reference itself, so tagging a tensor allocates one object.
     """
 
     def __init__(self) -> None:
-        self._data: dict[int, tuple[_Ref, Tag]] = {}
+        self._data: dict[int, _Ref] = {}
         data = self._data
 
         def drop(ref: _Ref) -> None:
-            entry = data.get(ref.key)
-            if entry is not None and entry[0] is ref:
+            if data.get(ref.key) is ref:
                 del data[ref.key]
 
         self._drop = drop
 
     def get(self, t: torch.Tensor) -> Tag | None:
-        entry = self._data.get(id(t))
-        if entry is not None and entry[0]() is t:
-            return entry[1]
+        ref = self._data.get(id(t))
+        if ref is not None and ref() is t:
+            return ref.tag
         return None
 
     def lookup(self, t: torch.Tensor) -> Tag | None:
         """The tag of `t`, or of the tensor it is a view of (views are not tagged: too many)."""
-        entry = self._data.get(id(t))
-        if entry is not None and entry[0]() is t:
-            return entry[1]
+        ref = self._data.get(id(t))
+        if ref is not None and ref() is t:
+            return ref.tag
         base = t._base
         if base is not None:
-            entry = self._data.get(id(base))
-            if entry is not None and entry[0]() is base:
-                return entry[1]
+            ref = self._data.get(id(base))
+            if ref is not None and ref() is base:
+                return ref.tag
         return None
 
     def set(self, t: torch.Tensor, tag: Tag) -> None:
         key = id(t)
-        entry = self._data.get(key)
-        if entry is not None and entry[0]() is t:
-            self._data[key] = (entry[0], tag)
+        ref = self._data.get(key)
+        if ref is not None and ref() is t:
+            ref.tag = tag
             return
         ref = _Ref(t, self._drop)
         ref.key = key
-        self._data[key] = (ref, tag)
+        ref.tag = tag
+        self._data[key] = ref
 
     def __len__(self) -> int:
         return len(self._data)

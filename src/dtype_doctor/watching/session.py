@@ -32,6 +32,9 @@ from .scaler_patch import patch_grad_scaler
 from .tagging import Tagger
 from .tagging import autocast_dtype as _autocast_dtype
 
+_no_torch_function = torch._C.DisableTorchFunction
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
 MODES = ("observe", "strict", "fix")
 __all__ = ["MODES", "Session", "hide_own_frames", "watch"]
 
@@ -56,8 +59,13 @@ class Session:
         self._explicit = list(roots_of(model).values())
         self.names = Names(roots_of(model))
         self.prov = Provenance()
+        self._explicit_ids = {id(m) for m in self._explicit}
         self.stack = ModuleStack(
-            self.on_enter, self.internal_error, self.on_module_exit, gate=threads.ThreadGate(self)
+            self.on_enter,
+            self.internal_error,
+            self.on_module_exit,
+            gate=threads.ThreadGate(self),
+            on_nested=self.on_nested,
         )
         self._tagger = Tagger(self.prov, self.names, self.stack)
         self._scene = Scene(_autocast_dtype, self.stack.param_dtype, self._in_user_code)
@@ -209,6 +217,15 @@ class Session:
             items += list((kwargs or {}).items())
             self._tag_values(module, f"{type(module).__name__}.forward", items)
         self._check_autocast_params(module)
+
+    def on_nested(self, module: nn.Module, args: tuple) -> None:
+        """A module call inside another (runs for every module: nothing to do unless autocast is on)."""
+        if id(module) in self._explicit_ids:
+            with _no_torch_function():
+                self.on_enter(module, args, None, False)
+        elif _any_autocast():
+            with _no_torch_function():
+                self._check_autocast_params(module)
 
     def _tag_values(self, module: nn.Module, op: str, items: list[tuple[str, Any]]) -> None:
         """Tag the floating tensors among a root call's arguments as model inputs."""

@@ -17,13 +17,28 @@ import torch
 
 from .mode import CAST
 from .modules import ModuleStack, Names
-from .provenance import Frame, Provenance, Tag, caller_frames, op_name
+from .provenance import Frame, ParamTag, Provenance, Tag, _Ref, caller_frames, op_name
+
+Tensor = torch.Tensor
+Parameter = torch.nn.Parameter
 
 _RANK = {"input": 0, "output": 0, "parameter": 1, "buffer": 1, "op": 2}  # which same-dtype origin wins
 _MAX_DEPTH = 6  # origin chains longer than this are cut (a loop that re-casts a carried tensor)
 _DTYPE_OF = re.compile(r"\.(?:to|type)\(\s*(?:dtype\s*=\s*)?([A-Za-z_]\w*)\.dtype\s*[,)]")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=[^=]")
 _sources: dict[Frame, str | None] = {}
+_names: dict[Any, str] = {}
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
+
+def _op_name(func: Any) -> str:
+    try:
+        return _names[func]
+    except KeyError:
+        name = _names[func] = op_name(func)
+        return name
+    except TypeError:
+        return op_name(func)
 
 
 def _depth(tag: Tag) -> int:
@@ -52,6 +67,8 @@ def assigned_name(frame: Frame | None) -> str | None:
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
+    if not _any_autocast():
+        return None
     try:
         if torch.is_autocast_enabled(device_type):
             return torch.get_autocast_dtype(device_type)
@@ -65,6 +82,7 @@ class Tagger:
         self.prov = prov
         self.names = names
         self.stack = stack
+        self._born: dict[tuple, Tag] = {}  # call site → the Tag of the tensors born there
 
     def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None:
         """Give each new floating output the origin of its dtype (hot path: keep it lean)."""
@@ -90,6 +108,8 @@ class Tagger:
                     parent = lookup(i) or self._parameter_tag(inputs, di)
                     if parent is not None:
                         self.prov.set(o, parent)
+                    else:  # made during the run from an untracked tensor: born here
+                        self._new_tag(func, kind, inputs, o, False)
                 elif o.is_floating_point():
                     self._new_tag(func, kind, inputs, o, False)
             return
@@ -107,27 +127,74 @@ class Tagger:
                 continue  # in-place or returned as is: its origin stands
             if not promoted and n:
                 dt = o.dtype
-                parent = None
-                same = False
-                rank = 9
-                for i in inputs:
-                    if i.dtype == dt:
-                        same = True
-                        t = lookup(i)
-                        if t is not None:
-                            r = _RANK.get(t.kind, 1)
-                            if r < rank:
-                                parent, rank = t, r
-                                if r == 0:
-                                    break
+                parent, same = self._best_tag(inputs, dt)
                 if parent is None and same:
                     parent = self._parameter_tag(inputs, dt)
-                    if parent is None:
-                        continue  # the dtype came from an untracked tensor: nothing new to say
                 if parent is not None:
                     self.prov.set(o, parent)  # the dtype came with this input: share its origin
                     continue
             self._new_tag(func, kind, inputs, o, promoted)
+
+    def tag_uniform(self, func: Any, kind: Any, inputs: list, out: Any) -> None:
+        """`tag` after a call whose tensor operands share one dtype (the common case, kept lean): an
+        output in that dtype shares the best origin among them; anything else takes `tag`."""
+        if type(out) is not Tensor or not inputs:  # several outputs, a factory, integer operands
+            self.tag(func, kind, inputs, out)
+            return
+        if out._base is not None:
+            return  # a view: looked up through its base
+        dt = out.dtype
+        if dt is not inputs[0].dtype:
+            self.tag(func, kind, inputs, out)  # the op decided a new dtype
+            return
+        data = self.prov._data  # Provenance.lookup/set inlined: this runs after most torch calls
+        if len(inputs) == 1:
+            i = inputs[0]
+            if out is i:
+                return
+            ref = data.get(id(i))
+            if ref is not None and ref() is i:
+                parent = ref.tag
+            else:
+                parent = self.prov.lookup(i) or self._parameter_tag(inputs, dt)
+        else:
+            for i in inputs:
+                if out is i:
+                    return  # in-place or returned as is: its origin stands
+            parent, _same = self._best_tag(inputs, dt)
+            if parent is None:
+                parent = self._parameter_tag(inputs, dt)
+        if parent is None:  # made during the run from untracked tensors: its dtype is born here
+            self._new_tag(func, kind, inputs, out, False)
+            return
+        key = id(out)
+        ref = data.get(key)
+        if ref is not None and ref() is out:
+            ref.tag = parent
+        else:
+            ref = _Ref(out, self.prov._drop)
+            ref.key = key
+            ref.tag = parent
+            data[key] = ref
+
+    def _best_tag(self, inputs: Any, dt: torch.dtype) -> tuple[Tag | None, bool]:
+        """The origin an output in dtype `dt` shares: the best-ranked tag among the inputs in `dt`
+        (a model input beats a parameter beats an op); and whether any input has `dt`."""
+        lookup = self.prov.lookup
+        parent = None
+        same = False
+        rank = 9
+        for i in inputs:
+            if i.dtype == dt:
+                same = True
+                t = lookup(i)
+                if t is not None:
+                    r = _RANK.get(t.kind, 1)
+                    if r < rank:
+                        parent, rank = t, r
+                        if r == 0:
+                            break
+        return parent, same
 
     def _dtype_from_other(self, o: torch.Tensor) -> bool:
         """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it."""
@@ -171,17 +238,36 @@ class Tagger:
         inner, user = caller_frames(4)
         if kind is CAST:
             new_kind = "cast"
-        elif autocast_dtype(o.device.type) == dt:
+        elif _any_autocast() and autocast_dtype(o.device.type) == dt:
             new_kind = "autocast"  # autocast chose this dtype, not the code
         else:
             new_kind = "promotion" if promoted else "op"
-        name = assigned_name(inner) if inner is not None and inner == user else None
-        prov.set(o, Tag(new_kind, dt, op_name(func), name, self.stack.top, inner, user, tuple(tags)))
+        top = self.stack.top
+        if tags:
+            name = assigned_name(inner) if inner is not None and inner == user else None
+            prov.set(o, Tag(new_kind, dt, _op_name(func), name, top, inner, user, tuple(tags)))
+            return
+        # a tensor born with no tracked parent (a factory): one Tag per call site, shared
+        key = (func, new_kind, dt, inner, user, top)
+        try:
+            tag = self._born.get(key)
+        except TypeError:  # an unhashable callable or module
+            key, tag = None, None
+        if tag is None:
+            name = assigned_name(inner) if inner is not None and inner == user else None
+            tag = Tag(new_kind, dt, _op_name(func), name, top, inner, user, ())
+            if key is not None:
+                self._born[key] = tag
+        prov.set(o, tag)
 
     def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
         """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
         for i in inputs:
             if i.dtype == dt:
+                if isinstance(i, Parameter):  # named when a finding reads it: naming walks the model
+                    tag = ParamTag(self.names, i, dt)
+                    self.prov.set(i, tag)
+                    return tag
                 known = self.names.tensor(i)
                 if known is not None:
                     kind, qual, owner = known
