@@ -7,6 +7,7 @@ built only when a finding needs them.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
@@ -143,6 +144,13 @@ def argument_names(module: nn.Module) -> list[str] | None:
     return _SIGNATURES[cls]
 
 
+def _lower_recursion_limit(levels: int) -> None:
+    """Give back what `_pre` added for the levels just left (never below what the program can use)."""
+    if levels > 0:
+        with contextlib.suppress(ValueError, RecursionError):
+            sys.setrecursionlimit(max(sys.getrecursionlimit() - levels, 50))
+
+
 class ModuleStack:
     """The modules being run right now, innermost last.
 
@@ -174,6 +182,7 @@ class ModuleStack:
         for h in self._handles:
             h.remove()
         self._handles = []
+        _lower_recursion_limit(len(self.stack))
         self.stack.clear()
 
     @property
@@ -206,11 +215,15 @@ class ModuleStack:
         except Exception as exc:  # the tool never breaks the user's forward
             self._on_error(exc)
         self.stack.append(module)
+        # torch's hooked call path (`inner`) is one frame more per module level than its fast path:
+        # one more level of recursion allowed, so a deep model runs as deep as it does unwatched
+        sys.setrecursionlimit(sys.getrecursionlimit() + 1)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if compiling():
             return
         stack = self.stack
+        depth = len(stack)
         if stack and stack[-1] is module:
             stack.pop()
             if not stack and self._on_exit is not None:
@@ -224,6 +237,7 @@ class ModuleStack:
                 if stack[i] is module:
                     del stack[i:]
                     break
+        _lower_recursion_limit(depth - len(stack))
         if self._gate is not None:
             self._gate.leave(not stack)
 

@@ -19,7 +19,7 @@ from ..catalog.family_codes import (
 )
 from ..errors import DtypeMismatchError
 from ..report import Report
-from . import failures, threads
+from . import failures, threads, warning_origin
 from . import findings as F
 from .compiled import CompileNotice
 from .contracts import LOW, Contract, Mismatch, Scene, Slot, bind, judge, put
@@ -77,6 +77,7 @@ class Session:
         threads.entered(self)
         self._compiled = CompileNotice()
         self.stack.start()
+        self._unpatch.append(warning_origin.redirect())  # torch's C++ warnings stay the user's
         undo = patch_grad_scaler(self)
         if undo is not None:
             self._unpatch.append(undo)
