@@ -22,6 +22,7 @@ from .provenance import USER, frame_kind, op_name, short_path
 
 Session = Any  # watch.session.Session, not imported: no import circle
 
+TENSOR_REPR_DTYPE = re.compile(r"dtype=torch\.\w+")
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 
 
@@ -97,7 +98,9 @@ def on_exit(session: Session, exc: BaseException) -> None:
     """The `with` block ends with the user's exception: count it, and make a dtype crash a finding."""
     session.report.meta["raised"] = type(exc).__name__
     errors = [f for f in session.report.errors if f.code != fc.TOOL_INTERNAL_ERROR]
-    if not errors and DTYPE_TEXT.search(str(exc)) and not isinstance(exc, KeyboardInterrupt):
+    # a tensor's repr (`assert tensor(4., dtype=torch.float16) == 5`) does not make a dtype crash
+    said = TENSOR_REPR_DTYPE.sub("", str(exc))
+    if not errors and DTYPE_TEXT.search(said) and not isinstance(exc, KeyboardInterrupt):
         _crash_finding(session, exc)
     if _noted(exc):
         return
