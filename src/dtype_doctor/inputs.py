@@ -112,6 +112,8 @@ def split_inputs(specs: list[str]) -> tuple[list[TensorSpec], dict[str, TensorSp
     for text in specs:
         spec = parse_input(text)
         if spec.name:
+            if spec.name in kwargs:
+                raise DoctorError(f"--input {spec.name}= given twice: give each input once")
             kwargs[spec.name] = spec
         elif kwargs:
             raise DoctorError(f"positional input {text!r} after named inputs")

@@ -128,8 +128,9 @@ def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
     """A module as given, or a factory's module built on meta (see `build`)."""
     model = build(model_or_factory)
     if not isinstance(model, nn.Module):
-        what = "the factory returned" if callable(model_or_factory) else "check needs an nn.Module, got"
-        raise DoctorError(f"{what} {type(model).__name__}, not a torch.nn.Module")
+        if callable(model_or_factory):
+            raise DoctorError(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
+        raise DoctorError(f"check needs a torch.nn.Module (or a factory of one), got {type(model).__name__}")
     return model
 
 

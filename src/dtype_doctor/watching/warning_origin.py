@@ -5,6 +5,7 @@ that is the mode's `func(*args)` line in mode.py, so `filterwarnings(module=...)
 registries and pytest's attribution would see dtype_doctor instead of the user's line. While a
 session runs, a filter lets such warnings through to `warnings._showwarnmsg`, which issues them
 again from the frame that called the op, as if the tool were not there. Nothing runs per op.
+torch.compile's warning about global module hooks is about the watcher's own hooks: not shown.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from . import mode
 _MODE_FILE = os.path.normcase(mode.__file__)
 _TOOL_DIR = os.path.dirname(os.path.dirname(_MODE_FILE))
 _FILTER = ("always", None, Warning, re.compile(re.escape(mode.__name__) + r"\Z"), 0)
+# torch.compile(module) warns when global module hooks exist: under watch those are the tool's own
+_OWN_HOOKS = (
+    "ignore",
+    re.compile(r"Using `torch\.compile\(module\)` when there are global hooks"),
+    UserWarning,
+    None,
+    0,
+)
 _installed = 0
 _original: Any = None
 
@@ -55,15 +64,16 @@ def redirect() -> Callable[[], None]:
         _original = warnings._showwarnmsg  # type: ignore[attr-defined]
         warnings._showwarnmsg = _reissue  # type: ignore[attr-defined]
     _installed += 1
-    warnings.filters.insert(0, _FILTER)  # type: ignore[arg-type]
+    warnings.filters[:0] = [_OWN_HOOKS, _FILTER]  # type: ignore[list-item]
     warnings._filters_mutated()  # type: ignore[attr-defined]
 
     def undo() -> None:
         global _installed
         _installed -= 1
-        if _FILTER in warnings.filters:
-            warnings.filters.remove(_FILTER)  # type: ignore[arg-type]
-            warnings._filters_mutated()  # type: ignore[attr-defined]
+        for entry in (_OWN_HOOKS, _FILTER):
+            if entry in warnings.filters:
+                warnings.filters.remove(entry)  # type: ignore[arg-type]
+        warnings._filters_mutated()  # type: ignore[attr-defined]
         if _installed == 0 and warnings._showwarnmsg is _reissue:  # type: ignore[attr-defined]
             warnings._showwarnmsg = _original  # type: ignore[attr-defined]
 
