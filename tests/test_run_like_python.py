@@ -112,21 +112,23 @@ def test_cpp_warning_is_attributed_to_the_users_line(tmp_path):
     assert out == "raised\n"
 
 
+DEEP = """
+import sys, torch
+from torch import nn
+class Wrap(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+    def forward(self, x):
+        return self.inner(x)
+model = nn.Linear(4, 4)
+for _ in range(int(sys.argv[1]) if __name__ == "__main__" else DEPTH):
+    model = Wrap(model)
+"""
+
+
 def test_a_model_nested_200_deep_runs_as_under_python(tmp_path):
-    deep = """
-    import sys, torch
-    from torch import nn
-    class Wrap(nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-        def forward(self, x):
-            return self.inner(x)
-    m = nn.Linear(4, 4)
-    for _ in range(int(sys.argv[1])):
-        m = Wrap(m)
-    print(tuple(m(torch.randn(2, 4)).shape))
-    """
+    deep = DEEP + "print(tuple(model(torch.randn(2, 4)).shape))\n"
     code, out, _ = _same(tmp_path, deep, "200")
     assert (code, out) == (0, "(2, 4)\n")
     # unbounded recursion still stops with RecursionError (the tool's own frames are allowed for)
@@ -169,22 +171,7 @@ def test_run_json_with_stdout_closed_keeps_the_exit_code_and_the_report(tmp_path
 @pytest.mark.parametrize("n", [200, 240])
 def test_check_mirrors_models_nested_deep(tmp_path, n):
     src = tmp_path / "deep.py"
-    src.write_text(
-        textwrap.dedent(
-            """
-            from torch import nn
-            class Wrap(nn.Module):
-                def __init__(self, inner):
-                    super().__init__()
-                    self.inner = inner
-                def forward(self, x):
-                    return self.inner(x)
-            model = nn.Linear(4, 4)
-            for _ in range(N):
-                model = Wrap(model)
-            """
-        ).replace("N", str(n))
-    )
+    src.write_text(DEEP.replace("DEPTH", str(n)))
     cmd = [sys.executable, "-m", "dtype_doctor", "check", f"{src}:model", "--input", "2x4:float16",
            "--dtype", "float16", "--no-color"]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, env=ENV, timeout=300)
