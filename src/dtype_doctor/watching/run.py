@@ -269,7 +269,11 @@ def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, re
         from . import watch
 
         session = watch(mode=opts.mode, numerics=opts.numerics, report=report)
-        session.__enter__()
+        try:
+            session.__enter__()
+        except Exception as exc:  # inside the program's `import torch`: never fail the program's import
+            print(f"dtype-doctor run: error: cannot start watching: {exc}", file=sys.stderr)
+            return
         sessions.append(session)
 
     hook = _WatchOnTorchImport(start)
