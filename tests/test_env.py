@@ -266,3 +266,21 @@ def test_package_info_does_not_import(tmp_path, monkeypatch):
     assert info == {"installed": True, "version": "3.1", "location": str(tmp_path / "noimport_pkg")}
     assert "noimport_pkg" not in sys.modules
     assert package_info("surely_not_installed_pkg_xyz") == {"installed": False, "version": None}
+
+
+@pytest.mark.parametrize(
+    ("init", "said"),
+    [
+        ("import time\ntime.sleep(3600)\n", "did not finish"),  # an apex that hangs at import
+        ("import os\nos._exit(0)\n", "ended the process"),  # one that ends the process
+    ],
+)
+def test_an_apex_that_hangs_or_exits_at_import_does_not_take_env_with_it(tmp_path, monkeypatch, init, said):
+    """Issue 22 item 21: the import is probed in a child process with a timeout."""
+    root = write(tmp_path / "site", {"apex/__init__.py": init, "apex/amp/__init__.py": ""})
+    monkeypatch.setattr("dtype_doctor.env.packages.APEX_PROBE_TIMEOUT", 5.0)
+    monkeypatch.syspath_prepend(str(root))
+    info = apex_info()
+    assert info["installed"] and said in info["import_error"]
+    code, data = run_env(root, tmp_path / "hf", {"DTYPE_DOCTOR_APEX_PROBE_TIMEOUT": "5"})
+    assert code in (0, 1) and said in json.dumps(data)

@@ -167,3 +167,46 @@ def test_from_a_worker():
     result.assert_outcomes(failed=1)
     assert "- dtype-doctor -" in result.stdout.str()
     result.stdout.fnmatch_lines(["FAILED *::test_from_a_worker - dtype-doctor conv-bias-dtype-mismatch*"])
+
+
+ASSERT_ON_HALF = """
+import torch
+
+def test_value():
+    lin = torch.nn.Linear(4, 4).half()
+    torch.cat([lin(torch.ones(2, 4, dtype=torch.float16)), torch.ones(2, 4)])  # a silent promotion
+    x = torch.ones(4, dtype=torch.float16)
+    assert x.sum() == 5  # fails on its value; its repr says dtype=torch.float16
+"""
+
+
+def test_a_failing_assert_on_a_half_tensor_is_not_headlined_as_a_finding(pytester):
+    """Issue 22 item 15: the assert's repr says `dtype=torch.float16`; the failure is the test's own."""
+    pytester.makepyfile(ASSERT_ON_HALF)
+    result = pytester.runpytest(*_plugin_args(), "--dtype-doctor", "-rf", "-vv")
+    result.assert_outcomes(failed=1)
+    summary = [line for line in result.stdout.lines if line.startswith("FAILED")]
+    assert summary and "dtype-doctor" not in summary[0], summary
+    assert "AssertionError" in summary[0] or "assert" in summary[0]
+
+
+WARNING_FILTER_TEST = """
+import pytest, torch
+
+@pytest.mark.filterwarnings("error::UserWarning:test_warned")
+def test_warned():
+    torch.ones(2, 3, 4).T  # torch warns from C++: attributed to this module, so the filter raises
+"""
+
+
+def test_dtype_doctor_option_keeps_a_tests_warning_filter_result(tmp_path):
+    """Issue 22 item 8: a C++ warning stays the test module's, so `module=` filters match as without
+    the tool (a subprocess each: torch warns about `.T` once per process)."""
+    (tmp_path / "test_warned.py").write_text(WARNING_FILTER_TEST)
+    outcomes = []
+    for extra in ([], ["--dtype-doctor"]):
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+               *_plugin_args(), *extra, "test_warned.py"]  # fmt: skip
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        outcomes.append((p.returncode, "1 failed" in p.stdout))
+    assert outcomes[0] == outcomes[1] == (1, True)

@@ -70,3 +70,12 @@ def test_trainer_clean_run_logs_zero_and_leaves_no_watch_behind(tmp_path):
     from torch.overrides import _get_current_function_mode_stack
 
     assert not any("Watch" in type(m).__name__ for m in _get_current_function_mode_stack())
+
+
+def test_log_history_still_ends_with_the_trainers_summary(tmp_path):
+    """Issue 22 item 22: no entry of the callback's own after the summary with train_loss."""
+    callback = DtypeDoctorCallback(summary=False)
+    trainer = _trainer(tmp_path, callback, torch.bfloat16)
+    trainer.train()
+    last = trainer.state.log_history[-1]
+    assert "train_loss" in last and "dtype_doctor/findings" in last

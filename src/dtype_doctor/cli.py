@@ -82,7 +82,7 @@ def json_value_guard(parser: argparse.ArgumentParser, argv: list[str]) -> list[s
         elif tok in takes_value and i + 1 < len(argv):
             out.append(argv[i + 1])
             i += 1
-        elif not tok.startswith("-") and getattr(command, "prog", "").endswith(" run"):
+        elif (tok == "-" or not tok.startswith("-")) and getattr(command, "prog", "").endswith(" run"):
             out.extend(argv[i + 1 :])  # the script and its own arguments: never ours to read
             break
         i += 1

@@ -8,6 +8,7 @@ torch is imported only by the functions that make tensors.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ def parse_shape(text: str) -> tuple[int, ...]:
         raise DoctorError(
             f"shape {text!r} has a size beyond 2**63 - 1, the largest a tensor dimension can be"
         )
+    if math.prod(shape) >= 2**63:
+        raise DoctorError(f"shape {text!r} has more than 2**63 - 1 elements, more than a tensor can hold")
     return shape
 
 
@@ -102,6 +105,8 @@ def split_inputs(specs: list[str]) -> tuple[list[TensorSpec], dict[str, TensorSp
     for text in specs:
         spec = parse_input(text)
         if spec.name:
+            if spec.name in kwargs:
+                raise DoctorError(f"--input {spec.name}= given twice: give each input once")
             kwargs[spec.name] = spec
         elif kwargs:
             raise DoctorError(f"positional input {text!r} after named inputs")

@@ -52,6 +52,23 @@ WATCH_FAMILIES: tuple[Family, ...] = (
         ),
     ),
     Family(
+        code="child-process-unwatched",
+        title="Forked child processes (DataLoader workers, os.fork) ran unwatched",
+        cause=(
+            "{forks} process(es) forked while watching (DataLoader workers with num_workers > 0, "
+            "os.fork, multiprocessing's fork start method); what they ran is not in this report, so a "
+            "silent promotion in a dataset's __getitem__ or a collate_fn was not seen."
+        ),
+        severity="info",
+        fixes=(
+            FixTemplate(
+                "Run the data pipeline in the watched process while diagnosing",
+                "loader = DataLoader(dataset, batch_size=..., num_workers=0)",
+                "With num_workers=0 every op of the dataset and collate_fn runs under watch.",
+            ),
+        ),
+    ),
+    Family(
         code="tool-internal-error",
         title="dtype-doctor hit an internal error and skipped part of its analysis",
         cause=(

@@ -13,7 +13,7 @@ import contextlib
 import copy
 import functools
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -135,8 +135,9 @@ def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
     """A module as given, or a factory's module built on meta (see `build`)."""
     model = build(model_or_factory)
     if not isinstance(model, nn.Module):
-        what = "the factory returned" if callable(model_or_factory) else "check needs an nn.Module, got"
-        raise DoctorError(f"{what} {type(model).__name__}, not a torch.nn.Module")
+        if callable(model_or_factory):
+            raise DoctorError(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
+        raise DoctorError(f"check needs a torch.nn.Module (or a factory of one), got {type(model).__name__}")
     return model
 
 
@@ -147,6 +148,26 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
     if isinstance(t, nn.Parameter):
         return nn.Parameter(meta, requires_grad=t.requires_grad)
     return meta
+
+
+@contextlib.contextmanager
+def _room_for(model: nn.Module) -> Iterator[None]:
+    """deepcopy (and the watched forward) recurse ~10 frames per module level: a model nested a few
+    hundred deep that runs fine must not fail to copy or run, so the limit grows with its depth meanwhile."""
+    depth, todo, seen = 0, [(model, 1)], set()
+    while todo:
+        module, level = todo.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        depth = max(depth, level)
+        todo.extend((child, level + 1) for child in module._modules.values() if child is not None)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, old + 12 * depth))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
 
 
 def mirror_on_meta(model: nn.Module) -> nn.Module:
@@ -161,7 +182,8 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
             if isinstance(value, torch.Tensor) and id(value) not in memo:
                 memo[id(value)] = _meta_like(value)
     try:
-        mirror = copy.deepcopy(model, memo)
+        with _room_for(model):
+            mirror = copy.deepcopy(model, memo)
     except Exception as exc:  # something in the module tree cannot be copied (a lock, an open file...)
         raise DoctorError(
             f"cannot mirror {type(model).__name__} on meta ({type(exc).__name__}: {exc}); "
@@ -210,7 +232,7 @@ def _dry_run(
     )
     log = None
     try:
-        with torch.no_grad(), session, emulate, hybrid() as log:
+        with torch.no_grad(), _room_for(model), session, emulate, hybrid() as log:
             model(*args, **kwargs)
     except Exception as exc:  # the dry run stopped: say where, keep what was found
         report.add(_incomplete(exc, model))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
@@ -45,33 +46,107 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--no-color", action="store_true", help="plain text output")
 
 
+def input_paths(args: argparse.Namespace) -> list[str]:
+    """The files a command reads, from its parsed arguments: the script, logs, the factory's file,
+    a config, reports. Names that are no existing file are left out (they are not overwritable)."""
+    found: list[str] = []
+    for name in ("script", "text", "hf_config"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value not in ("", "-"):
+            found.append(value)
+    for name in ("file", "reports"):
+        found.extend(v for v in getattr(args, name, None) or () if isinstance(v, str) and v != "-")
+    target = getattr(args, "target", None)
+    if isinstance(target, str) and target:
+        found.append(target.rpartition(":")[0] or target)  # model.py:build reads model.py
+    hf = getattr(args, "hf_config", None)
+    if isinstance(hf, str) and hf:
+        found.append(os.path.join(hf, "config.json"))
+    out = []
+    for path in found:
+        try:
+            if os.path.isfile(path):
+                out.append(path)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links, bind mounts
+    except (OSError, ValueError):
+        return False
+
+
 def check_output_paths(args: argparse.Namespace, inputs: Sequence[str] = ()) -> None:
-    """Refuse output paths that would clobber each other or one of the command's inputs."""
+    """Refuse output paths that would clobber each other or one of the command's inputs (by real
+    path, so a symlink or `./name` to an input is refused too)."""
     given = [(opt, getattr(args, opt.lstrip("-"), None)) for opt in ("--json", "--html", "--output")]
     targets = [(opt, p) for opt, p in given if p and p != "-"]
     seen: dict[str, str] = {}
+    sources = [*inputs, *input_paths(args)]
     for option, path in targets:
         real = os.path.realpath(path)
         if real in seen:
             raise DoctorError(f"{seen[real]} and {option} name the same file {path}: give two paths")
         seen[real] = option
-        for source in inputs:
-            if os.path.realpath(source) == real:
-                raise DoctorError(f"{option} {path} is one of the inputs: it would be overwritten")
+        for source in sources:
+            if _same_file(source, path) and os.path.isfile(source):
+                raise DoctorError(f"{option} {path} is one of the inputs ({source}): it would be overwritten")
+
+
+def _in_place(path: str) -> bool:
+    """A character device, FIFO, socket or /dev/fd/N: written where it is, never replaced."""
+    if path.startswith(("/dev/", "/proc/")):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False  # a new file
+    return not stat.S_ISREG(mode)
 
 
 def write(path: str, text: str) -> None:
-    """Write `text` to `path` whole or not at all (a signal mid-write leaves no half report)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    """Write `text` to `path` whole or not at all (a signal mid-write leaves no half report).
+
+    Only a regular file is replaced atomically (a temporary file renamed onto it, through a symlink
+    to the file it points at); a device, a FIFO or /dev/fd/N (`--json=>(jq .)`) is written in place.
+    """
+    # backslashreplace: undecodable bytes of the user's text (surrogates) are shown, not fatal
+    if _in_place(path):
+        try:
+            with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
+    real = os.path.realpath(path)
+    tmp = f"{real}.tmp-{os.getpid()}"
     try:
-        # backslashreplace: undecodable bytes of the user's text (surrogates) are shown, not fatal
         with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(text)
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class _ClosedStdoutNote:
+    """Where `--json` goes when stdout is closed: stderr, after a line saying so."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write("dtype-doctor: stdout is closed; the JSON report follows on stderr\n")
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 # Where `--json` (no PATH) writes: the real stdout, saved while user code's output goes to stderr.
@@ -94,7 +169,7 @@ def json_stdout_guard() -> Iterator[None]:
     with contextlib.suppress(Exception):
         stream.flush()
     saved_fd: int | None = None
-    json_stream: TextIO = stream
+    json_stream: Any = stream
     try:
         fileno = stream.fileno()
     except (AttributeError, OSError, ValueError):
@@ -106,6 +181,8 @@ def json_stdout_guard() -> Iterator[None]:
         saved_fd = None
     if fileno == 1 and saved_fd is not None:
         json_stream = open(saved_fd, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    elif stream is None or (fileno is None and saved_fd is None):  # stdout closed: the report goes to stderr
+        json_stream = _ClosedStdoutNote(sys.stderr)
     _json_stdout.append(json_stream)
     try:
         with contextlib.redirect_stdout(sys.stderr):

@@ -95,6 +95,37 @@ def run(args: argparse.Namespace) -> int:
     if made_up:  # the console says what was run, not only the JSON
         shown = ", ".join(f"{k}={v}" for k, v in (report.meta.get("inputs") or {}).items())
         report.meta.setdefault("notes", []).append(f"inputs made up (no --input given): {shown}")
+    if dtype is not None and dtype.startswith("float8"):
+        _float8_kernels(model, dtype, report)
     emit(report, args)
     incomplete = CHECK_INCOMPLETE in report.codes()  # not clean: part of forward was not checked
     return EXIT_FINDINGS if report.errors or incomplete else EXIT_OK
+
+
+_MATMUL_LAYERS = ("Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "Conv1D", "LazyLinear")
+
+
+def _float8_kernels(model: object, dtype: str, report: object) -> None:
+    """The meta dry run has a float8 kernel for everything; CUDA has no float8 matmul or conv (only
+    torch._scaled_mm, with scales): every Linear/Conv put in float8 fails there."""
+    from .. import catalog
+    from ..report import Location
+
+    layers = [
+        (name, type(m).__name__)
+        for name, m in getattr(model, "named_modules", lambda: [])()
+        if type(m).__name__ in _MATMUL_LAYERS
+    ]
+    if not layers:
+        return
+    name, kind = layers[0]
+    finding = catalog.finding(
+        "half-unsupported-kernel",
+        names={"dtype": dtype, "kernel": "addmm"},
+        message=f"{len(layers)} matmul/conv layer(s) in {dtype}, first '{name or '<root>'}' ({kind}): CUDA "
+        f"has no {dtype} kernel for them (\"addmm_cuda\" not implemented for '{dtype}'); float8 matmuls "
+        "go through torch._scaled_mm with scales (torchao's float8 training, transformer-engine)",
+        location=Location(module=name or None, module_type=kind),
+    )
+    finding.count = len(layers)
+    report.add(finding)  # type: ignore[attr-defined]

@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest relative L2 output error a recommendation accepts (default 0.02)",
     )
     parser.add_argument("--no-attribution", action="store_true", help="skip the per-module error")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the random inputs and the factory")
+    parser.add_argument("--seed", type=_seed, default=0, help="seed for the random inputs and the factory")
     parser.add_argument(
         "--plot", metavar="PNG", help="also write a plot of the comparison (needs matplotlib)"
     )
@@ -138,3 +138,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot written to {args.plot}", file=sys.stderr)
     problems = [f for f in report.findings if f.severity.value != "info"]
     return EXIT_FINDINGS if problems else EXIT_OK
+
+
+def _seed(text: str) -> int:
+    """An integer torch.manual_seed accepts: 0 to 2**64 - 1 (argparse turns the error into one line)."""
+    value = int(text)
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2**64 - 1, got {text}")
+    return value

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import glob
+import os
 import re
+import sys
 from pathlib import Path
 
 from ..errors import DoctorError
@@ -37,7 +39,19 @@ def _expand(patterns: list[str]) -> list[Path]:
             paths.extend(Path(p) for p in found)
         else:
             paths.append(Path(pattern))
-    return paths
+    return _once_each(paths)
+
+
+def _once_each(paths: list[Path]) -> list[Path]:
+    """One path per file: `good.json ./good.json` (or a symlink to it) is one rank, not two."""
+    seen: dict[str, Path] = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            print(f"dtype-doctor merge: {path} is {seen[real]} again: read once", file=sys.stderr)
+            continue
+        seen[real] = path
+    return list(seen.values())
 
 
 def load_rank_report(path: Path, index: int):

@@ -139,25 +139,77 @@ def apex_info() -> dict[str, Any]:
         location=str(dirs[0]) if dirs else spec.origin,
         kind="nvidia" if nvidia_layout else "other",
     )
-    try:
-        import apex  # noqa: F401
-    except BaseException as exc:  # anything at all: a broken apex must not break env
-        info["import_error"] = f"{type(exc).__name__}: {first_line(exc)}"
-        if not nvidia_layout or "pyramid" in str(exc):
+    probe = _probe_apex()
+    if "import_error" in probe:
+        info["import_error"] = probe["import_error"]
+        if not nvidia_layout or "pyramid" in probe["import_error"]:
             info["kind"] = "pypi"
         return info
     if nvidia_layout:
-        try:
-            from apex.normalization import FusedLayerNorm, FusedRMSNorm  # noqa: F401
-
-            info["fused_norms"] = True
-        except BaseException as exc:
-            info["fused_norms"] = False
-            info["fused_norms_error"] = f"{type(exc).__name__}: {first_line(exc)}"
+        info["fused_norms"] = probe.get("fused_norms", False)
+        if "fused_norms_error" in probe:
+            info["fused_norms_error"] = probe["fused_norms_error"]
         info["cuda_ext"] = _spec("fused_layer_norm_cuda") is not None
     else:
         info["kind"] = "pypi"
     return info
+
+
+APEX_PROBE_TIMEOUT = 30.0  # seconds: a real apex imports in a few
+
+_APEX_PROBE = """
+import json, sys
+sys.path[:] = json.loads(sys.argv[1])
+out = {}
+def line(exc):
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+try:
+    import apex
+except BaseException as exc:
+    out["import_error"] = line(exc)
+else:
+    try:
+        from apex.normalization import FusedLayerNorm, FusedRMSNorm
+        out["fused_norms"] = True
+    except BaseException as exc:
+        out["fused_norms"] = False
+        out["fused_norms_error"] = line(exc)
+sys.stdout.flush()
+sys.__stdout__.write("\\n@@dtype-doctor-probe@@" + json.dumps(out) + "\\n")
+sys.__stdout__.flush()
+"""
+
+
+def _probe_apex() -> dict[str, Any]:
+    """Import apex in a child process: an apex that hangs at import, or ends the process, cannot
+    take `env` with it. What the import said, as facts ({"import_error": ...} when it failed)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    try:
+        limit = float(os.environ.get("DTYPE_DOCTOR_APEX_PROBE_TIMEOUT", APEX_PROBE_TIMEOUT))
+    except ValueError:
+        limit = APEX_PROBE_TIMEOUT
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _APEX_PROBE, json.dumps(sys.path)],
+            capture_output=True, text=True, timeout=limit, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"import_error": f"TimeoutError: import apex did not finish in {limit:g} s"}
+    except OSError as exc:
+        return {"import_error": f"OSError: could not start a probe ({exc.strerror or exc})"}
+    marker = "@@dtype-doctor-probe@@"
+    for text in reversed(done.stdout.splitlines()):
+        if text.startswith(marker):
+            try:
+                return dict(json.loads(text[len(marker) :]))
+            except ValueError:
+                break
+    return {"import_error": f"SystemExit: import apex ended the process (exit code {done.returncode})"}
 
 
 def apex_consumers(packages: Iterable[str] = APEX_CONSUMERS, limit: int = 8) -> list[str]:

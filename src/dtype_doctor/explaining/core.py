@@ -156,9 +156,13 @@ def _scan(text: str, source: str | None, log_tags: dict[str, str], hits: dict[tu
             else:
                 hit.count += 1
                 hit.traced += 1
-        else:
-            hit = group[-1]
-            hit.count += 1
+        else:  # past the tracing budget: counted apart, not on whichever place was traced last
+            hit = next((h for h in group if h.traced == 0), None)
+            if hit is None:
+                hit = _Hit(code, pattern, match, body.strip(), line_no, source, rank, traced=0)
+                group.append(hit)
+            else:
+                hit.count += 1
         new_rank = rank is not None and rank not in hit.ranks
         if new_rank:
             hit.ranks.append(rank)

@@ -11,6 +11,7 @@ mode an error of the cell is still raised, with the diagnosis in its notes, afte
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from typing import Any
 
@@ -39,18 +40,23 @@ def _parser() -> argparse.ArgumentParser:
 _VALUED = ("--mode", "--model", "--html")
 
 
+_WORD = re.compile(r"""(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+""")
+
+
 def _split_line(line: str) -> tuple[list[str], str]:
-    """Options at the start of a line magic, then the statement as written."""
+    """Options at the start of a line magic, quoted as a shell (and the cell magic) reads them, then
+    the statement as written: `--html 'a b.html' model(x)` gives ['--html', 'a b.html'], 'model(x)'."""
     rest = line.lstrip()
     options: list[str] = []
-    while rest.startswith("--"):
-        word, _, rest = rest.partition(" ")
+    expect_value = False
+    while rest and (expect_value or rest.startswith("--")):
+        match = _WORD.match(rest)
+        if match is None:
+            raise ValueError(f"%{_NAME}: cannot read the options in {line!r}")
+        word = shlex.split(match.group(0))[0] if match.group(0) else ""
         options.append(word)
-        rest = rest.lstrip()
-        if word in _VALUED:
-            value, _, rest = rest.partition(" ")
-            options.append(value)
-            rest = rest.lstrip()
+        rest = rest[match.end() :].lstrip()
+        expect_value = not expect_value and word in _VALUED
     return options, rest
 
 

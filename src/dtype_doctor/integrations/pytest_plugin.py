@@ -133,9 +133,15 @@ def _leading(findings: list, excinfo: pytest.ExceptionInfo | None) -> Any:
     errors = [f for f in findings if str(getattr(f.severity, "value", f.severity)) == "error"]
     if errors:
         return errors[0]
-    if excinfo is not None and _DTYPE_TEXT.search(str(excinfo.value)):
+    if excinfo is not None and _about_dtypes(excinfo.value):
         return findings[0]
     return None
+
+
+def _about_dtypes(exc: BaseException) -> bool:
+    """The error itself talks about dtypes (`assert x.dtype == torch.float16` does), not merely shows
+    a tensor whose repr says `dtype=torch.float16` (`assert x.sum() == 5`)."""
+    return bool(_DTYPE_TEXT.search(re.sub(r"dtype=torch\.\w+", "", str(exc))))
 
 
 def _headline(finding: Any) -> str:

@@ -41,5 +41,10 @@ class DtypeDoctorCallback(LoopCallback, TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._loop.active and state.log_history is not None:
-            state.log_history.append({**self._loop.metrics(), "step": state.global_step})
+            # the final counts join the last entry (the Trainer's summary with train_loss): an entry
+            # of our own after it would make log_history[-1] no longer the summary
+            if state.log_history:
+                state.log_history[-1].update(self._loop.metrics())
+            else:
+                state.log_history.append({**self._loop.metrics(), "step": state.global_step})
         self._loop.stop()

@@ -276,12 +276,18 @@ class _Node:
         self.findings: list[int] = []
 
 
+_MAX_TREE_DEPTH = 200
+
+
 def _tree(report: Report) -> str:
     root = _Node()
 
     def node_for(path: str) -> _Node:
         node = root
-        for part in [p for p in path.split(".") if p]:
+        parts = [p for p in path.split(".") if p]
+        if len(parts) > _MAX_TREE_DEPTH:  # the tree is drawn recursively: the deepest levels share one row
+            parts[_MAX_TREE_DEPTH - 1 :] = [".".join(parts[_MAX_TREE_DEPTH - 1 :])]
+        for part in parts:
             node = node.children.setdefault(part, _Node())
         return node
 

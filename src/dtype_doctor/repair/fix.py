@@ -38,7 +38,9 @@ __all__ = ["DEFAULT_KEEP_FP32", "FixPlan", "Guard", "convert", "fix", "guard"]
 
 log = logging.getLogger("dtype_doctor")
 
-DEFAULT_KEEP_FP32: tuple[str, ...] = ("norm",)
+# Nothing is kept in float32 unless asked (`keep_fp32=("norm",)` keeps the normalisation layers) or
+# the model says so itself (transformers' `_keep_in_fp32_modules`): a healthy model stays as it is.
+DEFAULT_KEEP_FP32: tuple[str, ...] = ()
 _FIX_ATTR = "_dtype_doctor_fix"
 
 
@@ -74,17 +76,21 @@ def fix(
     """Put the whole model under one dtype policy, in place, and return it.
 
     Every floating parameter and buffer becomes `dtype`, except the modules matched by `keep_fp32`
-    (class-name words like "norm", qualified-name regexes, or module classes) and the model's own
-    `_keep_in_fp32_modules`, which become float32 on purpose. Hooks cast at the borders: inputs of
-    each fp32 island to float32 and its outputs back to `dtype`, and (cast_inputs) the floating
-    inputs of the model itself to `dtype`. Calling `fix` again replaces the earlier policy; the plan
-    is at `model._dtype_doctor_fix` (`.kept`, `.remove_hooks()`).
+    (class-name words like "norm", qualified-name regexes, or module classes; default: none) and the
+    model's own `_keep_in_fp32_modules`, which become float32 on purpose. Hooks cast at the borders:
+    inputs of each fp32 island to float32 and its outputs back to `dtype`, and (cast_inputs, default
+    True) the floating activations that enter the model to `dtype`. An input of 0 or 1 dimensions (a
+    timestep, a noise level `sigma`, a scale) is left as it is unless the model is a torch.nn layer:
+    the model's own code computes with it (in float32 on purpose) and casts it where it needs to.
+    A model already in `dtype` and fed `dtype` inputs runs bitwise as before. Calling `fix` again
+    replaces the earlier policy; the plan is at `model._dtype_doctor_fix` (`.kept`, `.remove_hooks()`).
     """
     _require_module(model, "fix")
     target = to_torch_dtype(dtype)
     if not target.is_floating_point:
         raise ValueError(f"fix needs a floating dtype, got {target}")
-    if keep_fp32 is not DEFAULT_KEEP_FP32:
+    keep_fp32 = tuple(keep_fp32)
+    if keep_fp32:
         select(model, keep_fp32)  # DoctorError on a pattern that matches nothing: never ignore a typo
     previous = getattr(model, _FIX_ATTR, None)
     if isinstance(previous, FixPlan):
@@ -95,7 +101,9 @@ def fix(
         log.warning("dtype-doctor fix: %s", line)
     handles: list[RemovableHandle] = []
     if cast_inputs:
-        handles.append(model.register_forward_pre_hook(_cast_inputs_to(target), with_kwargs=True))
+        handles.append(
+            model.register_forward_pre_hook(_cast_inputs_to(target, _casts_all(model)), with_kwargs=True)
+        )
     for _, module in kept:
         handles.append(module.register_forward_pre_hook(_cast_inputs_to(torch.float32), with_kwargs=True))
         handles.append(module.register_forward_hook(_cast_outputs_to(target)))
@@ -144,15 +152,21 @@ def _convert_own(module: nn.Module, dtype: torch.dtype, loading: bool) -> None:
             module._buffers[name] = b.to(dtype)
 
 
-def _cast(dtype: torch.dtype):
+def _cast(dtype: torch.dtype, scalars: bool = True):
     def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if is_compute_float(t) and t.dtype != dtype else t
+        return t.to(dtype) if _needs_cast(t, dtype, scalars) else t
 
     return cast
 
 
-def _cast_inputs_to(dtype: torch.dtype):
-    cast = _cast(dtype)
+def _casts_all(module: nn.Module) -> bool:
+    """torch.nn's own layers never cast their inputs: every floating input must be cast for them.
+    Any other module's code may keep a small input (timestep, sigma) in float32 on purpose."""
+    return type(module).__module__.startswith("torch.nn.")
+
+
+def _cast_inputs_to(dtype: torch.dtype, scalars: bool = True):
+    cast = _cast(dtype, scalars)
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         return map_tensors(args, cast), map_tensors(kwargs, cast)
@@ -176,6 +190,10 @@ def _cast_outputs_to(dtype: torch.dtype):
 class Guard:
     """Hooks that cast each module's floating inputs to its parameter dtype, logging each cast once.
 
+    A torch.nn layer gets every floating input cast; any other module only its activations (2+
+    dimensions): a timestep or noise level `sigma` the model's own code keeps in float32 is left
+    alone (a torch.nn layer it reaches casts it there). A consistent model runs bitwise as before.
+
     Use as `g = guard(model) ... g.remove()` or `with guard(model) as g: ...`. `g.report` holds one
     `module-input-cast` finding per (module, input, dtype) with the number of casts.
     """
@@ -193,7 +211,7 @@ class Guard:
             dtypes = set(own_float_dtypes(module).values())
             if len(dtypes) == 1:
                 target = getattr(torch, dtypes.pop())
-                hook = self._pre_hook(name, target)
+                hook = self._pre_hook(name, target, _casts_all(module))
                 self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
             elif len(dtypes) > 1:
                 log.warning(
@@ -204,17 +222,21 @@ class Guard:
                     " and ".join(sorted(dtypes)),
                 )
 
-    def _pre_hook(self, name: str, target: torch.dtype):
+    def _pre_hook(self, name: str, target: torch.dtype, scalars: bool):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-            if not (_nested_needs_cast(args, target) or _nested_needs_cast(kwargs, target)):
+            if not (_nested_needs_cast(args, target, scalars) or _nested_needs_cast(kwargs, target, scalars)):
                 return None  # the common case: nothing to cast, no new tuples
             try:
                 names = argument_names(module) or []
                 new_args = tuple(
-                    self._cast_one(name, module, names[i] if i < len(names) else f"arg{i}", a, target)
+                    self._cast_one(
+                        name, module, names[i] if i < len(names) else f"arg{i}", a, target, scalars
+                    )
                     for i, a in enumerate(args)
                 )
-                new_kwargs = {k: self._cast_one(name, module, k, v, target) for k, v in kwargs.items()}
+                new_kwargs = {
+                    k: self._cast_one(name, module, k, v, target, scalars) for k, v in kwargs.items()
+                }
             except Exception as exc:  # never let the guard itself break the user's forward
                 log.warning(
                     "dtype-doctor guard: could not cast the inputs of '%s': %r", name or "<root>", exc
@@ -224,9 +246,11 @@ class Guard:
 
         return hook
 
-    def _cast_one(self, name: str, module: nn.Module, arg: str, value: Any, target: torch.dtype) -> Any:
+    def _cast_one(
+        self, name: str, module: nn.Module, arg: str, value: Any, target: torch.dtype, scalars: bool
+    ) -> Any:
         def cast(t: torch.Tensor) -> torch.Tensor:
-            if not _needs_cast(t, target):
+            if not _needs_cast(t, target, scalars):
                 return t
             self._record(name, module, arg, t, target)
             return t.to(target)
@@ -285,7 +309,9 @@ def guard(model: nn.Module) -> Guard:
     """Make a model with mixed dtypes run, and log every cast it needed; the model is not changed.
 
     A forward pre-hook on each module whose own floating parameters share one dtype casts the
-    floating inputs of that module to it (a float32 activation reaching an fp16 Linear becomes fp16).
+    floating inputs of that module to it (a float32 activation reaching an fp16 Linear becomes fp16);
+    torch.nn layers cast every floating input, other modules leave 0-d/1-d inputs (a timestep, an EDM
+    `sigma`) as the model's own code expects them.
     A module that holds parameters of two dtypes cannot be helped by casting its inputs: guard logs a
     warning naming it and `fix(model, dtype)` is the remedy. Each (module, input, dtype) that had to
     be cast is one `module-input-cast` finding in `.report`, with how many times it happened: the
@@ -299,13 +325,14 @@ def guard(model: nn.Module) -> Guard:
     return Guard(model)
 
 
-def _needs_cast(t: torch.Tensor, target: torch.dtype) -> bool:
-    return is_compute_float(t) and t.dtype != target
+def _needs_cast(t: torch.Tensor, target: torch.dtype, scalars: bool = True) -> bool:
+    """A floating tensor of another dtype; with `scalars=False` only activations (2+ dimensions)."""
+    return is_compute_float(t) and t.dtype != target and (scalars or t.dim() >= 2)
 
 
-def _nested_needs_cast(value: Any, target: torch.dtype) -> bool:
+def _nested_needs_cast(value: Any, target: torch.dtype, scalars: bool = True) -> bool:
     if isinstance(value, (list, tuple)):
-        return any(_nested_needs_cast(v, target) for v in value)
+        return any(_nested_needs_cast(v, target, scalars) for v in value)
     if isinstance(value, dict):
-        return any(_nested_needs_cast(v, target) for v in value.values())
-    return torch.is_tensor(value) and _needs_cast(value, target)
+        return any(_nested_needs_cast(v, target, scalars) for v in value.values())
+    return torch.is_tensor(value) and _needs_cast(value, target, scalars)

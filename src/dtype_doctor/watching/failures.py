@@ -22,6 +22,7 @@ from .provenance import USER, frame_kind, op_name, short_path
 
 Session = Any  # watch.session.Session, not imported: no import circle
 
+TENSOR_REPR_DTYPE = re.compile(r"dtype=torch\.\w+")
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 
 
@@ -41,6 +42,9 @@ def on_failure(
     session: Session, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
 ) -> None:
     """An op raised: note the diagnosis (the finding made before it ran, or one made now)."""
+    if finding is not None and finding.code == fc.SILENT_PROMOTION:
+        _withdraw(session, finding)  # the op raised: nothing was promoted
+        finding = None
     if _noted(exc):
         return
     if finding is None or finding.severity.value != "error":
@@ -51,6 +55,20 @@ def on_failure(
         finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
     if finding is not None and hasattr(exc, "add_note"):
         exc.add_note(F.note_text(finding) + _earlier(session, finding))
+
+
+def _withdraw(session: Session, finding: Any) -> None:
+    """Take back the one occurrence of `finding` recorded for an op that then raised."""
+    finding.count -= 1
+    if finding.count > 0:
+        return
+    findings = session.report.findings
+    for i in range(len(findings) - 1, -1, -1):
+        if findings[i] is finding:
+            del findings[i]
+            break
+    for key in [k for k, v in session._seen.items() if v is finding]:
+        del session._seen[key]
 
 
 def _earlier(session: Session, finding: Any) -> str:
@@ -97,7 +115,9 @@ def on_exit(session: Session, exc: BaseException) -> None:
     """The `with` block ends with the user's exception: count it, and make a dtype crash a finding."""
     session.report.meta["raised"] = type(exc).__name__
     errors = [f for f in session.report.errors if f.code != fc.TOOL_INTERNAL_ERROR]
-    if not errors and DTYPE_TEXT.search(str(exc)) and not isinstance(exc, KeyboardInterrupt):
+    # a tensor's repr (`assert tensor(4., dtype=torch.float16) == 5`) does not make a dtype crash
+    said = TENSOR_REPR_DTYPE.sub("", str(exc))
+    if not errors and DTYPE_TEXT.search(said) and not isinstance(exc, KeyboardInterrupt):
         _crash_finding(session, exc)
     if _noted(exc):
         return
@@ -120,16 +140,33 @@ def _crash_finding(session: Session, exc: BaseException) -> None:
             file, line, function = short_path(code.co_filename), tb.tb_lineno, code.co_name
         tb = tb.tb_next
     module = session.names.module(session._root) if session._root is not None else None
-    finding = catalog.finding(
-        code_for_message(text),
-        message=f"{type(exc).__name__}: {text}",
-        location=Location(module=module, file=file, line=line, function=function),
-        data={"raised": type(exc).__name__},
-    )
+    where = Location(module=module, file=file, line=line, function=function)
+    finding = _read_as_explain_does(str(exc), where)
+    if finding is None:
+        finding = catalog.finding(
+            code_for_message(text), message=f"{type(exc).__name__}: {text}", location=where
+        )
+    finding.data["raised"] = type(exc).__name__
     from ..report import Severity
 
     finding.severity = Severity.ERROR
     session.report.add(finding)
+
+
+def _read_as_explain_does(text: str, where: Location) -> Any:
+    """The whole message read as `explain` reads it (a TorchScript error names the op's own message
+    lines below its first): its family and operands, placed where the program raised it."""
+    from ..explaining import explain
+
+    try:
+        found = [f for f in explain(text[:65536]).findings if f.code != fc.UNKNOWN]
+    except Exception:
+        return None
+    if not found:
+        return None
+    finding = found[0]
+    finding.location = where
+    return finding
 
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -127,6 +127,21 @@ class Names:
         return entry[1], entry[2], entry[3]
 
 
+def _lower_recursion_limit(levels: int) -> None:
+    """Give back what `_pre` added for the levels just left (never below what the program can use)."""
+    if levels > 0:
+        try:
+            sys.setrecursionlimit(max(sys.getrecursionlimit() - levels, 50))
+        except (ValueError, RecursionError):
+            pass
+
+
+def _raise_recursion_limit() -> None:
+    # torch's hooked call path (`inner`) is one frame more per module level than its fast path:
+    # one more level of recursion allowed, so a deep model runs as deep as it does unwatched
+    sys.setrecursionlimit(sys.getrecursionlimit() + 1)
+
+
 class ModuleStack:
     """The modules being run right now, innermost last.
 
@@ -161,6 +176,7 @@ class ModuleStack:
         for h in self._handles:
             h.remove()
         self._handles = []
+        _lower_recursion_limit(len(self.stack))
         self.stack.clear()
 
     @property
@@ -190,6 +206,7 @@ class ModuleStack:
             except Exception as exc:
                 self._on_error(exc)
             stack.append(module)
+            _raise_recursion_limit()
             return
         if self._gate is not None and not self._gate.enter(True):
             return
@@ -206,6 +223,7 @@ class ModuleStack:
         except Exception as exc:  # the tool never breaks the user's forward
             self._on_error(exc)
         stack.append(module)
+        _raise_recursion_limit()
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if compiling():
@@ -214,9 +232,11 @@ class ModuleStack:
             stack = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
+        depth = len(stack)
         if stack and stack[-1] is module:
             stack.pop()
             if stack:
+                _lower_recursion_limit(1)
                 return
             if self._on_exit is not None:
                 try:
@@ -229,6 +249,7 @@ class ModuleStack:
                 if stack[i] is module:
                     del stack[i:]
                     break
+        _lower_recursion_limit(depth - len(stack))
         if self._gate is not None and not stack:
             self._gate.leave(True)
 

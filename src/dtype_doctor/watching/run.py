@@ -7,7 +7,9 @@ Under torchrun each rank writes its own report (RANK env).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import importlib.abc
 import importlib.util
 import os
 import runpy
@@ -133,21 +135,39 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _print_user_traceback(exc: BaseException) -> None:
-    """The traceback Python would print for the program: without run.py and runpy frames on top."""
+def _user_traceback(exc: BaseException) -> Any:
+    """The traceback Python would show for the program: without run.py and runpy frames on top
+    (None when the script never ran: a SyntaxError carries file and line itself)."""
     tb = exc.__traceback__
     while tb is not None and (
         tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
         or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
     ):
         tb = tb.tb_next
-    # tb is None when the script never ran (a SyntaxError): its message carries file and line itself
-    traceback.print_exception(type(exc), exc, tb)
+    return tb
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """What Python does with an uncaught exception: the program's own sys.excepthook if it set one."""
+    tb = _user_traceback(exc)
+    hook = sys.excepthook
+    if hook is sys.__excepthook__ or hook is None:
+        traceback.print_exception(type(exc), exc, tb)
+        return
+    try:
+        hook(type(exc), exc, tb)
+    except BaseException as err:  # as Python does: say the hook failed, then show both
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(type(err), err, err.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, tb)
 
 
 def _script_file(target: str) -> str:
     """The file Python would run for `python TARGET`: the script, a directory's __main__.py, or a
-    readable non-regular file such as /dev/stdin."""
+    readable non-regular file such as /dev/stdin; `-` is standard input, as for `python -`."""
+    if target == "-":
+        return target
     if os.path.isdir(target):
         main = os.path.join(target, "__main__.py")
         if not os.path.isfile(main):
@@ -160,8 +180,11 @@ def _script_file(target: str) -> str:
 
 def _read_source(path: str) -> bytes:
     try:
-        with open(path, "rb") as fh:
-            source = fh.read()
+        if path == "-":
+            source = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as fh:
+                source = fh.read()
     except OSError as exc:
         raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
     if b"\0" in source[:8192]:
@@ -176,6 +199,7 @@ def _exec_main(code: object, path: str, spec: Any = None) -> None:
     module = types.ModuleType("__main__")
     module.__dict__.update(
         __file__=path,
+        __builtins__=builtins,  # the module, as in python's own __main__ (not its dict)
         __cached__=getattr(spec, "cached", None),
         __loader__=getattr(spec, "loader", None),
         __package__=getattr(spec, "parent", None),
@@ -200,14 +224,110 @@ def _module_exists(name: str) -> bool:
         sys.path.pop(0)
 
 
+class _WatchOnTorchImport(importlib.abc.MetaPathFinder):
+    """Starts watching when the program imports torch, not before: what the program sets up first
+    (OMP_NUM_THREADS, torch's environment variables) takes effect as it does under python."""
+
+    def __init__(self, start: Callable[[], None]) -> None:
+        self.start = start
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        self.remove()
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        start = self.start
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec_: Any) -> Any:
+                return loader.create_module(spec_)
+
+            def exec_module(self, module: Any) -> None:
+                module.__loader__ = spec.loader = loader  # torch keeps its own loader
+                loader.exec_module(module)
+                start()
+
+        spec.loader = Loader()
+        return spec
+
+    def install(self) -> None:
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+
+
+def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, report: Report) -> None:
+    """Run the program; watch from the moment torch is imported (at once when it already is)."""
+    sessions: list[Any] = []
+
+    def start() -> None:
+        from . import watch
+
+        session = watch(mode=opts.mode, numerics=opts.numerics, report=report)
+        try:
+            session.__enter__()
+        except Exception as exc:  # inside the program's `import torch`: never fail the program's import
+            print(f"dtype-doctor run: error: cannot start watching: {exc}", file=sys.stderr)
+            return
+        sessions.append(session)
+
+    hook = _WatchOnTorchImport(start)
+    limit = _make_room()
+    if "torch" in sys.modules:
+        start()
+    else:
+        hook.install()
+    try:
+        if opts.is_module:
+            _, spec, code_obj = runpy._get_module_details(opts.target)  # what `python -m` runs
+            sys.argv[0] = spec.origin
+            _exec_main(code_obj, spec.origin, spec)
+        elif script == "-":
+            _exec_main(compile(source, "<stdin>", "exec", dont_inherit=True), "<stdin>")
+        else:
+            path = os.path.abspath(script)  # python >= 3.9: __file__ and tracebacks are absolute
+            # dont_inherit: this file's `from __future__ import annotations` is not the program's
+            _exec_main(compile(source, path, "exec", dont_inherit=True), path)
+    except BaseException as exc:
+        hook.remove()
+        if sessions:
+            sessions[0].__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    finally:
+        if sys.getrecursionlimit() == limit[1]:  # unless the program set its own
+            sys.setrecursionlimit(limit[0])
+    hook.remove()
+    if sessions:
+        sessions[0].__exit__(None, None, None)
+
+
+# frames the watcher adds on top of an op (mode, session, contracts): room for them at the deepest point
+_WATCH_FRAMES = 40
+
+
+def _make_room() -> tuple[int, int]:
+    """Raise the recursion limit by the frames `run` itself stands on (python runs a script at depth 1)
+    and the watcher's own: the program recurses as deep as under python. (old, new) limits."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(old + depth + _WATCH_FRAMES)
+    return old, old + depth + _WATCH_FRAMES
+
+
 def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = None) -> tuple[int, Report]:
     """Run the program under watch; return (its exit code, the report).
 
     `then(code, report)` shows the report with SIGINT/SIGTERM held back until it is written, and only
     in the process that started the program (a child that forked and exits writes nothing).
     """
-    from . import watch
-
+    script = source = None
     if opts.is_module:
         if not _module_exists(opts.target):
             raise DoctorError(f"no module named {opts.target}")
@@ -221,6 +341,8 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     sys.argv = [opts.target, *opts.argv]
     if opts.is_module:
         sys.path.insert(0, os.getcwd())
+    elif script == "-":
+        sys.path.insert(0, "")
     else:
         sys.path.insert(
             0, os.path.dirname(os.path.abspath(script)) if os.path.isfile(script) else os.getcwd()
@@ -230,18 +352,22 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     with signals_deferred(until_exit=False) as defer:
         with terminate_as_interrupt():
             try:
-                with watch(mode=opts.mode, numerics=opts.numerics, report=report):
-                    if opts.is_module:
-                        _, spec, code_obj = runpy._get_module_details(opts.target)  # what `python -m` runs
-                        sys.argv[0] = spec.origin
-                        _exec_main(code_obj, spec.origin, spec)
-                    else:
-                        _exec_main(compile(source, opts.target, "exec"), opts.target)
+                _exec_watched(opts, source, script, report)
             except SystemExit as exc:
                 code = _exit_code(exc.code)
             except Terminated:
                 code = 128 + signal.SIGTERM
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
+                if "torch" in sys.modules:  # Ctrl-C inside the watcher: the traceback ends in the program
+                    from .failures import hide_own_frames
+
+                    seen: BaseException | None = exc
+                    for _ in range(100):  # and in the exceptions it was raised while handling
+                        if seen is None:
+                            break
+                        hide_own_frames(seen)
+                        seen = seen.__cause__ or seen.__context__
+                _print_user_traceback(exc)  # python shows it too, then exits 130
                 code = 130
             except BaseException as exc:
                 _print_user_traceback(exc)

@@ -19,12 +19,13 @@ from ..catalog.family_codes import (
 )
 from ..errors import DtypeMismatchError
 from ..report import Report
-from . import failures, threads
+from . import failures, threads, warning_origin
 from . import findings as F
 from .compiled import CompileNotice
 from .contracts import LOW_DTYPES as LOW
 from .contracts import Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
+from .forks import ForkNotice
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, op_name
@@ -85,7 +86,9 @@ class Session:
             self._start_numerics()
         threads.entered(self)
         self._compiled = CompileNotice()
+        self._forks = ForkNotice(self)
         self.stack.start()
+        self._unpatch.append(warning_origin.redirect())  # torch's C++ warnings stay the user's
         undo = patch_grad_scaler(self)
         if undo is not None:
             self._unpatch.append(undo)
@@ -417,9 +420,9 @@ class Session:
             self.internal_error(err)
 
     def _note_compiled(self) -> None:
-        finding = self._compiled.finding()
-        if finding is not None:
-            self.report.add(finding)
+        for finding in (self._compiled.finding(), self._forks.finding()):  # what ran unwatched
+            if finding is not None:
+                self.report.add(finding)
 
     def on_module_exit(self, module: nn.Module, args: tuple, output: Any) -> None:
         """An outermost module call returned: its outputs are "output of <Class> at file:line"."""
