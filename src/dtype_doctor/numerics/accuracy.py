@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..tensors import iter_tensors, map_tensors
-from .opscan import OpHit, rel_l2, scan_ops
+from .opscan import OpHit, copy_without_hooks, rel_l2, scan_ops
 from .stats import measured_tensors
 
 THRESHOLD = 0.1  # relative L2 error of a module output vs its float32 re-run
@@ -96,10 +96,12 @@ class AccuracyCheck:
                 self.skipped = f"the model has more than {MAX_PARAMS:,} parameters"
                 self.done = True
                 return None
-            twin = copy.deepcopy(root, memo=dict(memo or {})).float()
-            for sub in twin.modules():
-                sub._forward_hooks.clear()
-                sub._forward_pre_hooks.clear()
+            try:
+                twin = copy_without_hooks(root, memo).float()
+            except Exception as exc:
+                self.skipped = f"no float32 copy of the model: {type(exc).__name__}: {exc}"
+                self.done = True
+                return None
             self._twins[id(root)] = twin
         try:
             return twin.get_submodule(rel) if rel else twin

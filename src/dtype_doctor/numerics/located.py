@@ -3,6 +3,7 @@ producer's forward went wrong at (from `opscan`)."""
 
 from __future__ import annotations
 
+import math
 import os
 
 from .. import catalog
@@ -15,7 +16,8 @@ from .stats import fmt
 
 def _where(hit: OpHit) -> str:
     if hit.file and hit.line:
-        return f"{os.path.relpath(hit.file) if not hit.file.startswith('<') else hit.file}:{hit.line}"
+        inside = os.path.abspath(hit.file).startswith(os.getcwd() + os.sep)
+        return f"{os.path.relpath(hit.file) if inside else hit.file}:{hit.line}"
     return "its forward"
 
 
@@ -103,5 +105,5 @@ def _locate(finding: Finding, hit: OpHit) -> None:
         "kind": hit.kind,
         "fp32_absmax": hit.fp32_absmax,
         "limit": hit.limit,
-        "rel_error": hit.rel_error,
+        "rel_error": hit.rel_error if math.isfinite(hit.rel_error) else None,  # None: non-finite
     }

@@ -8,7 +8,6 @@ outermost call starts (so its backward belongs to it), at `step()`, or at `stop(
 
 from __future__ import annotations
 
-import copy
 import functools
 import weakref
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from .analysis import (
     forward_producers,
     mark_consequence,
 )
-from .opscan import scan_ops
+from .opscan import copy_without_hooks, scan_ops
 from .scaler import ScalerMonitor
 from .stats import ABSMAX, light_stats, measured_tensors, read_rows, tensor_stats
 
@@ -414,7 +413,7 @@ class NumericsMonitor:
     def _scan(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
         """The op-level scans waiting for this module's call (one each, then never again)."""
         self._busy = True
-        try:
+        try:  # a scan that fails costs its finding the op, never the monitoring
             finding = self._op_scans.get(path)
             if finding is not None:
                 self._op_scans[path] = None
@@ -425,6 +424,8 @@ class NumericsMonitor:
                 root, rel = self._root_of[path]
                 wrong = self.accuracy.scan(path, root, rel, module, args, kwargs, memo={id(self): self})
                 located.scanned(self._wrong_findings[path], wrong)
+        except Exception as exc:
+            self.report.meta.setdefault("numerics_scan_errors", []).append(f"{type(exc).__name__}: {exc}")
         finally:
             self._busy = False
 
@@ -449,10 +450,7 @@ class NumericsMonitor:
             if sum(p.numel() for p in module.parameters()) > _SHADOW_MAX_PARAMS:
                 self._shadows.pop(path, None)
                 return
-            twin = copy.deepcopy(module, memo={id(self): self}).float()
-            for sub in twin.modules():
-                sub._forward_hooks.clear()
-                sub._forward_pre_hooks.clear()
+            twin = copy_without_hooks(module, {id(self): self}).float()
             self._shadows[path] = twin
         up = _to_float32
         device = next(measured_tensors((args, kwargs)), torch.empty(0)).device.type

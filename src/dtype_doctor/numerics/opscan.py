@@ -170,16 +170,40 @@ def rel_l2(lows: Sequence[torch.Tensor], refs: Sequence[torch.Tensor]) -> float:
     return math.sqrt(num / den)
 
 
+_HOOKS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+
+
+def copy_without_hooks(module: nn.Module, memo: dict | None = None) -> nn.Module:
+    """A deep copy with none of the module hooks (the user's, a watching session's, ours): hooks
+    hold objects that cannot or must not be copied, and the copy is for the tool's own runs."""
+    saved = []
+    for sub in module.modules():
+        hooks = {name: sub.__dict__[name] for name in _HOOKS if name in sub.__dict__}
+        saved.append((sub, hooks))
+        for name, value in hooks.items():
+            sub.__dict__[name] = type(value)()
+    try:
+        return copy.deepcopy(module, memo=dict(memo or {}))
+    finally:
+        for sub, hooks in saved:
+            sub.__dict__.update(hooks)
+
+
 def scan_ops(module: nn.Module, args: tuple, kwargs: dict, threshold: float = 0.1) -> OpHit | None:
     """Run a copy of `module` on (args, kwargs) and name the op that went wrong; None if none did.
 
     The copy has no hooks (the user's and ours), runs under no_grad, and the RNG is restored
     afterwards, so the user's run goes on exactly as without the scan.
     """
-    twin = copy.deepcopy(module)
-    for sub in twin.modules():
-        sub._forward_hooks.clear()
-        sub._forward_pre_hooks.clear()
+    twin = copy_without_hooks(module)
     device = next((t.device.type for t in iter_tensors((args, kwargs))), "cpu")
     state = torch.get_rng_state()
     scan = _Scan(device, threshold)
