@@ -122,7 +122,10 @@ class NumericsMonitor:
         self.tensors_measured = 0  # stats rows computed so far (outputs, inputs, gradients)
         self.internal_error: str | None = None
         self.producers: list = []  # every analysis.Producer found, in order
-        self.scaler_monitor = ScalerMonitor(report=self.report) if scaler else None
+        self.low_dtypes: set[torch.dtype] = set()  # float16/bfloat16 seen in module outputs and inputs
+        self.scaler_monitor = (
+            ScalerMonitor(report=self.report, low_dtypes=lambda: self.low_dtypes) if scaler else None
+        )
         self._advisor = advice.Advisor(self.report)
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
@@ -278,6 +281,7 @@ class NumericsMonitor:
             self._pending_step = self.step_index
         if tensor.dtype in _LOW:
             self._low_precision_step = True
+            self.low_dtypes.add(tensor.dtype)
         slot = len(self._rows)
         self._rows.append(tensor_stats(tensor, signed))
         self._infos.append(
