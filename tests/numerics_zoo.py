@@ -92,3 +92,34 @@ PLANTED = {
     "residual": (make_residual, "layer", "x + self.ff(x)", "fp16-overflow"),
     "cumsum": (make_cumsum, "layer", "x.cumsum(-1)", "fp16-overflow"),
 }
+
+
+class _NormBlock(nn.Module):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.proj = nn.Linear(D, D)
+        self.norm = NaiveRMSNorm()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.norm(self.proj(x) * self.scale)
+
+
+class NormStack(nn.Module):
+    """Four blocks, each with a hand-written RMSNorm whose input overflows x.pow(2) in float16:
+    keeping the three worst modules in fp32 leaves the fourth wrong; keeping the norms fixes it."""
+
+    def __init__(self, blocks: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList(_NormBlock(600.0) for _ in range(blocks))
+        self.head = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def make_norm_stack() -> nn.Module:
+    return NormStack()

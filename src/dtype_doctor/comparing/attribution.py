@@ -227,6 +227,34 @@ def top_modules(
     return chosen
 
 
+def keep_candidates(
+    layers: Iterable[LayerError], top_k: int, max_params: int | None = None
+) -> list[list[str]]:
+    """Keep-in-fp32 sets worth measuring, most promising first: every module of the type with the
+    largest per-module error, then of the next type, then the `top_k` worst modules of any type.
+    (One norm class that overflows is usually repeated in every block: keeping the three worst
+    instances leaves the others wrong.) Sets over `max_params` parameters are left out."""
+    layers = [layer for layer in layers if not layer.failed]
+    ranked = rank(layers)
+    worst: dict[str, float] = {}
+    for layer in ranked:
+        if layer.score > 0:
+            worst[layer.module_type] = max(worst.get(layer.module_type, 0.0), layer.score)
+    sets: list[list[str]] = []
+    for module_type in sorted(worst, key=lambda t: -worst[t])[:2]:
+        members: list[str] = []
+        for layer in sorted(layers, key=lambda x: x.module):
+            if layer.module_type == module_type and not any(_nested(layer.module, m) for m in members):
+                members.append(layer.module)
+        params = sum(layer.params for layer in layers if layer.module in members)
+        if members and (max_params is None or params <= max_params):
+            sets.append(members)
+    top = top_modules(ranked, top_k, 0.0, max_params)
+    if top and sorted(top) not in [sorted(s) for s in sets]:
+        sets.append(top)
+    return sets[:3]
+
+
 def _nested(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
@@ -373,6 +401,7 @@ __all__ = [
     "cast_like",
     "first_nonfinite",
     "input_dtypes",
+    "keep_candidates",
     "keep_in_fp32",
     "rank",
     "select_modules",

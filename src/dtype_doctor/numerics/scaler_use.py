@@ -195,7 +195,14 @@ class ScalerUse:
         self._add(key, "step-without-update", message, file, line, Severity.WARNING, op="GradScaler.step")
 
     def _add(
-        self, key: int, kind: str, message: str, file: str | None, line: int | None, severity: Severity, op: str
+        self,
+        key: int,
+        kind: str,
+        message: str,
+        file: str | None,
+        line: int | None,
+        severity: Severity,
+        op: str,
     ) -> None:
         if (key, kind) in self._said:
             return
