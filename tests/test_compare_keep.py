@@ -3,9 +3,9 @@ set is recommended only when it lowers the error (both numbers shown); every emi
 
 from __future__ import annotations
 
-import numerics_zoo as zoo  # type: ignore[import-not-found]
 import torch
 
+import numerics_zoo as zoo  # type: ignore[import-not-found]
 from dtype_doctor.comparing import compare
 
 NORMS = [f"blocks.{i}.norm" for i in range(4)]

@@ -12,6 +12,7 @@ the loop in the right order. Nothing here syncs with the device except when a fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import weakref
@@ -139,10 +140,8 @@ class ScalerUse:
         def around(call_next: Any, parameters: Any, *args: Any, **kwargs: Any) -> Any:
             if not isinstance(parameters, torch.Tensor):
                 parameters = list(parameters)  # a generator is read once: pass the list on
-            try:
+            with contextlib.suppress(Exception):  # never break the training loop
                 self._check_clip(name, parameters)
-            except Exception:
-                pass
             return call_next(parameters, *args, **kwargs)
 
         return around
