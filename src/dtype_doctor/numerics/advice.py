@@ -381,6 +381,10 @@ def _consequence(finding: Finding, p: Producer) -> None:
         "cannot help here."
     )
     finding.severity = Severity.INFO
+    finding.cause = (
+        "Backward through a module whose forward input was already inf/NaN gives inf/NaN gradients "
+        "whatever the dtype: the cause is the forward producer, not this backward."
+    )
     finding.fixes = []
     finding.data["consequence_of"] = p.consequence_of
 
