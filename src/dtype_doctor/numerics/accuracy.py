@@ -10,7 +10,6 @@ output cast back to the low dtype (what keep_in_fp32 does) measures the fix.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,14 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..tensors import iter_tensors, map_tensors
+from ..tensors import isolate_state, iter_tensors, map_tensors
 from .opscan import OpHit, copy_without_hooks, rel_l2, scan_ops
 from .stats import measured_tensors
 
 THRESHOLD = 0.1  # relative L2 error of a module output vs its float32 re-run
 MAX_PARAMS = 50_000_000  # above this no float32 copy of the model is made
 _LOW = (torch.float16, torch.bfloat16)
-_PLAIN = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
 
 
 @dataclass
@@ -44,18 +42,9 @@ class Wrong:
 
 
 def _isolated(obj: Any) -> Any:
-    """Stateful inputs (a KV cache) copied so the float32 run cannot change them; tensors cast up."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to(torch.float32, copy=True) if obj.is_floating_point() else obj
-    if isinstance(obj, (*_PLAIN, nn.Module)) or callable(obj):
-        return obj
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_isolated(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_isolated(v) for v in obj)
-    if type(obj) is dict:
-        return {k: _isolated(v) for k, v in obj.items()}
-    return map_tensors(copy.deepcopy(obj), _isolated)
+    """The call's inputs for the float32 copy: stateful objects copied, floating tensors cast up (copies)."""
+    up = lambda t: t.detach().to(torch.float32, copy=True) if t.is_floating_point() else t  # noqa: E731
+    return map_tensors(isolate_state(obj), up)
 
 
 def _rel_row(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> torch.Tensor:
@@ -70,7 +59,8 @@ def _rel_row(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> torch.Tensor
 def _low(module: nn.Module, args: tuple, kwargs: dict) -> bool:
     if any(t.dtype in _LOW for t in measured_tensors((args, kwargs))):
         return True
-    if any(p.dtype in _LOW for p in module.parameters()):
+    first = next(module.parameters(), None)  # one parameter tells a cast model (cheap on every call)
+    if first is not None and first.dtype in _LOW:
         return True
     device = next((t.device.type for t in iter_tensors((args, kwargs))), "cpu")
     return torch.is_autocast_enabled(device)

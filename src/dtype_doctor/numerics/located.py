@@ -4,21 +4,18 @@ producer's forward went wrong at (from `opscan`)."""
 from __future__ import annotations
 
 import math
-import os
 
 from .. import catalog
 from ..catalog.family_codes import FINITE_BUT_WRONG
 from ..report import Evidence, Finding, Fix, Location
 from .accuracy import Wrong
+from .frames import where
 from .opscan import OpHit
 from .stats import fmt
 
 
 def _where(hit: OpHit) -> str:
-    if hit.file and hit.line:
-        inside = os.path.abspath(hit.file).startswith(os.getcwd() + os.sep)
-        return f"{os.path.relpath(hit.file) if inside else hit.file}:{hit.line}"
-    return "its forward"
+    return where(hit.file, hit.line, unknown="its forward")
 
 
 def op_text(hit: OpHit) -> str:

@@ -15,8 +15,6 @@ import contextlib
 import copy
 import linecache
 import math
-import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +24,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..tensors import iter_tensors, map_tensors
+from .frames import user_line
 
-_TOOL_DIRS = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
 _BINOPS = {
     "__add__": ast.Add, "__radd__": ast.Add, "__iadd__": ast.Add, "add": ast.Add,
     "__sub__": ast.Sub, "__rsub__": ast.Sub, "__isub__": ast.Sub, "sub": ast.Sub,
@@ -55,16 +53,6 @@ class OpHit:
 
 def _floats(obj: Any) -> list[torch.Tensor]:
     return [t for t in iter_tensors(obj, max_depth=3) if t.is_floating_point() and t.numel()]
-
-
-def _user_frame() -> tuple[str | None, int | None]:
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(_TOOL_DIRS) and not name.startswith("<frozen"):
-            return name, frame.f_lineno
-        frame = frame.f_back
-    return None, None
 
 
 def expression(op: str, file: str | None, line: int | None) -> str:
@@ -137,7 +125,7 @@ class _Scan(TorchFunctionMode):
             bad = not bool(torch.isfinite(low).all())
             err = math.inf if bad else _rel(low, r)
             if bad or err > self.threshold:
-                file, line = _user_frame()
+                file, line = user_line()
                 limit = float(torch.finfo(low.dtype).max)
                 self.hit = OpHit(
                     op=name,

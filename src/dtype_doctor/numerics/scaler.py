@@ -17,7 +17,8 @@ import torch
 from .. import catalog
 from ..catalog.family_codes import GRAD_SCALER_COLLAPSE, GRAD_SCALER_GROWTH, GRAD_SCALER_OVERFLOW
 from ..report import Evidence, Location, Report, Severity
-from .scaler_use import ScalerUse, misuse_finding, user_line
+from .frames import user_line
+from .scaler_use import ScalerUse, misuse_finding
 from .stats import fmt
 
 GROWTH_LIMIT = 2.0**24

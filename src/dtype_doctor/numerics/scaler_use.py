@@ -13,8 +13,6 @@ the loop in the right order. Nothing here syncs with the device except when a fi
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,19 +22,30 @@ import torch
 from .. import catalog
 from ..catalog.family_codes import GRAD_SCALER_MISUSE
 from ..report import Finding, Location, Report, Severity
+from .frames import user_line, where
 
-_TOOL_DIRS = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
-
-
-def user_line() -> tuple[str | None, int | None]:
-    """(file, line) of the innermost frame outside torch and dtype-doctor."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(_TOOL_DIRS) and not name.startswith("<frozen"):
-            return name, frame.f_lineno
-        frame = frame.f_back
-    return None, None
+_MESSAGES = {
+    "clip-before-unscale": (
+        Severity.WARNING,
+        "{what} ran at {at} on gradients still multiplied by GradScaler's scale ({scale}): "
+        "scaler.unscale_(optimizer) had not run this step, so the clip compared norms that large with "
+        "your threshold and cut every update down. Call scaler.unscale_(optimizer) before clipping "
+        "(scaler.step then skips its own unscale).",
+    ),
+    "bf16": (
+        Severity.INFO,
+        "A GradScaler scales a loss computed in bfloat16 (at {at}). bfloat16 has float32's exponent "
+        "range, so gradients do not underflow and scaling buys nothing: it costs an unscale pass and "
+        "inf checks every step. Drop the GradScaler: loss.backward(); optimizer.step().",
+    ),
+    "step-without-update": (
+        Severity.WARNING,
+        "scaler.step(optimizer) ran at {at} with no scaler.update() after it: the scale never adapts "
+        "(it neither backs off after inf/NaN gradients nor grows), and a second step() of the same "
+        "optimizer raises 'step() has already been called since the last update()'. Call "
+        "scaler.update() once per iteration, after every scaler.step().",
+    ),
+}
 
 
 @dataclass
@@ -164,49 +173,23 @@ class ScalerUse:
             if scaler is None or not use.scaled or not ids or ids <= use.unscaled:
                 continue
             file, line = user_line()
-            where = _at(file, line)
-            message = (
-                f"{name} ran at {where} on gradients still multiplied by GradScaler's scale "
-                f"({scaler.get_scale():g}): scaler.unscale_(optimizer) had not run this step, so the clip "
-                "compared norms that large with your threshold and cut every update down. Call "
-                "scaler.unscale_(optimizer) before clipping (scaler.step then skips its own unscale)."
+            self._say(
+                key, "clip-before-unscale", (file, line), op=name, what=name, scale=f"{scaler.get_scale():g}"
             )
-            self._add(key, "clip-before-unscale", message, file, line, Severity.WARNING, op=name)
 
     def _around_bf16(self, key: int, use: _Use) -> None:
-        file, line = use.scaled_at
-        message = (
-            f"A GradScaler scales a loss computed in bfloat16 (at {_at(file, line)}). bfloat16 has "
-            "float32's exponent range, so gradients do not underflow and scaling buys nothing: it "
-            "costs an unscale pass and inf checks every step. Drop the GradScaler: "
-            "loss.backward(); optimizer.step()."
-        )
-        self._add(key, "bf16", message, file, line, Severity.INFO, op="GradScaler.scale")
+        self._say(key, "bf16", use.scaled_at, op="GradScaler.scale")
 
     def _step_without_update(self, key: int, use: _Use) -> None:
-        file, line = use.stepped_at or (None, None)
-        message = (
-            f"scaler.step(optimizer) ran at {_at(file, line)} with no scaler.update() after it: the scale "
-            "never adapts (it neither backs off after inf/NaN gradients nor grows), and a second step() "
-            "of the same optimizer raises 'step() has already been called since the last update()'. "
-            "Call scaler.update() once per iteration, after every scaler.step()."
-        )
-        self._add(key, "step-without-update", message, file, line, Severity.WARNING, op="GradScaler.step")
+        self._say(key, "step-without-update", use.stepped_at or (None, None), op="GradScaler.step")
 
-    def _add(
-        self,
-        key: int,
-        kind: str,
-        message: str,
-        file: str | None,
-        line: int | None,
-        severity: Severity,
-        op: str,
-    ) -> None:
+    def _say(self, key: int, kind: str, at: tuple[str | None, int | None], op: str, **names: str) -> None:
         if (key, kind) in self._said:
             return
         self._said.add((key, kind))
-        self.report.add(misuse_finding(kind, message, file, line, severity, op))
+        severity, text = _MESSAGES[kind]
+        message = text.format(at=where(*at), **names)
+        self.report.add(misuse_finding(kind, message, at[0], at[1], severity, op))
 
 
 def misuse_finding(
@@ -221,10 +204,3 @@ def misuse_finding(
         location=Location(op=op, file=file, line=line),
         data={"misuse": kind},
     )
-
-
-def _at(file: str | None, line: int | None) -> str:
-    if not file:
-        return "an unknown line"
-    inside = os.path.abspath(file).startswith(os.getcwd() + os.sep)
-    return f"{os.path.relpath(file) if inside else file}:{line}"
