@@ -168,6 +168,13 @@ class AccuracyCheck:
             self._twins.clear()
         return found
 
+    def close(self) -> list[Wrong]:
+        """Drop the float32 copies; the flagged modules never called again (their op not named)."""
+        self._twins.clear()
+        self._pending.clear()
+        self.done = True
+        return [w for w in self.wrong.values() if not w.scanned]
+
     def wants_scan(self, path: str) -> bool:
         entry = self.wrong.get(path)
         return entry is not None and not entry.scanned

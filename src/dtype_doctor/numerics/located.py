@@ -79,6 +79,13 @@ def scanned(finding: Finding, w: Wrong) -> None:
         finding.data["error_after_keep"] = w.after
 
 
+def unscanned(finding: Finding) -> None:
+    finding.message += (
+        " The op inside it was not located: the module was not called again after the step that "
+        "measured it (run one more step, or `dtype-doctor numerics`, which gives it that call)."
+    )
+
+
 def located(finding: Finding, hit: OpHit) -> None:
     """A non-finite producer's finding, told at the op inside it."""
     _locate(finding, hit)

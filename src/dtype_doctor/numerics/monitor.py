@@ -168,6 +168,9 @@ class NumericsMonitor:
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
         self._advisor.finish(self._modules)
+        if self.accuracy is not None:
+            for wrong in self.accuracy.close():
+                located.unscanned(self._wrong_findings[wrong.path])
         self._names.clear()  # a later start() adopts (and hooks) the roots again
         self._roots.clear()
         if self.internal_error:
