@@ -87,7 +87,6 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
         ),
         fixes=(_KEEP_FP32,),
         related=("fp16-overflow", "precision-error-high"),
-        keywords=("wrong", "inaccurate", "rmsnorm", "pow", "softmax", "cumsum"),
     ),
     Family(
         code="grad-scaler-misuse",
@@ -113,7 +112,6 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
         ),
         severity="warning",
         related=("grad-scaler-overflow", "grad-scaler-collapse"),
-        keywords=("gradscaler", "unscale_", "clip_grad_norm_", "update"),
     ),
     Family(
         code="fp16-headroom",
