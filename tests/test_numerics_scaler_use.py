@@ -124,3 +124,22 @@ def test_run_numerics_names_the_clip_line_in_the_script(tmp_path, capsys, monkey
         "clip_grad_norm_ ran at train.py:10 on gradients still multiplied by GradScaler's scale (65536)"
         in (finding["message"])
     )
+
+
+def test_clip_called_with_keywords_or_a_generator_still_clips_and_is_seen():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    scaler = torch.amp.GradScaler("cpu")
+    original = torch.nn.utils.clip_grad_norm_
+    with monitor_numerics(model) as mon:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(torch.randn(4, 8)).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        norm = torch.nn.utils.clip_grad_norm_(parameters=(p for p in model.parameters()), max_norm=1.0)
+        assert norm > 1.0  # the scaled norm, computed on the real gradients: the generator reached torch
+        assert (
+            torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()])) <= 1.0 + 1e-4
+        )
+    (finding,) = [f for f in mon.report.findings if f.code == "grad-scaler-misuse"]
+    assert finding.data["misuse"] == "clip-before-unscale"
+    assert torch.nn.utils.clip_grad_norm_ is original  # restored

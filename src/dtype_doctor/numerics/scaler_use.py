@@ -13,6 +13,7 @@ the loop in the right order. Nothing here syncs with the device except when a fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +83,8 @@ class ScalerUse:
         ]
         for module in (torch.nn.utils, torch.nn.utils.clip_grad):
             for name in ("clip_grad_norm_", "clip_grad_value_"):
-                if name in module.__dict__:
-                    self._undo.append(patch_method(module, name, self._clip(name)))  # type: ignore[arg-type]
+                if callable(module.__dict__.get(name)):
+                    self._undo.append(_wrap_function(module, name, self._clip(name)))
         return self
 
     def stop(self) -> None:
@@ -146,14 +147,21 @@ class ScalerUse:
         return call_next(scaler, *args, **kwargs)
 
     def _clip(self, name: str) -> Any:
-        def around(call_next: Any, parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        def before(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            """Check the parameters about to be clipped; a generator is read once: pass a list on."""
+            if args:
+                parameters, rest = args[0], args[1:]
+            elif "parameters" in kwargs:
+                parameters, rest = kwargs.pop("parameters"), ()
+            else:
+                return args, kwargs
             if not isinstance(parameters, torch.Tensor):
-                parameters = list(parameters)  # a generator is read once: pass the list on
+                parameters = list(parameters)
             with contextlib.suppress(Exception):  # never break the training loop
                 self._check_clip(name, parameters)
-            return call_next(parameters, *args, **kwargs)
+            return (parameters, *rest), kwargs
 
-        return around
+        return before
 
     # -- the checks -------------------------------------------------------------------------
     def _bf16(self, outputs: Any) -> bool:
@@ -204,3 +212,26 @@ def misuse_finding(
         location=Location(op=op, file=file, line=line),
         data={"misuse": kind},
     )
+
+
+def _wrap_function(module: Any, name: str, before: Any) -> Any:
+    """Wrap `module.name` so that `before(args, kwargs)` sees (and may rebuild) its arguments;
+    returns the undo. Undone out of order (someone wrapped on top), the wrapper stays and passes
+    straight through."""
+    original = module.__dict__[name]
+    active = [True]
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if active[0]:
+            args, kwargs = before(args, kwargs)
+        return original(*args, **kwargs)
+
+    setattr(module, name, wrapper)
+
+    def undo() -> None:
+        active[0] = False
+        if module.__dict__.get(name) is wrapper:
+            setattr(module, name, original)
+
+    return undo
