@@ -146,3 +146,18 @@ def test_healthy_real_models_give_no_finding(name, dtype):
         forward(model, dtype)
     assert mon.report.findings == []
     assert mon.accuracy is not None and mon.accuracy.done  # the float32 re-run did happen
+
+
+class _MaskOut(torch.nn.Module):
+    """Returns an additive mask built from its dtype's minimum, as transformers models do."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros_like(x)
+        mask[..., -2:] = torch.finfo(x.dtype).min
+        return mask
+
+
+def test_a_dtype_min_attention_mask_is_not_wrong():
+    model = torch.nn.Sequential(torch.nn.Linear(zoo.D, zoo.D), _MaskOut()).half()
+    report = run_numerics(model, (_x(),), steps=1).report
+    assert "finite-but-wrong" not in report.codes()  # -65504 vs float32's -3.4e38 is no arithmetic error

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..tensors import isolate_state, iter_tensors, map_tensors
-from .opscan import OpHit, copy_without_hooks, rel_l2, scan_ops
+from .opscan import OpHit, copy_without_hooks, in_range_parts, rel_l2, scan_ops
 from .stats import measured_tensors
 
 THRESHOLD = 0.1  # relative L2 error of a module output vs its float32 re-run
@@ -49,8 +49,9 @@ def _isolated(obj: Any) -> Any:
 
 def _rel_row(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> torch.Tensor:
     """[rel L2 error, float32 abs-max, finite flag] on the device."""
-    num = sum(torch.linalg.vector_norm(o.detach().float() - r) ** 2 for o, r in zip(outs, refs, strict=True))
-    den = sum(torch.linalg.vector_norm(r) ** 2 for r in refs)
+    parts = [in_range_parts(o, r) for o, r in zip(outs, refs, strict=True)]
+    num = sum(torch.linalg.vector_norm(d) ** 2 for d, _ in parts)
+    den = sum(torch.linalg.vector_norm(r) ** 2 for _, r in parts)
     finite = torch.stack([torch.isfinite(o.detach()).all() for o in outs]).all()
     absmax = torch.stack([r.abs().amax() for r in refs]).amax()
     return torch.stack((torch.sqrt(num / den), absmax, finite.float()))

@@ -146,13 +146,23 @@ def _rel(low: torch.Tensor, ref: torch.Tensor) -> float:
     return rel_l2([low], [ref])
 
 
+def in_range_parts(low: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(low - ref, ref) over the elements whose reference fits the low dtype, on the device.
+
+    A value beyond the low dtype's range is not an error of its arithmetic: an additive mask of
+    torch.finfo(dtype).min is -65504 in float16 and -3.4e38 in float32 (an overflow to inf is told
+    apart as non-finite already)."""
+    ref = ref.float()
+    keep = ref.abs() <= torch.finfo(low.dtype).max
+    zero = torch.zeros((), device=ref.device)
+    return torch.where(keep, low.detach().float() - ref, zero), torch.where(keep, ref, zero)
+
+
 def rel_l2(lows: Sequence[torch.Tensor], refs: Sequence[torch.Tensor]) -> float:
     """Relative L2 error of tensors against their references, all together (0 for a zero reference)."""
-    num = sum(
-        float(torch.linalg.vector_norm(lo.detach().float() - r.float())) ** 2
-        for lo, r in zip(lows, refs, strict=True)
-    )
-    den = sum(float(torch.linalg.vector_norm(r.float())) ** 2 for r in refs)
+    parts = [in_range_parts(lo, r) for lo, r in zip(lows, refs, strict=True)]
+    num = sum(float(torch.linalg.vector_norm(d)) ** 2 for d, _ in parts)
+    den = sum(float(torch.linalg.vector_norm(r)) ** 2 for _, r in parts)
     if den == 0 or not math.isfinite(den):
         return 0.0
     return math.sqrt(num / den)
