@@ -21,6 +21,7 @@ __all__ = [
     "float_tensors",
     "has_nonfinite",
     "is_compute_float",
+    "isolate_state",
     "iter_tensors",
     "map_tensors",
     "module_tensors",
@@ -149,3 +150,21 @@ def module_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     for n, b in module.named_buffers():
         if b is not None and is_compute_float(b):
             yield n, b
+
+
+_PLAIN = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
+
+
+def isolate_state(obj: Any) -> Any:
+    """A module's inputs with their stateful objects (KV caches, dict states) deep-copied, tensors
+    kept: an extra run of the module on them cannot change what the real run goes on using.
+    Raises for what cannot be copied."""
+    if isinstance(obj, (*_PLAIN, nn.Module)) or callable(obj):
+        return obj
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(isolate_state(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(isolate_state(v) for v in obj)
+    if type(obj) is dict:
+        return {k: isolate_state(v) for k, v in obj.items()}
+    return copy.deepcopy(obj)

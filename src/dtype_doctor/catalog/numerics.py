@@ -77,6 +77,43 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
         keywords=("inf", "nan", "overflow", "black image", "65504"),
     ),
     Family(
+        code="finite-but-wrong",
+        title="A module's low-precision output is finite but far from its float32 result",
+        cause=(
+            "An op inside the module left the low dtype's range or precision (a sum of squares "
+            "above 65504 becomes inf, and rsqrt(inf) = 0 turns it back into finite values), so "
+            "nothing is inf/NaN at the module's border but the values are wrong. The module was "
+            "re-run in float32 on the same inputs to measure it."
+        ),
+        fixes=(_KEEP_FP32,),
+        related=("fp16-overflow", "precision-error-high"),
+    ),
+    Family(
+        code="grad-scaler-misuse",
+        title="GradScaler is used in an order or a set-up where it does not do its job",
+        cause=(
+            "GradScaler multiplies the loss by its scale; the gradients stay scaled until "
+            "scaler.unscale_(optimizer) (or scaler.step) divides them back, and scaler.update() "
+            "adjusts the scale after every step. Clipping before unscale_ clips the scaled "
+            "gradients, a step without update() never adapts the scale, and bfloat16 needs no "
+            "scaling at all."
+        ),
+        fixes=(
+            FixTemplate(
+                "The GradScaler loop, in this order",
+                'scaler = torch.amp.GradScaler("{device}")\n'
+                "scaler.scale(loss).backward()\n"
+                "scaler.unscale_(optimizer)  # before anything reads the gradients\n"
+                "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+                "scaler.step(optimizer)\n"
+                "scaler.update()\n"
+                "optimizer.zero_grad()",
+            ),
+        ),
+        severity="warning",
+        related=("grad-scaler-overflow", "grad-scaler-collapse"),
+    ),
+    Family(
         code="fp16-headroom",
         title="Values come close to, or would exceed, float16's 65504 limit",
         cause=(

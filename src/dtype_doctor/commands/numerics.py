@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import DoctorError
     from ..inputs import split_inputs
     from ..loading import call_factory, load_object
-    from ..report import Fix, Report, Severity
+    from ..report import Report, Severity
     from . import EXIT_FINDINGS, EXIT_OK
     from ._output import emit
 
@@ -59,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from ..numerics import NumericsMonitor, find_fp32_set
-    from ..numerics.stats import measured_tensors
+    from ..numerics.api import run_numerics
 
     dtype = getattr(torch, dtype_name) if dtype_name else None
     model = call_factory(load_object(args.target))
@@ -70,8 +69,6 @@ def run(args: argparse.Namespace) -> int:
     pinned = [":" in text.rpartition("=")[2] for text in args.input]
     pinned_args = [p for text, p in zip(args.input, pinned, strict=True) if "=" not in text]
     pinned_kw = {text.partition("=")[0]: p for text, p in zip(args.input, pinned, strict=True) if "=" in text}
-    if dtype is not None:
-        model = model.to(dtype)
     torch.manual_seed(args.seed)
 
     def make(spec, is_pinned):
@@ -82,51 +79,18 @@ def run(args: argparse.Namespace) -> int:
 
     inputs = [make(s, p) for s, p in zip(specs, pinned_args, strict=True)]
     kw_inputs = {k: make(s, pinned_kw[k]) for k, s in kw_specs.items()}
-    model.train(args.train)
-
-    def forward(m):
-        try:
-            return m(*inputs, **kw_inputs)
-        except Exception as exc:
-            raise DoctorError(f"the model raised {type(exc).__name__}: {exc}") from None
-
     report = Report(tool="numerics", meta={"target": args.target, "dtype": args.dtype, "steps": args.steps})
-    monitor = NumericsMonitor(report=report, model=model, every=args.every, backward=args.train).start()
-    try:
-        for _ in range(args.steps):
-            with torch.set_grad_enabled(args.train):
-                out = forward(model)
-                if args.train:
-                    parts = [t.float().mean() for t in measured_tensors(out) if t.requires_grad]
-                    if not parts:
-                        raise DoctorError("--train: no model output requires grad")
-                    torch.stack(parts).sum().backward()
-                    model.zero_grad(set_to_none=True)
-    finally:
-        monitor.stop()
-
-    if args.find_fp32 and any(p.phase == "forward" for p in monitor.producers):
-        chosen, after = find_fp32_set(model, forward)
-        verified = not any(f.data.get("phase") == "forward" for f in _producers_of(after))
-        report.meta["keep_fp32"] = chosen
-        report.meta["keep_fp32_verified"] = verified
-        for finding in report.findings:
-            if finding.data.get("nonfinite_params"):
-                continue  # the weight overflowed on the cast: keeping the op in float32 cannot help
-            if finding.data.get("phase") == "forward" and finding.data.get("kind") in ("module", "inline"):
-                finding.data["keep_fp32"] = chosen
-                state = "the forward is then finite" if verified else "not enough on its own"
-                finding.fixes.insert(
-                    0,
-                    Fix(
-                        title=f"Keep {chosen} in float32 (searched and re-run: {state})",
-                        snippet=f"from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {chosen!r})",
-                    ),
-                )
+    run_numerics(
+        model,
+        inputs,
+        kw_inputs,
+        dtype=dtype,
+        steps=args.steps,
+        every=args.every,
+        train=args.train,
+        find_fp32=args.find_fp32,
+        report=report,
+    )
     emit(report, args)
     serious = any(f.severity in (Severity.ERROR, Severity.WARNING) for f in report.findings)
     return EXIT_FINDINGS if serious else EXIT_OK
-
-
-def _producers_of(report):
-    return [f for f in report.findings if f.data.get("kind") in ("module", "inline", "input")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -13,12 +14,12 @@ from ..errors import DoctorError
 from ..inputs import real_inputs
 from ..report import Report
 from ..sections import CompareResult
-from .attribution import rank, select_modules, top_modules
+from .attribution import keep_candidates, select_modules
 from .device import collect, device_name, resolve_device
 from .findings import MAX_KEEP_SHARE, variant_findings
 from .precision import DEFAULT_PRECISIONS, Precision, parse_precision
 from .progress import OnProgress, Tracker, rich_progress
-from .recommend import recommend
+from .recommend import helps, recommend
 from .results import VariantResult
 from .runner import Runner
 
@@ -105,12 +106,35 @@ def _resolve_keep(keep_fp32: Any, model: torch.nn.Module) -> str | list[str] | N
     return select_modules(model, names) if names else None
 
 
-def _keep_for(
-    base: VariantResult, keep_fp32: str | list[str] | None, top_k: int, total_params: int
-) -> list[str]:
-    if keep_fp32 == "auto":
-        return top_modules(rank(base.layers), top_k, floor=0.0, max_params=int(total_params * MAX_KEEP_SHARE))
-    return list(keep_fp32 or [])
+def _keep_sets(base: VariantResult, keep_fp32: Any, top_k: int, runner: Runner) -> list[list[str]]:
+    """The user's set, or ("auto") the sets worth measuring: per module type first when one set
+    of the worst modules is not obviously enough."""
+    if keep_fp32 != "auto":
+        return [list(keep_fp32)] if keep_fp32 else []
+    return keep_candidates(base.layers, top_k, max_params=int(runner.total_params * MAX_KEEP_SHARE))
+
+
+def _run_keep(runner: Runner, base: VariantResult, keep: list[str], tracker: Tracker) -> VariantResult:
+    dev = runner.device
+    p = Precision(base.precision.dtype, base.precision.autocast, tuple(keep))
+    tracker.add()
+    tracker.stage(p.name, "running")
+    result, model = runner.run_variant(p)
+    if result.status == "fails" and not p.autocast:
+        # a functional op between modules refused mixed dtypes: cast outputs back instead
+        del model
+        collect(dev)
+        retry, model = runner.run_variant(p, "cast-back")
+        if retry.status != "fails":
+            result = retry
+    del model
+    collect(dev)
+    tracker.advance()
+    return result
+
+
+def _error_of(r: VariantResult) -> float:
+    return r.error.rel_l2 if r.error is not None and r.status == "ok" else math.inf
 
 
 def _run_all(
@@ -142,24 +166,22 @@ def _run_all(
         collect(dev)
         tracker.advance()
     for base in [r for r in results if not r.precision.is_reference and r.status != "fails"]:
-        keep = _keep_for(base, keep_fp32, top_k, runner.total_params)
-        if not keep:
+        tried = [
+            _run_keep(runner, base, keep, tracker) for keep in _keep_sets(base, keep_fp32, top_k, runner)
+        ]
+        if not tried:
             continue
-        p = Precision(base.precision.dtype, base.precision.autocast, tuple(keep))
-        tracker.add()
-        tracker.stage(p.name, "running")
-        result, model = runner.run_variant(p)
-        if result.status == "fails" and not p.autocast:
-            # a functional op between modules refused mixed dtypes: cast outputs back instead
-            del model
-            collect(dev)
-            retry, model = runner.run_variant(p, "cast-back")
-            if retry.status != "fails":
-                result = retry
-        del model
-        results.append(result)
-        collect(dev)
-        tracker.advance()
+        tried.sort(key=_error_of)
+        base.keep_search = [
+            {
+                "keep": list(r.precision.keep),
+                "error": r.error.rel_l2 if r.error and r.status == "ok" else None,
+                "status": r.status,
+                "helps": helps(r, base),
+            }
+            for r in tried
+        ]
+        results.append(tried[0])  # the best set measured; the others are listed in the base row
 
     tracker.stage("fp32", "timing again")
     runner.retime_reference(results[0])

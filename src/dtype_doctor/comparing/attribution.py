@@ -9,7 +9,6 @@ not accumulate from earlier layers and the ranking points at the module itself.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import weakref
 from collections.abc import Callable, Iterable
@@ -18,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..tensors import cast_floats, float_tensors, has_nonfinite, map_tensors
+from ..tensors import cast_floats, float_tensors, has_nonfinite, isolate_state, map_tensors
 from .measure import ErrorStats, error_stats
 
 ContextFactory = Callable[[], contextlib.AbstractContextManager]
@@ -99,22 +98,6 @@ def _params(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-_PLAIN = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
-
-
-def _isolated(obj: Any) -> Any:
-    """A copy of the stateful objects among a module's inputs (caches, dict states); tensors kept."""
-    if isinstance(obj, (*_PLAIN, torch.nn.Module)) or callable(obj):
-        return obj
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_isolated(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_isolated(v) for v in obj)
-    if type(obj) is dict:
-        return {k: _isolated(v) for k, v in obj.items()}
-    return copy.deepcopy(obj)  # raises for what cannot be copied: the module is then not measured
-
-
 def shadow_errors(
     reference: torch.nn.Module,
     shadow: torch.nn.Module,
@@ -142,7 +125,7 @@ def shadow_errors(
         entry = results.get(name)
         try:
             # the shadow must not change state the reference run goes on using (a KV cache...)
-            a, k = cast_like(_isolated((args, kwargs)), seen_dtypes.get(name, []), input_dtype)
+            a, k = cast_like(isolate_state((args, kwargs)), seen_dtypes.get(name, []), input_dtype)
             overflow = has_nonfinite((a, k)) and not has_nonfinite((args, kwargs))
             with torch.no_grad(), context():
                 low = twin(*a, **k)
@@ -225,6 +208,34 @@ def top_modules(
             continue
         chosen.append(layer.module)
     return chosen
+
+
+def keep_candidates(
+    layers: Iterable[LayerError], top_k: int, max_params: int | None = None
+) -> list[list[str]]:
+    """Keep-in-fp32 sets worth measuring, most promising first: every module of the type with the
+    largest per-module error, then of the next type, then the `top_k` worst modules of any type.
+    (One norm class that overflows is usually repeated in every block: keeping the three worst
+    instances leaves the others wrong.) Sets over `max_params` parameters are left out."""
+    layers = [layer for layer in layers if not layer.failed]
+    ranked = rank(layers)
+    worst: dict[str, float] = {}
+    for layer in ranked:
+        if layer.score > 0:
+            worst[layer.module_type] = max(worst.get(layer.module_type, 0.0), layer.score)
+    sets: list[list[str]] = []
+    for module_type in sorted(worst, key=lambda t: -worst[t])[:2]:
+        members: list[str] = []
+        for layer in sorted(layers, key=lambda x: x.module):
+            if layer.module_type == module_type and not any(_nested(layer.module, m) for m in members):
+                members.append(layer.module)
+        params = sum(layer.params for layer in layers if layer.module in members)
+        if members and (max_params is None or params <= max_params):
+            sets.append(members)
+    top = top_modules(ranked, top_k, 0.0, max_params)
+    if top and sorted(top) not in [sorted(s) for s in sets]:
+        sets.append(top)
+    return sets[:3]
 
 
 def _nested(a: str, b: str) -> bool:
@@ -373,6 +384,7 @@ __all__ = [
     "cast_like",
     "first_nonfinite",
     "input_dtypes",
+    "keep_candidates",
     "keep_modules_fp32",
     "rank",
     "select_modules",

@@ -73,18 +73,30 @@ def variant_findings(
         )
     ranked = rank(r.layers)
     keep = top_modules(ranked, top_k, max_params=int(total_params * MAX_KEEP_SHARE))
-    if r.error and r.status == "ok" and r.error.rel_l2 > tolerance and not p.keep:
-        out.append(
-            catalog.finding(
-                PRECISION_ERROR_HIGH,
-                context=context_tags(p),
-                names={**names, "keep": keep},
-                severity=Severity.WARNING,
-                message=f"{p.name}: output error {r.error.rel_l2:.2g} (relative L2) > tolerance {tolerance:g}"
-                + (f"; worst modules: {', '.join(keep)}" if keep else ""),
-                data={"variant": p.name},
-            )
+    measured = ""
+    if r.keep_search:  # keep sets were run: recommend the best only when it lowered the error
+        best = r.keep_search[0]
+        before = fmt_err(r.error.rel_l2) if r.error and r.status == "ok" else "overflows"
+        keep = best["keep"] if best["helps"] else []
+        measured = (
+            f"; measured keeping {', '.join(best['keep'])} in fp32: error {before} → {fmt_err(best['error'])}"
         )
+        if not best["helps"]:
+            measured += " (no lower: no keep-in-fp32 set is recommended)"
+    if r.error and r.status == "ok" and r.error.rel_l2 > tolerance and not p.keep:
+        f = catalog.finding(
+            PRECISION_ERROR_HIGH,
+            context=context_tags(p),
+            names={**names, "keep": keep},
+            severity=Severity.WARNING,
+            message=f"{p.name}: output error {r.error.rel_l2:.2g} (relative L2) > tolerance {tolerance:g}"
+            + (f"; worst modules: {', '.join(keep)}" if keep and not measured else "")
+            + measured,
+            data={"variant": p.name, "keep_search": r.keep_search or None},
+        )
+        if not keep:
+            f.fixes = [fix for fix in f.fixes if "keep_fp32=" not in (fix.snippet or "")]
+        out.append(f)
     troubled = r.status == "overflows" or (r.error is not None and r.error.rel_l2 > tolerance)
     if ranked and keep and troubled and not p.keep:
         top = ranked[: max(top_k, 1)]

@@ -17,6 +17,15 @@ from .results import VariantResult
 _MIN_SAMPLES = 3  # fewer timed runs than this: no speed claim either way
 
 
+def helps(keep: VariantResult, base: VariantResult) -> bool:
+    """Keeping the set lowers the error: at least halves it, or makes an overflowing run finite."""
+    if keep.status != "ok" or keep.error is None:
+        return False
+    if base.status == "overflows" or base.error is None:
+        return True
+    return keep.error.rel_l2 <= 0.5 * base.error.rel_l2
+
+
 def _faster(a: VariantResult, b: VariantResult) -> bool:
     """a is faster than b beyond noise: a's upper quartile below b's lower quartile (n ≥ 3 each)."""
     if not (a.timing and b.timing) or min(len(a.timing.samples), len(b.timing.samples)) < _MIN_SAMPLES:
@@ -76,6 +85,14 @@ def _reason(r: VariantResult, ref: VariantResult, base: VariantResult | None = N
         text += f", error {fmt_err(r.error.rel_l2)}"
         if base is not None and base.error is not None:
             text += f" (without keeping: {'overflows' if base.status == 'overflows' else fmt_err(base.error.rel_l2)})"
+            if not helps(r, base):
+                text += ": keeping them does not lower the error, not recommended"
+            others = [t for t in base.keep_search[1:] if t["keep"]]
+            if others:
+                text += "; also measured: " + ", ".join(
+                    f"keeping {', '.join(t['keep'])}: {fmt_err(t['error']) if t['error'] is not None else t['status']}"
+                    for t in others
+                )
         if r.grad_error.get("rel_l2") is not None:
             text += f", gradient error {fmt_err(r.grad_error['rel_l2'])}"
     if r.peak_bytes is not None and ref.peak_bytes:
@@ -116,7 +133,13 @@ def _snippet(p: Precision, dev: torch.device) -> str:
 def recommend(results: list[VariantResult], dev: torch.device, tolerance: float) -> Finding:
     """The fastest variant within the tolerance, beating fp32 beyond noise; fp32 otherwise."""
     ref = next(r for r in results if r.precision.is_reference)
-    accepted = [r for r in results if _accepted(r, tolerance) and not r.precision.is_reference]
+    accepted = [
+        r
+        for r in results
+        if _accepted(r, tolerance)
+        and not r.precision.is_reference
+        and (not r.precision.keep or (base := _base_of(r, results)) is None or helps(r, base))
+    ]
     faster = sorted((r for r in accepted if _faster(r, ref)), key=lambda r: r.median)
     best = faster[0] if faster else ref
     reasons = [_reason(r, ref, _base_of(r, results)) for r in results]

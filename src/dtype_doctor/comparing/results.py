@@ -30,6 +30,9 @@ class VariantResult:
     findings: list[Finding] = field(default_factory=list)
     layers: list[LayerError] = field(default_factory=list)
     keep_strategy: str | None = None
+    # on a low-precision row: each keep-in-fp32 set measured for it, best first
+    # ({"keep": [...], "error": float | None, "status": str, "helps": bool})
+    keep_search: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -58,6 +61,7 @@ class VariantResult:
             "error": self.error.to_dict() if self.error else None,
             "grad_error": self.grad_error or None,
             "loss_scale": self.loss_scale,
+            "keep_search": self.keep_search or None,
             # ranked modules first, then the containers their children explain (explained_by set)
             "layers": [layer.to_dict() for layer in rank(self.layers)[:20]]
             + [layer.to_dict() for layer in self.layers if layer.explained_by][:20],

@@ -157,6 +157,8 @@ class Advisor:
                 "keep_fp32": [p.path] if p.path and p.kind in ("module", "inline") else [],
             },
         )
+        if p.consequence_of is not None:
+            _consequence(finding, p)
         bad_params = _nonfinite_params(module, p) if p.phase == "forward" else []
         if bad_params:
             _param_overflow(finding, p, bad_params)
@@ -366,6 +368,25 @@ def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
         ),
         *(f for f in finding.fixes if "bfloat16" in f.title),
     ]
+
+
+def _consequence(finding: Finding, p: Producer) -> None:
+    """Backward inf/NaN inherited from a forward producer: say so, fix nothing here."""
+    cause = f"'{p.consequence_of}'"
+    grad = f"The gradient of parameter '{p.param}'" if p.param else f"The backward of '{p.path or '<root>'}'"
+    finding.message = (
+        f"{grad} became {p.value} ({p.dtype}) at step {p.step} as a consequence of the forward "
+        f"overflow in {cause}: the forward input of '{p.path or '<root>'}' was already non-finite, so "
+        f"its gradient could not be finite. Fix {cause} first (the forward finding); loss scaling "
+        "cannot help here."
+    )
+    finding.severity = Severity.INFO
+    finding.cause = (
+        "Backward through a module whose forward input was already inf/NaN gives inf/NaN gradients "
+        "whatever the dtype: the cause is the forward producer, not this backward."
+    )
+    finding.fixes = []
+    finding.data["consequence_of"] = p.consequence_of
 
 
 def _drop_empty_keep(finding: Finding) -> None:

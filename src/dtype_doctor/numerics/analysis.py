@@ -90,6 +90,7 @@ class Producer:
     param: str | None = None
     leaf: bool = True
     caller: str | None = None
+    consequence_of: str | None = None  # backward: the forward producer whose inf/NaN it inherited
 
 
 def _bad(values: list[list[float]], slot: int) -> bool:
@@ -203,3 +204,15 @@ def backward_producer(
         producer.passed_on = [u.path for u in users[1:]]
         return producer
     return None
+
+
+def mark_consequence(forward: list[Producer], back: Producer) -> None:
+    """A backward non-finite in a module whose forward input was already non-finite (or arriving
+    from a non-finite loss) follows from the forward producer: name that one as its cause."""
+    for fp in forward:
+        if fp.phase != "forward":
+            continue
+        reached = {fp.path, *fp.passed_on}
+        if back.kind == "loss" or back.path in reached:
+            back.consequence_of = fp.path if fp.path is not None else "<input>"
+            return

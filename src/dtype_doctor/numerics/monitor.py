@@ -8,7 +8,6 @@ outermost call starts (so its backward belongs to it), at `step()`, or at `stop(
 
 from __future__ import annotations
 
-import copy
 import functools
 import weakref
 from collections.abc import Callable
@@ -17,9 +16,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..dtypes import dtype_name
 from ..report import Report
-from . import advice
-from .analysis import Call, Grad, Shadow, Sighting, TensorInfo, backward_producer, forward_producers
+from . import advice, located
+from .accuracy import AccuracyCheck
+from .analysis import (
+    Call,
+    Grad,
+    Shadow,
+    Sighting,
+    TensorInfo,
+    backward_producer,
+    forward_producers,
+    mark_consequence,
+)
+from .opscan import copy_without_hooks, scan_ops
 from .scaler import ScalerMonitor
 from .stats import ABSMAX, light_stats, measured_tensors, read_rows, tensor_stats
 
@@ -45,12 +56,15 @@ def _safe(method: Callable) -> Callable:
 
 
 class _Frame:
-    __slots__ = ("call", "path", "rng")
+    __slots__ = ("call", "path", "ref", "rng")
 
-    def __init__(self, path: str, call: Call | None, rng: tuple | None = None) -> None:
+    def __init__(
+        self, path: str, call: Call | None, rng: tuple | None = None, ref: list | None = None
+    ) -> None:
         self.path = path
         self.call = call
         self.rng = rng  # the RNG states at the call's start, kept for a float32 re-run
+        self.ref = ref  # its float32 outputs, when the accuracy check runs on this call
 
 
 def _rng_state() -> tuple:
@@ -76,6 +90,9 @@ class NumericsMonitor:
     scaler: watch every torch.amp.GradScaler whose update() runs while started.
     shadow: re-run a forward producer in float32 at its next call, to tell range from precision.
     auto_step: a step ends with each outermost module call; False: only at `step()`.
+    accuracy: on the first low-precision step, re-run every module call on a float32 copy and
+        report finite outputs further than `accuracy_threshold` (relative L2) from it, naming
+        the op inside (at the module's next call).
 
     >>> with NumericsMonitor(model=vae) as mon:      # or .start() / .stop()
     ...     vae.decode(z)
@@ -92,6 +109,8 @@ class NumericsMonitor:
         scaler: bool = True,
         shadow: bool = True,
         auto_step: bool = True,
+        accuracy: bool = True,
+        accuracy_threshold: float = 0.1,
     ) -> None:
         if every < 1:
             raise ValueError("every must be >= 1")
@@ -104,7 +123,10 @@ class NumericsMonitor:
         self.tensors_measured = 0  # stats rows computed so far (outputs, inputs, gradients)
         self.internal_error: str | None = None
         self.producers: list = []  # every analysis.Producer found, in order
-        self.scaler_monitor = ScalerMonitor(report=self.report) if scaler else None
+        self.low_dtypes: set[torch.dtype] = set()  # float16/bfloat16 seen in module outputs and inputs
+        self.scaler_monitor = (
+            ScalerMonitor(report=self.report, low_dtypes=lambda: self.low_dtypes) if scaler else None
+        )
         self._advisor = advice.Advisor(self.report)
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
@@ -115,6 +137,11 @@ class NumericsMonitor:
         self._stack: list[_Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
         self._busy = False
+        self._scan_only = False
+        self.accuracy = AccuracyCheck(accuracy_threshold) if accuracy else None
+        self._root_of: dict[str, tuple[nn.Module, str]] = {}  # path → (root, path in the root)
+        self._op_scans: dict[str, Any] = {}  # path → the Finding its op-level scan refines
+        self._wrong_findings: dict[str, Any] = {}  # path → its finite-but-wrong Finding
         self._reset_step()
 
     # -- public API ---------------------------------------------------------------------------
@@ -142,6 +169,9 @@ class NumericsMonitor:
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
         self._advisor.finish(self._modules)
+        if self.accuracy is not None:
+            for wrong in self.accuracy.close():
+                located.unscanned(self._wrong_findings[wrong.path])
         self._names.clear()  # a later start() adopts (and hooks) the roots again
         self._roots.clear()
         if self.internal_error:
@@ -169,11 +199,12 @@ class NumericsMonitor:
                 continue
             self._names[id(module)] = name
             self._modules[name] = module
+            self._root_of[name] = (root, name[len(prefix) + 1 :] if prefix else name)
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
         if self.backward:
             for name, param in root.named_parameters(prefix=prefix):
-                if param.requires_grad:
+                if param.requires_grad and not nn.parameter.is_lazy(param):
                     self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
 
     @_safe
@@ -199,7 +230,20 @@ class NumericsMonitor:
         self._low_precision_step = False
 
     def _monitored(self) -> bool:
-        return self.step_index % self.every == 0
+        return not self._scan_only and self.step_index % self.every == 0
+
+    def scan_call(self, call: Callable[[], Any]) -> Any:
+        """Run `call` (one more forward) only for the op-level scans waiting for a module call:
+        nothing is measured and no step is counted. Not run (None) when no scan is waiting."""
+        if self._active:
+            self._flush()
+        if not self._active or not self.pending_scans():
+            return None
+        self._scan_only = True
+        try:
+            return call()
+        finally:
+            self._scan_only = False
 
     def _flush(self) -> None:
         if not self._rows:
@@ -212,14 +256,18 @@ class NumericsMonitor:
         if self.backward:
             back = backward_producer(self._grads, values, self._infos, self._consumers, self._made_by, step)
             if back is not None:
+                mark_consequence(producers, back)  # a forward cause leads; backward follows from it
                 producers.append(back)
         for producer in producers:
             if producer.module_type is None and producer.path in self._modules:
                 producer.module_type = type(self._modules[producer.path]).__name__
             self.producers.append(producer)
-            self._advisor.producer(producer, self._modules)
+            finding = self._advisor.producer(producer, self._modules)
+            if _wants_op_scan(producer) and producer.path not in self._op_scans:
+                self._op_scans[producer.path] = finding
             if self.shadow and producer.phase == "forward" and producer.kind == "module":
                 self._shadows.setdefault(producer.path, None)
+        self._check_accuracy(values, step)
         for shadow in self._shadow_runs:
             self._advisor.shadow(shadow.path, max(values[s][ABSMAX] for s in shadow.slots))
             self._shadows.pop(shadow.path, None)
@@ -237,11 +285,10 @@ class NumericsMonitor:
             self._pending_step = self.step_index
         if tensor.dtype in _LOW:
             self._low_precision_step = True
+            self.low_dtypes.add(tensor.dtype)
         slot = len(self._rows)
         self._rows.append(tensor_stats(tensor, signed))
-        self._infos.append(
-            TensorInfo(str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), tensor.numel())
-        )
+        self._infos.append(TensorInfo(dtype_name(tensor.dtype), tuple(tensor.shape), tensor.numel()))
         self._slot_of[id(tensor)] = (weakref.ref(tensor), slot)
         if self.backward and tensor.requires_grad and torch.is_grad_enabled():
             tensor.register_hook(functools.partial(self._on_grad, self._token, slot))
@@ -257,6 +304,8 @@ class NumericsMonitor:
             return
         if not self._stack and not self._explicit_steps and self._rows:
             self._flush()  # a new outermost call: the previous step (and its backward) is complete
+        if self._op_scans or (self.accuracy is not None and self.accuracy.wrong):
+            self._scan(path, module, args, kwargs)
         if not self._monitored():
             self._stack.append(_Frame(path, None))
             return
@@ -275,7 +324,10 @@ class NumericsMonitor:
                 self._consumers.setdefault(slot, []).append(call)
         call.start = len(self._records)
         rng = _rng_state() if self.shadow and path in self._shadows else None
-        self._stack.append(_Frame(path, call, rng))
+        ref = None
+        if self.accuracy is not None and not self.accuracy.done:
+            ref = self._reference(path, module, args, kwargs)
+        self._stack.append(_Frame(path, call, rng, ref))
 
     @_safe
     def _post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
@@ -291,9 +343,11 @@ class NumericsMonitor:
                     self._made_by[slot] = call.path
                 call.out_slots.append(slot)
             self._records.append(call)
+            if frame.ref is not None and self.accuracy is not None:
+                self.accuracy.after(frame.path, call.module_type, frame.ref, output, self._add_row)
             if frame.path in self._shadows:
                 self._run_shadow(frame.path, module, args, kwargs, frame.rng)
-        if not self._stack and not self._explicit_steps:
+        if not self._stack and not self._explicit_steps and not self._scan_only:
             self.step_index += 1
 
     def _on_grad(self, token: object, of_slot: int, grad: torch.Tensor) -> None:
@@ -327,10 +381,64 @@ class NumericsMonitor:
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
         slot = len(self._rows)
         self._rows.append(light_stats(grad) if light else tensor_stats(grad))
-        self._infos.append(
-            TensorInfo(str(grad.dtype).removeprefix("torch."), tuple(grad.shape), grad.numel())
-        )
+        self._infos.append(TensorInfo(dtype_name(grad.dtype), tuple(grad.shape), grad.numel()))
         return slot
+
+    # -- finite but wrong: float32 re-run of every low-precision call, op-level scans ------------
+    def _add_row(self, row: torch.Tensor) -> int:
+        self._rows.append(row)
+        self._infos.append(TensorInfo("float32", (), 0))
+        return len(self._rows) - 1
+
+    def _reference(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> list | None:
+        root, rel = self._root_of.get(path, (None, ""))
+        if root is None or self.accuracy is None:
+            return None
+        self._busy = True
+        try:
+            return self.accuracy.before(root, rel, module, args, kwargs, memo={id(self): self})
+        finally:
+            self._busy = False
+
+    def _check_accuracy(self, values: list[list[float]], step: int) -> None:
+        if self.accuracy is None:
+            return
+        dtypes = {
+            r.path: self._infos[r.out_slots[0]].dtype
+            for r in self._records
+            if isinstance(r, Call) and r.out_slots
+        }
+        for wrong in self.accuracy.flush(values, dtypes, step):
+            finding = located.wrong_finding(wrong, self.accuracy.threshold)
+            self.report.add(finding)
+            self._op_scans.pop(wrong.path, None)
+            self._wrong_findings[wrong.path] = finding
+
+    def _scan(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """The op-level scans waiting for this module's call (one each, then never again)."""
+        self._busy = True
+        try:  # a scan that fails costs its finding the op, never the monitoring
+            finding = self._op_scans.get(path)
+            if finding is not None:
+                self._op_scans[path] = None
+                hit = scan_ops(module, args, kwargs)
+                if hit is not None:
+                    located.located(finding, hit)
+            if self.accuracy is not None and self.accuracy.wants_scan(path):
+                root, rel = self._root_of[path]
+                wrong = self.accuracy.scan(path, root, rel, module, args, kwargs, memo={id(self): self})
+                located.scanned(self._wrong_findings[path], wrong)
+        except Exception as exc:
+            self.report.meta.setdefault("numerics_scan_errors", []).append(f"{type(exc).__name__}: {exc}")
+        finally:
+            self._busy = False
+
+    def pending_scans(self) -> bool:
+        """Op-level scans that wait for another call of their module."""
+        waiting = any(v is not None for v in self._op_scans.values())
+        return waiting or (
+            self.accuracy is not None and any(not w.scanned for w in self.accuracy.wrong.values())
+        )
 
     # -- float32 re-run of a producer ---------------------------------------------------------
     def _run_shadow(
@@ -346,10 +454,7 @@ class NumericsMonitor:
             if sum(p.numel() for p in module.parameters()) > _SHADOW_MAX_PARAMS:
                 self._shadows.pop(path, None)
                 return
-            twin = copy.deepcopy(module, memo={id(self): self}).float()
-            for sub in twin.modules():
-                sub._forward_hooks.clear()
-                sub._forward_pre_hooks.clear()
+            twin = copy_without_hooks(module, {id(self): self}).float()
             self._shadows[path] = twin
         up = _to_float32
         device = next(measured_tensors((args, kwargs)), torch.empty(0)).device.type
@@ -366,6 +471,13 @@ class NumericsMonitor:
             self._busy = False
         if slots:
             self._shadow_runs.append(Shadow(path, slots))
+
+
+def _wants_op_scan(p: Any) -> bool:
+    """A forward producer whose op is not named by its module type: a custom forward, or ops between children."""
+    if p.phase != "forward" or p.path is None or p.kind not in ("module", "inline"):
+        return False
+    return p.kind == "inline" or not p.leaf or advice.op_name(None, p.module_type, True).endswith(".forward")
 
 
 def _to_float32(obj: Any) -> Any:

@@ -17,6 +17,8 @@ import torch
 from .. import catalog
 from ..catalog.family_codes import GRAD_SCALER_COLLAPSE, GRAD_SCALER_GROWTH, GRAD_SCALER_OVERFLOW
 from ..report import Evidence, Location, Report, Severity
+from .frames import user_line
+from .scaler_use import ScalerUse, misuse_finding
 from .stats import fmt
 
 GROWTH_LIMIT = 2.0**24
@@ -29,6 +31,7 @@ class ScalerHistory:
     name: str
     init_scale: float
     scales: list[tuple[float, float]] = field(default_factory=list)
+    update_at: tuple[str | None, int | None] = (None, None)  # the user's line calling update()
 
     @property
     def skipped(self) -> list[int]:
@@ -42,9 +45,10 @@ class ScalerMonitor:
     and restored by stop()); with a scaler, only that instance.
     """
 
-    def __init__(self, scaler: Any = None, report: Report | None = None) -> None:
+    def __init__(self, scaler: Any = None, report: Report | None = None, low_dtypes: Any = None) -> None:
         self.report = report if report is not None else Report(tool="numerics")
         self.scaler = scaler
+        self.use = ScalerUse(self.report, only=scaler, low_dtypes=low_dtypes)
         self.histories: dict[int, ScalerHistory] = {}
         self._refs: dict[int, weakref.ref] = {}
         self._restore: Any = None
@@ -53,6 +57,7 @@ class ScalerMonitor:
     def start(self) -> ScalerMonitor:
         if self._restore is not None:
             return self
+        self.use.start()
         if self.scaler is not None:
             target, original = self.scaler, self.scaler.update  # bound method
 
@@ -76,6 +81,7 @@ class ScalerMonitor:
         if self._restore is not None:
             self._restore()
             self._restore = None
+            self.use.stop()
         if not self._reported:
             self._reported = True
             for history in self.histories.values():
@@ -104,6 +110,7 @@ class ScalerMonitor:
                 self.histories[id(scaler)] = history
                 self._refs[id(scaler)] = weakref.ref(scaler)
             history.scales.append((float(before), float(after)))
+            history.update_at = user_line()
         except Exception:  # never break the user's training loop
             pass
 
@@ -161,6 +168,8 @@ def findings_for(h: ScalerHistory) -> list:
             message += (
                 " Skips only at the start, while the scale comes down from its initial value, are normal."
             )
+        if n >= 3 and len(skipped) == n:
+            out.append(_falls_every_step(h, n, trail))
         out.append(
             catalog.finding(
                 GRAD_SCALER_OVERFLOW,
@@ -203,3 +212,15 @@ def findings_for(h: ScalerHistory) -> list:
             )
         )
     return out
+
+
+def _falls_every_step(h: ScalerHistory, n: int, trail: str) -> Any:
+    file, line = h.update_at
+    message = (
+        f"{h.name}'s scale fell at every one of its {n} update() calls (scale {trail}): every step had "
+        "inf/NaN gradients, so optimizer.step() never ran and the model is not training. Scaling does "
+        "not cause this: find what overflows (a forward already inf/NaN, a loss computed in float16 "
+        "and multiplied by the scale, a layer that overflows in backward), keep that in float32 or train "
+        "in bfloat16, and keep the loop in the order below."
+    )
+    return misuse_finding("scale-falls-every-step", message, file, line, Severity.ERROR, "GradScaler.update")

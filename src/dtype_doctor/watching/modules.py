@@ -130,7 +130,7 @@ class Names:
 def _lower_recursion_limit(levels: int) -> None:
     """Give back what `_pre` added for the levels just left (never below what the program can use)."""
     if levels > 0:
-        try:
+        try:  # noqa: SIM105 (per module call: a bare try costs nothing, contextlib.suppress does)
             sys.setrecursionlimit(max(sys.getrecursionlimit() - levels, 50))
         except (ValueError, RecursionError):
             pass

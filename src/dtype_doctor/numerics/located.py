@@ -1,0 +1,113 @@
+"""Findings that name an op inside a module: finite-but-wrong modules, and the op a non-finite
+producer's forward went wrong at (from `opscan`)."""
+
+from __future__ import annotations
+
+import math
+
+from .. import catalog
+from ..catalog.family_codes import FINITE_BUT_WRONG
+from ..report import Evidence, Finding, Fix, Location
+from .accuracy import Wrong
+from .frames import where
+from .opscan import OpHit
+from .stats import fmt
+
+
+def _where(hit: OpHit) -> str:
+    return where(hit.file, hit.line, unknown="its forward")
+
+
+def op_text(hit: OpHit) -> str:
+    """One sentence: which op, where, what it reached against the dtype's limit."""
+    where = _where(hit)
+    if hit.kind == "nonfinite":
+        reached = (
+            f"in float32 it reaches {fmt(hit.fp32_absmax)}, above {hit.low_dtype}'s limit {fmt(hit.limit)}"
+            if hit.fp32_absmax > hit.limit
+            else f"in float32 it stays at {fmt(hit.fp32_absmax)} (operands up to {fmt(hit.inputs_absmax)})"
+        )
+        return f"Inside it, `{hit.expression}` ({where}) went non-finite in {hit.low_dtype}: {reached}."
+    return (
+        f"Inside it, `{hit.expression}` ({where}) is the first op whose output is off its float32 value "
+        f"by {hit.rel_error:.3g} (relative L2; largest value {fmt(hit.fp32_absmax)}): {hit.low_dtype} "
+        "lacks the precision there."
+    )
+
+
+def _keep_fix(path: str, after: float | None, before: float) -> Fix:
+    state = "not re-run" if after is None else f"re-run with it: error vs float32 {before:.3g} → {after:.2g}"
+    return Fix(
+        title=f"Keep '{path}' in float32, casting at its border ({state})",
+        snippet=f"from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, [{path!r}])",
+        why="The module computes in float32 on its inputs cast up; its output is cast back to the "
+        "dtype it came in, so the rest of the model keeps its speed and memory.",
+    )
+
+
+def wrong_finding(w: Wrong, threshold: float) -> Finding:
+    where = f"'{w.path or '<root>'}' ({w.module_type})"
+    message = (
+        f"{where} gives finite {w.dtype} output {w.rel_error:.1%} off its float32 re-run on the same "
+        f"inputs (relative L2 error {w.rel_error:.3g}, threshold {threshold:g}) at step {w.step}: "
+        "nothing is inf/NaN, the values are wrong."
+    )
+    return catalog.finding(
+        FINITE_BUT_WRONG,
+        message=message,
+        location=Location(module=w.path or None, module_type=w.module_type, step=w.step),
+        fixes=[_keep_fix(w.path, None, w.rel_error)] if w.path else [],
+        data={
+            "phase": "forward",
+            "kind": "finite-but-wrong",
+            "rel_error": w.rel_error,
+            "threshold": threshold,
+            "keep_fp32": [w.path] if w.path else [],
+            "op": None,
+        },
+    )
+
+
+def scanned(finding: Finding, w: Wrong) -> None:
+    """Fill in the op the scan named and the measured keep-in-float32 error."""
+    if w.hit is not None:
+        _locate(finding, w.hit)
+    else:
+        finding.message += " The op-level scan found no single op past the threshold (the error builds up)."
+    if w.path:
+        finding.fixes = [_keep_fix(w.path, w.after, w.rel_error)]
+        finding.data["error_after_keep"] = w.after
+
+
+def unscanned(finding: Finding) -> None:
+    finding.message += (
+        " The op inside it was not located: the module was not called again after the step that "
+        "measured it (run one more step, or `dtype-doctor numerics`, which gives it that call)."
+    )
+
+
+def located(finding: Finding, hit: OpHit) -> None:
+    """A non-finite producer's finding, told at the op inside it."""
+    _locate(finding, hit)
+
+
+def _locate(finding: Finding, hit: OpHit) -> None:
+    finding.message += " " + op_text(hit)
+    loc = finding.location
+    loc.op, loc.file, loc.line = hit.expression, hit.file, hit.line
+    finding.evidence.append(
+        Evidence(
+            text=f"op {hit.op} at {_where(hit)}: float32 abs-max {fmt(hit.fp32_absmax)}, "
+            f"{hit.low_dtype} limit {fmt(hit.limit)}, operands up to {fmt(hit.inputs_absmax)}"
+        )
+    )
+    finding.data["op"] = {
+        "op": hit.op,
+        "expression": hit.expression,
+        "file": hit.file,
+        "line": hit.line,
+        "kind": hit.kind,
+        "fp32_absmax": hit.fp32_absmax,
+        "limit": hit.limit,
+        "rel_error": hit.rel_error if math.isfinite(hit.rel_error) else None,  # None: non-finite
+    }
