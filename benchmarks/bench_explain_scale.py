@@ -26,7 +26,8 @@ RUNNER = (
     "import resource, sys\n"
     "from dtype_doctor.cli import main\n"
     "rc = main(sys.argv[1:])\n"
-    "print('RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    "r = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "print('RSS_KB', r.ru_maxrss, r.ru_utime + r.ru_stime, file=sys.stderr)\n"
     "sys.exit(rc)\n"
 )
 
@@ -60,7 +61,7 @@ def write_one_line(path: Path, megabytes: int) -> None:
             fh.write((unit * (1024 * 1024 // len(unit) + 1))[: 1024 * 1024])
 
 
-def run(args: list[str], stdin: int | None = None) -> tuple[float, float, int, str]:
+def run(args: list[str], stdin: int | None = None) -> tuple[float, float, float, int, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     t0 = time.perf_counter()
     p = subprocess.run(
@@ -72,9 +73,16 @@ def run(args: list[str], stdin: int | None = None) -> tuple[float, float, int, s
         check=False,
     )
     wall = time.perf_counter() - t0
-    rss = next((int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("RSS_KB")), 0)
+    rss, cpu = next(
+        (
+            (int(line.split()[1]), float(line.split()[2]))
+            for line in p.stderr.splitlines()
+            if line.startswith("RSS_KB")
+        ),
+        (0, 0.0),
+    )
     err = next((line for line in p.stderr.splitlines() if "error" in line), "")
-    return wall, rss / 1024, p.returncode, err
+    return wall, cpu, rss / 1024, p.returncode, err
 
 
 def main() -> None:
@@ -91,7 +99,8 @@ def main() -> None:
     write_big_log(big, args.gb)
     write_one_line(line, args.line_mb)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; python {sys.version.split()[0]}")
-    print(f"{'case':34} {'size':>9} {'wall s':>8} {'peak RSS MB':>12} {'exit':>5}")
+    print("wall inflates with the machine's load; CPU time (user + system) much less")
+    print(f"{'case':34} {'size':>9} {'wall s':>8} {'CPU s':>7} {'peak RSS MB':>12} {'exit':>5}")
     cases = [
         ("100k clean bf16 lines", bf16, ["explain", "--file", str(bf16), f"--json={out}"], None),
         (f"{args.gb:g} GB log", big, ["explain", "--file", str(big), f"--json={out}"], None),
@@ -108,10 +117,10 @@ def main() -> None:
         size = f"{path.stat().st_size / 1e6:.1f} MB" if path else "-"
         if stdin_path:
             with open(stdin_path, "rb") as fh:
-                wall, rss, rc, err = run(argv, stdin=fh.fileno())
+                wall, cpu, rss, rc, err = run(argv, stdin=fh.fileno())
         else:
-            wall, rss, rc, err = run(argv)
-        print(f"{name:34} {size:>9} {wall:8.2f} {rss:12.1f} {rc:5d}  {err[:60]}")
+            wall, cpu, rss, rc, err = run(argv)
+        print(f"{name:34} {size:>9} {wall:8.2f} {cpu:7.2f} {rss:12.1f} {rc:5d}  {err[:60]}")
     if not args.keep:
         for p in (bf16, big, line, out):
             p.unlink(missing_ok=True)

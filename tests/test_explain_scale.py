@@ -42,20 +42,11 @@ def _peak_mb(raw) -> tuple[float, list[str]]:
 # ---- item 17: stream the input; memory bounded by a constant ------------------------------------
 
 
-@pytest.mark.parametrize(
-    "unit",
-    [
-        b"y\n",
-        b"2024-01-01 INFO step 12 loss=0.31 precision=bf16 dtype=torch.bfloat16\n",
-        b"x = torch.zeros(8) bf16 ",
-    ],
-    ids=["yes", "bf16-lines", "one-long-line"],
-)
+@pytest.mark.parametrize("unit", [b"y\n", b"x = torch.zeros(8) bf16 "], ids=["yes", "one-long-line"])
 def test_memory_stays_bounded_whatever_the_input_size(unit):
-    small, _ = _peak_mb(_Stream(1 << 20, unit))
-    big, codes = _peak_mb(_Stream(6 << 20, unit))
+    peak, codes = _peak_mb(_Stream(16 << 20, unit))
     assert codes == ["unknown"]
-    assert big < 40 and big < small * 1.5 + 4, (small, big)  # not 6x: the input is never held whole
+    assert peak < 40, peak  # held whole, 16 MB would be 48 MB at least (bytes, text, lower-cased text)
 
 
 def test_an_error_anywhere_in_a_streamed_log_is_found_with_its_line_number():

@@ -10,6 +10,20 @@ from .model import ContextSignal, Refinement
 
 _ = frozenset
 
+# words of a pasted message's surroundings (ignorecase). Not "with apex" or "nvidia/apex": `Better
+# speed can be achieved with apex installed from https://www.github.com/nvidia/apex` means no apex.
+_APEX_WORDS = ("apex amp", "apex o1", "apex o2", "using apex", "nvidia apex", "apex fp16", "apex's", "--apex",
+               "use_apex", "apex_amp", "amp o1", "amp o2", "opt level o", "opt_level o", "apex.amp",
+               "apex.normalization")  # fmt: skip
+_OPTIMIZER_WORDS = ("in optimizer", "in the optimizer", "optimizer step", "optimizer.step", "in adam", "adamw",
+                    "exp_avg", "optimizer state", "_foreach_", "fused adam", "fused_adam", "momentum_buffer",
+                    "opt.step(", "optim.step")  # fmt: skip
+_AUTOCAST_WORDS = ("under autocast", "with autocast", "autocast enabled", "using autocast", "autocast on",
+                   "inside autocast", "in autocast", "autocast context")  # fmt: skip
+_HALF_MODEL_WORDS = ("model.half", "fp16 model", "half model", "model in fp16", "model in half",
+                     "half-precision model", "float16 model", "model to fp16", "model to half", "weights in fp16",
+                     "fp16 weights", "half weights", "fp16 checkpoint")  # fmt: skip
+
 CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     # -- which op raised (deepest frames) ------------------------------------------------------
     ContextSignal("op-linear", ("linear.py", "F.linear", "functional.linear", "in linear"), scope="op"),
@@ -116,26 +130,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     # ...and in the words around a pasted message
     ContextSignal(
         "apex",
-        # not "with apex" or "nvidia/apex": `Better speed can be achieved with apex installed from
-        # https://www.github.com/nvidia/apex` is printed when apex is *not* installed
-        (
-            "apex amp",
-            "apex o1",
-            "apex o2",
-            "using apex",
-            "nvidia apex",
-            "apex fp16",
-            "apex's",
-            "--apex",
-            "use_apex",
-            "apex_amp",
-            "amp o1",
-            "amp o2",
-            "opt level o",
-            "opt_level o",
-            "apex.amp",
-            "apex.normalization",
-        ),
+        _APEX_WORDS,
         ignorecase=True,
     ),
     # OneFlow spells data types as its enum (`kFloat16 .vs kFloat`); torch writes c10 names
@@ -216,16 +211,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     ),
     ContextSignal(
         "autocast",
-        (
-            "under autocast",
-            "with autocast",
-            "autocast enabled",
-            "using autocast",
-            "autocast on",
-            "inside autocast",
-            "in autocast",
-            "autocast context",
-        ),
+        _AUTOCAST_WORDS,
         ignorecase=True,
     ),
     ContextSignal(
@@ -243,22 +229,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     # ...and in words: `Found dtype Half but expected Float in optimizer`, "when stepping AdamW"
     ContextSignal(
         "optimizer",
-        (
-            "in optimizer",
-            "in the optimizer",
-            "optimizer step",
-            "optimizer.step",
-            "in adam",
-            "adamw",
-            "exp_avg",
-            "optimizer state",
-            "_foreach_",
-            "fused adam",
-            "fused_adam",
-            "momentum_buffer",
-            "opt.step(",
-            "optim.step",
-        ),
+        _OPTIMIZER_WORDS,
         ignorecase=True,
     ),
     ContextSignal("torchscript", ("TorchScript", "torch.jit", "torch/jit/", "nvfuser", "nvrtc")),
@@ -304,21 +275,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     ),
     ContextSignal(
         "half-model",
-        (
-            "model.half",
-            "fp16 model",
-            "half model",
-            "model in fp16",
-            "model in half",
-            "half-precision model",
-            "float16 model",
-            "model to fp16",
-            "model to half",
-            "weights in fp16",
-            "fp16 weights",
-            "half weights",
-            "fp16 checkpoint",
-        ),
+        _HALF_MODEL_WORDS,
         ignorecase=True,
     ),
     ContextSignal("cuda", ("cuda", "CUDA", "cublas", "cudnn")),

@@ -139,7 +139,8 @@ TRIGGERS: tuple[str, ...] = (
     "no module named '", "__half", "mps tensor", "mps backend", "autocast", "fused=true", "input contains",
     "tensor but", "tensor)", "same device", "is on cpu", "cannot be converted", "check failed", ".vs ",
     "nvrtc", "default_program", "are supported", "bitsandbytes", "unscale", "quantized model", "'apex'",
-    "_scale", "grad scale", "skipped iterations", "float8",
+    "_scale", "grad scale", "skipped iterations", "float8", "expected key", "expected query", "expected value",
+    "expected attn_mask",
 )  # fmt: skip
 
 ERROR_FAMILIES: tuple[Family, ...] = (

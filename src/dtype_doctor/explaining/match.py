@@ -100,8 +100,9 @@ def candidate_lines(
 
 _WORD = re.compile(r"[a-z0-9_]+")
 _DTYPE_WORDS = frozenset(
-    ["float16", "bfloat16", "float32", "float64", "int64", "int32", "int8", "uint8", "half", "float", "double", "bf16", "fp16", "fp32", "long", "int", "bool"]
-)
+    ("float16", "bfloat16", "float32", "float64", "int64", "int32", "int8", "uint8", "half", "float", "double",
+     "bf16", "fp16", "fp32", "long", "int", "bool")
+)  # fmt: skip
 
 
 @lru_cache(maxsize=256)
