@@ -864,7 +864,6 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                     "grad_scale",
                     "grad scale",
                     "gradient_scale",
-                    "lossscale",
                 ),
                 confidence=0.75,
             ),
