@@ -37,6 +37,7 @@ class _Compiled:
     by_needle: dict[str, list[tuple[str, MessagePattern]]]
     signals: dict[str, tuple[ContextSignal, ...]]
     trigger_rx: re.Pattern[str]  # all triggers, longest first: which ones a candidate line holds
+    groups: tuple[tuple[str, tuple[str, ...]], ...]  # one find pass per key: the triggers holding it
 
 
 @lru_cache(maxsize=1)
@@ -53,7 +54,21 @@ def compiled() -> _Compiled:
     triggers = (*TRIGGERS, *uncovered)
     # a lookahead finds overlapping triggers too (`Exception: InferDataType` holds `: inf` and `inferdatatype`)
     trigger_rx = re.compile("(?=(" + "|".join(map(re.escape, sorted(triggers, key=len, reverse=True))) + "))")
-    return _Compiled(triggers, by_needle, {k: tuple(v) for k, v in signals.items()}, trigger_rx)
+    groups: dict[str, list[str]] = {}
+    for trigger in triggers:
+        key = next((k for k in _GROUP_KEYS if k in trigger), trigger)
+        groups.setdefault(key, []).append(trigger)
+    return _Compiled(
+        triggers,
+        by_needle,
+        {k: tuple(v) for k, v in signals.items()},
+        trigger_rx,
+        tuple((k, tuple(v)) for k, v in groups.items()),
+    )
+
+
+# substrings shared by several triggers, searched once for all of them (fewer passes over a big log)
+_GROUP_KEYS = ("type", "scale", "expected ", "skip", "f16", "mps ", "tensor")
 
 
 @cache
@@ -81,20 +96,27 @@ def candidate_lines(
     hi = len(text) if hi is None else hi
     starts: dict[int, set[str]] = {}
     find, rfind = low.find, text.rfind
-    for trigger in compiled().triggers:
-        p = find(trigger, lo)
-        if p != -1 and prefilter is not None and not prefilter.live(trigger):
-            continue  # no needle it leads to has all its words in this text: skip its occurrences
+    for key, members in compiled().groups:
+        p = find(key, lo)
+        if p == -1:
+            continue
+        if prefilter is not None:
+            members = tuple(m for m in members if prefilter.live(m))
+            if not members:
+                continue  # no needle they lead to has all its words in this text: skip their occurrences
         while p != -1:
             start = rfind("\n", 0, p) + 1
             if start >= hi:
                 break
-            if start >= lo:
-                starts.setdefault(start, set()).add(trigger)
             end = find("\n", p)
+            if start >= lo:
+                line = low[start : len(low) if end == -1 else end]
+                held = [m for m in members if m == key or m in line]
+                if held:
+                    starts.setdefault(start, set()).update(held)
             if end == -1:
                 break
-            p = find(trigger, end)
+            p = find(key, end)
     return [(start, frozenset(starts[start])) for start in sorted(starts)]
 
 

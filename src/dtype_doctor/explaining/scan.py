@@ -66,9 +66,9 @@ class Scanner:
         for block in blocks(raw):
             if self.sample is not None:
                 self.sample.add(block)
-            if len(self.log_tags) < len(self.log_signals):
-                for tag, needle in tags(block, self.log_signals).items():
-                    self.log_tags.setdefault(tag, needle)
+            missing = [sig for sig in self.log_signals if sig.tag not in self.log_tags]
+            if missing:  # a fact about the run, looked for until found once
+                self.log_tags.update(tags(block, missing))
             pending += block
             cut = _before_last_lines(pending, AHEAD)
             if cut <= 0:
