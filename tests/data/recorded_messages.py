@@ -40,8 +40,8 @@ RECORDED: list[tuple[str, str]] = [
         "matmul-dtype-mismatch",
         "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16",
     ),
-    (
-        "matmul-dtype-mismatch",
+    (  # all operands CUDA_R_16F: not a mismatch, a half GEMM this GPU/cuBLAS does not have
+        "half-unsupported-kernel",
         "RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmStridedBatchedExFix(handle, opa, opb, m, n, k, (void*)(&falpha), a, CUDA_R_16F, lda, stridea, b, CUDA_R_16F, ldb, strideb, (void*)(&fbeta), c, CUDA_R_16F, ldc, stridec, num_batches, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
     ),
     # OneFlow

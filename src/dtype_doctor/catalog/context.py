@@ -10,6 +10,20 @@ from .model import ContextSignal, Refinement
 
 _ = frozenset
 
+# words of a pasted message's surroundings (ignorecase). Not "with apex" or "nvidia/apex": `Better
+# speed can be achieved with apex installed from https://www.github.com/nvidia/apex` means no apex.
+_APEX_WORDS = ("apex amp", "apex o1", "apex o2", "using apex", "nvidia apex", "apex fp16", "apex's", "--apex",
+               "use_apex", "apex_amp", "amp o1", "amp o2", "opt level o", "opt_level o", "apex.amp",
+               "apex.normalization")  # fmt: skip
+_OPTIMIZER_WORDS = ("in optimizer", "in the optimizer", "optimizer step", "optimizer.step", "in adam", "adamw",
+                    "exp_avg", "optimizer state", "_foreach_", "fused adam", "fused_adam", "momentum_buffer",
+                    "opt.step(", "optim.step")  # fmt: skip
+_AUTOCAST_WORDS = ("under autocast", "with autocast", "autocast enabled", "using autocast", "autocast on",
+                   "inside autocast", "in autocast", "autocast context")  # fmt: skip
+_HALF_MODEL_WORDS = ("model.half", "fp16 model", "half model", "model in fp16", "model in half",
+                     "half-precision model", "float16 model", "model to fp16", "model to half", "weights in fp16",
+                     "fp16 weights", "half weights", "fp16 checkpoint")  # fmt: skip
+
 CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     # -- which op raised (deepest frames) ------------------------------------------------------
     ContextSignal("op-linear", ("linear.py", "F.linear", "functional.linear", "in linear"), scope="op"),
@@ -93,9 +107,31 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "fp16_optimizer",
         ),
     ),
+    # ...its amp.initialize banner and its API...
+    ContextSignal(
+        "apex",
+        (
+            "Selected optimization level O",
+            "cast_model_type",
+            "patch_torch_functions",
+            "amp.scale_loss",
+            "scale_loss(",
+            "amp.master_params",
+            "network_to_half",
+            "convert_network",
+            "FusedAdam",
+            "FusedLAMB",
+            "multi_tensor_applier",
+            "fused_dense",
+            "scaled_masked_softmax_cuda",
+            "scaled_upper_triang_masked_softmax",
+        ),
+    ),
     # ...and in the words around a pasted message
     ContextSignal(
-        "apex", ("apex amp", "apex o1", "apex o2", "using apex", "nvidia apex", "apex fp16"), ignorecase=True
+        "apex",
+        _APEX_WORDS,
+        ignorecase=True,
     ),
     # OneFlow spells data types as its enum (`kFloat16 .vs kFloat`); torch writes c10 names
     ContextSignal(
@@ -164,7 +200,19 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
     ),
     ContextSignal(
         "autocast",
-        ("torch.autocast", "autocast_mode.py", "amp.autocast", "autocast(", "decorate_autocast"),
+        (
+            "torch.autocast",
+            "autocast_mode.py",
+            "amp.autocast",
+            "autocast(",
+            "decorate_autocast",
+            "custom_fwd",
+        ),
+    ),
+    ContextSignal(
+        "autocast",
+        _AUTOCAST_WORDS,
+        ignorecase=True,
     ),
     ContextSignal(
         "optimizer",
@@ -177,6 +225,12 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             "_fused_adam",
             "optim/adam",
         ),
+    ),
+    # ...and in words: `Found dtype Half but expected Float in optimizer`, "when stepping AdamW"
+    ContextSignal(
+        "optimizer",
+        _OPTIMIZER_WORDS,
+        ignorecase=True,
     ),
     ContextSignal("torchscript", ("TorchScript", "torch.jit", "torch/jit/", "nvfuser", "nvrtc")),
     ContextSignal(
@@ -219,6 +273,11 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
             ".to(torch.bfloat16)",
         ),
     ),
+    ContextSignal(
+        "half-model",
+        _HALF_MODEL_WORDS,
+        ignorecase=True,
+    ),
     ContextSignal("cuda", ("cuda", "CUDA", "cublas", "cudnn")),
     ContextSignal("mps", ("MPS", "'mps'", '"mps"', "mps:", "torch.mps", "_mps")),
     # -- facts about the whole run ---------------------------------------------------------------------
@@ -228,6 +287,18 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         scope="log",
     ),
     ContextSignal("oneflow-installed", ("oneflow", "onediff"), scope="log"),
+    # apex amp's banner and API anywhere in the run: the run uses apex amp
+    ContextSignal(
+        "apex",
+        (
+            "Selected optimization level O",
+            "amp.initialize(",
+            "amp.scale_loss(",
+            "from apex import amp",
+            "apex.amp",
+        ),
+        scope="log",
+    ),
     ContextSignal(
         "distributed",
         ("[rank", "torchrun", "torch.distributed", "ChildFailedError", "[default0]", "LOCAL_RANK"),
@@ -247,7 +318,13 @@ _MISMATCH = {
 
 REFINEMENTS: tuple[Refinement, ...] = (
     Refinement(
-        _({"matmul-dtype-mismatch"}),
+        _({"scalar-type-mismatch", "half-unsupported-kernel"}),
+        _({"dtype-float8"}),
+        "float8-dtype",
+        note="a float8 operand: float8 has no implicit promotion and few kernels",
+    ),
+    Refinement(
+        _({"matmul-dtype-mismatch", "half-unsupported-kernel"}),
         _({"cublas-bf16"}),
         "bf16-unsupported-hardware",
         note="cuBLAS refused a bfloat16 GEMM: this GPU has no bf16 GEMM",
@@ -259,10 +336,18 @@ REFINEMENTS: tuple[Refinement, ...] = (
         note="an int8 operand in a matmul: 8-bit quantized weights met the activations",
     ),
     Refinement(
-        _({"scalar-type-mismatch", "norm-dtype-mismatch", "matmul-dtype-mismatch"}),
+        _(
+            {
+                "scalar-type-mismatch",
+                "norm-dtype-mismatch",
+                "matmul-dtype-mismatch",
+                "conv-weight-dtype-mismatch",
+                "conv-bias-dtype-mismatch",
+            }
+        ),
         _({"apex"}),
         "apex-conflict",
-        note="apex kernels in the traceback",
+        note="apex kernels or apex amp in the traceback or the run",
     ),
     Refinement(
         _({"scalar-type-mismatch", "norm-dtype-mismatch"}),
@@ -274,6 +359,13 @@ REFINEMENTS: tuple[Refinement, ...] = (
     Refinement(_({"scalar-type-mismatch", "half-unsupported-kernel"}), _({"torchscript"}), "jit-fuser-half"),
     Refinement(
         _({"scalar-type-mismatch", "index-put-dtype-mismatch"}), _({"optimizer"}), "optimizer-state-dtype"
+    ),
+    Refinement(
+        _({"loss-dtype-mismatch"}),
+        _({"optimizer"}),
+        "optimizer-state-dtype",
+        unless=_({"autograd", "loss"}),
+        note="a gradient's dtype check raised while the optimizer stepped, not in backward()",
     ),
     Refinement(
         _({"scalar-type-mismatch", "matmul-dtype-mismatch"}), _({"quantized"}), "quantized-compute-dtype"
@@ -334,4 +426,34 @@ REFINEMENTS: tuple[Refinement, ...] = (
     Refinement(_({"half-unsupported-kernel"}), _({"mps"}), "mps-dtype-unsupported"),
 )
 
-__all__ = ["CONTEXT_SIGNALS", "REFINEMENTS"]
+# Facts about the machine explain runs on (`explaining.environment`): only when the text left the
+# family open (no refinement above applied). A log is usually from another machine: these are
+# tie-breakers, shown as environment evidence, at confidence 0.6 at most.
+ENV_REFINEMENTS: tuple[Refinement, ...] = (
+    Refinement(
+        _({"scalar-type-mismatch", "half-unsupported-kernel"}),
+        _({"dtype-float8"}),
+        "float8-dtype",
+        note="a float8 operand: float8 has no implicit promotion and few kernels",
+    ),
+    Refinement(
+        _({"scalar-type-mismatch", "norm-dtype-mismatch"}),
+        _({"env-apex"}),
+        "apex-conflict",
+        note="NVIDIA apex is installed here: its fused kernels are the usual cause of this bare text",
+    ),
+    Refinement(
+        _({"scalar-type-mismatch", "norm-dtype-mismatch"}),
+        _({"env-oneflow", "autocast"}),
+        "oneflow-infer-dtype",
+        note="OneFlow/OneDiff installed here and torch autocast in the text",
+    ),
+    Refinement(
+        _({"half-unsupported-kernel", "matmul-dtype-mismatch"}),
+        _({"env-no-bf16", "dtype-bfloat16"}),
+        "bf16-unsupported-hardware",
+        note="this machine's GPU has no bf16",
+    ),
+)
+
+__all__ = ["CONTEXT_SIGNALS", "ENV_REFINEMENTS", "REFINEMENTS"]

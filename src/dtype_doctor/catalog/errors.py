@@ -50,6 +50,16 @@ CAST_AT_SEAM = FixTemplate(
     "{tensor} = {tensor}.to({dtype})   # where it enters {module}",
     "A dtype check at the points where modules exchange data (cast automatically or warn) "
     "stops a stray fp32/fp16 tensor from reaching the op.",
+    unless=_({"dtype-float8"}),  # never cast an activation to float8 to match a stored weight
+)
+DEQUANT_FLOAT8 = FixTemplate(
+    "A float8 operand: dequantize it to the compute dtype first (float8 is a storage format)",
+    "w = w_fp8.to(torch.bfloat16) * w_scale   # its scale, if it was quantized with one\n"
+    "y = torch.nn.functional.linear(x.to(torch.bfloat16), w)\n"
+    "# or torch._scaled_mm on float8 operands with explicit scales (sm89+), or torchao's float8 Linear",
+    "PyTorch has no plain matmul or promotion between float8 and another dtype; ComfyUI/diffusers "
+    "fp8 checkpoints are meant to be upcast per layer (weight-only fp8), not run in float8.",
+    when=_({"dtype-float8"}),
 )
 CREATE_WITH_DTYPE = FixTemplate(
     "Give every tensor you create an explicit dtype (and device) taken from the model",
@@ -57,7 +67,7 @@ CREATE_WITH_DTYPE = FixTemplate(
     "# or torch.zeros_like(t) of a model tensor t, which inherits its dtype and device",
     "torch.ones/zeros/randn/arange/linspace default to float32; one fp32 mask or timestep "
     "concatenated with fp16 tensors silently promotes everything after it to fp32.",
-    unless=_({"inference"}),
+    unless=_({"inference", "dtype-float8"}),
 )
 FROM_FLOAT64 = FixTemplate(
     "Convert the float64 data where it enters: NumPy arrays and Python-float math give torch.float64",
@@ -129,6 +139,8 @@ TRIGGERS: tuple[str, ...] = (
     "no module named '", "__half", "mps tensor", "mps backend", "autocast", "fused=true", "input contains",
     "tensor but", "tensor)", "same device", "is on cpu", "cannot be converted", "check failed", ".vs ",
     "nvrtc", "default_program", "are supported", "bitsandbytes", "unscale", "quantized model", "'apex'",
+    "_scale", "grad scale", "skipped iterations", "float8", "expected key", "expected query", "expected value",
+    "expected attn_mask",
 )  # fmt: skip
 
 ERROR_FAMILIES: tuple[Family, ...] = (
@@ -176,13 +188,14 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 confidence=0.8,
             ),
             MessagePattern(
-                r"\bCUBLAS_STATUS_(?:NOT_SUPPORTED|INVALID_VALUE) when calling `?cublas(?:Gemm|LtMatmul)",
+                r"\bCUBLAS_STATUS_INVALID_VALUE when calling `?cublas(?:Gemm|LtMatmul)",
                 note="cuBLAS refused the dtype combination of a GEMM",
                 needles=("CUBLAS_STATUS_",),
                 confidence=0.6,
             ),
         ),
         fixes=(
+            DEQUANT_FLOAT8,
             FROM_FLOAT64,
             ONE_POLICY,
             AUTOCAST_INFERENCE,
@@ -461,7 +474,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             MessagePattern(
                 r"\bExpected (?:key_padding_mask|attn_mask|query|key|value)[^\n]{0,60}? dtype",
                 note="attention input checks",
-                needles=("dtype",),
+                needles=(
+                    "expected key_padding_mask",
+                    "expected attn_mask",
+                    "expected query",
+                    "expected key",
+                    "expected value",
+                ),
                 confidence=0.6,
             ),
         ),
@@ -741,6 +760,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 ),
             ),
             MessagePattern(
+                r"\bCUBLAS_STATUS_NOT_SUPPORTED\b(?:[^\n]{0,40}?when calling `?cublas\w{0,40}\([^\n]{0,400}?\b(?P<dtype>float16)\b)?",
+                note="cuBLAS has no GEMM for these half types on this GPU (fp16 GEMM needs sm53+; tensor-op "
+                "algorithms and cublasLt need newer GPUs and a matching CUDA/cuBLAS)",
+                needles=("CUBLAS_STATUS_NOT_SUPPORTED",),
+                confidence=0.6,
+            ),
+            MessagePattern(
                 r"\bGot unsupported ScalarType (?P<dtype>bfloat16|float8\w*|complex32)",
                 note="Tensor.numpy() / NumPy conversion: NumPy has no bfloat16",
                 needles=("unsupported scalartype",),
@@ -827,6 +853,25 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 r"\bOverflow detected\.? Skipping step|\bAttempted loss scale: [\d.e+-]{1,12}, reducing to|\bGrad overflow on iteration",
                 note="DeepSpeed fp16 optimizer",
                 needles=("skipping step", "attempted loss scale", "grad overflow on"),
+            ),
+            MessagePattern(
+                r"\b(?:loss|grad(?:ient)?)[_ ]?scale\b['\"]?\s{0,3}[:=]\s{0,3}(?P<scale>0(?:\.0{1,20})?|0\.000\d{1,20}|\d(?:\.\d{1,20})?e-(?:0?[5-9]|[1-9]\d{1,2}))(?![\d.])",
+                info=("scale",),
+                note="a dynamic loss scale at (or next to) zero: every step overflowed",
+                needles=(
+                    "loss_scale",
+                    "loss scale",
+                    "grad_scale",
+                    "grad scale",
+                    "gradient_scale",
+                ),
+                confidence=0.75,
+            ),
+            MessagePattern(
+                r"\bnumber of skipped iterations:\s{0,3}[1-9]\d{0,8}",
+                note="Megatron-LM's iteration line: steps skipped for inf/NaN gradients",
+                needles=("skipped iterations",),
+                confidence=0.6,
             ),
             MessagePattern(
                 r"\bgradient overflow detected, ignoring gradient",
@@ -993,7 +1038,12 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 needles=("not supported in this architecture",),
             ),
             MessagePattern(
-                r"\bCUBLAS_STATUS_\w+ when calling cublas\w+\([^\n]{0,400}?\bbfloat16\b",
+                r"\bCUBLAS_STATUS_\w+ when calling `?cublas\w+\([^\n]{0,400}?\bbfloat16\b",
+                needles=("CUBLAS_STATUS_",),
+            ),
+            MessagePattern(
+                r"\bCUBLAS_STATUS_\w+ when calling `?cublasLt\w*\([^\n]{0,1200}?\babcType 14\b",
+                note="cublasLt: abcType 14 is CUDA_R_16BF",
                 needles=("CUBLAS_STATUS_",),
             ),
         ),
@@ -1326,6 +1376,43 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             "torch.jit",
             "inductor",
         ),
+    ),
+    Family(
+        code="float8-dtype",
+        title="float8 tensors do not mix with other dtypes and have few kernels",
+        cause=(
+            "float8 (e4m3fn, e5m2...) is a storage and scaled-matmul format: PyTorch refuses to promote "
+            "it with any other dtype (even the other float8), has no plain matmul, add or reduction "
+            "kernels for it on most devices, and casting to fp16 loses the scale. Compute in bf16/fp32 "
+            "after dequantizing, or use the scaled matmul built for float8."
+        ),
+        patterns=(
+            MessagePattern(
+                rf"\bPromotion for Float8 Types is not supported, attempted to promote (?P<left>{DT}) and (?P<right>{DT})",
+                note="type promotion (add, cat, where...) with a float8 operand",
+                needles=("promotion for float8",),
+            ),
+        ),
+        fixes=(
+            FixTemplate(
+                "Dequantize the float8 tensor before computing with it (float8 is storage, not compute)",
+                "x = x_fp8.to(torch.bfloat16) * x_scale   # its scale, if it was quantized with one\n"
+                "y = x + other.to(torch.bfloat16)",
+                "No implicit promotion exists for float8; a cast to fp16 without the scale is wrong by "
+                "the scale factor.",
+            ),
+            FixTemplate(
+                "For float8 matmuls use the scaled matmul (both operands float8, explicit scales)",
+                "out = torch._scaled_mm(a_fp8, b_fp8.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)",
+                "Needs a GPU with float8 tensor cores (sm89/sm90+); dims divisible by 16.",
+            ),
+            FixTemplate(
+                "Or let torchao manage float8 training instead of casting weights yourself",
+                "from torchao.float8 import convert_to_float8_training\nconvert_to_float8_training(model)",
+            ),
+        ),
+        related=("half-unsupported-kernel", "matmul-dtype-mismatch"),
+        keywords=("float8", "fp8", "e4m3", "e5m2", "float8_e4m3fn", "float8_e5m2", "_scaled_mm"),
     ),
     Family(
         code="device-mismatch",

@@ -24,23 +24,39 @@ class Symptom:
     confidence: float = 0.45
 
 
-_NUMERICS = "dtype-doctor run --numerics train.py   # names the first op that produces inf/nan"
+NUMERICS = "dtype-doctor run --numerics train.py   # names the first op that produces inf/nan"
 
+_HALF_MODEL = (
+    r"(?:\.half\(\)|\.to\((?:torch\.)?(?:float16|bfloat16)\)|torch_dtype=(?:torch\.)?(?:float16|bfloat16)"
+    r"|\b(?:float16|bfloat16|half)[ -](?:precision )?(?:model|weights|unet|vae|checkpoint|params|parameters)\b)"
+)
 SYMPTOMS: tuple[Symptom, ...] = (
+    Symptom(
+        "fp16-gradient-unscale",
+        r"\bunscal\w*\b[^\n]{0,80}?\b(?:float16|half)\b"
+        r"|\b(?:float16|half)\b[^\n]{0,30}?\b(?:grad\w*|param\w*|weights?|model)\b[^\n]{0,60}?\b(?:unscal\w*|grad ?scaler|amp\.gradscaler)\b"
+        r"|\b(?:grad ?scaler|amp\.gradscaler)\b[^\n]{0,80}?(?:\b(?:float16|half)\b[^\n]{0,30}?\b(?:grad\w*|param\w*|weights?|model)\b|\.half\(\))",
+        "dtype-doctor run train.py   # names the float16 parameters GradScaler was given",
+    ),
+    Symptom(
+        "autocast-half-conflict",
+        rf"\bautocast\b[^\n]{{0,150}}?{_HALF_MODEL}|{_HALF_MODEL}[^\n]{{0,150}}?\bautocast\b",
+        "dtype-doctor run train.py   # shows autocast's dtype against the model's",
+    ),
     Symptom(
         "grad-scaler-overflow",
         r"\b(?:loss|grad(?:ient)?) ?scal(?:e|er|ing)\b[^\n]{0,60}?(?:\bdrop|decreas|collaps|minimum|reduc|\bfall|halv"
         r"|\bzero\b|\b0\b|underflow|tiny|vanish|\bdown\b|shrink|smaller|lower)"
         r"|\bminimum (?:loss|grad(?:ient)?) scale|\bskip(?:s|ping|ped)? (?:the |every |all |optimizer )?(?:optimizer )?steps?\b"
         r"|\b(?:gradient|grad) overflow",
-        _NUMERICS,
+        NUMERICS,
     ),
     Symptom(
         "nonfinite-values",
         r"(?<![\w.])-?(?:nan|nans|inf|infinity)(?![\w])|\bnan'?s\b|\bnot a number\b"
         r"|\bblack (?:images?|pictures?|outputs?|frames?|squares?|screens?|results?)\b"
         r"|\b(?:images?|outputs?|pictures?|results?) (?:come out |are |is |turn |become |look )?(?:all |completely |pure )?black\b",
-        _NUMERICS,
+        NUMERICS,
     ),
 )
 
@@ -70,4 +86,4 @@ SETUP_FAMILIES = frozenset(
 
 CHECK_COMMAND = "dtype-doctor check model.py:build_model   # runs the model once and names each mismatch"
 
-__all__ = ["CHECK_COMMAND", "DTYPE_EVIDENCE", "SETUP_FAMILIES", "SYMPTOMS", "Symptom"]
+__all__ = ["CHECK_COMMAND", "DTYPE_EVIDENCE", "NUMERICS", "SETUP_FAMILIES", "SYMPTOMS", "Symptom"]

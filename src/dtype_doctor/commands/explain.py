@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..catalog.family_codes import UNKNOWN
 from ..errors import DoctorError
+
+if TYPE_CHECKING:
+    from ..explaining.stream import Source
 
 HELP = "explain an error message, a traceback or a whole training log"
 DESCRIPTION = """\
@@ -23,7 +28,8 @@ EPILOG = """examples:
 
 exit codes: 0 diagnosed, 3 nothing recognised, 2 bad usage or unreadable input"""
 
-MAX_BYTES = 2 * 1024**3  # refuse inputs above 2 GiB rather than exhaust memory
+MAX_BYTES = 2 * 1024**3  # an endless stream (`yes |`) stops here; memory stays bounded all along
+BINARY_PROBE = 64 * 1024  # the first bytes of an input: all NUL (/dev/zero, a disk image) is not a log
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,30 +46,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LOG",
         help="read a log or traceback file (repeat for several files; '-' is standard input)",
     )
+    parser.add_argument(
+        "--no-env",
+        action="store_true",
+        help="do not read this machine (apex, flash-attn, xformers, OneFlow, the GPU's bf16 support) "
+        "to break ties the text leaves open",
+    )
     add_output_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..explaining import explain_sources
+    from ..explaining.environment import Environment
     from . import EXIT_NOTHING, EXIT_OK
-    from ._output import emit
+    from ._output import check_output_paths, emit
 
-    sources: list[tuple[str | None, str | bytes]] = []
+    sources: list[tuple[str | None, Source]] = []
     read_as_file = None
-    if args.text == "-":
-        sources.append(("<stdin>", _read_stdin()))
-    elif args.text is not None and _names_a_file(args.text):
+    inputs = [p for p in args.file if p != "-"]
+    if args.text is not None and args.text != "-" and _names_a_file(args.text):
         read_as_file = args.text  # `explain train.log`: surely the log, not the words "train.log"
-        print(f"dtype-doctor explain: reading the file {args.text} (as --file would)", file=sys.stderr)
-        sources.append((args.text, _read_file(args.text)))
-    elif args.text is not None:
-        # the bytes of the argument: undecodable ones (surrogates in argv) are decoded like a log's
-        sources.append((None, os.fsencode(args.text)))
-    for path in args.file:
-        sources.append(("<stdin>", _read_stdin()) if path == "-" else (path, _read_file(path)))
-    if not sources:
-        raise DoctorError("give the error TEXT, --file LOG, or '-' to read standard input")
-    report = explain_sources(sources)
+        inputs.append(read_as_file)
+    check_output_paths(args, inputs)  # `--json=train.log` would overwrite the log it reads
+    with contextlib.ExitStack() as stack:
+        if args.text == "-":
+            sources.append(("<stdin>", _Reader(sys.stdin.buffer, "standard input")))
+        elif read_as_file:
+            print(f"dtype-doctor explain: reading the file {args.text} (as --file would)", file=sys.stderr)
+            sources.append((args.text, _open(args.text, stack)))
+        elif args.text is not None:
+            # the bytes of the argument: undecodable ones (surrogates in argv) are decoded like a log's
+            sources.append((None, os.fsencode(args.text)))
+        for path in args.file:
+            sources.append(
+                ("<stdin>", _Reader(sys.stdin.buffer, "standard input"))
+                if path == "-"
+                else (path, _open(path, stack))
+            )
+        if not sources:
+            raise DoctorError("give the error TEXT, --file LOG, or '-' to read standard input")
+        report = explain_sources(sources, env=None if args.no_env else Environment())
     if read_as_file:
         report.meta["text_read_as_file"] = read_as_file
     emit(report, args)
@@ -80,27 +102,44 @@ def _names_a_file(text: str) -> bool:
         return False
 
 
-def _read_stdin() -> bytes:
-    data = sys.stdin.buffer.read(MAX_BYTES + 1)  # capped like files: never read all of a huge stream
-    if len(data) > MAX_BYTES:
-        raise DoctorError(f"standard input is larger than {_size(MAX_BYTES)}; pass the part around the error")
-    return data
+class _Reader:
+    """A binary stream read in chunks by explain: refuses a stream of NUL bytes and an endless one."""
+
+    def __init__(self, stream: BinaryIO, name: str) -> None:
+        self.stream = stream
+        self.name = name
+        self.read_bytes = 0
+
+    def read(self, n: int) -> bytes:
+        try:
+            data = self.stream.read(n)
+        except OSError as exc:
+            raise DoctorError(f"cannot read {self.name}: {exc.strerror or exc}") from None
+        if (
+            self.read_bytes == 0
+            and data
+            and data[:BINARY_PROBE].count(0) * 10 >= len(data[:BINARY_PROBE]) * 9
+        ):
+            raise DoctorError(f"{self.name} is binary data (NUL bytes), not a log")
+        self.read_bytes += len(data)
+        if self.read_bytes > MAX_BYTES:
+            raise DoctorError(
+                f"{self.name} is larger than {_size(MAX_BYTES)}; pass the part around the error"
+            )
+        return data
 
 
 def _size(n: int) -> str:
     return f"{n / 1024**3:g} GiB" if n >= 1024**3 else f"{n:,} bytes"
 
 
-def _read_file(path: str) -> bytes:
+def _open(path: str, stack: contextlib.ExitStack) -> _Reader:
     if os.path.isdir(path):
         raise DoctorError(f"{path} is a directory, not a log file")
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        fh = stack.enter_context(open(path, "rb"))  # noqa: SIM115
     except FileNotFoundError:
         raise DoctorError(f"{path}: no such file") from None
     except OSError as exc:
         raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise DoctorError(f"{path} is larger than {_size(MAX_BYTES)}; pass the part around the error")
-    return data
+    return _Reader(fh, path)

@@ -15,15 +15,14 @@ from functools import lru_cache
 
 from .. import catalog
 from ..catalog.errors import ERROR_FAMILIES
-from ..catalog.family_codes import SCALAR_TYPE_MISMATCH, UNKNOWN
+from ..catalog.family_codes import GRAD_SCALER_OVERFLOW, SCALAR_TYPE_MISMATCH, UNKNOWN
 from ..catalog.model import Family
-from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, SETUP_FAMILIES, SYMPTOMS, Symptom
+from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, NUMERICS, SETUP_FAMILIES, SYMPTOMS, Symptom
 from ..report import Evidence, Finding, Fix
 from .normalize import view
+from .stream import Sample
 
 GENERIC = SCALAR_TYPE_MISMATCH
-HEAD = 16 * 1024  # bytes of each input's start and end that are read (a description is short)
-TAIL = 48 * 1024
 _ERROR_LINE = re.compile(r"\b\w{0,60}(?:Error|Exception|Warning)\b:?[^\n]{0,300}")
 
 
@@ -38,11 +37,62 @@ def _symptom_rx() -> tuple[tuple[Symptom, re.Pattern[str]], ...]:
     return tuple((s, re.compile(s.regex)) for s in SYMPTOMS)
 
 
-def _chunks(text: str) -> list[tuple[str, int]]:
-    """The parts of a text that are read, each with the number of its first line."""
-    if len(text) <= HEAD + TAIL:
-        return [(text, 1)]
-    return [(text[:HEAD], 1), (text[-TAIL:], text.count("\n", 0, len(text) - TAIL) + 1)]
+def scale_collapse(low: str) -> str | None:
+    """A loss scale told in numbers that collapses: `loss_scale 65536 ... 512 ... 2`, or one near 0.
+
+    The values after `loss scale`/`loss_scale`/`grad_scale`/`get_scale()` in order (an arrow chain
+    `65536 -> 32768 -> 1` counts each value); a collapse is a last value at most 1/64 of the first
+    over three or more values, or any value below 2**-10 (GradScaler and the DeepSpeed/apex scalers
+    start at 2**16 and halve on every overflow).
+    """
+    values: list[tuple[float, str]] = []
+    for m in _SCALE_VALUE.finditer(low):
+        said = m.group(0)
+        for number in _NUMBER.findall(said):
+            values.append((float(number), said))
+        if len(values) >= 4096:
+            break
+    if not values:
+        return None
+    tiny = next((said for v, said in values if 0 <= v < 2**-10), None)
+    if tiny is not None:
+        return tiny.strip()
+    first, last = values[0][0], values[-1][0]
+    if len(values) >= 3 and last * 64 <= first and last <= min(v for v, _ in values[:-1]):
+        return f"{values[0][1].strip()} ... {values[-1][1].strip()}"
+    return None
+
+
+_NUM = r"[0-9]{1,12}(?:\.[0-9]{0,20})?(?:e[-+]?[0-9]{1,3})?"
+_NUMBER = re.compile(rf"(?<![\w.]){_NUM}")
+_SCALE_VALUE = re.compile(
+    r"(?:\b(?:loss[ _]?scal(?:e|er|ing)|grad(?:ient)?[ _]?scale)\b|\bget_scale\(\))[^\d\n|,;]{0,16}?"
+    rf"{_NUM}(?:\s{{0,3}}(?:->|→|=>|to|then|,)\s{{0,3}}{_NUM}){{0,64}}"
+)
+# words of trouble; a "no problems found" or "0 errors" is not one
+_TROUBLE = re.compile(
+    r"\b(?:errors?|fail\w*|crash\w*|wrong|broken|breaks?|mismatch\w*|exceptions?|raise[sd]?|issues?|problems?"
+    r"|bugs?|cannot|can't|can ?not|doesn't|does not|don't|won't|not work\w*|unsupported|not supported|incorrect"
+    r"|invalid|diverg\w*|explod\w*|unstable|worse|slow\w*|garbage|refus\w*|complain\w*|warn\w*|traceback"
+    r"|requires?|needs?|only|instead|why|how)\b|\?"
+)
+_NEGATED = re.compile(
+    r"\b(?:no|0|zero|without|never|none)\s{1,3}(?:[a-z-]{1,20}\s{1,3}){0,2}?(?:problems?|errors?|issues?|warnings?"
+    r"|mismatch\w*|failures?|exceptions?|bugs?)\b|\b(?:problems?|errors?|issues?)\s{0,3}(?:found)?:\s{0,3}(?:none|0)\b"
+)
+
+
+def _troubled(low: str) -> bool:
+    """Does the text say something went wrong (or is it a short description, a question), rather than
+    a clean log, a config dump or a tool's all-clear?"""
+    if _NEGATED.search(low):
+        low = _NEGATED.sub(" ", low)
+    elif len(low) <= 300 and low.count("\n") <= 2 and len(_PROSE.findall(low)) >= 3:
+        return True  # a sentence about dtypes: "trying flash-attention 2 on float32 tensors"
+    return bool(_TROUBLE.search(low))
+
+
+_PROSE = re.compile(r"(?<![\w=:./-])[a-z]{2,20}(?![\w=:./-])")
 
 
 def nearest(words: set[str], families: Iterable[Family] = ERROR_FAMILIES) -> list[str]:
@@ -58,9 +108,9 @@ def nearest(words: set[str], families: Iterable[Family] = ERROR_FAMILIES) -> lis
     return [code for *_, code in sorted(scores)[:3]]
 
 
-def fallback(inputs: list[tuple[str | None, str]]) -> Finding:
-    """The finding for inputs in which no message pattern matched."""
-    samples = [(source, _chunks(text)) for source, text in inputs]
+def fallback(inputs: list[Sample]) -> Finding:
+    """The finding for inputs in which no message pattern matched (their head and tail are read)."""
+    samples = [(sample.source, sample.chunks()) for sample in inputs]
     low = view("\n".join(chunk for _, chunks in samples for chunk, _ in chunks)).lower()
     words = set(_keyword_rx().findall(low))
     ranked = nearest(words)
@@ -69,7 +119,12 @@ def fallback(inputs: list[tuple[str | None, str]]) -> Finding:
         if m:
             said = m.group(0).strip()
             return _symptom(symptom.code, symptom.confirm, symptom.confidence, said, samples, inputs, ranked)
+    collapse = scale_collapse(low)
+    if collapse:
+        return _symptom(GRAD_SCALER_OVERFLOW, NUMERICS, 0.45, collapse, samples, inputs, ranked)
     evidence = re.search(DTYPE_EVIDENCE, low)
+    if evidence and not _troubled(low):
+        evidence = None  # dtype words and nothing wrong: a clean log, a config dump, an all-clear
     if evidence and ranked:  # about dtypes: the family sharing the most words with it
         shared = [k for k in catalog.family(ranked[0]).keywords if k in words]
         return _symptom(ranked[0], CHECK_COMMAND, 0.3, ", ".join(shared), samples, inputs, ranked)
@@ -96,7 +151,7 @@ def _symptom(
     confidence: float,
     said: str,
     samples: list[tuple[str | None, list[tuple[str, int]]]],
-    inputs: list[tuple[str | None, str]],
+    inputs: list[Sample],
     ranked: list[str],
 ) -> Finding:
     why = f"No error message in the text; its words ({said!r}) describe {code}."
@@ -113,18 +168,19 @@ def _symptom(
     return finding
 
 
-def _last_lines(samples: list[tuple[str | None, str]]) -> list[Evidence]:
+def _last_lines(samples: list[Sample]) -> list[Evidence]:
     evidence: list[Evidence] = []
-    for source, text in samples:
+    for sample in samples:
+        text, first = sample.chunks()[-1]
         tail = text[-16 * 1024 :]
-        base = text.count("\n", 0, len(text) - len(tail)) + 1
+        base = first + text.count("\n", 0, len(text) - len(tail))
         numbered = [(base + i, ln.strip()) for i, ln in enumerate(tail.split("\n")) if ln.strip()]
         picked = [(n, ln) for n, ln in numbered if _ERROR_LINE.search(ln)][-3:] or numbered[-1:]
-        evidence.extend(Evidence(text=ln[:500], line=n, source=source) for n, ln in picked)
+        evidence.extend(Evidence(text=ln[:500], line=n, source=sample.source) for n, ln in picked)
     return evidence
 
 
-def _unknown(inputs: list[tuple[str | None, str]], ranked: list[str]) -> Finding:
+def _unknown(inputs: list[Sample], ranked: list[str]) -> Finding:
     """An honest `unknown`: the last error-looking lines, and the families sharing the most words."""
     if ranked:
         message = "No known mixed-precision error in this text. Nearest families: " + ", ".join(ranked) + "."

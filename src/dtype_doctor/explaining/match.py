@@ -37,6 +37,7 @@ class _Compiled:
     by_needle: dict[str, list[tuple[str, MessagePattern]]]
     signals: dict[str, tuple[ContextSignal, ...]]
     trigger_rx: re.Pattern[str]  # all triggers, longest first: which ones a candidate line holds
+    groups: tuple[tuple[str, tuple[str, ...]], ...]  # one find pass per key: the triggers holding it
 
 
 @lru_cache(maxsize=1)
@@ -53,7 +54,21 @@ def compiled() -> _Compiled:
     triggers = (*TRIGGERS, *uncovered)
     # a lookahead finds overlapping triggers too (`Exception: InferDataType` holds `: inf` and `inferdatatype`)
     trigger_rx = re.compile("(?=(" + "|".join(map(re.escape, sorted(triggers, key=len, reverse=True))) + "))")
-    return _Compiled(triggers, by_needle, {k: tuple(v) for k, v in signals.items()}, trigger_rx)
+    groups: dict[str, list[str]] = {}
+    for trigger in triggers:
+        key = next((k for k in _GROUP_KEYS if k in trigger), trigger)
+        groups.setdefault(key, []).append(trigger)
+    return _Compiled(
+        triggers,
+        by_needle,
+        {k: tuple(v) for k, v in signals.items()},
+        trigger_rx,
+        tuple((k, tuple(v)) for k, v in groups.items()),
+    )
+
+
+# substrings shared by several triggers, searched once for all of them (fewer passes over a big log)
+_GROUP_KEYS = ("type", "scale", "expected ", "skip", "f16", "mps ", "tensor")
 
 
 @cache
@@ -70,22 +85,114 @@ def lower(text: str) -> str:
     return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
 
 
-def candidate_lines(text: str, low: str) -> list[int]:
-    """Start offsets of the lines holding a trigger, in order: one str.find pass per trigger.
+def candidate_lines(
+    text: str, low: str, lo: int = 0, hi: int | None = None, prefilter: Prefilter | None = None
+) -> list[tuple[int, frozenset[str]]]:
+    """Start offsets of the lines starting in text[lo:hi] that hold a trigger, in order, each with
+    the triggers it holds: one str.find pass per trigger.
 
     Triggers are lower-case and searched in the lower-cased text: messages come in any case.
     """
-    starts: set[int] = set()
+    hi = len(text) if hi is None else hi
+    starts: dict[int, set[str]] = {}
     find, rfind = low.find, text.rfind
-    for trigger in compiled().triggers:
-        p = find(trigger)
+    for key, members in compiled().groups:
+        p = find(key, lo)
+        if p == -1:
+            continue
+        if prefilter is not None:
+            members = tuple(m for m in members if prefilter.live(m))
+            if not members:
+                continue  # no needle they lead to has all its words in this text: skip their occurrences
         while p != -1:
-            starts.add(rfind("\n", 0, p) + 1)
+            start = rfind("\n", 0, p) + 1
+            if start >= hi:
+                break
             end = find("\n", p)
+            if start >= lo:
+                line = low[start : len(low) if end == -1 else end]
+                held = [m for m in members if m == key or m in line]
+                if held:
+                    starts.setdefault(start, set()).update(held)
             if end == -1:
                 break
-            p = find(trigger, end)
-    return sorted(starts)
+            p = find(key, end)
+    return [(start, frozenset(starts[start])) for start in sorted(starts)]
+
+
+_WORD = re.compile(r"[a-z0-9_]+")
+_DTYPE_WORDS = frozenset(
+    ("float16", "bfloat16", "float32", "float64", "int64", "int32", "int8", "uint8", "half", "float", "double",
+     "bf16", "fp16", "fp32", "long", "int", "bool")
+)  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _keys_for(present: frozenset[str]) -> tuple[frozenset[str], ...] | None:
+    """The words of each needle these triggers can lead to that no normalisation rewrites (not dtypes).
+
+    None when a needle is a bare dtype name: then every such line is matched.
+    """
+    needs = set()
+    for needle, _ in _needles_for(present):
+        words = frozenset(w for w in _WORD.findall(needle) if w not in _DTYPE_WORDS and not canonical(w))
+        if words:
+            needs.add(words)
+        elif needle.strip() in _DTYPE_WORDS:
+            return None  # a bare dtype name: the view may have made it from another spelling
+        else:
+            needs.add(frozenset([needle]))  # `__half`: a spelling the view keeps
+    return tuple(needs)
+
+
+_UNSET: tuple = ("unset",)
+
+
+class Prefilter:
+    """Which candidate lines of one text can hold a message: all the words of one needle are there.
+
+    Decided per trigger set for the whole text first (a word absent from the text rules out its
+    needle everywhere), then around the line (the line and two lines on each side, for a wrapped
+    message). A line with a trigger word and no message (`precision=bf16`, `dtype: float32` in a
+    config dump) costs a dictionary look-up instead of a normalised view.
+    """
+
+    def __init__(self, low: str) -> None:
+        self.low = low
+        self._viable: dict[frozenset[str], tuple | None] = {}
+
+    def _viable_for(self, present: frozenset[str]) -> tuple | None:
+        viable = self._viable.get(present, _UNSET)
+        if viable is _UNSET:
+            keys = _keys_for(present)
+            viable = None if keys is None else tuple(ws for ws in keys if all(w in self.low for w in ws))
+            self._viable[present] = viable
+        return viable
+
+    def live(self, trigger: str) -> bool:
+        """Can a line holding this trigger hold a message anywhere in this text?"""
+        return self._viable_for(frozenset([trigger])) != ()
+
+    def could_match(self, present: frozenset[str], start: int, end: int) -> bool:
+        viable = self._viable_for(present)
+        if viable is None:
+            return True
+        if not viable:
+            return False
+        low = self.low
+        a = start
+        for _ in range(2):
+            if a <= 0:
+                break
+            a = low.rfind("\n", 0, a - 1) + 1
+        b = end
+        for _ in range(2):
+            if b >= len(low):
+                break
+            nxt = low.find("\n", b + 1)
+            b = len(low) if nxt == -1 else nxt
+        window = low[max(a, start - 2000) : min(b, end + 2000)]
+        return any(all(w in window for w in ws) for ws in viable)
 
 
 def match_wrapped(text: str, start: int, end: int, line: str) -> Found | None:
@@ -141,15 +248,17 @@ def _needles_for(triggers: frozenset[str]) -> tuple[tuple[str, list[tuple[str, M
     return tuple((n, e) for n, e in compiled().by_needle.items() if any(k in n for k in keys))
 
 
-def match_line(line: str) -> Found | None:
+def match_line(line: str, present: frozenset[str] | None = None) -> Found | None:
     """The most confident family pattern matching this line's view (its needles are in it).
 
-    Only the needles that go with the triggers found in the line are looked for: a log of 100 000
-    `loss: nan` lines checks the few `nan` needles per line, not all of them.
+    Only the needles that go with the triggers found in the line (`present`, when the caller
+    knows them) are looked for: a log of 100 000 `loss: nan` lines checks the few `nan` needles
+    per line, not all of them.
     """
     best: tuple[str, MessagePattern, re.Match[str]] | None = None
     seen: set[int] = set()
-    present = frozenset(compiled().trigger_rx.findall(line.lower()))
+    if present is None:
+        present = frozenset(compiled().trigger_rx.findall(line.lower()))
     line = view(line)
     low = line.lower()
     for needle, entries in _needles_for(present):

@@ -27,35 +27,56 @@ from functools import cache
 
 from ..dtypes import canonical
 
-__all__ = ["clean", "decode", "view"]
+__all__ = ["clean", "decode", "sniff", "view"]
 
 # ---- decode --------------------------------------------------------------------------------------
+
+
+def sniff(head: bytes) -> tuple[str, int]:
+    """(encoding, bytes to skip) of a log from its first bytes: UTF-8 (BOM or not), UTF-16 LE/BE.
+
+    UTF-16 is read from a BOM or from the NUL pattern of ASCII text in it. A UTF-16 BOM followed
+    by text without a single NUL is two stray bytes before a UTF-8/ASCII log, not UTF-16: a log
+    in UTF-16 has NULs in every line (its ASCII letters, its line ends).
+    """
+    if head.startswith(codecs.BOM_UTF8):
+        return "utf-8", 3
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        if len(head) > 2 and 0 not in head[2:4096]:
+            return "utf-8", 2
+        return ("utf-16-le" if head.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"), 2
+    head = head[:4096]
+    if len(head) >= 4 and head.count(0) * 3 >= len(head):  # ASCII text in UTF-16 is half NULs
+        even_nuls = head[0::2].count(0)
+        odd_nuls = head[1::2].count(0)
+        if odd_nuls > even_nuls * 4:
+            return "utf-16-le", 0
+        if even_nuls > odd_nuls * 4:
+            return "utf-16-be", 0
+    return "utf-8", 0
 
 
 def decode(raw: bytes | bytearray) -> str:
     """Bytes of a log → text: UTF-8 (BOM or not), UTF-16 LE/BE (BOM or the NUL pattern of ASCII)."""
     data = bytes(raw)
-    if data.startswith(codecs.BOM_UTF8):
-        return data[3:].decode("utf-8", errors="replace")
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16", errors="replace")
-    head = data[:4096]
-    if len(head) >= 4 and head.count(0) * 3 >= len(head):  # ASCII text in UTF-16 is half NULs
-        even_nuls = head[0::2].count(0)
-        odd_nuls = head[1::2].count(0)
-        if odd_nuls > even_nuls * 4:
-            return data.decode("utf-16-le", errors="replace")
-        if even_nuls > odd_nuls * 4:
-            return data.decode("utf-16-be", errors="replace")
-    return data.decode("utf-8", errors="replace")
+    encoding, skip = sniff(data[:4096])
+    return data[skip:].decode(encoding, errors="replace")
 
 
 # ---- clean ---------------------------------------------------------------------------------------
 
-# ESC [ ... final byte; and the same codes pasted without their ESC byte (`[1m[38;2;255;000;000m`)
+# Terminal control sequences: CSI (`ESC [ ... m`), OSC (window title, OSC 52 clipboard, OSC 8 links)
+# ended by BEL or ST (`ESC \\`), DCS/SOS/PM/APC strings, two-byte escapes, their 8-bit C1 forms;
+# and colour codes pasted without their ESC byte (`[1m[38;2;255;000;000m`). Whatever is left of a
+# control sequence (an unterminated or over-long one) loses its control characters in `_CONTROLS`.
 _ANSI = re.compile(
-    r"\x1b\[[0-9;?]{0,40}[A-Za-z]|\x1b\][^\x07\n]{0,200}\x07|\[[0-9]{1,3}(?:;[0-9]{1,3}){0,6}m"
+    r"(?:\x1b\[|\x9b)[0-?]{0,64}[ -/]{0,8}[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]{0,4096}(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]{0,4}[0-~]"
+    r"|\[[0-9]{1,3}(?:;[0-9]{1,3}){0,6}m"
 )
+# every C0 control but tab and line ends, DEL, C1 controls; and the bidi overrides that reorder text
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _RANK = r"(\s{0,8}\[(?:rank|default)\d{1,5}\]:\s?)?"
 _PEEL = (
     r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?\s{0,3}"  # 2024-05-02 14:31:07,118
@@ -104,6 +125,8 @@ def clean(text: str) -> str:
         text = _straight(text)
     if "\x1b" in text or "m[" in text:
         text = _ANSI.sub("", text)
+    if not text.replace("\n", "").replace("\t", "").replace("\r", "").isprintable():  # C speed
+        text = _CONTROLS.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
