@@ -51,7 +51,7 @@ def _origin_label(origin: Origin) -> str:
     return text
 
 
-def _root_fix(root: Origin, expected: str | None) -> Fix | None:
+def root_fix(root: Origin, expected: str | None) -> Fix | None:
     """Cast the tensor where the user made it: the one line that fixes every finding of the cause."""
     made = root
     if root.kind == "input":
@@ -83,6 +83,9 @@ def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
     """(identity, label, fix at the root) of the finding's root origin, or None when nothing names one."""
     if f.code == "autocast-half-conflict":
         return _autocast_key(f)
+    island = f.data.get("island")
+    if isinstance(island, dict) and island.get("label"):  # every island of one model is one cause
+        return ("island", island.get("model"), island.get("dtype")), str(island["label"]), None
     for op in _odd_operands(f):
         if op.origin is None or op.origin.kind == "unknown":
             continue
@@ -90,7 +93,7 @@ def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
         if (root.kind == "parameter" and not root.file) or root.kind == "autocast":
             continue  # a parameter is where it is; autocast's dtype is by design, not a cause
         key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)
-        return key, _origin_label(root), _root_fix(root, f.data.get("expected_dtype"))
+        return key, _origin_label(root), root_fix(root, f.data.get("expected_dtype"))
     if f.operands and all(o.origin is None or not o.origin.file for o in f.operands):
         # findings about what modules hold (audit): one per dtype pattern of the same family
         pattern = tuple((o.role, o.dtype) for o in f.operands)
@@ -157,7 +160,9 @@ def _with_root_fix(fixes: list[Fix], root: Fix | None) -> list[Fix]:
     """The root fix first; a catalog fix with the same snippet gives way to it (no repeat)."""
     if root is None:
         return fixes
-    return [root, *(x for x in fixes if x.snippet.strip() != root.snippet)]
+    rest = [x for x in fixes if x.snippet.strip() != root.snippet]
+    ahead = next((i for i, x in enumerate(rest) if not x.verified), len(rest))  # verified ones stay first
+    return [*rest[:ahead], root, *rest[ahead:]]
 
 
 def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:

@@ -164,6 +164,9 @@ def finding_panel(
         parts.append(Text.assemble(("cause  ", "bold"), finding.cause))
     for rank, fix in enumerate(finding.fixes if verbose else finding.fixes[:3], 1):
         parts.append(Text.assemble((f"fix {rank}  ", "bold green"), fix.title))
+        if fix.verification:
+            style = "green" if fix.verified else "red" if fix.verified is False else "dim"
+            parts.append(Text(f"       {fix.verification}", style=style))
         if fix.snippet:
             # plain styled text, not rich.syntax: pygments costs ~0.1 s of start-up, and explain has 0.3 s
             parts.append(Text(_indent(fix.snippet), style="cyan"))

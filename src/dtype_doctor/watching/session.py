@@ -69,6 +69,7 @@ class Session:
         self._every = every
         self._unpatch: list[Any] = []
         self._active = False
+        self.calls: dict[int, Any] = {}  # id(root) -> its last call, replayed to verify fixes
 
     # ---- context manager -------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -93,6 +94,12 @@ class Session:
             for f in self.report.findings:
                 if f.data.get("action"):  # the cast was applied and the run completed: say so
                     f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
+        try:
+            from ..repair.verify import verify_session
+
+            verify_session(self)
+        except Exception as err:
+            self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):
             self.report.meta["raised"] = type(exc).__name__
         elif isinstance(exc, Exception):
@@ -196,10 +203,12 @@ class Session:
                 if not self._explicit:
                     self.names.add_root(owner)
                 self._tag_values(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
+                self.calls[id(module)] = (owner, method, (), arguments)
                 self._check_autocast_params(module)
                 return
         if is_root:
             self._root = module
+            self.calls[id(module)] = (module, "__call__", args, dict(kwargs or {}))
             if not self._explicit:
                 self.names.add_root(module)
         if is_root or explicit:
