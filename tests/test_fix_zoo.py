@@ -65,7 +65,7 @@ def test_top_fix_is_verified_and_pasted_it_makes_the_script_run(case, tmp_path):
     code, report = _run(path)
     assert code == 1, f"{case} must fail as written"
     report = group_by_cause(report)
-    cause, findings = by_cause(report)[0]
+    _cause, findings = by_cause(report)[0]
     top = findings[0].fixes[0]
     assert top.verified is True, (case, top.title, top.verification)
     assert top.verification.startswith("verified"), top.verification

@@ -11,6 +11,7 @@ converts it, addressed from the user's own variable.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import linecache
 from collections import Counter
@@ -175,10 +176,8 @@ def made_at(root: nn.Module, paths: list[str], frames: list[FrameType]) -> tuple
         parent_path, _, target = first.rpartition(".")
         parent = root.get_submodule(parent_path) if parent_path else root
         files = [f.f_code.co_filename for f in frames]
-        try:
+        with contextlib.suppress(TypeError):
             files.insert(0, inspect.getsourcefile(type(parent)) or "")
-        except TypeError:
-            pass
     for file in dict.fromkeys(files):
         hit = _assignment(file, target)
         if hit is not None:

@@ -155,9 +155,9 @@ def loaded_names(snippet: str) -> set[str] | None:
     for stmt in tree.body:
         inner = _stores(stmt) if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else set()
         for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if node.id not in stored and node.id not in inner:
-                    loaded.add(node.id)
+            loads = isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            if loads and node.id not in stored and node.id not in inner:
+                loaded.add(node.id)
         stored |= _stores(stmt)
     return {n for n in loaded if not hasattr(builtins, n)}
 
