@@ -104,9 +104,10 @@ def _float_params(module: nn.Module) -> list[torch.Tensor]:
     return [p for p in module.parameters() if p.is_floating_point()]
 
 
-def majority(modules: list[nn.Module]) -> torch.dtype | None:
-    """The dtype most parameter elements have across the models (each parameter counted once)."""
-    seen: set[int] = set()
+def majority(modules: list[nn.Module], skip: set[int] | None = None) -> torch.dtype | None:
+    """The dtype most parameter elements have across the models (each parameter counted once,
+    none of those whose id is in `skip`)."""
+    seen: set[int] = set(skip or ())
     count: Counter[torch.dtype] = Counter()
     for m in modules:
         for p in _float_params(m):
@@ -147,9 +148,15 @@ def decide(
     have = own.pop()
     if have == activation or not ({have, activation} & set(LOW)):
         return None
-    held = [m for f in frames for m in module_modules(f)]
-    want = majority([root, *held])
-    if want != activation:
+    inside = majority([root])
+    if inside == activation:
+        want = activation  # an island inside a model of the activation's dtype (LoRA, a head)
+    elif inside == have and have == torch.float32 and activation in LOW:
+        # a whole model left in the library default beside models the user converted (ControlNet)
+        want = majority([m for f in frames for m in module_modules(f)], skip={id(p) for p in root.parameters()})
+        if want != activation:
+            return None
+    else:
         return None
     found = expression_for(root, frames)
     if found is None:

@@ -15,7 +15,7 @@ from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin
 from . import blame, snippets
 from .modules import Names, argument_names
-from .names import call_argument, expression_for, module_modules, tensor_name, user_frames, visible
+from .names import call_argument, expression_for, tensor_name, user_frames, visible
 from .provenance import Provenance, caller_frames, tag_to_origin, where
 
 
@@ -117,9 +117,7 @@ def build(
     ufile, uline, _ = where(user)
     path = names.module(module)
     frames = user_frames(2)
-    want = (
-        blame.majority([root, *(m for f in frames for m in module_modules(f))]) if root is not None else None
-    )
+    want = blame.majority([root]) if root is not None else None
     if expected is not None and want in blame.LOW and expected not in blame.LOW and want != expected:
         floats = [s for s in operands if s.tensor.is_floating_point()]
         if any(s.tensor.dtype == want for s in floats) and not any(names.tensor(s.tensor) for s in floats):
@@ -266,7 +264,7 @@ def _user_name(
     if origin is not None and origin.kind == "input" and root is not None and rooted is not None:
         params = argument_names(root) or []
         pos = params.index(origin.name) if origin.name in params else None
-        return call_argument(rooted[1], origin.name, pos)
+        return call_argument(rooted[1], root, origin.name, pos)
     return None
 
 

@@ -104,11 +104,21 @@ def _call_at(file: str, line: int) -> list[ast.Call]:
     return [c for c in calls if c.lineno <= line <= (c.end_lineno or c.lineno)]
 
 
-def call_argument(frame: FrameType, param: str | None, position: int | None) -> str | None:
-    """The expression the user wrote at the call on the frame's current line for argument `param`
-    (by keyword) or `position` (positional), when it is a plain name or attribute path."""
-    calls = _call_at(frame.f_code.co_filename, frame.f_lineno)
-    for call in calls:
+def _calls_of(frame: FrameType, root: Any) -> list[ast.Call]:
+    """The calls of `root` (or of one of its methods) on the frame's current line."""
+    out = []
+    for call in _call_at(frame.f_code.co_filename, frame.f_lineno):
+        text = ast.unparse(call.func)
+        func = _resolve(text, frame) if _is_path(text) else None
+        if func is root or getattr(func, "__self__", None) is root:
+            out.append(call)
+    return out
+
+
+def call_argument(frame: FrameType, root: Any, param: str | None, position: int | None) -> str | None:
+    """The expression the user wrote, in the call of `root` on the frame's current line, for argument
+    `param` (by keyword) or `position` (positional), when it is a plain name or attribute path."""
+    for call in _calls_of(frame, root):
         node = None
         for kw in call.keywords:
             if kw.arg == param:
@@ -181,10 +191,7 @@ def passed_inputs(frame: FrameType, root: Any, want: torch.dtype) -> list[str]:
     """The names the user passes on the frame's current line to a call of `root` (or one of its
     methods) that hold floating tensors of another dtype than `want`."""
     out: list[str] = []
-    for call in _call_at(frame.f_code.co_filename, frame.f_lineno):
-        func = _resolve(ast.unparse(call.func), frame) if _is_path(ast.unparse(call.func)) else None
-        if not (func is root or getattr(func, "__self__", None) is root):
-            continue
+    for call in _calls_of(frame, root):
         for node in [*call.args, *(k.value for k in call.keywords)]:
             text = ast.unparse(node)
             if not _is_path(text):
