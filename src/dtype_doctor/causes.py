@@ -160,7 +160,9 @@ def _with_root_fix(fixes: list[Fix], root: Fix | None) -> list[Fix]:
     """The root fix first; a catalog fix with the same snippet gives way to it (no repeat)."""
     if root is None:
         return fixes
-    rest = [x for x in fixes if x.snippet.strip() != root.snippet]
+    if any(x.snippet.strip() == root.snippet for x in fixes):
+        return fixes  # already offered (and possibly verified) by the producer
+    rest = fixes
     ahead = next((i for i, x in enumerate(rest) if not x.verified), len(rest))  # verified ones stay first
     return [*rest[:ahead], root, *rest[ahead:]]
 

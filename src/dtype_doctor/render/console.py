@@ -107,6 +107,10 @@ def render_brief(report: Report, console: Console) -> None:
             console.print(Text.assemble(("  root cause ", "bold magenta"), cause))
         if f.fixes and f.severity != Severity.INFO:
             console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
+            if f.fixes[0].verification:
+                console.print(
+                    Text(f"    {f.fixes[0].verification}", style="green" if f.fixes[0].verified else "dim")
+                )
             if f.fixes[0].snippet:
                 console.print(Text(_indent(f.fixes[0].snippet), style="cyan"))
     console.print(summary_line(report, causes=len(groups)))

@@ -122,7 +122,12 @@ def _made_anew(tree: ast.Module) -> bool:
 
 
 def replay(
-    snippet: str, env: dict[str, Any], call: Call, ref: torch.Tensor | None, root_expr: str | None = None
+    snippet: str,
+    env: dict[str, Any],
+    call: Call,
+    ref: torch.Tensor | None,
+    root_expr: str | None = None,
+    call_src: tuple[list[str], dict[str, str]] | None = None,
 ) -> Verdict:
     """Apply `snippet` to copies of the objects it names (from `env`), then replay `call`."""
     from ..watching.names import loaded_names
@@ -140,8 +145,21 @@ def replay(
     stored = {
         t.id for node in ast.walk(tree) for t in getattr(node, "targets", ()) if isinstance(t, ast.Name)
     }
-    objs = {n: env[n] for n in names | stored if n in env}  # rebound ones too: the call must see the new
+    sources = [*call_src[0], *call_src[1].values()] if call_src else []
+    used = set().union(*(loaded_names(x) or set() for x in sources)) if sources else set()
+    if (
+        sources
+        and stored
+        and not stored & used
+        and not any(isinstance(env.get(n), nn.Module) for n in stored)
+    ):
+        what = ", ".join(sorted(stored))
+        return Verdict(None, f"not verified (`{what}` is used before the replayed call)")
+    objs = {n: env[n] for n in names | stored | used if n in env}  # rebound ones too: the call sees them
     memo: dict[int, Any] = {}
+    for v in objs.values():  # modules, functions, classes: shared, never copied
+        if not isinstance(v, (torch.Tensor, nn.Module, list, tuple, dict)) and not hasattr(v, "components"):
+            memo[id(v)] = v
     copies, module, args, kwargs = copy.deepcopy((objs, call.module, call.args, call.kwargs), memo)
     ns: dict[str, Any] = {"torch": torch, "nn": nn, **copies}
     contexts: list[Any] = []
@@ -157,6 +175,10 @@ def replay(
         return Verdict(False, f"fails: the fix itself raised {type(exc).__name__}: {str(exc)[:120]}")
     subst = {id(copies[n]): ns[n] for n in copies if ns.get(n) is not copies[n]}
     module = subst.get(id(module), module)
+    if call_src is not None:  # the user's argument expressions, evaluated again after the fix
+        with contextlib.suppress(Exception):
+            args = tuple(eval(x, ns) for x in call_src[0])
+            kwargs = {k: eval(x, ns) for k, x in call_src[1].items()}
     if root_expr:  # the fix may have put a new module where the user's code reaches the model
         with contextlib.suppress(Exception):
             again = eval(root_expr, ns)
@@ -199,7 +221,14 @@ def verify(finding: Finding, call: Call, scope: FrameType | None, ref: torch.Ten
             continue
         state = torch.random.get_rng_state()
         try:
-            v = replay(fix.snippet, env, call, ref, getattr(finding, "dd_root_expr", None))
+            v = replay(
+                fix.snippet,
+                env,
+                call,
+                ref,
+                getattr(finding, "dd_root_expr", None),
+                getattr(finding, "dd_call_src", None),
+            )
         except Exception as exc:  # the tool's own trouble: say so, never fail the user's program
             v = Verdict(None, f"not verified ({type(exc).__name__} in the replay)")
         finally:
@@ -229,6 +258,6 @@ def verify_session(session: Any) -> None:
             refs[id(call.module)] = reference(call)
         verify(f, call, getattr(f, "fix_scope", None), refs[id(call.module)])
     for f in session.report.findings:  # no frames or tensors kept past the session
-        for attr in ("fix_scope", "dd_root", "dd_root_expr"):
+        for attr in ("fix_scope", "dd_root", "dd_root_expr", "dd_call_src"):
             if hasattr(f, attr):
                 delattr(f, attr)

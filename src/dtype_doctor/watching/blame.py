@@ -153,7 +153,9 @@ def decide(
         want = activation  # an island inside a model of the activation's dtype (LoRA, a head)
     elif inside == have and have == torch.float32 and activation in LOW:
         # a whole model left in the library default beside models the user converted (ControlNet)
-        want = majority([m for f in frames for m in module_modules(f)], skip={id(p) for p in root.parameters()})
+        want = majority(
+            [m for f in frames for m in module_modules(f)], skip={id(p) for p in root.parameters()}
+        )
         if want != activation:
             return None
     else:

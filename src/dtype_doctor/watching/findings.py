@@ -15,7 +15,7 @@ from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin
 from . import blame, snippets
 from .modules import Names, argument_names
-from .names import call_argument, expression_for, tensor_name, user_frames, visible
+from .names import call_argument, call_source, expression_for, tensor_name, user_frames, visible
 from .provenance import Provenance, caller_frames, tag_to_origin, where
 
 
@@ -230,6 +230,9 @@ def build(
     finding.fix_scope = scope  # type: ignore[attr-defined]  # the user's frame the fixes are pasted in
     finding.dd_root = root  # type: ignore[attr-defined]
     finding.dd_root_expr = rooted[0] if rooted else None  # type: ignore[attr-defined]
+    finding.dd_call_src = call_source(rooted[1], root) if rooted else None  # type: ignore[attr-defined]
+    if rooted is not None and "model" not in rooted[1].f_locals and "model" not in rooted[1].f_globals:
+        finding.fixes = [snippets.renamed(x, rooted[0]) for x in finding.fixes]
     finding.fixes = accept(finding.fixes, fix_names["device"], scope)
     finding.fix_names = fix_names  # type: ignore[attr-defined]  # kept off the JSON: for re-ranking
     return finding

@@ -200,3 +200,15 @@ def passed_inputs(frame: FrameType, root: Any, want: torch.dtype) -> list[str]:
             if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != want:
                 out.append(text)
     return list(dict.fromkeys(out))
+
+
+def call_source(frame: FrameType, root: Any) -> tuple[list[str], dict[str, str]] | None:
+    """The argument expressions of the user's call of `root` on the frame's current line, as
+    written (positional, keyword), so a replay can evaluate them again after a fix."""
+    for call in _calls_of(frame, root):
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        return [ast.unparse(a) for a in call.args], {
+            k.arg: ast.unparse(k.value) for k in call.keywords if k.arg
+        }
+    return None

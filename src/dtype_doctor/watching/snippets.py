@@ -88,3 +88,17 @@ def keep_acceptable(
     if ok:
         return ok
     return [f for f in fixes if refusal(f, device, None, scope) is None]
+
+
+_MODEL = re.compile(r"(?<![\w.\"'])model(?=\s*[.=(\[)\],]|\s*$)")
+
+
+def renamed(fix: Fix, model: str) -> Fix:
+    """The fix with the catalog's generic `model` written as the user's own expression for it."""
+    if fix.language != "python" or model == "model" or "model" not in fix.snippet:
+        return fix
+    lines = []
+    for line in fix.snippet.splitlines():
+        code, sep, comment = line.partition("#")
+        lines.append(_MODEL.sub(model, code) + sep + comment)
+    return Fix(title=fix.title, snippet="\n".join(lines), why=fix.why, language=fix.language)
