@@ -83,3 +83,37 @@ def test_a_fix_that_replays_failing_says_so():
     failing = [x for x in fixes if x.verified is False]
     assert failing and all(x.verification.startswith("fails: ") for x in failing)
     assert fixes[0].verified is True
+
+
+def _names_at_fix_point(source: str, path: Path) -> set[str]:
+    """The names the script has where a fix is pasted (its code before `# FIX HERE`, run)."""
+    head = source.split("# FIX HERE\n")[0]
+    g: dict = {"__name__": "__main__", "__file__": str(path)}
+    sys.path.insert(0, str(ZOO))
+    try:
+        exec(compile(head, str(path), "exec"), g)
+    finally:
+        sys.path.remove(str(ZOO))
+    return set(g) | {"torch", "nn"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_fix_passes_the_static_check_and_executes(case):
+    """Every Python fix of the case: parses, names only what the script has at the paste point, no
+    refused autocast/glob/CUDA/no-op conversion; pasted, it executes (the run may still fail on
+    dtypes only where the replay said so)."""
+    from dtype_doctor.watching.snippets import refusal
+
+    path = ZOO / f"{case}.py"
+    _, report = _run(path)
+    source = path.read_text()
+    names = _names_at_fix_point(source, path)
+    for fix in [x for f in report.findings for x in f.fixes if x.language == "python" and x.snippet]:
+        assert refusal(fix, "cpu", names) is None, (case, refusal(fix, "cpu", names), fix.snippet)
+        pasted = source.replace("# FIX HERE\n", fix.snippet + "\n")
+        try:
+            _exec(pasted, path)
+        except (NameError, SyntaxError, AttributeError, TypeError) as exc:
+            pytest.fail(f"{case}: {fix.title!r} does not execute: {exc!r}\n{fix.snippet}")
+        except (RuntimeError, AssertionError) as exc:
+            assert fix.verified is not True, (case, fix.title, fix.verification, exc)

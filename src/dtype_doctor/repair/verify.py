@@ -32,6 +32,7 @@ class Call:
     method: str
     args: tuple
     kwargs: dict
+    autocast: tuple = ()  # (device, dtype) pairs in force at the call
 
 
 @dataclass
@@ -73,7 +74,7 @@ def _is_meta(module: nn.Module) -> bool:
 
 def _run(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: list) -> Any:
     with contextlib.ExitStack() as stack:
-        for c in contexts:
+        for c in [*(torch.autocast(d, dtype=t) for d, t in call.autocast), *contexts]:
             stack.enter_context(c)
         stack.enter_context(torch.no_grad())
         if _is_meta(module):
@@ -97,7 +98,8 @@ def reference(call: Call) -> torch.Tensor | None:
     module.float()
     up = _walk((args, kwargs), lambda t: t.float() if t.is_floating_point() else t)
     try:
-        return _first_float(_run(call, module, up[0], up[1], []))
+        plain = Call(call.module, call.method, call.args, call.kwargs)  # fp32: no autocast
+        return _first_float(_run(plain, module, up[0], up[1], []))
     except Exception:
         return None
 

@@ -230,12 +230,19 @@ def build(
     finding.fix_scope = scope  # type: ignore[attr-defined]  # the user's frame the fixes are pasted in
     finding.dd_root = root  # type: ignore[attr-defined]
     finding.dd_root_expr = rooted[0] if rooted else None  # type: ignore[attr-defined]
+    finding.dd_device = fix_names["device"]  # type: ignore[attr-defined]
     finding.dd_call_src = call_source(rooted[1], root) if rooted else None  # type: ignore[attr-defined]
-    if rooted is not None and "model" not in rooted[1].f_locals and "model" not in rooted[1].f_globals:
-        finding.fixes = [snippets.renamed(x, rooted[0]) for x in finding.fixes]
-    finding.fixes = accept(finding.fixes, fix_names["device"], scope)
+    finding.fixes = refine(finding, finding.fixes)
     finding.fix_names = fix_names  # type: ignore[attr-defined]  # kept off the JSON: for re-ranking
     return finding
+
+
+def refine(finding: Finding, fixes: list) -> list:
+    """The catalog's fixes made pasteable: the user's name for the model, then the static check."""
+    scope, expr = getattr(finding, "fix_scope", None), getattr(finding, "dd_root_expr", None)
+    if scope is not None and expr and "model" not in scope.f_locals and "model" not in scope.f_globals:
+        fixes = [snippets.renamed(x, expr) for x in fixes]
+    return accept(fixes, getattr(finding, "dd_device", "cpu"), scope)
 
 
 def accept(fixes: list, device: str, scope: Any) -> list:

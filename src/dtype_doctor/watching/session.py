@@ -144,7 +144,7 @@ class Session:
             if names is not None:
                 context = {*f.data.get("context", ()), "multi-error"}
                 f.data["context"] = sorted(context)
-                f.fixes = catalog.fixes_for(f.code, context, **names)
+                f.fixes = F.refine(f, catalog.fixes_for(f.code, context, **names))
 
     def _mode_exit(self) -> None:
         self._mode.__exit__(None, None, None)
@@ -203,12 +203,12 @@ class Session:
                 if not self._explicit:
                     self.names.add_root(owner)
                 self._tag_values(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
-                self.calls[id(module)] = (owner, method, (), arguments)
+                self.calls[id(module)] = (owner, method, (), arguments, _autocast_now())
                 self._check_autocast_params(module)
                 return
         if is_root:
             self._root = module
-            self.calls[id(module)] = (module, "__call__", args, dict(kwargs or {}))
+            self.calls[id(module)] = (module, "__call__", args, dict(kwargs or {}), _autocast_now())
             if not self._explicit:
                 self.names.add_root(module)
         if is_root or explicit:
@@ -416,6 +416,11 @@ class Session:
         """An outermost module call returned: its outputs are "output of <Class> at file:line"."""
         if self._active:
             self._tagger.tag_module_output(module, args, output)
+
+
+def _autocast_now() -> tuple:
+    """The autocast in force at a call, (device, dtype) pairs: a replay of the call runs under it."""
+    return tuple((d, _autocast_dtype(d)) for d in ("cpu", "cuda") if _autocast_dtype(d) is not None)
 
 
 def watch(
