@@ -11,12 +11,14 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import threading
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from ..report import Finding, Fix
 
@@ -65,7 +67,7 @@ def _first_float(value: Any, depth: int = 0) -> torch.Tensor | None:
 
 
 def _size(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
+    return sum(p.numel() for p in module.parameters() if not is_lazy(p))
 
 
 def _is_meta(module: nn.Module) -> bool:
@@ -241,8 +243,31 @@ def verify(finding: Finding, call: Call, scope: FrameType | None, ref: torch.Ten
     finding.fixes = sorted(finding.fixes, key=lambda x: order[x.verified])
 
 
+_replaying = threading.local()  # a replay's own watch (on meta) verifies nothing again
+
+
 def verify_session(session: Any) -> None:
     """Verify the fixes of the error findings of a watch session (the first few causes)."""
+    if getattr(_replaying, "on", False):
+        _forget(session)
+        return
+    _replaying.on = True
+    try:
+        _verify_session(session)
+    finally:
+        _replaying.on = False
+        _forget(session)
+
+
+def _forget(session: Any) -> None:
+    session.calls.clear()
+    for f in session.report.findings:  # no frames or tensors kept past the session
+        for attr in ("fix_scope", "dd_root", "dd_root_expr", "dd_call_src", "dd_device"):
+            if hasattr(f, attr):
+                delattr(f, attr)
+
+
+def _verify_session(session: Any) -> None:
     rank = {"error": 0, "warning": 1}
     errors = [f for f in session.report.findings if getattr(f, "dd_root", None) is not None]
     errors = sorted((f for f in errors if f.severity.value in rank), key=lambda f: rank[f.severity.value])
@@ -259,7 +284,3 @@ def verify_session(session: Any) -> None:
         if id(call.module) not in refs:
             refs[id(call.module)] = reference(call)
         verify(f, call, getattr(f, "fix_scope", None), refs[id(call.module)])
-    for f in session.report.findings:  # no frames or tensors kept past the session
-        for attr in ("fix_scope", "dd_root", "dd_root_expr", "dd_call_src"):
-            if hasattr(f, attr):
-                delattr(f, attr)

@@ -20,6 +20,7 @@ from types import FrameType
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from ..report import Fix
 from .names import attr_path, expression_for, module_modules, passed_inputs
@@ -101,7 +102,8 @@ def convert_lines(model: str, paths: list[str], dt: str) -> list[str]:
 
 
 def _float_params(module: nn.Module) -> list[torch.Tensor]:
-    return [p for p in module.parameters() if p.is_floating_point()]
+    """Floating parameters, lazy ones (not materialised yet) left out."""
+    return [p for p in module.parameters() if not is_lazy(p) and p.is_floating_point()]
 
 
 def majority(modules: list[nn.Module], skip: set[int] | None = None) -> torch.dtype | None:
@@ -142,7 +144,7 @@ def decide(
     """An Island when the module's parameters, not the activation, are the odd ones out."""
     if module is None or root is None or activation is None:
         return None
-    own = {p.dtype for p in module.parameters(recurse=False) if p.is_floating_point()}
+    own = {p.dtype for p in module.parameters(recurse=False) if not is_lazy(p) and p.is_floating_point()}
     if len(own) != 1:
         return None
     have = own.pop()

@@ -117,7 +117,7 @@ def build(
     ufile, uline, _ = where(user)
     path = names.module(module)
     frames = user_frames(2)
-    want = blame.majority([root]) if root is not None else None
+    want = _safe(lambda: blame.majority([root]) if root is not None else None)
     if expected is not None and want in blame.LOW and expected not in blame.LOW and want != expected:
         floats = [s for s in operands if s.tensor.is_floating_point()]
         if any(s.tensor.dtype == want for s in floats) and not any(names.tensor(s.tensor) for s in floats):
@@ -151,13 +151,13 @@ def build(
     if odd is not None and odd.origin is not None:
         ctx.add(f"odd-{odd.origin.kind}")
     ctx |= situation(ops, module, root)
-    rooted = expression_for(root, frames) if root is not None else None
-    variable = _user_name(odd, odd_tensor, root, rooted, frames) if odd else None
+    rooted = _safe(lambda: expression_for(root, frames) if root is not None else None)
+    variable = _safe(lambda: _user_name(odd, odd_tensor, root, rooted, frames) if odd else None)
     made = odd.origin.name if odd and odd.origin and odd.origin.kind in ("op", "cast", "output") else None
     odd_name = (variable or odd.name or made or odd.role) if odd else None
     odd_file = odd.origin.file if odd and odd.origin and odd.origin.file else (ufile or file)
     odd_line = odd.origin.line if odd and odd.origin and odd.origin.file else (uline or line)
-    island = blame.decide(module, root, _activation(ops), frames)
+    island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
     if island is not None:
         expected = island.want
         ctx.add("odd-module")
@@ -205,36 +205,47 @@ def build(
         data=extra,
         **fields,
     )  # fmt: skip
-    if island is None and odd is not None and odd.origin is not None and expected is not None:
-        at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
-        if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
-            finding.fixes = [at_root, *finding.fixes]
-    if island is None and rooted is not None and want is not None and root is not None:
-        passed = blame.input_fix(rooted[1], root, rooted[0], want)
-        if passed is not None:
-            finding.fixes = [passed, *(x for x in finding.fixes if x.snippet != passed.snippet)]
-    if island is not None:
-        extra_fixes = [x for x in (island.fix(), island.build_fix()) if x is not None]
-        finding.fixes = [*extra_fixes, *finding.fixes]
-        finding.data["island"] = {
-            "model": island.model,
-            "modules": island.paths[:20],
-            "count": len(island.paths),
-            "dtype": canonical(island.dtype),
-            "want": canonical(island.want),
-            "label": island.label,
-            **({"built": f"{island.built[0]}:{island.built[1]}"} if island.built else {}),
-        }
-        finding.data["expected_dtype"] = canonical(island.want)
-    scope = rooted[1] if rooted else (frames[-1] if frames else None)
-    finding.fix_scope = scope  # type: ignore[attr-defined]  # the user's frame the fixes are pasted in
-    finding.dd_root = root  # type: ignore[attr-defined]
-    finding.dd_root_expr = rooted[0] if rooted else None  # type: ignore[attr-defined]
-    finding.dd_device = fix_names["device"]  # type: ignore[attr-defined]
-    finding.dd_call_src = call_source(rooted[1], root) if rooted else None  # type: ignore[attr-defined]
-    finding.fixes = refine(finding, finding.fixes)
+    try:  # the names, the island and the static check: never at the cost of the finding
+        if island is None and odd is not None and odd.origin is not None and expected is not None:
+            at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
+            if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
+                finding.fixes = [at_root, *finding.fixes]
+        if island is None and rooted is not None and want is not None and root is not None:
+            passed = blame.input_fix(rooted[1], root, rooted[0], want)
+            if passed is not None:
+                finding.fixes = [passed, *(x for x in finding.fixes if x.snippet != passed.snippet)]
+        if island is not None:
+            extra_fixes = [x for x in (island.fix(), island.build_fix()) if x is not None]
+            finding.fixes = [*extra_fixes, *finding.fixes]
+            finding.data["island"] = {
+                "model": island.model,
+                "modules": island.paths[:20],
+                "count": len(island.paths),
+                "dtype": canonical(island.dtype),
+                "want": canonical(island.want),
+                "label": island.label,
+                **({"built": f"{island.built[0]}:{island.built[1]}"} if island.built else {}),
+            }
+            finding.data["expected_dtype"] = canonical(island.want)
+        scope = rooted[1] if rooted else (frames[-1] if frames else None)
+        finding.fix_scope = scope  # type: ignore[attr-defined]  # the user's frame the fixes are pasted in
+        finding.dd_root = root  # type: ignore[attr-defined]
+        finding.dd_root_expr = rooted[0] if rooted else None  # type: ignore[attr-defined]
+        finding.dd_device = fix_names["device"]  # type: ignore[attr-defined]
+        finding.dd_call_src = call_source(rooted[1], root) if rooted else None  # type: ignore[attr-defined]
+        finding.fixes = refine(finding, finding.fixes)
+    except Exception:
+        finding.fix_scope = None  # type: ignore[attr-defined]
     finding.fix_names = fix_names  # type: ignore[attr-defined]  # kept off the JSON: for re-ranking
     return finding
+
+
+def _safe(fn: Any) -> Any:
+    """fn() or None: the user's frames and models are read best-effort."""
+    try:
+        return fn()
+    except Exception:
+        return None
 
 
 def refine(finding: Finding, fixes: list) -> list:

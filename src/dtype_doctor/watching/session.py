@@ -95,9 +95,10 @@ class Session:
                 if f.data.get("action"):  # the cast was applied and the run completed: say so
                     f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
         try:
-            from ..repair.verify import verify_session
+            if exc is None or isinstance(exc, Exception):  # not on Ctrl-C: the user wants out
+                from ..repair.verify import verify_session
 
-            verify_session(self)
+                verify_session(self)
         except Exception as err:
             self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):
