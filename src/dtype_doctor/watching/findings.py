@@ -15,7 +15,15 @@ from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin
 from . import blame, snippets
 from .modules import Names, argument_names
-from .names import call_argument, call_source, expression_for, tensor_name, user_frames, visible
+from .names import (
+    call_argument,
+    call_source,
+    expression_for,
+    float64_array,
+    tensor_name,
+    user_frames,
+    visible,
+)
 from .provenance import Provenance, caller_frames, tag_to_origin, where
 
 
@@ -161,6 +169,7 @@ def build(
     if island is not None:
         expected = island.want
         ctx.add("odd-module")
+    array = _safe(lambda: float64_array(rooted[1], root) if rooted else None)
     fix_names = {
         "module": path or "<root>",
         "module_class": type(module).__name__ if module is not None else None,
@@ -169,6 +178,7 @@ def build(
         "param": param_name,
         "input": odd_name,
         "tensor": variable,
+        "array": array,
         "model": rooted[0] if rooted else None,
         "dtype": torch_name(expected),
         "other_dtype": torch_name(odd and getattr(torch, odd.dtype or "", None)),

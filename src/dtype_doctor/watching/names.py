@@ -212,3 +212,14 @@ def call_source(frame: FrameType, root: Any) -> tuple[list[str], dict[str, str]]
             k.arg: ast.unparse(k.value) for k in call.keywords if k.arg
         }
     return None
+
+
+def float64_array(frame: FrameType, root: Any) -> str | None:
+    """A NumPy float64 array the user's call of `root` reads (`model(torch.from_numpy(batch))`)."""
+    for call in _calls_of(frame, root):
+        for node in ast.walk(call):
+            if isinstance(node, ast.Name):
+                value = frame.f_locals.get(node.id, frame.f_globals.get(node.id))
+                if type(value).__name__ == "ndarray" and str(getattr(value, "dtype", "")) == "float64":
+                    return node.id
+    return None

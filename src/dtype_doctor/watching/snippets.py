@@ -34,9 +34,11 @@ def refusal(fix: Fix, device: str, names: set[str] | None, scope: dict[str, Any]
         return None
     code = "\n".join(line.split("#")[0] for line in fix.snippet.splitlines())
     try:
-        ast.parse(fix.snippet)
+        tree = ast.parse(fix.snippet)
     except SyntaxError:
         return "does not parse"
+    if any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree)):
+        return "a placeholder (...) instead of your arguments"
     for m in _AUTOCAST.finditer(code):
         dev, dt = m.group(1), m.group(2)
         if dev not in ("cpu", "cuda", "xpu", "mps") or dev != device:
