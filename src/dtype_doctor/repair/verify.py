@@ -132,8 +132,11 @@ def replay(
     ref: torch.Tensor | None,
     root_expr: str | None = None,
     call_src: tuple[list[str], dict[str, str]] | None = None,
+    inner: dict[str, str] | None = None,
 ) -> Verdict:
-    """Apply `snippet` to copies of the objects it names (from `env`), then replay `call`."""
+    """Apply `snippet` to copies of the objects it names (from `env`), then replay `call`; `inner`
+    maps the names of the user's frames inside the call to where they are (not replayable)."""
+    inner = inner or {}
     from ..watching.names import loaded_names
 
     try:
@@ -142,6 +145,12 @@ def replay(
         return Verdict(None, "not verified (does not parse)")
     names = (loaded_names(snippet) or set()) - {"torch", "nn", "F"}
     missing = sorted(n for n in names if n not in env)
+    places = sorted({inner[n] for n in missing if n in inner})
+    if missing and places:
+        what = ", ".join(f"`{n}`" for n in missing)
+        return Verdict(
+            None, f"not verified (pasted in {places[0]}, where {what} is: inside the replayed call)"
+        )
     if missing:
         return Verdict(None, f"not verified (names {', '.join(missing)}, which the replay does not have)")
     if _size(call.module) > MAX_ELEMENTS:
@@ -217,9 +226,19 @@ def verify(finding: Finding, call: Call, scope: FrameType | None, ref: torch.Ten
     """Mark the finding's first fixes verified / not verified and put the ones that pass first."""
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
     tried: list[Fix] = []
+    inner = getattr(finding, "dd_inner", None) or {}
     for fix in finding.fixes:
-        if len(tried) >= TRIED:
-            break
+        if fix.language == "python" and len(tried) >= TRIED:
+            from ..watching.names import loaded_names
+
+            places = sorted(
+                {inner[n] for n in (loaded_names(fix.snippet) or ()) if n in inner and n not in env}
+            )
+            where = (
+                f"pasted in {places[0]}, inside the replayed call" if places else "only the first fixes are"
+            )
+            fix.verification = f"not verified ({where})"
+            continue
         if fix.language != "python" or not fix.snippet.strip():
             fix.verification = "not verified (not Python code to replay)"
             continue
@@ -232,6 +251,7 @@ def verify(finding: Finding, call: Call, scope: FrameType | None, ref: torch.Ten
                 ref,
                 getattr(finding, "dd_root_expr", None),
                 getattr(finding, "dd_call_src", None),
+                getattr(finding, "dd_inner", None),
             )
         except Exception as exc:  # the tool's own trouble: say so, never fail the user's program
             v = Verdict(None, f"not verified ({type(exc).__name__} in the replay)")
@@ -262,7 +282,7 @@ def verify_session(session: Any) -> None:
 def _forget(session: Any) -> None:
     session.calls.clear()
     for f in session.report.findings:  # no frames or tensors kept past the session
-        for attr in ("fix_scope", "dd_root", "dd_root_expr", "dd_call_src", "dd_device"):
+        for attr in ("fix_scope", "dd_root", "dd_root_expr", "dd_call_src", "dd_device", "dd_inner"):
             if hasattr(f, attr):
                 delattr(f, attr)
 
@@ -281,6 +301,13 @@ def _verify_session(session: Any) -> None:
         if found is None:
             continue
         call = Call(*found)
+        scope = getattr(f, "fix_scope", None)
+        if call.module is not f.dd_root and scope is not None:  # entered through a method (vae.decode)
+            from ..watching.names import call_source, expression_for
+
+            reached = expression_for(call.module, [scope])
+            f.dd_root_expr = reached[0] if reached else None
+            f.dd_call_src = call_source(scope, call.module)
         if id(call.module) not in refs:
             refs[id(call.module)] = reference(call)
         verify(f, call, getattr(f, "fix_scope", None), refs[id(call.module)])

@@ -238,6 +238,9 @@ def build(
             }
             finding.data["expected_dtype"] = canonical(island.want)
         scope = rooted[1] if rooted else (frames[-1] if frames else None)
+        inner = frames[: frames.index(scope)] if scope in frames else []
+        finding.dd_inner = {n: f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
+                            for f in reversed(inner) for n in f.f_locals if n != "self"}  # type: ignore[attr-defined]  # fmt: skip
         finding.fix_scope = scope  # type: ignore[attr-defined]  # the user's frame the fixes are pasted in
         finding.dd_root = root  # type: ignore[attr-defined]
         finding.dd_root_expr = rooted[0] if rooted else None  # type: ignore[attr-defined]
@@ -263,15 +266,16 @@ def refine(finding: Finding, fixes: list) -> list:
     scope, expr = getattr(finding, "fix_scope", None), getattr(finding, "dd_root_expr", None)
     if scope is not None and expr and "model" not in scope.f_locals and "model" not in scope.f_globals:
         fixes = [snippets.renamed(x, expr) for x in fixes]
-    return accept(fixes, getattr(finding, "dd_device", "cpu"), scope)
+    return accept(fixes, getattr(finding, "dd_device", "cpu"), scope, set(getattr(finding, "dd_inner", ())))
 
 
-def accept(fixes: list, device: str, scope: Any) -> list:
-    """The fixes that pass the static check in the user's frame `scope` (snippets.refusal)."""
+def accept(fixes: list, device: str, scope: Any, inner: set[str] | None = None) -> list:
+    """The fixes that pass the static check in the user's frame `scope`, or in one of the user's
+    frames inside the call it made (`inner`: their names) (snippets.refusal)."""
     if scope is None:
         return snippets.keep_acceptable(fixes, device, None)
     env = {**scope.f_globals, **scope.f_locals}
-    return snippets.keep_acceptable(fixes, device, visible(scope), env)
+    return snippets.keep_acceptable(fixes, device, visible(scope) | (inner or set()), env)
 
 
 def _activation(ops: list[Operand]) -> torch.dtype | None:

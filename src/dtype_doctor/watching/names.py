@@ -192,13 +192,16 @@ def passed_inputs(frame: FrameType, root: Any, want: torch.dtype) -> list[str]:
     methods) that hold floating tensors of another dtype than `want`."""
     out: list[str] = []
     for call in _calls_of(frame, root):
-        for node in [*call.args, *(k.value for k in call.keywords)]:
-            text = ast.unparse(node)
-            if not _is_path(text):
-                continue
-            value = _resolve(text, frame)
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != want:
-                out.append(text)
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            # the argument itself when it is a name, else the names inside its expression
+            nodes = (
+                [arg] if _is_path(ast.unparse(arg)) else [n for n in ast.walk(arg) if isinstance(n, ast.Name)]
+            )
+            for node in nodes:
+                text = ast.unparse(node)
+                value = _resolve(text, frame)
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != want:
+                    out.append(text)
     return list(dict.fromkeys(out))
 
 
