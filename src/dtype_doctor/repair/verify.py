@@ -289,13 +289,13 @@ def _forget(session: Any) -> None:
 
 def _verify_session(session: Any) -> None:
     rank = {"error": 0, "warning": 1}
-    errors = [f for f in session.report.findings if getattr(f, "dd_root", None) is not None]
+    errors = [f for f in session.report.findings if hasattr(f, "dd_root") and getattr(f, "fix_scope", None)]
     errors = sorted((f for f in errors if f.severity.value in rank), key=lambda f: rank[f.severity.value])
     if not any(f.severity.value == "error" for f in errors):
         errors = []  # nothing failed: no replay to run
     refs: dict[int, Any] = {}
     for f in errors[:6]:
-        found = session.calls.get(id(f.dd_root))
+        found = session.calls.get(id(f.dd_root)) if f.dd_root is not None else None
         if found is None and session.calls:
             found = list(session.calls.values())[-1]
         if found is None:

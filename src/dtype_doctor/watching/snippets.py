@@ -86,10 +86,20 @@ def keep_acceptable(
     fixes: list[Fix], device: str, names: set[str] | None, scope: dict[str, Any] | None = None
 ) -> list[Fix]:
     """The fixes that pass the static check; when none does, the ones torch accepts (names unchecked)."""
+    seen: set[str] = set()
+    fixes = [f for f in fixes if not f.snippet.strip() or _first(f.snippet.strip(), seen)]  # one of each
     ok = [f for f in fixes if refusal(f, device, names, scope) is None]
     if ok:
         return ok
     return [f for f in fixes if refusal(f, device, None, scope) is None]
+
+
+def _first(code: str, seen: set[str]) -> bool:
+    key = "\n".join(line.split("#")[0].rstrip() for line in code.splitlines())
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 _MODEL = re.compile(r"(?<![\w.\"'])model(?=\s*[.=(\[)\],]|\s*$)")
