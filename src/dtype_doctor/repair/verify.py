@@ -266,9 +266,11 @@ def verify(finding: Finding, call: Call, scope: FrameType | None, ref: torch.Ten
 _replaying = threading.local()  # a replay's own watch (on meta) verifies nothing again
 
 
-def verify_session(session: Any) -> None:
-    """Verify the fixes of the error findings of a watch session (the first few causes)."""
-    if getattr(_replaying, "on", False):
+def verify_session(session: Any, failed: bool = True) -> None:
+    """Verify the fixes of the error findings of a watch session (the first few causes): when the
+    block failed, or on meta (check's dry run), where the replay runs under watch."""
+    on_meta = any(_is_meta(c[0]) for c in session.calls.values())
+    if getattr(_replaying, "on", False) or not (failed or on_meta):
         _forget(session)
         return
     _replaying.on = True

@@ -98,7 +98,7 @@ class Session:
             if exc is None or isinstance(exc, Exception):  # not on Ctrl-C: the user wants out
                 from ..repair.verify import verify_session
 
-                verify_session(self)
+                verify_session(self, failed=exc is not None)
         except Exception as err:
             self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):
