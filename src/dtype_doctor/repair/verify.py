@@ -160,14 +160,14 @@ def replay(
     }
     sources = [*call_src[0], *call_src[1].values()] if call_src else []
     used = set().union(*(loaded_names(x) or set() for x in sources)) if sources else set()
-    if (
-        sources
-        and stored
-        and not stored & used
-        and not any(isinstance(env.get(n), nn.Module) for n in stored)
-    ):
-        what = ", ".join(sorted(stored))
-        return Verdict(None, f"not verified (`{what}` is used before the replayed call)")
+    passed: set[int] = set()
+    _walk((call.args, call.kwargs), lambda t: passed.add(id(t)))
+    data = {n for n in stored if n in env and not isinstance(env[n], nn.Module)}
+    if data and not data & used and not any(id(env[n]) in passed for n in data):
+        what = ", ".join(sorted(data))
+        return Verdict(
+            None, f"not verified (`{what}` is not what the replayed call receives: used before it)"
+        )
     objs = {n: env[n] for n in names | stored | used if n in env}  # rebound ones too: the call sees them
     memo: dict[int, Any] = {}
     for v in objs.values():  # modules, functions, classes: shared, never copied
