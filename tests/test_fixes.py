@@ -220,3 +220,21 @@ def test_find_fp32_set_never_answers_the_whole_model():
     model = Scaled().half()
     chosen, _ = find_fp32_set(model, lambda m: m(torch.full((2, 4), 10.0, dtype=H)))
     assert "" not in chosen
+
+
+def test_every_fix_of_every_scenario_is_accepted_by_torch(reports):
+    """The static check watch applies: parses, no autocast torch refuses (CPU float32, meta, another
+    device), no glob in get_submodule, no CUDA in a CPU run."""
+    from dtype_doctor.watching.snippets import refusal
+
+    for name in ("sequential", "gpt2", "promotion", "check"):
+        for fix in _fixes(reports[name]):
+            assert refusal(fix, "cpu", None) is None, (name, refusal(fix, "cpu", None), fix.snippet)
+
+
+def test_verified_fixes_come_first_and_say_what_the_replay_found(reports):
+    for name in ("sequential", "gpt2"):
+        for f in reports[name].findings:
+            marks = [x.verified for x in f.fixes]
+            assert False not in marks[:1], (name, [(x.title, x.verification) for x in f.fixes])
+            assert all(x.verification for x in f.fixes if x.verified is not None)

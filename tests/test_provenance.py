@@ -64,7 +64,9 @@ def test_soft_prompt_projector_output_is_named_and_the_chain_follows_the_fp32_op
     head = next(f for f in grouped.findings if f.code == error.code)
     expected = f"float32 output of Linear `prefix` (tests/test_provenance.py:{line - 1}) → 2 findings"
     assert head.root_cause.startswith(expected), head.root_cause
-    assert head.fixes[0].snippet == "prefix = prefix.to(torch.float16)"
+    # the fix the replay verified leads (what reaches the model); the fix at the root follows
+    assert head.fixes[0].verified is True and head.fixes[0].snippet == "embeds = embeds.to(torch.float16)"
+    assert "prefix = prefix.to(torch.float16)" in [x.snippet for x in head.fixes]
 
 
 def test_a_cast_that_keeps_the_dtype_takes_the_origin_of_the_tensor_whose_dtype_it_copies():

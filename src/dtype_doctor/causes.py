@@ -13,6 +13,8 @@ from dataclasses import replace
 
 from .report import Finding, Fix, Operand, Origin, Report
 
+OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
+
 
 def _odd_operands(f: Finding) -> list[Operand]:
     """The operands whose dtype is not the one the op needed (all of them when unknown)."""
@@ -21,10 +23,44 @@ def _odd_operands(f: Finding) -> list[Operand]:
     return odd or [o for o in f.operands if o.origin is not None and o.origin.kind != "parameter"]
 
 
+LIBRARIES = ("torch/", "transformers/", "diffusers/", "peft/", "timm/", "accelerate/", "open_clip/")
+
+
+def _library_line(origin: Origin) -> bool:
+    return bool(origin.file) and (origin.file.startswith(LIBRARIES) or "site-packages" in (origin.file or ""))
+
+
+def _user_ancestor(origin: Origin, depth: int = 0) -> Origin | None:
+    """The nearest origin made at a line of the user's own code, with the same dtype."""
+    for c in origin.chain:
+        if c.kind == "call":
+            continue
+        if c.dtype == origin.dtype and c.file and not _library_line(c) and c.op != OWN_CAST:
+            return c
+        found = _user_ancestor(c, depth + 1) if depth < 8 and c.dtype == origin.dtype else None
+        if found is not None:
+            return found
+    return None
+
+
 def root_origin(origin: Origin) -> Origin:
-    """Follow an origin's chain to the tensor that first had this dtype (skipping call sites)."""
+    """Follow an origin's chain to the tensor that first had this dtype (skipping call sites); a
+    root at a library line (its `Tensor.to`) gives way to the user's line that made the tensor."""
+    found = _root_origin(origin)
+    if found.kind in ("op", "cast", "promotion") and _library_line(found):
+        return _user_ancestor(found) or found
+    return found
+
+
+def _root_origin(origin: Origin) -> Origin:
     current = origin
     for _ in range(16):
+        if current.op == OWN_CAST:  # the tool's own fix-mode cast is never a cause: what it cast is
+            before = [c for c in current.chain if c.kind != "call"]
+            if not before:
+                return current
+            current = before[0]
+            continue
         parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
         if current.kind in ("input", "output") and not (parents and parents[0].kind == "promotion"):
             return current  # a named tensor the user handed over: the place to act
@@ -51,7 +87,7 @@ def _origin_label(origin: Origin) -> str:
     return text
 
 
-def _root_fix(root: Origin, expected: str | None) -> Fix | None:
+def root_fix(root: Origin, expected: str | None) -> Fix | None:
     """Cast the tensor where the user made it: the one line that fixes every finding of the cause."""
     made = root
     if root.kind == "input":
@@ -83,14 +119,17 @@ def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
     """(identity, label, fix at the root) of the finding's root origin, or None when nothing names one."""
     if f.code == "autocast-half-conflict":
         return _autocast_key(f)
+    island = f.data.get("island")
+    if isinstance(island, dict) and island.get("label"):  # every island of one model is one cause
+        return ("island", island.get("model"), island.get("dtype")), str(island["label"]), None
     for op in _odd_operands(f):
         if op.origin is None or op.origin.kind == "unknown":
             continue
         root = root_origin(op.origin)
-        if (root.kind == "parameter" and not root.file) or root.kind == "autocast":
+        if (root.kind == "parameter" and not root.file) or root.kind == "autocast" or root.op == OWN_CAST:
             continue  # a parameter is where it is; autocast's dtype is by design, not a cause
         key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)
-        return key, _origin_label(root), _root_fix(root, f.data.get("expected_dtype"))
+        return key, _origin_label(root), root_fix(root, f.data.get("expected_dtype"))
     if f.operands and all(o.origin is None or not o.origin.file for o in f.operands):
         # findings about what modules hold (audit): one per dtype pattern of the same family
         pattern = tuple((o.role, o.dtype) for o in f.operands)
@@ -157,7 +196,11 @@ def _with_root_fix(fixes: list[Fix], root: Fix | None) -> list[Fix]:
     """The root fix first; a catalog fix with the same snippet gives way to it (no repeat)."""
     if root is None:
         return fixes
-    return [root, *(x for x in fixes if x.snippet.strip() != root.snippet)]
+    if any(x.snippet.strip() == root.snippet for x in fixes):
+        return fixes  # already offered (and possibly verified) by the producer
+    rest = fixes
+    ahead = next((i for i, x in enumerate(rest) if not x.verified), len(rest))  # verified ones stay first
+    return [*rest[:ahead], root, *rest[ahead:]]
 
 
 def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:

@@ -99,12 +99,17 @@ class Fix:
     """One remedy, ranked by its position in Finding.fixes (best first).
 
     language: `python` (the snippet parses as Python) or `shell` (a command line).
+    verified: True when the tool replayed the failing call with this fix applied and it passed,
+    False when that replay still failed, None when it was not tried. verification: what the replay
+    found, as shown (`verified: passes, max rel. error 2e-03 vs fp32`, `fails: ...`, `not verified (why)`).
     """
 
     title: str
     snippet: str = ""
     why: str = ""
     language: str = ""
+    verified: bool | None = None
+    verification: str = ""
 
     def __post_init__(self) -> None:
         if not self.language:
@@ -342,7 +347,7 @@ _FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
                 "origin": (dict, type(None))},
     "origin": {"kind": _S, "name": _OPT_S, "op": _OPT_S, "module": _OPT_S, "file": _OPT_S,
                "dtype": _OPT_S, "line": _OPT_I, "chain": (list,)},
-    "fixes": {"title": _S, "snippet": _S, "why": _S},
+    "fixes": {"title": _S, "snippet": _S, "why": _S, "verified": (bool, type(None)), "verification": _S},
     "evidence": {"text": _S, "line": _OPT_I, "source": _OPT_S},
 }  # fmt: skip
 _SEVERITIES = frozenset(s.value for s in Severity)

@@ -55,6 +55,7 @@ class _Names(dict):
         "file": "your code",
         "line": "?",
         "tensor": "x",
+        "array": "array",
         "op": "the op",
         "modules": '["the module"]',
         "device": "cuda",

@@ -71,8 +71,8 @@ CREATE_WITH_DTYPE = FixTemplate(
 )
 FROM_FLOAT64 = FixTemplate(
     "Convert the float64 data where it enters: NumPy arrays and Python-float math give torch.float64",
-    "x = torch.from_numpy(array).to({dtype})      # or array.astype(np.float32) before\n"
-    "x = torch.as_tensor(values, dtype={dtype})   # not torch.tensor(values) from np.float64",
+    "{array} = torch.from_numpy({array}).to({dtype})   # or {array}.astype(np.float32) before\n"
+    "# values from Python floats: torch.as_tensor(values, dtype={dtype}), not torch.tensor(values)",
     "torch.from_numpy keeps NumPy's float64; every model weight is float32 or lower, so the first "
     'layer refuses it ("Double and Float").',
     when=_({"fp64"}),

@@ -106,6 +106,10 @@ def render_brief(report: Report, console: Console) -> None:
             console.print(Text.assemble(("  root cause ", "bold magenta"), cause))
         if f.fixes and f.severity != Severity.INFO:
             console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
+            if f.fixes[0].verification:
+                console.print(
+                    Text(f"    {f.fixes[0].verification}", style="green" if f.fixes[0].verified else "dim")
+                )
             if f.fixes[0].snippet:
                 console.print(_code(f.fixes[0].snippet), crop=False)
     console.print(summary_line(report))
@@ -166,6 +170,9 @@ def finding_panel(
         parts.append(Text.assemble(("cause  ", "bold"), finding.cause))
     for rank, fix in enumerate(finding.fixes if verbose else finding.fixes[:3], 1):
         parts.append(Text.assemble((f"fix {rank}  ", "bold green"), fix.title))
+        if fix.verification:
+            style = "green" if fix.verified else "red" if fix.verified is False else "dim"
+            parts.append(Text(f"       {fix.verification}", style=style))
         if fix.snippet:
             # plain styled text, not rich.syntax: pygments costs ~0.1 s of start-up, and explain has 0.3 s
             parts.append(_code(fix.snippet))

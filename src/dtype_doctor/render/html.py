@@ -208,6 +208,8 @@ def _finding(f: Finding, index: int, cause: str | None = None) -> str:
         lang = f' class="language-{escape(fix.language)}"' if fix.language else ""
         snippet = f"<pre{lang}>{escape(fix.snippet)}</pre>" if fix.snippet else ""
         why = f'<div class="why">{escape(fix.why)}</div>' if fix.why else ""
+        if fix.verification:
+            why += f'<div class="why verification">{escape(fix.verification)}</div>'
         out.append(f'<div class="fix"><b>fix {rank}</b> {escape(fix.title)}{why}{snippet}</div>')
     for ev in f.evidence:
         where = f"line {ev.line}: " if ev.line else ""

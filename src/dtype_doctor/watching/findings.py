@@ -10,11 +10,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import catalog
+from .. import catalog, causes
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin
-from .modules import Names
-from .provenance import SKIP, Provenance, caller_frames, frame_kind, tag_to_origin, where
+from . import blame, snippets
+from .modules import Names, argument_names
+from .names import (
+    call_argument,
+    call_source,
+    expression_for,
+    float64_array,
+    tensor_name,
+    user_frames,
+    visible,
+)
+from .provenance import Provenance, caller_frames, tag_to_origin, where
 
 
 def torch_name(dtype: torch.dtype | None) -> str | None:
@@ -72,22 +82,6 @@ def _root_method_input(t: torch.Tensor) -> Origin | None:
     return None
 
 
-def _variable_name(t: torch.Tensor | None) -> str | None:
-    """The name of a local variable in user or library code (not torch) that holds `t`."""
-    if t is None:
-        return None
-    f = sys._getframe(2)
-    for _ in range(64):
-        if f is None:
-            return None
-        if frame_kind(f.f_code) != SKIP:
-            for name, value in f.f_locals.items():
-                if value is t and name != "self":
-                    return name
-        f = f.f_back
-    return None
-
-
 def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     known = names.tensor(t)
     if known is not None:
@@ -130,6 +124,14 @@ def build(
     file, line, function = where(inner)
     ufile, uline, _ = where(user)
     path = names.module(module)
+    frames = user_frames(2)
+    want = _safe(lambda: blame.majority([root]) if root is not None else None)
+    if expected is not None and want in blame.LOW and expected not in blame.LOW and want != expected:
+        floats = [s for s in operands if s.tensor.is_floating_point()]
+        if any(s.tensor.dtype == want for s in floats) and not any(names.tensor(s.tensor) for s in floats):
+            for s in floats:  # no parameter decides: the models' dtype does, not the first operand
+                s.odd = s.tensor.dtype != want
+            expected = want
     ops: list[Operand] = []
     odd = None
     odd_tensor = None
@@ -157,11 +159,17 @@ def build(
     if odd is not None and odd.origin is not None:
         ctx.add(f"odd-{odd.origin.kind}")
     ctx |= situation(ops, module, root)
-    variable = _variable_name(odd_tensor) if odd else None  # the user's own name for it, if any
+    rooted = _safe(lambda: expression_for(root, frames) if root is not None else None)
+    variable = _safe(lambda: _user_name(odd, odd_tensor, root, rooted, frames) if odd else None)
     made = odd.origin.name if odd and odd.origin and odd.origin.kind in ("op", "cast", "output") else None
-    odd_name = (odd.name or variable or made or odd.role) if odd else None
+    odd_name = (variable or odd.name or made or odd.role) if odd else None
     odd_file = odd.origin.file if odd and odd.origin and odd.origin.file else (ufile or file)
     odd_line = odd.origin.line if odd and odd.origin and odd.origin.file else (uline or line)
+    island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
+    if island is not None:
+        expected = island.want
+        ctx.add("odd-module")
+    array = _safe(lambda: float64_array(rooted[1], root) if rooted else None)
     fix_names = {
         "module": path or "<root>",
         "module_class": type(module).__name__ if module is not None else None,
@@ -169,12 +177,14 @@ def build(
         "op": op,
         "param": param_name,
         "input": odd_name,
-        "tensor": next((n for n in (variable, odd_name) if n and n.isidentifier()), "x"),
+        "tensor": variable,
+        "array": array,
+        "model": rooted[0] if rooted else None,
         "dtype": torch_name(expected),
         "other_dtype": torch_name(odd and getattr(torch, odd.dtype or "", None)),
         "file": odd_file,
         "line": odd_line,
-        "device": operands[0].tensor.device.type if operands else "cuda",  # autocast's device_type
+        "device": operands[0].tensor.device.type if operands else "cpu",  # autocast's device_type
         "made_op": odd.origin.op if odd and odd.origin and odd.origin.kind == "op" else None,
     }
     if not message:
@@ -205,8 +215,92 @@ def build(
         data=extra,
         **fields,
     )  # fmt: skip
+    try:  # the names, the island and the static check: never at the cost of the finding
+        if island is None and odd is not None and odd.origin is not None and expected is not None:
+            at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
+            if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
+                finding.fixes = [at_root, *finding.fixes]
+        if island is None and rooted is not None and want is not None and root is not None:
+            passed = blame.input_fix(rooted[1], root, rooted[0], want)
+            if passed is not None:
+                finding.fixes = [passed, *(x for x in finding.fixes if x.snippet != passed.snippet)]
+        if island is not None:
+            extra_fixes = [x for x in (island.fix(), island.build_fix()) if x is not None]
+            finding.fixes = [*extra_fixes, *finding.fixes]
+            finding.data["island"] = {
+                "model": island.model,
+                "modules": island.paths[:20],
+                "count": len(island.paths),
+                "dtype": canonical(island.dtype),
+                "want": canonical(island.want),
+                "label": island.label,
+                **({"built": f"{island.built[0]}:{island.built[1]}"} if island.built else {}),
+            }
+            finding.data["expected_dtype"] = canonical(island.want)
+        scope = rooted[1] if rooted else (frames[-1] if frames else None)
+        inner = frames[: frames.index(scope)] if scope in frames else []
+        finding.dd_inner = {n: f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
+                            for f in reversed(inner) for n in f.f_locals if n != "self"}  # type: ignore[attr-defined]  # fmt: skip
+        finding.fix_scope = scope  # type: ignore[attr-defined]  # the user's frame the fixes are pasted in
+        finding.dd_root = root  # type: ignore[attr-defined]
+        finding.dd_root_expr = rooted[0] if rooted else None  # type: ignore[attr-defined]
+        finding.dd_device = fix_names["device"]  # type: ignore[attr-defined]
+        finding.dd_call_src = call_source(rooted[1], root) if rooted else None  # type: ignore[attr-defined]
+        finding.fixes = refine(finding, finding.fixes)
+    except Exception:
+        finding.fix_scope = None  # type: ignore[attr-defined]
     finding.fix_names = fix_names  # type: ignore[attr-defined]  # kept off the JSON: for re-ranking
     return finding
+
+
+def _safe(fn: Any) -> Any:
+    """fn() or None: the user's frames and models are read best-effort."""
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def refine(finding: Finding, fixes: list) -> list:
+    """The catalog's fixes made pasteable: the user's name for the model, then the static check."""
+    scope, expr = getattr(finding, "fix_scope", None), getattr(finding, "dd_root_expr", None)
+    if scope is not None and expr and "model" not in scope.f_locals and "model" not in scope.f_globals:
+        fixes = [snippets.renamed(x, expr) for x in fixes]
+    return accept(fixes, getattr(finding, "dd_device", "cpu"), scope, set(getattr(finding, "dd_inner", ())))
+
+
+def accept(fixes: list, device: str, scope: Any, inner: set[str] | None = None) -> list:
+    """The fixes that pass the static check in the user's frame `scope`, or in one of the user's
+    frames inside the call it made (`inner`: their names) (snippets.refusal)."""
+    if scope is None:
+        return snippets.keep_acceptable(fixes, device, None)
+    env = {**scope.f_globals, **scope.f_locals}
+    return snippets.keep_acceptable(fixes, device, visible(scope) | (inner or set()), env)
+
+
+def _activation(ops: list[Operand]) -> torch.dtype | None:
+    """The dtype of the data operand that disagrees with the module's parameters, if one does."""
+    params = {o.dtype for o in ops if o.origin is not None and o.origin.kind == "parameter"}
+    for o in ops:
+        if o.origin is not None and o.origin.kind not in ("parameter", "buffer") and o.dtype not in params:
+            return getattr(torch, o.dtype or "", None)
+    return None
+
+
+def _user_name(
+    odd: Operand, t: torch.Tensor | None, root: nn.Module | None, rooted: Any, frames: list
+) -> str | None:
+    """The user's name for the odd tensor: a local of their frame, or the argument they passed."""
+    if t is not None:
+        name = tensor_name(t, frames)
+        if name is not None:
+            return name
+    origin = odd.origin
+    if origin is not None and origin.kind == "input" and root is not None and rooted is not None:
+        params = argument_names(root) or []
+        pos = params.index(origin.name) if origin.name in params else None
+        return call_argument(rooted[1], root, origin.name, pos)
+    return None
 
 
 def situation(ops: list[Operand], module: nn.Module | None, root: nn.Module | None) -> set[str]:

@@ -79,6 +79,7 @@ class Session:
         self._every = every
         self._unpatch: list[Any] = []
         self._active = False
+        self.calls: dict[int, Any] = {}  # id(root) -> its last call, replayed to verify fixes
 
     # ---- context manager -------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -105,6 +106,13 @@ class Session:
             for f in self.report.findings:
                 if f.data.get("action"):  # the cast was applied and the run completed: say so
                     f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
+        try:
+            if exc is None or isinstance(exc, Exception):  # not on Ctrl-C: the user wants out
+                from ..repair.verify import verify_session
+
+                verify_session(self, failed=exc is not None)
+        except Exception as err:
+            self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):
             self.report.meta["raised"] = type(exc).__name__
         elif isinstance(exc, Exception):
@@ -149,7 +157,7 @@ class Session:
             if names is not None:
                 context = {*f.data.get("context", ()), "multi-error"}
                 f.data["context"] = sorted(context)
-                f.fixes = catalog.fixes_for(f.code, context, **names)
+                f.fixes = F.refine(f, catalog.fixes_for(f.code, context, **names))
 
     def _mode_exit(self) -> None:
         self._mode.__exit__(None, None, None)
@@ -208,10 +216,12 @@ class Session:
                 if not self._explicit:
                     self.names.add_root(owner)
                 self._tag_values(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
+                self.calls[id(module)] = (owner, method, (), arguments, _autocast_now())
                 self._check_autocast_params(module)
                 return
         if is_root:
             self._root = module
+            self.calls[id(module)] = (module, "__call__", args, dict(kwargs or {}), _autocast_now())
             if not self._explicit:
                 self.names.add_root(module)
         if is_root or explicit:
@@ -428,6 +438,11 @@ class Session:
         """An outermost module call returned: its outputs are "output of <Class> at file:line"."""
         if self._active:
             self._tagger.tag_module_output(module, args, output)
+
+
+def _autocast_now() -> tuple:
+    """The autocast in force at a call, (device, dtype) pairs: a replay of the call runs under it."""
+    return tuple((d, _autocast_dtype(d)) for d in ("cpu", "cuda") if _autocast_dtype(d) is not None)
 
 
 def watch(

@@ -1,0 +1,314 @@
+"""Counterfactual verification: try a fix before offering it first.
+
+The failing call (the outermost module call the user made, with its arguments) is replayed on deep
+copies of the user's objects with the fix's snippet applied to them, exactly as pasted; the result
+is compared with the same call in float32. On meta (`check`) the replay runs under `watch` and passes
+when it reports no error. The user's objects, outputs and random state are left as they were.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import threading
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parameter import is_lazy
+
+from ..report import Finding, Fix
+
+MAX_ELEMENTS = 50_000_000  # models larger than this are not copied for a replay
+TRIED = 4  # fixes tried per finding
+
+
+@dataclass
+class Call:
+    """A call of a model the user made: `module.method(*args, **kwargs)`."""
+
+    module: nn.Module
+    method: str
+    args: tuple
+    kwargs: dict
+    autocast: tuple = ()  # (device, dtype) pairs in force at the call
+
+
+@dataclass
+class Verdict:
+    passes: bool | None  # None: not verified
+    text: str
+
+
+def _walk(value: Any, fn: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_walk(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_walk(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _walk(v, fn) for k, v in value.items()}
+    return value
+
+
+def _floats(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() and value.numel() else []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    out: list[torch.Tensor] = []
+    for v in items:
+        if depth < 8 and len(out) < 64:
+            out += _floats(v, depth + 1)
+    return out
+
+
+def _size(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if not is_lazy(p))
+
+
+def _is_meta(module: nn.Module) -> bool:
+    return any(p.is_meta for p in module.parameters())
+
+
+def _run(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: list) -> Any:
+    with contextlib.ExitStack() as stack:
+        for c in [*(torch.autocast(d, dtype=t) for d, t in call.autocast), *contexts]:
+            stack.enter_context(c)
+        stack.enter_context(torch.no_grad())
+        if _is_meta(module):
+            from ..watching.session import watch
+
+            with watch(module) as s:
+                out = getattr(module, call.method)(*args, **kwargs)
+            errors = [f for f in s.report.errors if f.code != "tool-internal-error"]
+            if errors:
+                raise RuntimeError(f"the dry run still reports {errors[0].code}: {errors[0].message}")
+            return out
+        return getattr(module, call.method)(*args, **kwargs)
+
+
+def reference(call: Call) -> list[torch.Tensor] | None:
+    """The call's floating outputs in float32 (None on meta or when fp32 does not run)."""
+    if _is_meta(call.module) or _size(call.module) > MAX_ELEMENTS:
+        return None
+    memo: dict[int, Any] = {}
+    module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs), memo)
+    module.float()
+    up = _walk((args, kwargs), lambda t: t.float() if t.is_floating_point() else t)
+    try:
+        plain = Call(call.module, call.method, call.args, call.kwargs)  # fp32: no autocast
+        return _floats(_run(plain, module, up[0], up[1], []))
+    except Exception:
+        return None
+
+
+def _made_anew(tree: ast.Module) -> bool:
+    """The snippet assigns a module built by a constructor or loader (new weights: no fp32 twin)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            while isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+                func = func.value.func  # X(...).eval().to(...)
+            name = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else ""
+            )
+            if name[:1].isupper() or name.startswith("from_"):
+                return True
+    return False
+
+
+def replay(
+    snippet: str,
+    env: dict[str, Any],
+    call: Call,
+    ref: list[torch.Tensor] | None,
+    root_expr: str | None = None,
+    call_src: tuple[list[str], dict[str, str]] | None = None,
+    inner: dict[str, str] | None = None,
+) -> Verdict:
+    """Apply `snippet` to copies of the objects it names (from `env`), then replay `call`; `inner`
+    maps the names of the user's frames inside the call to where they are (not replayable)."""
+    inner = inner or {}
+    from ..watching.names import loaded_names
+
+    try:
+        tree = ast.parse(snippet)
+    except SyntaxError:
+        return Verdict(None, "not verified (does not parse)")
+    names = (loaded_names(snippet) or set()) - {"torch", "nn", "F"}
+    missing = sorted(n for n in names if n not in env)
+    places = sorted({inner[n] for n in missing if n in inner})
+    if missing and places:
+        what = ", ".join(f"`{n}`" for n in missing)
+        return Verdict(
+            None, f"not verified (pasted in {places[0]}, where {what} is: inside the replayed call)"
+        )
+    if missing:
+        return Verdict(None, f"not verified (names {', '.join(missing)}, which the replay does not have)")
+    if _size(call.module) > MAX_ELEMENTS:
+        return Verdict(None, "not verified (model too large to copy for a replay)")
+    stored = {
+        t.id for node in ast.walk(tree) for t in getattr(node, "targets", ()) if isinstance(t, ast.Name)
+    }
+    sources = [*call_src[0], *call_src[1].values()] if call_src else []
+    used = set().union(*(loaded_names(x) or set() for x in sources)) if sources else set()
+    passed: set[int] = set()
+    _walk((call.args, call.kwargs), lambda t: passed.add(id(t)))
+    data = {n for n in stored if n in env and not isinstance(env[n], nn.Module)}
+    if data and not data & used and not any(id(env[n]) in passed for n in data):
+        what = ", ".join(sorted(data))
+        return Verdict(
+            None, f"not verified (`{what}` is not what the replayed call receives: used before it)"
+        )
+    objs = {n: env[n] for n in names | stored | used if n in env}  # rebound ones too: the call sees them
+    memo: dict[int, Any] = {}
+    for v in objs.values():  # modules, functions, classes: shared, never copied
+        if not isinstance(v, (torch.Tensor, nn.Module, list, tuple, dict)) and not hasattr(v, "components"):
+            memo[id(v)] = v
+    copies, module, args, kwargs = copy.deepcopy((objs, call.module, call.args, call.kwargs), memo)
+    ns: dict[str, Any] = {"torch": torch, "nn": nn, **copies}
+    contexts: list[Any] = []
+    try:
+        for stmt in tree.body:
+            if isinstance(stmt, ast.With):  # the fix is a context: replay the call inside it
+                contexts += [
+                    eval(compile(ast.Expression(i.context_expr), "<fix>", "eval"), ns) for i in stmt.items
+                ]
+            else:
+                exec(compile(ast.Module([stmt], []), "<fix>", "exec"), ns)
+    except Exception as exc:
+        return Verdict(False, f"fails: the fix itself raised {type(exc).__name__}: {str(exc)[:120]}")
+    subst = {id(copies[n]): ns[n] for n in copies if ns.get(n) is not copies[n]}
+    module = subst.get(id(module), module)
+    if call_src is not None:  # the user's argument expressions, evaluated again after the fix
+        with contextlib.suppress(Exception):
+            args = tuple(eval(x, ns) for x in call_src[0])
+            kwargs = {k: eval(x, ns) for k, x in call_src[1].items()}
+    if root_expr:  # the fix may have put a new module where the user's code reaches the model
+        with contextlib.suppress(Exception):
+            again = eval(root_expr, ns)
+            if isinstance(again, nn.Module):
+                module = again
+    args, kwargs = _walk((args, kwargs), lambda t: subst.get(id(t), t))
+    try:
+        out = _run(call, module, args, kwargs, contexts)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        return Verdict(False, f"fails: replayed, {type(exc).__name__}: {first}")
+    got = _floats(out)
+    if _made_anew(tree):
+        return Verdict(True, "verified: passes (the module is made anew: no comparison with fp32)")
+    if got and got[0].is_meta:
+        return Verdict(True, "verified: the replayed call passes (dtypes only, on meta)")
+    # the first output fp32 makes non-zero (a ControlNet's zero-initialised residuals prove nothing)
+    pairs = [
+        (g, r) for g, r in zip(got, ref or [], strict=False) if g.shape == r.shape and bool(r.abs().max() > 0)
+    ]
+    if not pairs:
+        return Verdict(True, "verified: the replayed call passes")
+    g, r = pairs[0]
+    err = float((g.float() - r).abs().max() / r.abs().max())
+    if err != err or err == float("inf"):
+        return Verdict(False, "fails: replayed, the output is not finite")
+    return Verdict(True, f"verified: passes, max rel. error {err:.0e} vs fp32")
+
+
+def verify(finding: Finding, call: Call, scope: FrameType | None, ref: list[torch.Tensor] | None) -> None:
+    """Mark the finding's first fixes verified / not verified and put the ones that pass first."""
+    env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
+    tried: list[Fix] = []
+    inner = getattr(finding, "dd_inner", None) or {}
+    for fix in finding.fixes:
+        if fix.language == "python" and len(tried) >= TRIED:
+            from ..watching.names import loaded_names
+
+            places = sorted(
+                {inner[n] for n in (loaded_names(fix.snippet) or ()) if n in inner and n not in env}
+            )
+            where = (
+                f"pasted in {places[0]}, inside the replayed call" if places else "only the first fixes are"
+            )
+            fix.verification = f"not verified ({where})"
+            continue
+        if fix.language != "python" or not fix.snippet.strip():
+            fix.verification = "not verified (not Python code to replay)"
+            continue
+        state = torch.random.get_rng_state()
+        try:
+            v = replay(
+                fix.snippet,
+                env,
+                call,
+                ref,
+                getattr(finding, "dd_root_expr", None),
+                getattr(finding, "dd_call_src", None),
+                getattr(finding, "dd_inner", None),
+            )
+        except Exception as exc:  # the tool's own trouble: say so, never fail the user's program
+            v = Verdict(None, f"not verified ({type(exc).__name__} in the replay)")
+        finally:
+            torch.random.set_rng_state(state)
+        fix.verified, fix.verification = v.passes, v.text
+        tried.append(fix)
+    order = {True: 0, None: 1, False: 2}
+    finding.fixes = sorted(finding.fixes, key=lambda x: order[x.verified])
+
+
+_replaying = threading.local()  # a replay's own watch (on meta) verifies nothing again
+
+
+def verify_session(session: Any, failed: bool = True) -> None:
+    """Verify the fixes of the error findings of a watch session (the first few causes): when the
+    block failed, or on meta (check's dry run), where the replay runs under watch."""
+    on_meta = any(_is_meta(c[0]) for c in session.calls.values())
+    if getattr(_replaying, "on", False) or not (failed or on_meta):
+        _forget(session)
+        return
+    _replaying.on = True
+    try:
+        _verify_session(session)
+    finally:
+        _replaying.on = False
+        _forget(session)
+
+
+def _forget(session: Any) -> None:
+    session.calls.clear()
+    for f in session.report.findings:  # no frames or tensors kept past the session
+        for attr in ("fix_scope", "dd_root", "dd_root_expr", "dd_call_src", "dd_device", "dd_inner"):
+            if hasattr(f, attr):
+                delattr(f, attr)
+
+
+def _verify_session(session: Any) -> None:
+    rank = {"error": 0, "warning": 1}
+    errors = [f for f in session.report.findings if hasattr(f, "dd_root") and getattr(f, "fix_scope", None)]
+    errors = sorted((f for f in errors if f.severity.value in rank), key=lambda f: rank[f.severity.value])
+    if not any(f.severity.value == "error" for f in errors):
+        errors = []  # nothing failed: no replay to run
+    refs: dict[int, Any] = {}
+    for f in errors[:6]:
+        found = session.calls.get(id(f.dd_root)) if f.dd_root is not None else None
+        if found is None and session.calls:
+            found = list(session.calls.values())[-1]
+        if found is None:
+            continue
+        call = Call(*found)
+        scope = getattr(f, "fix_scope", None)
+        if call.module is not f.dd_root and scope is not None:  # entered through a method (vae.decode)
+            from ..watching.names import call_source, expression_for
+
+            reached = expression_for(call.module, [scope])
+            f.dd_root_expr = reached[0] if reached else None
+            f.dd_call_src = call_source(scope, call.module)
+        if id(call.module) not in refs:
+            refs[id(call.module)] = reference(call)
+        verify(f, call, getattr(f, "fix_scope", None), refs[id(call.module)])

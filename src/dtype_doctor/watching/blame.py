@@ -1,0 +1,269 @@
+"""Which side of a mismatch is the odd one out, decided from evidence rather than operand order.
+
+An fp32 island in an fp16 model (LoRA A/B added after `.half()`, a ControlNet left fp32 beside an
+fp16 UNet, an IP-Adapter branch, a projector or head built after conversion) makes the op see an
+fp16 activation and fp32 weights. The op's rule calls the activation odd; the evidence says the
+module is: the models the user holds are mostly fp16 and the activation already has that dtype.
+Then the cause is the module (every island of one dtype in one model is ONE cause) and the fix
+converts it, addressed from the user's own variable.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import linecache
+from collections import Counter
+from dataclasses import dataclass
+from types import FrameType
+
+import torch
+from torch import nn
+from torch.nn.parameter import is_lazy
+
+from ..report import Fix
+from .names import attr_path, expression_for, module_modules, passed_inputs
+from .provenance import short_path
+
+LOW = (torch.float16, torch.bfloat16)
+MANY = 3  # more islands than this: one loop over named_modules() instead of a line each
+
+
+@dataclass
+class Island:
+    """Modules of `model` whose parameters are all `dtype` where the rest of the models are `want`."""
+
+    model: str  # the user's expression for the model that holds them (`unet`, `pipe.controlnet`)
+    paths: list[str]  # module paths in that model; "" is the model itself
+    dtype: torch.dtype
+    want: torch.dtype
+    built: tuple[str, int, str] | None = None  # (file, line, source) of the line that made it
+
+    @property
+    def label(self) -> str:
+        want, have = str(self.want)[6:], str(self.dtype)[6:]
+        if self.paths == [""]:
+            text = f"{have} model `{self.model}` beside {want} models"
+        else:
+            text = f"{have} modules in the {want} model `{self.model}`: {summary(self.paths)}"
+        if self.built:
+            text += f" (made at {self.built[0]}:{self.built[1]})"
+        return text
+
+    def fix(self) -> Fix:
+        dt = f"torch.{str(self.want)[6:]}"
+        lines = convert_lines(self.model, self.paths, dt)
+        what = f"`{self.model}`" if self.paths == [""] else summary(self.paths)
+        return Fix(
+            title=f"Convert {what} to {str(self.want)[6:]} like the rest of the model",
+            snippet="\n".join(lines),
+            why=f"the {str(self.dtype)[6:]} module is the odd one out: its input is already "
+            f"{str(self.want)[6:]}, as are the models around it; casting the activation instead "
+            "fails at the next layer",
+            language="python",
+        )
+
+    def build_fix(self) -> Fix | None:
+        """The line that made the module, made in the right dtype."""
+        if self.built is None:
+            return None
+        file, line, source = self.built
+        dt = f"torch.{str(self.want)[6:]}"
+        new = with_dtype(source, dt)
+        if new is None:
+            return None
+        return Fix(
+            title=f"Make it in {str(self.want)[6:]} where it is made ({file}:{line})",
+            snippet=new,
+            why="the module then never exists in the wrong dtype",
+            language="python",
+        )
+
+
+def summary(paths: list[str]) -> str:
+    leaves = Counter(p.rsplit(".", 1)[-1] for p in paths)
+    if len(paths) <= MANY:
+        return ", ".join(f"`{p}`" for p in paths)
+    return ", ".join(f"{n} × `{leaf}`" for leaf, n in leaves.items())
+
+
+def convert_lines(model: str, paths: list[str], dt: str) -> list[str]:
+    if paths == [""]:
+        return [f"{model}.to({dt})"]
+    if len(paths) <= MANY:
+        return [f"{attr_path(model, p)}.to({dt})" for p in paths]
+    leaves = sorted({p.rsplit(".", 1)[-1] for p in paths})
+    if all(not leaf.isdigit() for leaf in leaves) and len(leaves) <= 4:
+        test = f"name.endswith({tuple('.' + leaf for leaf in leaves)!r})"
+    else:
+        test = f"name in {sorted(paths)!r}"
+    return [f"for name, module in {model}.named_modules():", f"    if {test}:", f"        module.to({dt})"]
+
+
+def _float_params(module: nn.Module) -> list[torch.Tensor]:
+    """Floating parameters, lazy ones (not materialised yet) left out."""
+    return [p for p in module.parameters() if not is_lazy(p) and p.is_floating_point()]
+
+
+def majority(modules: list[nn.Module], skip: set[int] | None = None) -> torch.dtype | None:
+    """The dtype most parameter elements have across the models (each parameter counted once,
+    none of those whose id is in `skip`)."""
+    seen: set[int] = set(skip or ())
+    count: Counter[torch.dtype] = Counter()
+    for m in modules:
+        for p in _float_params(m):
+            if id(p) not in seen:
+                seen.add(id(p))
+                count[p.dtype] += p.numel()
+    return count.most_common(1)[0][0] if count else None
+
+
+def islands(model: nn.Module, dtype: torch.dtype) -> list[str]:
+    """Maximal submodules of `model` whose parameters are all `dtype` (the model itself: [""])."""
+    out: list[str] = []
+
+    def visit(prefix: str, m: nn.Module) -> None:
+        ps = _float_params(m)
+        if ps and all(p.dtype == dtype for p in ps):
+            out.append(prefix)
+            return
+        for name, child in m.named_children():
+            visit(f"{prefix}.{name}" if prefix else name, child)
+
+    visit("", model)
+    return out
+
+
+def decide(
+    module: nn.Module | None,
+    root: nn.Module | None,
+    activation: torch.dtype | None,
+    frames: list[FrameType],
+) -> Island | None:
+    """An Island when the module's parameters, not the activation, are the odd ones out."""
+    if module is None or root is None or activation is None:
+        return None
+    own = {p.dtype for p in module.parameters(recurse=False) if not is_lazy(p) and p.is_floating_point()}
+    if len(own) != 1:
+        return None
+    have = own.pop()
+    if have == activation or not ({have, activation} & set(LOW)):
+        return None
+    inside = majority([root])
+    if inside == activation:
+        want = activation  # an island inside a model of the activation's dtype (LoRA, a head)
+    elif inside == have and have == torch.float32 and activation in LOW:
+        # a whole model left in the library default beside models the user converted (ControlNet)
+        want = majority(
+            [m for f in frames for m in module_modules(f)], skip={id(p) for p in root.parameters()}
+        )
+        if want != activation:
+            return None
+    else:
+        return None
+    found = expression_for(root, frames)
+    if found is None:
+        return None
+    name, _frame = found
+    paths = islands(root, have)
+    if not paths:
+        return None
+    island = Island(model=name, paths=paths, dtype=have, want=want)
+    island.built = made_at(root, paths, frames)
+    return island
+
+
+def made_at(root: nn.Module, paths: list[str], frames: list[FrameType]) -> tuple[str, int, str] | None:
+    """The user's line that built or loaded the island: an assignment to its variable or attribute."""
+    if paths == [""]:
+        found = expression_for(root, frames)
+        if found is None:
+            return None
+        target, frame = found[0].rsplit(".", 1)[-1], found[1]
+        files = [frame.f_code.co_filename]
+    else:
+        first = paths[0]
+        parent_path, _, target = first.rpartition(".")
+        parent = root.get_submodule(parent_path) if parent_path else root
+        files = [f.f_code.co_filename for f in frames]
+        with contextlib.suppress(TypeError):
+            files.insert(0, inspect.getsourcefile(type(parent)) or "")
+    for file in dict.fromkeys(files):
+        hit = _assignment(file, target)
+        if hit is not None:
+            return short_path(file), hit[0], hit[1]
+    return None
+
+
+def _assignment(file: str, target: str) -> tuple[int, str] | None:
+    lines = linecache.getlines(file)
+    if not lines:
+        return None
+    try:
+        tree = ast.parse("".join(lines))
+    except SyntaxError:
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and node.lineno == node.end_lineno
+        ):
+            for t in node.targets:
+                name = t.attr if isinstance(t, ast.Attribute) else t.id if isinstance(t, ast.Name) else None
+                if name == target and (best is None or node.lineno > best[0]):
+                    best = (node.lineno, lines[node.lineno - 1].strip())
+    return best
+
+
+def with_dtype(source: str, dt: str) -> str | None:
+    """The assignment with the module made in `dt`: `dtype=`/`torch_dtype=` where the call takes it."""
+    try:
+        node = ast.parse(source).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
+        return None
+    call = node.value
+    func = ast.unparse(call.func)
+    if any(k.arg in ("dtype", "torch_dtype") for k in call.keywords):
+        return None
+    if func.endswith("from_pretrained"):
+        call.keywords.append(ast.keyword("torch_dtype", ast.parse(dt).body[0].value))  # type: ignore[attr-defined]
+    elif func.split(".")[-1] in TORCH_LAYERS:
+        call.keywords.append(ast.keyword("dtype", ast.parse(dt).body[0].value))  # type: ignore[attr-defined]
+    else:
+        node.value = ast.parse(f"({ast.unparse(call)}).to({dt})").body[0].value  # type: ignore[attr-defined]
+    return ast.unparse(node)
+
+
+def _takes_dtype(cls: object) -> bool:
+    try:
+        return isinstance(cls, type) and "dtype" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+TORCH_LAYERS = frozenset(n for n in dir(nn) if _takes_dtype(getattr(nn, n)))
+
+
+def input_fix(frame: FrameType, root: nn.Module, model: str, want: torch.dtype) -> Fix | None:
+    """Cast what the user passes to the model, on their call line, to the model's dtype."""
+    names = passed_inputs(frame, root, want)
+    if not names:
+        return None
+    dt = f"torch.{str(want)[6:]}"
+    if len(names) == 1:
+        snippet = f"{names[0]} = {names[0]}.to({dt})"
+    else:
+        snippet = f"{', '.join(names)} = {', '.join(f'{n}.to({dt})' for n in names)}"
+    where = f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return Fix(
+        title=f"Cast what you pass to `{model}` ({where}) to {str(want)[6:]}: "
+        + ", ".join(f"`{n}`" for n in names),
+        snippet=snippet,
+        why=f"`{model}` runs in {str(want)[6:]}; these arguments arrive in another dtype",
+        language="python",
+    )

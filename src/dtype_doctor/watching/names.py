@@ -1,0 +1,228 @@
+"""The user's own names for what a fix touches: read from the user's frames, never the library's.
+
+A fix is pasted into the user's file, so it must name what that file has: the local variable that
+holds the model (`unet`, `pipe.controlnet`), the expression passed at the call site (`latents`), a
+module reached from that variable (`model.get_submodule("h.0.ln_1")`). Library parameter names
+(`sample`, `hidden_states`) and placeholders never reach a snippet.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import linecache
+import sys
+from types import FrameType
+from typing import Any
+
+import torch
+from torch import nn
+
+from .provenance import USER, frame_kind
+
+LIBRARY_WORDS = frozenset({"torch", "nn", "F", "dtype_doctor", "dd", "np", "math"})
+
+
+def user_frames(depth: int = 2, limit: int = 64) -> list[FrameType]:
+    """The frames of the user's own code on the stack, innermost first."""
+    out: list[FrameType] = []
+    try:
+        f: FrameType | None = sys._getframe(depth)
+    except ValueError:
+        return out
+    for _ in range(limit):
+        if f is None:
+            break
+        if frame_kind(f.f_code) == USER:
+            out.append(f)
+        f = f.f_back
+    return out
+
+
+def _components(value: Any) -> dict[str, Any]:
+    comps = getattr(value, "components", None) if not isinstance(value, (nn.Module, torch.Tensor)) else None
+    return comps if isinstance(comps, dict) else {}
+
+
+def expression_for(obj: Any, frames: list[FrameType]) -> tuple[str, FrameType] | None:
+    """`unet` / `pipe.unet` / `model.classifier`: how the user's code reaches `obj`, and in which
+    frame; `self` only when no other name reaches it (a snippet is pasted where the model is used)."""
+    for allow_self in (False, True):
+        for f in frames:
+            for name, value in list(f.f_locals.items()):
+                if name.startswith("__") or not name.isidentifier() or (name == "self") != allow_self:
+                    continue
+                if value is obj:
+                    return name, f
+                children = _components(value)
+                if isinstance(value, nn.Module) and name != "self":
+                    children = dict(value.named_children())
+                for key, comp in children.items():
+                    if comp is obj and key.isidentifier():
+                        return f"{name}.{key}", f
+    return None
+
+
+def module_modules(frame: FrameType) -> list[nn.Module]:
+    """Every model the frame holds (modules, and the components of pipelines)."""
+    out: list[nn.Module] = []
+    for name, value in list(frame.f_locals.items())[:200]:
+        if name.startswith("__"):
+            continue
+        if isinstance(value, nn.Module):
+            out.append(value)
+        else:
+            out.extend(v for v in _components(value).values() if isinstance(v, nn.Module))
+    return out
+
+
+def attr_path(base: str, path: str) -> str:
+    """`base.a.b`, or `base.get_submodule("h.0.ln_1")` where the path is not attribute access."""
+    if not path:
+        return base
+    if all(part.isidentifier() for part in path.split(".")):
+        return f"{base}.{path}"
+    return f'{base}.get_submodule("{path}")'
+
+
+@functools.lru_cache(maxsize=64)
+def _calls_in(file: str, stamp: int) -> list[ast.Call]:
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return []
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+
+
+def _call_at(file: str, line: int) -> list[ast.Call]:
+    """The calls written on `line` of `file` (a call over several lines counts on each of them)."""
+    lines = linecache.getlines(file)
+    if not lines:
+        return []
+    calls = _calls_in(file, hash(tuple(lines)))
+    return [c for c in calls if c.lineno <= line <= (c.end_lineno or c.lineno)]
+
+
+def _calls_of(frame: FrameType, root: Any) -> list[ast.Call]:
+    """The calls of `root` (or of one of its methods) on the frame's current line."""
+    out = []
+    for call in _call_at(frame.f_code.co_filename, frame.f_lineno):
+        text = ast.unparse(call.func)
+        func = _resolve(text, frame) if _is_path(text) else None
+        if func is root or getattr(func, "__self__", None) is root:
+            out.append(call)
+    return out
+
+
+def call_argument(frame: FrameType, root: Any, param: str | None, position: int | None) -> str | None:
+    """The expression the user wrote, in the call of `root` on the frame's current line, for argument
+    `param` (by keyword) or `position` (positional), when it is a plain name or attribute path."""
+    for call in _calls_of(frame, root):
+        node = None
+        for kw in call.keywords:
+            if kw.arg == param:
+                node = kw.value
+        if node is None and position is not None and position < len(call.args):
+            node = call.args[position]
+        if node is None:
+            continue
+        text = ast.unparse(node)
+        if _is_path(text) and isinstance(_resolve(text, frame), torch.Tensor):
+            return text
+    return None
+
+
+def _is_path(text: str) -> bool:
+    return all(part.isidentifier() for part in text.split("."))
+
+
+def _resolve(text: str, frame: FrameType) -> Any:
+    head, *rest = text.split(".")
+    obj = frame.f_locals.get(head, frame.f_globals.get(head))
+    for part in rest:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def tensor_name(t: torch.Tensor, frames: list[FrameType]) -> str | None:
+    """The name a user frame gives the tensor (innermost first); `self` never counts."""
+    for f in frames:
+        for name, value in list(f.f_locals.items()):
+            if value is t and name != "self" and name.isidentifier() and not name.startswith("__"):
+                return name
+    return None
+
+
+def loaded_names(snippet: str) -> set[str] | None:
+    """Names a Python snippet reads before assigning them (None: it does not parse)."""
+    try:
+        tree = ast.parse(snippet)
+    except SyntaxError:
+        return None
+    stored: set[str] = set()
+    loaded: set[str] = set()
+    for stmt in tree.body:
+        inner = _stores(stmt) if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else set()
+        for node in ast.walk(stmt):
+            loads = isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            if loads and node.id not in stored and node.id not in inner:
+                loaded.add(node.id)
+        stored |= _stores(stmt)
+    return {n for n in loaded if not hasattr(builtins, n)}
+
+
+def _stores(stmt: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return out
+
+
+def visible(frame: FrameType) -> set[str]:
+    """The names a snippet pasted in this frame may use."""
+    return set(frame.f_locals) | set(frame.f_globals) | LIBRARY_WORDS
+
+
+def passed_inputs(frame: FrameType, root: Any, want: torch.dtype) -> list[str]:
+    """The names the user passes on the frame's current line to a call of `root` (or one of its
+    methods) that hold floating tensors of another dtype than `want`."""
+    out: list[str] = []
+    for call in _calls_of(frame, root):
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            # the argument itself when it is a name, else the names inside its expression
+            nodes = (
+                [arg] if _is_path(ast.unparse(arg)) else [n for n in ast.walk(arg) if isinstance(n, ast.Name)]
+            )
+            for node in nodes:
+                text = ast.unparse(node)
+                value = _resolve(text, frame)
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != want:
+                    out.append(text)
+    return list(dict.fromkeys(out))
+
+
+def call_source(frame: FrameType, root: Any) -> tuple[list[str], dict[str, str]] | None:
+    """The argument expressions of the user's call of `root` on the frame's current line, as
+    written (positional, keyword), so a replay can evaluate them again after a fix."""
+    for call in _calls_of(frame, root):
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        return [ast.unparse(a) for a in call.args], {
+            k.arg: ast.unparse(k.value) for k in call.keywords if k.arg
+        }
+    return None
+
+
+def float64_array(frame: FrameType, root: Any) -> str | None:
+    """A NumPy float64 array the user's call of `root` reads (`model(torch.from_numpy(batch))`)."""
+    for call in _calls_of(frame, root):
+        for node in ast.walk(call):
+            if isinstance(node, ast.Name):
+                value = frame.f_locals.get(node.id, frame.f_globals.get(node.id))
+                if type(value).__name__ == "ndarray" and str(getattr(value, "dtype", "")) == "float64":
+                    return node.id
+    return None

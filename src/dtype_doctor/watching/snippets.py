@@ -1,0 +1,116 @@
+"""Only what torch accepts and the user's file has: the static check every watch fix passes.
+
+A snippet is refused when pasting it could not work: it does not parse, asks autocast for a device or
+dtype torch refuses (CPU float32, meta, CUDA in a CPU run), globs in `get_submodule`, converts a model
+to the dtype it already has, or reads a variable the user's frame does not have.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..report import Fix
+from .names import loaded_names
+
+_AUTOCAST = re.compile(
+    r"autocast\(\s*(?:device_type\s*=\s*)?[\"'](\w+)[\"'](?:[^)]*dtype\s*=\s*torch\.(\w+))?"
+)
+_CUDA = re.compile(r"[\"']cuda[\"']|torch\.cuda\.amp|\.cuda\(\)")
+_GLOB = re.compile(r"get_submodule\(\s*[\"'][^\"']*[*?\[]")
+_CONVERT = re.compile(
+    r"^\s*(?:\w+\s*=\s*)?([\w.]+)\.(?:to\(torch\.(\w+)\)|(half|float|bfloat16)\(\))\s*(?:#.*)?$"
+)
+_METHOD = {"half": "float16", "float": "float32", "bfloat16": "bfloat16"}
+
+
+def refusal(fix: Fix, device: str, names: set[str] | None, scope: dict[str, Any] | None = None) -> str | None:
+    """Why the snippet cannot work when pasted, or None when it passes the static check."""
+    if fix.language != "python" or not fix.snippet.strip():
+        return None
+    code = "\n".join(line.split("#")[0] for line in fix.snippet.splitlines())
+    try:
+        tree = ast.parse(fix.snippet)
+    except SyntaxError:
+        return "does not parse"
+    if any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree)):
+        return "a placeholder (...) instead of your arguments"
+    for m in _AUTOCAST.finditer(code):
+        dev, dt = m.group(1), m.group(2)
+        if dev not in ("cpu", "cuda", "xpu", "mps") or dev != device:
+            return f"autocast on {dev!r} in a {device} run"
+        if dt in ("float32", "float64"):
+            return "autocast refuses float32"
+        if dev == "cpu" and dt == "float16" and not _cpu_fp16_autocast():
+            return "this torch's CPU autocast has no float16"
+    if device != "cuda" and _CUDA.search(code):
+        return f"CUDA in a {device} run"
+    if _GLOB.search(code):
+        return "get_submodule takes no glob"
+    if scope is not None:
+        for line in code.splitlines():
+            m = _CONVERT.match(line)
+            if m and _already(scope, m.group(1), m.group(2) or _METHOD.get(m.group(3) or "", "")):
+                return f"{m.group(1)} is already {m.group(2) or _METHOD[m.group(3)]}"
+    if names is not None:
+        missing = (loaded_names(fix.snippet) or set()) - names
+        if missing:
+            return "names what your code does not have: " + ", ".join(sorted(missing))
+    return None
+
+
+def _cpu_fp16_autocast() -> bool:
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            return torch.get_autocast_dtype("cpu") == torch.float16
+    except Exception:
+        return False
+
+
+def _already(scope: dict[str, Any], expr: str, dtype: str) -> bool:
+    head, *rest = expr.split(".")
+    obj = scope.get(head)
+    for part in rest:
+        obj = getattr(obj, part, None)
+    if not isinstance(obj, nn.Module):
+        return False
+    dts = {p.dtype for p in obj.parameters() if p.is_floating_point()}
+    return bool(dts) and dts == {getattr(torch, dtype, None)}
+
+
+def keep_acceptable(
+    fixes: list[Fix], device: str, names: set[str] | None, scope: dict[str, Any] | None = None
+) -> list[Fix]:
+    """The fixes that pass the static check; when none does, the ones torch accepts (names unchecked)."""
+    seen: set[str] = set()
+    fixes = [f for f in fixes if not f.snippet.strip() or _first(f.snippet.strip(), seen)]  # one of each
+    ok = [f for f in fixes if refusal(f, device, names, scope) is None]
+    if ok:
+        return ok
+    return [f for f in fixes if refusal(f, device, None, scope) is None]
+
+
+def _first(code: str, seen: set[str]) -> bool:
+    key = "\n".join(line.split("#")[0].rstrip() for line in code.splitlines())
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+_MODEL = re.compile(r"(?<![\w.\"'])model(?=\s*[.=(\[)\],]|\s*$)")
+
+
+def renamed(fix: Fix, model: str) -> Fix:
+    """The fix with the catalog's generic `model` written as the user's own expression for it."""
+    if fix.language != "python" or model == "model" or "model" not in fix.snippet:
+        return fix
+    lines = []
+    for line in fix.snippet.splitlines():
+        code, sep, comment = line.partition("#")
+        lines.append(_MODEL.sub(model, code) + sep + comment)
+    return Fix(title=fix.title, snippet="\n".join(lines), why=fix.why, language=fix.language)
