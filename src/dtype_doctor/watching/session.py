@@ -108,7 +108,7 @@ class Session:
                     f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
         try:
             if exc is None or isinstance(exc, Exception):  # not on Ctrl-C: the user wants out
-                from ..repair.verify import verify_session
+                from .verify import verify_session
 
                 verify_session(self, failed=exc is not None)
         except Exception as err:

@@ -80,9 +80,7 @@ def _run(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: lis
             stack.enter_context(c)
         stack.enter_context(torch.no_grad())
         if _is_meta(module):
-            from ..watching.session import watch
-
-            with watch(module) as s:
+            with _replaying.session_type(model=module) as s:  # the verifying session's own kind
                 out = getattr(module, call.method)(*args, **kwargs)
             errors = [f for f in s.report.errors if f.code != "tool-internal-error"]
             if errors:
@@ -137,7 +135,7 @@ def replay(
     """Apply `snippet` to copies of the objects it names (from `env`), then replay `call`; `inner`
     maps the names of the user's frames inside the call to where they are (not replayable)."""
     inner = inner or {}
-    from ..watching.names import loaded_names
+    from .names import loaded_names
 
     try:
         tree = ast.parse(snippet)
@@ -228,7 +226,7 @@ def verify(finding: Finding, call: Call, scope: FrameType | None, ref: list[torc
     inner = getattr(finding, "dd_inner", None) or {}
     for fix in finding.fixes:
         if fix.language == "python" and len(tried) >= TRIED:
-            from ..watching.names import loaded_names
+            from .names import loaded_names
 
             places = sorted(
                 {inner[n] for n in (loaded_names(fix.snippet) or ()) if n in inner and n not in env}
@@ -273,6 +271,7 @@ def verify_session(session: Any, failed: bool = True) -> None:
         _forget(session)
         return
     _replaying.on = True
+    _replaying.session_type = type(session)  # a meta replay runs under watch (no import of session here)
     try:
         _verify_session(session)
     finally:
@@ -304,7 +303,7 @@ def _verify_session(session: Any) -> None:
         call = Call(*found)
         scope = getattr(f, "fix_scope", None)
         if call.module is not f.dd_root and scope is not None:  # entered through a method (vae.decode)
-            from ..watching.names import call_source, expression_for
+            from .names import call_source, expression_for
 
             reached = expression_for(call.module, [scope])
             f.dd_root_expr = reached[0] if reached else None
