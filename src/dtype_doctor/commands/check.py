@@ -8,6 +8,7 @@ from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..cli import EXIT_FINDINGS, EXIT_OK
 from ..errors import DoctorError
 from ._output import add_output_options, emit
+from ._patch import add_patch_options, check_with_patch, wants_patch
 from ._target import add_target_arguments, dtype_option, load_target, refuse_lazy
 
 HELP = "dry-run a model on the meta device and list every dtype mismatch a real run would hit"
@@ -29,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Without --input, the usual inputs of transformers/diffusers models are made up in --dtype",
     )
     add_output_options(parser)
+    add_patch_options(parser)
 
 
 def dtype_options(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -91,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         input_flags=flags,
         **named,
     )
+    patched = check_with_patch(report, args) if wants_patch(args) else None
     emit(report, args)
+    if patched is not None:
+        return patched
     incomplete = CHECK_INCOMPLETE in report.codes()  # not clean: part of forward was not checked
     return EXIT_FINDINGS if report.errors or incomplete else EXIT_OK

@@ -1,0 +1,406 @@
+"""From a report's root causes to edits of the user's own files: candidates per cause, best first.
+
+Each root cause gets a list of `Candidate`s (one small change each); the replay (verify.py) keeps the
+first whose re-run passes. Everything is derived from what the report holds: the root origin's kind,
+file:line and name, the operands' dtypes, the module path, the user's call line (`your_code`).
+Library files are never edited: a root inside a library becomes an edit at the user's call site.
+No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ..causes import by_cause, group_by_cause, root_origin
+from ..report import Finding, Operand, Origin, Report
+from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr
+
+LOW = ("float16", "bfloat16")
+_LIBRARY_ROOTS = tuple(
+    os.path.realpath(p)
+    for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
+    if p
+)
+_NOT_A_MODEL = ("torch.", "np.", "numpy.", "F.", "nn.", "math.", "print", "len", "range")
+
+
+@dataclass
+class Candidate:
+    """One way to fix a cause: a title the user reads and the edits it makes."""
+
+    title: str
+    edits: list[Edit]
+
+
+@dataclass
+class Cause:
+    label: str
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def is_user_file(path: str | None) -> bool:
+    """A Python file of the user's (relative to the working directory or absolute), not a library's."""
+    if not path or not path.endswith(".py") or not os.path.isfile(path):
+        return False
+    real = os.path.realpath(path)
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # dtype_doctor itself
+    if real.startswith(here + os.sep) or "site-packages" in real or "dist-packages" in real:
+        return False
+    return not any(real.startswith(root + os.sep) for root in _LIBRARY_ROOTS if root != os.sep)
+
+
+class Planner:
+    """Reads each user file once and turns findings into candidates."""
+
+    def __init__(
+        self, user_file: Callable[[str | None], bool] = is_user_file, home: str | None = None
+    ) -> None:
+        self.user_file = user_file
+        self.home = home  # check: the factory's file, where modules are built when no call site shows
+        self.sources: dict[str, Source | None] = {}
+
+    def source(self, path: str | None) -> Source | None:
+        if not self.user_file(path):
+            return None
+        assert path is not None
+        if path not in self.sources:
+            try:
+                src = Source.read(path)
+                src.tree  # noqa: B018 (parse now: a file that does not parse is not edited)
+                self.sources[path] = src
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                self.sources[path] = None
+        return self.sources[path]
+
+    # ---- causes -------------------------------------------------------------------------------
+    def plan(self, report: Report) -> list[Cause]:
+        causes: list[Cause] = []
+        for label, findings in by_cause(group_by_cause(report)):
+            cause = Cause(label or findings[0].title)
+            seen: set[tuple] = set()
+            for f in findings:
+                for cand in self.candidates(f):
+                    key = tuple(sorted((e.path, e.start, e.end, e.text) for e in cand.edits))
+                    if cand.edits and key not in seen:
+                        seen.add(key)
+                        cause.candidates.append(cand)
+            if cause.candidates:
+                causes.append(cause)
+        return causes
+
+    def candidates(self, f: Finding) -> Iterator[Candidate]:
+        if f.code == "autocast-half-conflict":
+            yield from self.autocast(f)
+            return
+        target = _target_dtype(f)
+        if target is None:
+            return
+        tensors = [o for o in f.operands if not _held(o) and o.dtype and o.dtype != target]
+        params = [o for o in f.operands if _held(o) and o.dtype and o.dtype != target]
+        for o in tensors:
+            yield from self.cast_tensor(o, target)
+        for o in params:
+            yield from self.convert_module(f, o, target)
+        # the other way round: a float32 model fed a half tensor by mistake
+        wide = {o.dtype for o in f.operands if _held(o) and o.dtype and o.dtype not in LOW}
+        if len(wide) == 1 and not params:
+            other = wide.pop()
+            for o in f.operands:
+                if not _held(o) and o.dtype and o.dtype != other:
+                    yield from self.cast_tensor(o, other)
+
+    # ---- a tensor: cast where it is made or enters --------------------------------------------
+    def cast_tensor(self, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        if operand.origin is None:
+            return
+        root = root_origin(operand.origin)
+        made = next((c for c in root.chain if c.kind != "call"), None) if root.kind == "input" else None
+        for origin in (made, root) if made is not None else (root,):
+            yield from self.at_origin(origin, dtype)
+        if root.kind == "input":
+            yield from self.at_call_argument(root, dtype)
+
+    def at_origin(self, origin: Origin, dtype: str) -> Iterator[Candidate]:
+        src = self.source(origin.file)
+        if src is None or origin.line is None or origin.kind not in ("op", "cast", "promotion", "output"):
+            return
+        where = f"{origin.file}:{origin.line}"
+        name = origin.name or "the tensor"
+        op = (origin.op or "").rsplit(".", 1)[-1]
+        calls = [c for c in _calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
+        if origin.kind == "op" and op in FACTORIES and calls:
+            edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
+            if edit is not None:
+                yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", [edit])
+        value = _assigned_value(src, origin.line, origin.name)
+        if value is not None and not _already_cast(value, dtype):
+            yield Candidate(
+                f"cast `{name}` to {dtype} where it is made ({where})", [cast_expr(src, value, dtype)]
+            )
+        elif calls and origin.kind != "output":
+            yield Candidate(
+                f"cast the {origin.op} result to {dtype} ({where})", [cast_expr(src, calls[0], dtype)]
+            )
+
+    def at_call_argument(self, root: Origin, dtype: str) -> Iterator[Candidate]:
+        """The model input `root` at the user's call: cast its variable where it was assigned, else the
+        argument itself."""
+        src = self.source(root.file)
+        if src is None or root.line is None:
+            return
+        arg = _argument(_model_call(src, root.line), root.name)
+        if arg is None:
+            return
+        where = f"{root.file}:{root.line}"
+        if isinstance(arg, ast.Name):
+            value = _last_assignment(src, arg.id, root.line)
+            if value is not None and not _already_cast(value, dtype):
+                line = f"{root.file}:{value.lineno}"
+                yield Candidate(
+                    f"cast `{arg.id}` to {dtype} where it is made ({line})", [cast_expr(src, value, dtype)]
+                )
+        yield Candidate(
+            f"cast `{src.segment(arg)}` to {dtype} where it enters the model ({where})",
+            [cast_expr(src, arg, dtype)],
+        )
+
+    # ---- a module island: convert the module where it is built, else after loading --------------
+    def convert_module(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        origin = operand.origin
+        path = _module_path(origin.module if origin else None, origin.name if origin else operand.name)
+        site = self.call_site(f)
+        home = self.source(self.home)
+        if site is None and home is not None:
+            site = (home, len(home.lines) + 1)  # the factory's file: its last assignment of the module
+        if site is None:
+            return
+        src, line = site
+        call = _model_call(src, line)
+        callee = call_name(call.func) if call is not None else ""
+        if path:
+            for asg_src, value in self.module_assignments(path.split(".")[0], src, line):
+                where = f"{asg_src.path}:{value.lineno}"
+                name = path.split(".")[0]
+                layer = isinstance(value, ast.Call) and call_name(value.func).startswith(("nn.", "torch.nn."))
+                edit = add_kwarg(asg_src, value, "dtype", f"torch.{dtype}") if layer else None
+                if edit is not None:
+                    yield Candidate(f"build `{name}` in {dtype} with dtype= ({where})", [edit])
+                if not _already_cast(value, dtype):
+                    title = f"convert `{name}` to {dtype} where it is built ({where})"
+                    yield Candidate(title, [cast_expr(asg_src, value, dtype)])
+        if not callee:
+            return
+        where = f"{src.path}:{line}"
+        if path:
+            sub = (
+                f"{callee}.{path}"
+                if all(p.isidentifier() for p in path.split("."))
+                else (f'{callee}.get_submodule("{path}")')
+            )
+            yield Candidate(
+                f"convert `{sub}` to {dtype} before the call ({where})",
+                [_insert_before(src, line, f"{sub}.to(torch.{dtype})")],
+            )
+        yield Candidate(
+            f"convert `{callee}` to {dtype} before the call ({where})",
+            [_insert_before(src, line, f"{callee}.to(torch.{dtype})")],
+        )
+
+    def call_site(self, f: Finding) -> tuple[Source, int] | None:
+        """The user's line that called into the model (the finding's `your_code`, else its location)."""
+        places = [f.data.get("your_code")]
+        if f.location is not None and f.location.file:
+            places.append(f"{f.location.file}:{f.location.line}")
+        for place in places:
+            if not isinstance(place, str) or ":" not in place:
+                continue
+            path, _, line = place.rpartition(":")
+            src = self.source(path)
+            if src is not None and line.isdigit():
+                return src, int(line)
+        return None
+
+    def module_assignments(self, attr: str, src: Source, line: int) -> Iterator[tuple[Source, ast.expr]]:
+        """`X.attr = VALUE` / `attr = VALUE` (a call), the last one before `line` in the call's file."""
+        best: ast.Assign | None = None
+        for node in src.nodes(ast.Assign):
+            if node.lineno >= line or not isinstance(node.value, ast.Call):
+                continue
+            for target in node.targets:
+                name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
+                if name == attr and (best is None or node.lineno > best.lineno):
+                    best = node
+        if best is not None:
+            yield src, best.value
+
+    # ---- an autocast around a model that is already half -------------------------------------
+    def autocast(self, f: Finding) -> Iterator[Candidate]:
+        site = self.call_site(f)
+        if site is None:
+            return
+        src, line = site
+        found = _autocast_with(src, line)
+        if found is None:
+            return
+        with_node, item = found
+        where = f"{src.path}:{with_node.lineno}"
+        yield Candidate(
+            f"remove the redundant torch.autocast around the half model ({where})",
+            [_remove_with_item(src, with_node, item)],
+        )
+        edit = add_kwarg(src, item.context_expr, "enabled", "False")
+        if edit is not None:
+            yield Candidate(f"disable the torch.autocast around the half model ({where})", [edit])
+
+
+def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file) -> list[Cause]:
+    """The candidate edits for each root cause of `report` that lies in (or is called from) user files."""
+    return Planner(user_file).plan(report)
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+def _held(o: Operand) -> bool:
+    return o.origin is not None and o.origin.kind in ("parameter", "buffer")
+
+
+def _target_dtype(f: Finding) -> str | None:
+    """The dtype the cause should become: the half dtype the operands show (the user's intent), else
+    the one the op needed."""
+    low = {o.dtype for o in f.operands if o.dtype in LOW}
+    expected = f.data.get("expected_dtype")
+    if len(low) == 1:
+        return low.pop()
+    return expected if isinstance(expected, str) else None
+
+
+def _module_path(module: str | None, param: str | None) -> str:
+    """The module's path under the called model: `LlamaModel.layers.0.q_proj` → `layers.0.q_proj` (a
+    leading class name is no attribute); from a parameter's name when the module is not known."""
+    path = module if module is not None else (param or "").rpartition(".")[0]
+    parts = [p for p in path.split(".") if p]
+    if parts and parts[0][:1].isupper():
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def _calls_on(src: Source, line: int) -> list[ast.Call]:
+    return sorted(
+        (c for c in src.nodes(ast.Call) if c.lineno <= line <= (c.end_lineno or c.lineno)),
+        key=lambda c: (c.lineno != line, c.col_offset),
+    )
+
+
+def _model_call(src: Source, line: int) -> ast.Call | None:
+    """The call on `line` that is the model's (not torch.*, np.*, print...), outermost first."""
+    for call in _calls_on(src, line):
+        name = call_name(call.func)
+        if name and not name.startswith(_NOT_A_MODEL) and name not in ("print", "len", "range"):
+            return call
+    return None
+
+
+def _argument(call: ast.Call | None, name: str | None) -> ast.expr | None:
+    if call is None:
+        return None
+    for kw in call.keywords:
+        if kw.arg is not None and kw.arg == name:
+            return kw.value
+    tensors = [a for a in call.args if not isinstance(a, (ast.Constant, ast.Starred))]
+    return tensors[0] if tensors and not any(kw.arg == name for kw in call.keywords) else None
+
+
+def _assigned_value(src: Source, line: int, name: str | None) -> ast.expr | None:
+    """The value of `name = VALUE` (or `name: T = VALUE`) on `line`."""
+    stmt = src.statement_at(line)
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target, value = stmt.targets[0], stmt.value
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        target, value = stmt.target, stmt.value
+    else:
+        return None
+    if isinstance(target, ast.Name) and (name is None or target.id == name):
+        return value
+    if isinstance(target, ast.Attribute) and target.attr == name:
+        return value
+    return None
+
+
+def _last_assignment(src: Source, name: str, before: int) -> ast.expr | None:
+    best: ast.Assign | None = None
+    for node in src.nodes(ast.Assign):
+        named = (
+            len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
+        )
+        if named and node.lineno < before and (best is None or node.lineno > best.lineno):
+            best = node
+    return best.value if best is not None else None
+
+
+def _already_cast(value: ast.expr, dtype: str) -> bool:
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "to"
+        and (dtype in ast.dump(value))
+    )
+
+
+def _scope_statement(src: Source, line: int) -> ast.stmt | None:
+    """The statement holding `line` that sits directly in its function's (or the module's) body."""
+    scopes = [
+        n
+        for n in src.nodes((ast.FunctionDef, ast.AsyncFunctionDef))
+        if n.lineno <= line <= (n.end_lineno or n.lineno)
+    ]
+    body = max(scopes, key=lambda n: n.lineno).body if scopes else src.tree.body
+    return next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+
+
+def _insert_before(src: Source, line: int, statement: str) -> Edit:
+    stmt = _scope_statement(src, line) or src.statement_at(line)
+    at = stmt.lineno if stmt is not None else line
+    start = src.offset(at, 0)
+    return Edit(src.path, start, start, f"{src.indent(at)}{statement}\n")
+
+
+def _autocast_with(src: Source, line: int) -> tuple[ast.With, ast.withitem] | None:
+    best: tuple[ast.With, ast.withitem] | None = None
+    for node in src.nodes(ast.With):
+        if not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        for item in node.items:
+            expr = item.context_expr
+            is_autocast = isinstance(expr, ast.Call) and call_name(expr.func).endswith("autocast")
+            if is_autocast and (best is None or node.lineno > best[0].lineno):
+                best = (node, item)
+    return best
+
+
+def _remove_with_item(src: Source, node: ast.With, item: ast.withitem) -> Edit:
+    """Drop one item of a `with` (its comma too), or the whole `with` with its body dedented."""
+    items = node.items
+    i = items.index(item)
+    if len(items) > 1:
+
+        def end_of(it: ast.withitem) -> int:
+            return src.span(it.optional_vars or it.context_expr)[1]
+
+        if i + 1 < len(items):
+            start, end = src.span(item.context_expr)[0], src.span(items[i + 1].context_expr)[0]
+        else:
+            start, end = end_of(items[i - 1]), end_of(item)
+        return Edit(src.path, start, end, "")
+    first = node.body[0].lineno
+    header_end = max(item.context_expr.end_lineno or node.lineno, node.lineno)
+    cut = len(src.indent(first)) - len(src.indent(node.lineno))
+    body = []
+    for text in src.lines[header_end : node.end_lineno]:
+        body.append(text[cut:] if text[:cut].strip() == "" else text.lstrip())
+    start = src.offset(node.lineno, 0)
+    end = src.offset(node.end_lineno, 0) + len(src.lines[node.end_lineno - 1])
+    return Edit(src.path, start, end, "".join(body))
