@@ -1,6 +1,7 @@
 """CogVLM: a half conversion that left the biases float32 (fp16 weights, fp32 biases)."""
 
 import torch
+
 import tiny_models
 
 model = tiny_models.vit(image_size=32, num_hidden_layers=2, num_attention_heads=4).eval()

@@ -1,4 +1,5 @@
-import torch
+"""check FILE.py:build --diff: a head built after .half(), in a file that never imports torch itself."""
+
 from torch import nn
 
 

@@ -1,6 +1,7 @@
 """OneDiff: a UNet already .half() run under torch.autocast of another dtype: two precision managers."""
 
 import torch
+
 import tiny_models
 
 unet = tiny_models.unet().eval().half()

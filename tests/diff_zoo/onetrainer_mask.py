@@ -1,6 +1,7 @@
 """OneTrainer: a float32 latent_mask (torch.ones without dtype=) concatenated into an fp16 UNet's input."""
 
 import torch
+
 import tiny_models
 
 unet = tiny_models.unet(in_channels=5).eval().half()

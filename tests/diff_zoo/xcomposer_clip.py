@@ -1,6 +1,7 @@
 """InternLM-XComposer: CLIP vision features (float32) fed to a language model loaded in float16."""
 
 import torch
+
 import tiny_models
 
 vision = tiny_models.clip_vision(image_size=32, num_attention_heads=4).eval()

@@ -68,7 +68,8 @@ def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
     if not runs:  # a child process the program forked: the parent shows the report
         return code
     anchor = os.path.dirname(os.path.abspath(opts.target))
-    proposal = propose(report, run_command(opts.target, opts.argv), anchor)
+    options = [f"--mode={opts.mode}"] + (["--numerics"] if opts.numerics else [])
+    proposal = propose(report, run_command(opts.target, opts.argv, options), anchor)
     result = attach(report, proposal, args)
     show(report, code)
     return result

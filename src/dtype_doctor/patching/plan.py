@@ -84,7 +84,7 @@ class Planner:
             cause = Cause(label or findings[0].title)
             seen: set[tuple] = set()
             for f in findings:
-                for cand in self.candidates(f):
+                for cand in map(self.with_import, self.candidates(f)):
                     key = tuple(sorted((e.path, e.start, e.end, e.text) for e in cand.edits))
                     if cand.edits and key not in seen:
                         seen.add(key)
@@ -93,9 +93,21 @@ class Planner:
                 causes.append(cause)
         return causes
 
+    def with_import(self, cand: Candidate) -> Candidate:
+        """The candidate plus `import torch` in each file it writes `torch.` into that lacks it."""
+        extra = []
+        for path in dict.fromkeys(e.path for e in cand.edits):
+            src = self.sources.get(path)
+            if src is not None and not _binds_torch(src) and any("torch." in e.text for e in cand.edits):
+                extra.append(_import_torch(src))
+        return Candidate(cand.title, [*cand.edits, *extra]) if extra else cand
+
     def candidates(self, f: Finding) -> Iterator[Candidate]:
         if f.code == "autocast-half-conflict":
             yield from self.autocast(f)
+            return
+        if f.data.get("misuse") == "clip-before-unscale":
+            yield from self.unscale_before_clip(f)
             return
         target = _target_dtype(f)
         if target is None:
@@ -257,6 +269,37 @@ class Planner:
         if edit is not None:
             yield Candidate(f"disable the torch.autocast around the half model ({where})", [edit])
 
+    # ---- clip_grad_norm_ on scaled gradients ---------------------------------------------------
+    def unscale_before_clip(self, f: Finding) -> Iterator[Candidate]:
+        """Move the clip after the loop's `scaler.unscale_(opt)`, else add that call before the clip."""
+        loc = f.location
+        src = self.source(loc.file if loc else None)
+        if src is None or loc is None or loc.line is None:
+            return
+        clip = _scope_statement(src, loc.line, innermost_block=True)
+        block = _block_of(src, clip)
+        if clip is None or block is None:
+            return
+        after = block[block.index(clip) + 1 :]
+        where = f"{src.path}:{clip.lineno}"
+        unscale = next((s for s in after if _calls_method(s, "unscale_")), None)
+        if unscale is not None:
+            start, end = src.offset(clip.lineno, 0), src.offset((clip.end_lineno or clip.lineno) + 1, 0)
+            at = src.offset((unscale.end_lineno or unscale.lineno) + 1, 0)
+            moved = src.text[start:end]
+            yield Candidate(
+                f"clip after scaler.unscale_ ({where})",
+                [Edit(src.path, start, end, ""), Edit(src.path, at, at, moved)],
+            )
+            return
+        step = next((c for s in after for c in _method_calls(s, "step") if c.args), None)
+        if step is not None and isinstance(step.func, ast.Attribute):
+            scaler, optimizer = src.segment(step.func.value), src.segment(step.args[0])
+            yield Candidate(
+                f"unscale the gradients before clipping ({where})",
+                [_insert_before(src, clip.lineno, f"{scaler}.unscale_({optimizer})", block_level=True)],
+            )
+
 
 def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file) -> list[Cause]:
     """The candidate edits for each root cause of `report` that lies in (or is called from) user files."""
@@ -350,8 +393,11 @@ def _already_cast(value: ast.expr, dtype: str) -> bool:
     )
 
 
-def _scope_statement(src: Source, line: int) -> ast.stmt | None:
-    """The statement holding `line` that sits directly in its function's (or the module's) body."""
+def _scope_statement(src: Source, line: int, innermost_block: bool = False) -> ast.stmt | None:
+    """The statement holding `line` that sits directly in its function's (or the module's) body, or
+    (`innermost_block`) the innermost statement holding it."""
+    if innermost_block:
+        return src.statement_at(line)
     scopes = [
         n
         for n in src.nodes((ast.FunctionDef, ast.AsyncFunctionDef))
@@ -361,8 +407,62 @@ def _scope_statement(src: Source, line: int) -> ast.stmt | None:
     return next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
 
 
-def _insert_before(src: Source, line: int, statement: str) -> Edit:
-    stmt = _scope_statement(src, line) or src.statement_at(line)
+def _binds_torch(src: Source) -> bool:
+    return any(
+        isinstance(n, ast.Import) and any((a.asname or a.name) == "torch" for a in n.names)
+        for n in src.tree.body
+    )
+
+
+def _import_torch(src: Source) -> Edit:
+    """`import torch` before the module's first import (after its docstring and __future__ imports)."""
+    body = src.tree.body
+    first = next(
+        (
+            n
+            for n in body
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", "") != "__future__"
+        ),
+        None,
+    )
+    if first is None:
+        doc = (
+            body[0]
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            else None
+        )
+        at = src.offset((doc.end_lineno or 1) + 1, 0) if doc is not None else 0
+    else:
+        at = src.offset(first.lineno, 0)
+    return Edit(src.path, at, at, "import torch\n")
+
+
+def _block_of(src: Source, stmt: ast.stmt | None) -> list[ast.stmt] | None:
+    """The statement list (a body, orelse, ...) that holds `stmt`."""
+    if stmt is None:
+        return None
+    for node in ast.walk(src.tree):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if isinstance(block, list) and any(s is stmt for s in block):
+                return block
+    return None
+
+
+def _method_calls(stmt: ast.stmt, method: str) -> list[ast.Call]:
+    return [
+        c
+        for c in ast.walk(stmt)
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == method
+    ]
+
+
+def _calls_method(stmt: ast.stmt, method: str) -> bool:
+    return bool(_method_calls(stmt, method))
+
+
+def _insert_before(src: Source, line: int, statement: str, block_level: bool = False) -> Edit:
+    stmt = _scope_statement(src, line, innermost_block=block_level) or src.statement_at(line)
     at = stmt.lineno if stmt is not None else line
     start = src.offset(at, 0)
     return Edit(src.path, start, start, f"{src.indent(at)}{statement}\n")

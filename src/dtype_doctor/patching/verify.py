@@ -51,13 +51,13 @@ class Replay:
 Command = Callable[[str, dict[str, str]], list[str]]
 
 
-def run_command(script: str, argv: Sequence[str]) -> Command:
-    """`dtype-doctor run --json=REPORT SCRIPT ARGV` on the scratch copy of SCRIPT."""
+def run_command(script: str, argv: Sequence[str], options: Sequence[str] = ()) -> Command:
+    """`dtype-doctor run --json=REPORT OPTIONS SCRIPT ARGV` on the scratch copy of SCRIPT."""
 
     def build(scratch: str, placed: dict[str, str]) -> list[str]:
         target = placed.get(os.path.abspath(script), script)
         report = os.path.join(scratch, "replay-report.json")
-        return [sys.executable, "-m", "dtype_doctor", "run", f"--json={report}", target, *argv]
+        return [sys.executable, "-m", "dtype_doctor", "run", f"--json={report}", *options, target, *argv]
 
     return build
 
