@@ -51,8 +51,8 @@ def patch_renderables(section: SourcePatch) -> list[Any]:
         out.append(Text.assemble(("    change ", "bold green"), change.get("change", "")))
     if section.diff:
         text = DiffText()
-        for line in section.diff.splitlines():
-            text.append(line + "\n", style=_RICH[_line_kind(line)])
+        for i, line in enumerate(section.diff.splitlines()):
+            text.append(("\n" if i else "") + line, style=_RICH[_line_kind(line)])
         out.append(text)
     if section.outcome:
         out.append(Text(section.outcome, style="green" if section.verified else "yellow"))
