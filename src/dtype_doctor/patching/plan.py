@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..causes import by_cause, group_by_cause, root_origin
 from ..report import Finding, Operand, Origin, Report
+from . import finders as find
 from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr
 
 LOW = ("float16", "bfloat16")
@@ -26,7 +27,6 @@ _LIBRARY_ROOTS = tuple(
     for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
     if p
 )
-_NOT_A_MODEL = ("torch.", "np.", "numpy.", "F.", "nn.", "math.", "print", "len", "range")
 
 
 @dataclass
@@ -98,8 +98,8 @@ class Planner:
         extra = []
         for path in dict.fromkeys(e.path for e in cand.edits):
             src = self.sources.get(path)
-            if src is not None and not _binds_torch(src) and any("torch." in e.text for e in cand.edits):
-                extra.append(_import_torch(src))
+            if src is not None and not find.binds_torch(src) and any("torch." in e.text for e in cand.edits):
+                extra.append(find.import_torch(src))
         return Candidate(cand.title, [*cand.edits, *extra]) if extra else cand
 
     def candidates(self, f: Finding) -> Iterator[Candidate]:
@@ -144,13 +144,13 @@ class Planner:
         where = f"{origin.file}:{origin.line}"
         name = origin.name or "the tensor"
         op = (origin.op or "").rsplit(".", 1)[-1]
-        calls = [c for c in _calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
+        calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
         if origin.kind == "op" and op in FACTORIES and calls:
             edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
             if edit is not None:
                 yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", [edit])
-        value = _assigned_value(src, origin.line, origin.name)
-        if value is not None and not _already_cast(value, dtype):
+        value = find.assigned_value(src, origin.line, origin.name)
+        if value is not None and not find.already_cast(value, dtype):
             yield Candidate(
                 f"cast `{name}` to {dtype} where it is made ({where})", [cast_expr(src, value, dtype)]
             )
@@ -165,13 +165,13 @@ class Planner:
         src = self.source(root.file)
         if src is None or root.line is None:
             return
-        arg = _argument(_model_call(src, root.line), root.name)
+        arg = find.argument(find.model_call(src, root.line), root.name)
         if arg is None:
             return
         where = f"{root.file}:{root.line}"
         if isinstance(arg, ast.Name):
-            value = _last_assignment(src, arg.id, root.line)
-            if value is not None and not _already_cast(value, dtype):
+            value = find.last_assignment(src, arg.id, root.line)
+            if value is not None and not find.already_cast(value, dtype):
                 line = f"{root.file}:{value.lineno}"
                 yield Candidate(
                     f"cast `{arg.id}` to {dtype} where it is made ({line})", [cast_expr(src, value, dtype)]
@@ -192,7 +192,7 @@ class Planner:
         if site is None:
             return
         src, line = site
-        call = _model_call(src, line)
+        call = find.model_call(src, line)
         callee = call_name(call.func) if call is not None else ""
         if path:
             for asg_src, value in self.module_assignments(path.split(".")[0], src, line):
@@ -202,7 +202,7 @@ class Planner:
                 edit = add_kwarg(asg_src, value, "dtype", f"torch.{dtype}") if layer else None
                 if edit is not None:
                     yield Candidate(f"build `{name}` in {dtype} with dtype= ({where})", [edit])
-                if not _already_cast(value, dtype):
+                if not find.already_cast(value, dtype):
                     title = f"convert `{name}` to {dtype} where it is built ({where})"
                     yield Candidate(title, [cast_expr(asg_src, value, dtype)])
         if not callee:
@@ -216,11 +216,11 @@ class Planner:
             )
             yield Candidate(
                 f"convert `{sub}` to {dtype} before the call ({where})",
-                [_insert_before(src, line, f"{sub}.to(torch.{dtype})")],
+                [find.insert_before(src, line, f"{sub}.to(torch.{dtype})")],
             )
         yield Candidate(
             f"convert `{callee}` to {dtype} before the call ({where})",
-            [_insert_before(src, line, f"{callee}.to(torch.{dtype})")],
+            [find.insert_before(src, line, f"{callee}.to(torch.{dtype})")],
         )
 
     def call_site(self, f: Finding) -> tuple[Source, int] | None:
@@ -256,14 +256,14 @@ class Planner:
         if site is None:
             return
         src, line = site
-        found = _autocast_with(src, line)
+        found = find.autocast_with(src, line)
         if found is None:
             return
         with_node, item = found
         where = f"{src.path}:{with_node.lineno}"
         yield Candidate(
             f"remove the redundant torch.autocast around the half model ({where})",
-            [_remove_with_item(src, with_node, item)],
+            [find.remove_with_item(src, with_node, item)],
         )
         edit = add_kwarg(src, item.context_expr, "enabled", "False")
         if edit is not None:
@@ -276,13 +276,13 @@ class Planner:
         src = self.source(loc.file if loc else None)
         if src is None or loc is None or loc.line is None:
             return
-        clip = _scope_statement(src, loc.line, innermost_block=True)
-        block = _block_of(src, clip)
+        clip = find.scope_statement(src, loc.line, innermost_block=True)
+        block = find.block_of(src, clip)
         if clip is None or block is None:
             return
         after = block[block.index(clip) + 1 :]
         where = f"{src.path}:{clip.lineno}"
-        unscale = next((s for s in after if _calls_method(s, "unscale_")), None)
+        unscale = next((s for s in after if find.calls_method(s, "unscale_")), None)
         if unscale is not None:
             start, end = src.offset(clip.lineno, 0), src.offset((clip.end_lineno or clip.lineno) + 1, 0)
             at = src.offset((unscale.end_lineno or unscale.lineno) + 1, 0)
@@ -292,12 +292,12 @@ class Planner:
                 [Edit(src.path, start, end, ""), Edit(src.path, at, at, moved)],
             )
             return
-        step = next((c for s in after for c in _method_calls(s, "step") if c.args), None)
+        step = next((c for s in after for c in find.method_calls(s, "step") if c.args), None)
         if step is not None and isinstance(step.func, ast.Attribute):
             scaler, optimizer = src.segment(step.func.value), src.segment(step.args[0])
             yield Candidate(
                 f"unscale the gradients before clipping ({where})",
-                [_insert_before(src, clip.lineno, f"{scaler}.unscale_({optimizer})", block_level=True)],
+                [find.insert_before(src, clip.lineno, f"{scaler}.unscale_({optimizer})", block_level=True)],
             )
 
 
@@ -329,178 +329,3 @@ def _module_path(module: str | None, param: str | None) -> str:
     if parts and parts[0][:1].isupper():
         parts = parts[1:]
     return ".".join(parts)
-
-
-def _calls_on(src: Source, line: int) -> list[ast.Call]:
-    return sorted(
-        (c for c in src.nodes(ast.Call) if c.lineno <= line <= (c.end_lineno or c.lineno)),
-        key=lambda c: (c.lineno != line, c.col_offset),
-    )
-
-
-def _model_call(src: Source, line: int) -> ast.Call | None:
-    """The call on `line` that is the model's (not torch.*, np.*, print...), outermost first."""
-    for call in _calls_on(src, line):
-        name = call_name(call.func)
-        if name and not name.startswith(_NOT_A_MODEL) and name not in ("print", "len", "range"):
-            return call
-    return None
-
-
-def _argument(call: ast.Call | None, name: str | None) -> ast.expr | None:
-    if call is None:
-        return None
-    for kw in call.keywords:
-        if kw.arg is not None and kw.arg == name:
-            return kw.value
-    tensors = [a for a in call.args if not isinstance(a, (ast.Constant, ast.Starred))]
-    return tensors[0] if tensors and not any(kw.arg == name for kw in call.keywords) else None
-
-
-def _assigned_value(src: Source, line: int, name: str | None) -> ast.expr | None:
-    """The value of `name = VALUE` (or `name: T = VALUE`) on `line`."""
-    stmt = src.statement_at(line)
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-        target, value = stmt.targets[0], stmt.value
-    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-        target, value = stmt.target, stmt.value
-    else:
-        return None
-    if isinstance(target, ast.Name) and (name is None or target.id == name):
-        return value
-    if isinstance(target, ast.Attribute) and target.attr == name:
-        return value
-    return None
-
-
-def _last_assignment(src: Source, name: str, before: int) -> ast.expr | None:
-    best: ast.Assign | None = None
-    for node in src.nodes(ast.Assign):
-        named = (
-            len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
-        )
-        if named and node.lineno < before and (best is None or node.lineno > best.lineno):
-            best = node
-    return best.value if best is not None else None
-
-
-def _already_cast(value: ast.expr, dtype: str) -> bool:
-    return (
-        isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Attribute)
-        and value.func.attr == "to"
-        and (dtype in ast.dump(value))
-    )
-
-
-def _scope_statement(src: Source, line: int, innermost_block: bool = False) -> ast.stmt | None:
-    """The statement holding `line` that sits directly in its function's (or the module's) body, or
-    (`innermost_block`) the innermost statement holding it."""
-    if innermost_block:
-        return src.statement_at(line)
-    scopes = [
-        n
-        for n in src.nodes((ast.FunctionDef, ast.AsyncFunctionDef))
-        if n.lineno <= line <= (n.end_lineno or n.lineno)
-    ]
-    body = max(scopes, key=lambda n: n.lineno).body if scopes else src.tree.body
-    return next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
-
-
-def _binds_torch(src: Source) -> bool:
-    return any(
-        isinstance(n, ast.Import) and any((a.asname or a.name) == "torch" for a in n.names)
-        for n in src.tree.body
-    )
-
-
-def _import_torch(src: Source) -> Edit:
-    """`import torch` before the module's first import (after its docstring and __future__ imports)."""
-    body = src.tree.body
-    first = next(
-        (
-            n
-            for n in body
-            if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", "") != "__future__"
-        ),
-        None,
-    )
-    if first is None:
-        doc = (
-            body[0]
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-            else None
-        )
-        at = src.offset((doc.end_lineno or 1) + 1, 0) if doc is not None else 0
-    else:
-        at = src.offset(first.lineno, 0)
-    return Edit(src.path, at, at, "import torch\n")
-
-
-def _block_of(src: Source, stmt: ast.stmt | None) -> list[ast.stmt] | None:
-    """The statement list (a body, orelse, ...) that holds `stmt`."""
-    if stmt is None:
-        return None
-    for node in ast.walk(src.tree):
-        for name in ("body", "orelse", "finalbody"):
-            block = getattr(node, name, None)
-            if isinstance(block, list) and any(s is stmt for s in block):
-                return block
-    return None
-
-
-def _method_calls(stmt: ast.stmt, method: str) -> list[ast.Call]:
-    return [
-        c
-        for c in ast.walk(stmt)
-        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == method
-    ]
-
-
-def _calls_method(stmt: ast.stmt, method: str) -> bool:
-    return bool(_method_calls(stmt, method))
-
-
-def _insert_before(src: Source, line: int, statement: str, block_level: bool = False) -> Edit:
-    stmt = _scope_statement(src, line, innermost_block=block_level) or src.statement_at(line)
-    at = stmt.lineno if stmt is not None else line
-    start = src.offset(at, 0)
-    return Edit(src.path, start, start, f"{src.indent(at)}{statement}\n")
-
-
-def _autocast_with(src: Source, line: int) -> tuple[ast.With, ast.withitem] | None:
-    best: tuple[ast.With, ast.withitem] | None = None
-    for node in src.nodes(ast.With):
-        if not node.lineno <= line <= (node.end_lineno or node.lineno):
-            continue
-        for item in node.items:
-            expr = item.context_expr
-            is_autocast = isinstance(expr, ast.Call) and call_name(expr.func).endswith("autocast")
-            if is_autocast and (best is None or node.lineno > best[0].lineno):
-                best = (node, item)
-    return best
-
-
-def _remove_with_item(src: Source, node: ast.With, item: ast.withitem) -> Edit:
-    """Drop one item of a `with` (its comma too), or the whole `with` with its body dedented."""
-    items = node.items
-    i = items.index(item)
-    if len(items) > 1:
-
-        def end_of(it: ast.withitem) -> int:
-            return src.span(it.optional_vars or it.context_expr)[1]
-
-        if i + 1 < len(items):
-            start, end = src.span(item.context_expr)[0], src.span(items[i + 1].context_expr)[0]
-        else:
-            start, end = end_of(items[i - 1]), end_of(item)
-        return Edit(src.path, start, end, "")
-    first = node.body[0].lineno
-    header_end = max(item.context_expr.end_lineno or node.lineno, node.lineno)
-    cut = len(src.indent(first)) - len(src.indent(node.lineno))
-    body = []
-    for text in src.lines[header_end : node.end_lineno]:
-        body.append(text[cut:] if text[:cut].strip() == "" else text.lstrip())
-    start = src.offset(node.lineno, 0)
-    end = src.offset(node.end_lineno, 0) + len(src.lines[node.end_lineno - 1])
-    return Edit(src.path, start, end, "".join(body))
