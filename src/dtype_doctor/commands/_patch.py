@@ -56,6 +56,7 @@ def attach(report: Any, proposal: Any, args: argparse.Namespace) -> int:
 def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
     """`run --diff/--write`: the program under watch, then the patch of its root causes, replayed."""
     import os
+    import time
 
     from ..errors import DoctorError
     from ..patching import propose, run_command
@@ -64,12 +65,17 @@ def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
     if opts.is_module:
         raise DoctorError("--diff and --write need a script path, not -m MODULE")
     runs: list[Any] = []
+    started = time.monotonic()
     code, report = run_program(opts, then=lambda code, report: runs.append(report))
     if not runs:  # a child process the program forked: the parent shows the report
         return code
     anchor = os.path.dirname(os.path.abspath(opts.target))
     options = [f"--mode={opts.mode}"] + (["--numerics"] if opts.numerics else [])
-    proposal = propose(report, run_command(opts.target, opts.argv, options), anchor)
+    timeout = max(120.0, 4 * (time.monotonic() - started))  # a replay that hangs is cut off
+    proposal = propose(report, run_command(opts.target, opts.argv, options), anchor, timeout=timeout)
+    if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
+        proposal.section.verified = None
+        proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
     result = attach(report, proposal, args)
     show(report, code)
     return result
