@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -51,19 +52,31 @@ def _apply(diff: str, cwd: Path, tool: str) -> None:
     subprocess.run(cmd, input=diff, cwd=cwd, text=True, check=True, capture_output=True)
 
 
+@pytest.fixture(scope="module")
+def zoo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """`run --diff` of every zoo script, a few at a time (each in its own directory)."""
+
+    def one(name: str) -> tuple[Path, subprocess.CompletedProcess]:
+        folder = tmp_path_factory.mktemp(name.removesuffix(".py"))
+        shutil.copy(ZOO / name, folder / name)
+        return folder, _cli("run", "--diff", "--json=report.json", "--no-color", name, cwd=folder)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, (os.cpu_count() or 2) // 2))) as pool:
+        return dict(zip(sorted(CASES), pool.map(one, sorted(CASES)), strict=True))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_run_diff_fixes_the_script(name: str, tmp_path: Path) -> None:
-    shutil.copy(ZOO / name, tmp_path / name)
-    proc = _cli("run", "--diff", "--json=report.json", "--no-color", name, cwd=tmp_path)
+def test_run_diff_fixes_the_script(name: str, zoo_runs: dict) -> None:
+    folder, proc = zoo_runs[name]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RuntimeError" in proc.stderr  # the bug, as the user meets it
-    section = _patch_section(tmp_path / "report.json")
+    section = _patch_section(folder / "report.json")
     assert section["verified"] is True
     assert CASES[name] in section["diff"]
     assert "re-run of the patched copy: exit 0, no dtype error" in proc.stderr
-    assert (tmp_path / name).read_text() == (ZOO / name).read_text()  # --diff writes nothing
-    _apply(section["diff"], tmp_path, "patch" if sorted(CASES).index(name) % 2 else "git")
-    after = _cli_python(name, tmp_path)
+    assert (folder / name).read_text() == (ZOO / name).read_text()  # --diff writes nothing
+    _apply(section["diff"], folder, "patch" if sorted(CASES).index(name) % 2 else "git")
+    after = _cli_python(name, folder)
     assert after.returncode == 0, after.stderr[-3000:]
 
 
@@ -115,3 +128,17 @@ def test_write_refuses_a_dirty_git_file_and_writes_a_clean_one(tmp_path: Path) -
     assert "latents = torch.from_numpy(arr).to(torch.float16)\n" in script.read_text()
     assert (tmp_path / "numpy_input.py.orig").read_text() == dirty
     assert _cli_python("numpy_input.py", tmp_path).returncode == 0
+
+
+def test_clip_before_unscale_is_moved_once_numerics_reports_it(tmp_path: Path) -> None:
+    name = "clip_before_unscale.py"
+    shutil.copy(ZOO / name, tmp_path / name)
+    proc = _cli("run", "--numerics", "--diff", "--json=r.json", "--no-color", name, cwd=tmp_path)
+    report = json.loads((tmp_path / "r.json").read_text())
+    if not any(f["data"].get("misuse") == "clip-before-unscale" for f in report["findings"]):
+        pytest.skip("this build's --numerics does not report clip-before-unscale")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    diff = _patch_section(tmp_path / "r.json")["diff"]
+    assert "+    scaler.unscale_(optimizer)\n" in diff
+    _apply(diff, tmp_path, "patch")
+    assert _cli_python(name, tmp_path).returncode == 0

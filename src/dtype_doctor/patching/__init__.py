@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..report import Report
+from ..report import Report, Severity
 from ..sections import SourcePatch
 from .plan import Candidate, Cause, Planner, is_user_file, plan
 from .source import unified_diff
@@ -60,8 +60,13 @@ def propose(
         return Proposal(SourcePatch(verified=None if report.findings else True, outcome=what))
     originals = {path: src.text for path, src in planner.sources.items() if src is not None}
 
+    errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
+    warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
+
     def run(files: dict[str, str]) -> Replay:
-        return replay(files, command, anchor, timeout=timeout)
+        result = replay(files, command, anchor, timeout=timeout)
+        result.warnings_before = 0 if errors else warnings
+        return result
 
     chosen, files, result = search(causes, originals, run)
     diff = "".join(unified_diff(path, originals[path], text) for path, text in files.items())

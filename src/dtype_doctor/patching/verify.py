@@ -29,10 +29,12 @@ class Replay:
     errors: int
     warnings: int
     tail: str = ""  # the end of what the program wrote, when it failed
+    warnings_before: int = 0  # a run with warnings only: the patch must leave fewer
 
     @property
     def passed(self) -> bool:
-        return self.code == 0 and self.errors == 0
+        fewer = self.warnings_before == 0 or self.warnings < self.warnings_before
+        return self.code == 0 and self.errors == 0 and fewer
 
     def score(self) -> tuple:
         return (self.passed, -self.errors, self.code == 0, -self.warnings)
@@ -44,6 +46,8 @@ class Replay:
             )
             return f"re-run of the patched copy: exit 0, no dtype error{left}"
         errs = f"{self.errors} dtype error{'s' if self.errors != 1 else ''}"
+        if self.code == 0 and self.errors == 0:
+            return f"re-run of the patched copy: exit 0, but the {self.warnings} warning(s) remain"
         return f"re-run of the patched copy: exit {self.code}, {errs} left"
 
 
