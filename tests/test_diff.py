@@ -33,6 +33,7 @@ CASES = {
     "controlnet_fp32.py": "+        self.proj = nn.Conv2d(4, 4, 3, padding=1, dtype=torch.float16)",
     "numpy_input.py": "+latents = torch.from_numpy(arr).to(torch.float16)",
     "pil_image.py": "[None].to(torch.float16)",
+    "lora_adapter.py": "+model.to(torch.float16)\n print(model(x).dtype)",
     "kv_cache.py": "+cache = torch.zeros(1, 4, 16, dtype=torch.float16)  # preallocated, default dtype",
 }
 

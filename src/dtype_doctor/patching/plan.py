@@ -149,6 +149,12 @@ class Planner:
             edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
             if edit is not None:
                 yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", [edit])
+        if origin.kind == "cast" and calls and op in ("float", "double") and not calls[0].args:
+            receiver = calls[0].func.value  # type: ignore[attr-defined]
+            start, end = src.span(calls[0])
+            edit = Edit(src.path, start, end, src.segment(receiver))
+            what = f"`{src.segment(receiver)}` {origin.dtype}"
+            yield Candidate(f"drop the .{op}() that made {what} ({where})", [edit])
         value = find.assigned_value(src, origin.line, origin.name)
         if value is not None and not find.already_cast(value, dtype):
             yield Candidate(
@@ -185,7 +191,7 @@ class Planner:
     def convert_module(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
         origin = operand.origin
         path = _module_path(origin.module if origin else None, origin.name if origin else operand.name)
-        site = self.call_site(f)
+        site = self.model_input_site(f) or self.call_site(f)
         home = self.source(self.home)
         if site is None and home is not None:
             site = (home, len(home.lines) + 1)  # the factory's file: its last assignment of the module
@@ -209,11 +215,12 @@ class Planner:
             return
         where = f"{src.path}:{line}"
         if path:
-            sub = (
-                f"{callee}.{path}"
-                if all(p.isidentifier() for p in path.split("."))
-                else (f'{callee}.get_submodule("{path}")')
-            )
+            parts = path.split(".")
+            if all(p.isidentifier() or p.isdigit() for p in parts):
+                sub = callee + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+            else:
+                sub = f'{callee}.get_submodule("{path}")'
+
             yield Candidate(
                 f"convert `{sub}` to {dtype} before the call ({where})",
                 [find.insert_before(src, line, f"{sub}.to(torch.{dtype})")],
@@ -222,6 +229,18 @@ class Planner:
             f"convert `{callee}` to {dtype} before the call ({where})",
             [find.insert_before(src, line, f"{callee}.to(torch.{dtype})")],
         )
+
+    def model_input_site(self, f: Finding) -> tuple[Source, int] | None:
+        """The user's line that called the outermost model (the line its inputs came in at): module
+        paths are relative to that model."""
+        todo = [o.origin for o in f.operands if o.origin is not None]
+        while todo:
+            origin = todo.pop(0)
+            src = self.source(origin.file) if origin.kind == "input" else None
+            if src is not None and origin.line is not None and find.model_call(src, origin.line) is not None:
+                return src, origin.line
+            todo.extend(origin.chain)
+        return None
 
     def call_site(self, f: Finding) -> tuple[Source, int] | None:
         """The user's line that called into the model (the finding's `your_code`, else its location)."""
