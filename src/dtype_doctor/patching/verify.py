@@ -21,6 +21,20 @@ from .plan import Candidate, Cause
 from .source import Edit, apply
 
 MAX_REPLAYS = 8
+REPORT_NAME = ".dtype-doctor-replay.json"
+# the script's folder is copied whole (data files read relative to __file__ keep working) when small
+COPY_LIMIT_BYTES, COPY_LIMIT_FILES = 64 << 20, 2000
+_SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".mypy_cache",
+    ".ruff_cache",
+}
 
 
 @dataclass
@@ -60,7 +74,7 @@ def run_command(script: str, argv: Sequence[str], options: Sequence[str] = ()) -
 
     def build(scratch: str, placed: dict[str, str]) -> list[str]:
         target = placed.get(os.path.abspath(script), script)
-        report = os.path.join(scratch, "replay-report.json")
+        report = os.path.join(scratch, REPORT_NAME)
         return [sys.executable, "-m", "dtype_doctor", "run", f"--json={report}", *options, target, *argv]
 
     return build
@@ -71,7 +85,7 @@ def check_command(path: str, factory: str, options: Sequence[str]) -> Command:
 
     def build(scratch: str, placed: dict[str, str]) -> list[str]:
         target = f"{placed.get(os.path.abspath(path), path)}:{factory}"
-        report = os.path.join(scratch, "replay-report.json")
+        report = os.path.join(scratch, REPORT_NAME)
         return [sys.executable, "-m", "dtype_doctor", "check", f"--json={report}", target, *options]
 
     return build
@@ -85,6 +99,7 @@ def replay(files: dict[str, str], command: Command, anchor: str, timeout: float 
     """
     scratch = tempfile.mkdtemp(prefix="dtype-doctor-replay-")
     try:
+        _copy_small_tree(os.path.abspath(anchor), scratch)
         placed: dict[str, str] = {}
         extra: list[str] = []
         anchor = os.path.abspath(anchor)
@@ -108,9 +123,32 @@ def replay(files: dict[str, str], command: Command, anchor: str, timeout: float 
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return Replay(code=124, errors=0, warnings=0, tail="the replay timed out")
-        return _result(proc, os.path.join(scratch, "replay-report.json"))
+        return _result(proc, os.path.join(scratch, REPORT_NAME))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _copy_small_tree(anchor: str, scratch: str) -> None:
+    """Copy `anchor` into `scratch` when it holds at most COPY_LIMIT_FILES files / COPY_LIMIT_BYTES."""
+    files: list[str] = []
+    size = 0
+    for root, dirs, names in os.walk(anchor):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not os.path.islink(os.path.join(root, d))]
+        for name in names:
+            path = os.path.join(root, name)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            files.append(path)
+            size += os.path.getsize(path)
+            if len(files) > COPY_LIMIT_FILES or size > COPY_LIMIT_BYTES:
+                return  # too big: only the patched files go to the scratch copy
+    for path in files:
+        dest = os.path.join(scratch, os.path.relpath(path, anchor))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            shutil.copy2(path, dest)
+        except OSError:
+            continue
 
 
 def _result(proc: subprocess.CompletedProcess, report_path: str) -> Replay:
