@@ -155,3 +155,13 @@ def test_the_patch_section_in_console_html_and_json() -> None:
     html = render_html(report)
     assert '<span class="d-add">+m = torch.ones(2, dtype=torch.float16)</span>' in html
     assert Report.from_json(report.to_json()).sections == [section]
+
+
+def test_patch_options_without_write_are_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from dtype_doctor.cli import main
+
+    script = tmp_path / "s.py"
+    script.write_text("print(1)\n")
+    assert main(["run", "--no-backup", str(script)]) == 2
+    assert "--no-backup and --force go with --write" in capsys.readouterr().err
+    assert main(["check", f"{script}:build", "--force"]) == 2

@@ -27,6 +27,12 @@ def add_patch_options(parser: argparse.ArgumentParser) -> None:
 
 
 def wants_patch(args: argparse.Namespace) -> bool:
+    from ..errors import DoctorError
+
+    if (getattr(args, "no_backup", False) or getattr(args, "force", False)) and not getattr(
+        args, "write", False
+    ):
+        raise DoctorError("--no-backup and --force go with --write")
     return bool(getattr(args, "diff", False) or getattr(args, "write", False))
 
 

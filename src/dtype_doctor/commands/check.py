@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from ..inputs import split_inputs
 
     dtype, autocast = dtype_options(args)  # cheap checks first: bad input fails before torch is imported
+    patch = wants_patch(args)
     positional, named = split_inputs(args.input)
     factory = load_target(args)
 
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         input_flags=flags,
         **named,
     )
-    patched = check_with_patch(report, args) if wants_patch(args) else None
+    patched = check_with_patch(report, args) if patch else None
     emit(report, args)
     if patched is not None:
         return patched
