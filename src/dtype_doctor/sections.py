@@ -87,8 +87,24 @@ class CompareResult:
         return {**self.settings, "variants": self.variants}
 
 
-Section = Table | Plot | DtypeMap | EnvFacts | CompareResult
-SECTION_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (Table, Plot, DtypeMap, EnvFacts, CompareResult)}
+@dataclass
+class SourcePatch:
+    """The fix as a patch to the user's own files (`run --diff`): a unified diff (`patch -p0`), one
+    change per root cause, and what the re-run of the patched program gave (`verified` None: not run)."""
+
+    TYPE: ClassVar[str] = "source_patch"
+    diff: str = ""
+    files: list[str] = field(default_factory=list)
+    changes: list[dict[str, str]] = field(default_factory=list)  # {"cause": ..., "change": ...}
+    verified: bool | None = None
+    outcome: str = ""
+    written: list[str] = field(default_factory=list)  # files --write changed
+
+
+Section = Table | Plot | DtypeMap | EnvFacts | CompareResult | SourcePatch
+SECTION_TYPES: dict[str, type] = {
+    cls.TYPE: cls for cls in (Table, Plot, DtypeMap, EnvFacts, CompareResult, SourcePatch)
+}
 
 
 def section_to_dict(section: Any) -> dict[str, Any]:

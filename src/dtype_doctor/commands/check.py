@@ -8,6 +8,7 @@ from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..errors import DoctorError
 from . import EXIT_FINDINGS, EXIT_OK
 from ._output import add_output_options, emit
+from ._patch import add_patch_options, check_with_patch, wants_patch
 from ._target import add_target_arguments, dtype_option, load_target, refuse_lazy
 
 HELP = "dry-run a model on the meta device and list every dtype mismatch a real run would hit"
@@ -29,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Without --input, the usual inputs of transformers/diffusers models are made up in --dtype",
     )
     add_output_options(parser)
+    add_patch_options(parser)
 
 
 def dtype_options(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from ..inputs import split_inputs
 
     dtype, autocast = dtype_options(args)  # cheap checks first: bad input fails before torch is imported
+    patch = wants_patch(args)
     positional, named = split_inputs(args.input)
     factory = load_target(args)
 
@@ -97,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
         report.meta.setdefault("notes", []).append(f"inputs made up (no --input given): {shown}")
     if dtype is not None and dtype.startswith("float8"):
         _float8_kernels(model, dtype, report)
+    patched = check_with_patch(report, args) if patch else None
     emit(report, args)
+    if patched is not None:
+        return patched
     incomplete = CHECK_INCOMPLETE in report.codes()  # not clean: part of forward was not checked
     return EXIT_FINDINGS if report.errors or incomplete else EXIT_OK
 

@@ -15,6 +15,7 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ._output import add_output_options
+    from ._patch import add_patch_options
 
     parser.add_argument(
         "--mode",
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run a library module as a script, like python -m (its arguments follow)",
     )
     add_output_options(parser)
+    add_patch_options(parser)
     parser.add_argument("script", nargs="?", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -39,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import DoctorError
     from ..watching.run import RunOptions, rank, run_program
+    from ._patch import run_with_patch, wants_patch
 
     if args.module:
         opts = RunOptions(args.module[0], list(args.module[1:]), is_module=True)
@@ -47,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise DoctorError("nothing to run: give a script path or -m MODULE")
     opts.mode, opts.numerics = args.mode, args.numerics
+    if wants_patch(args):
+        return run_with_patch(opts, args, lambda report, code: _emit(report, args, rank(), code))
     code, _ = run_program(opts, then=lambda code, report: _emit(report, args, rank(), code))
     return code
 

@@ -14,8 +14,9 @@ from rich.text import Text
 
 from ..causes import by_cause
 from ..report import Finding, Report, Severity
-from ..sections import CompareResult, EnvFacts
+from ..sections import CompareResult, EnvFacts, SourcePatch
 from ..sections import Table as SectionTable
+from .patch import DiffText, patch_renderables
 
 MAX_PANELS = 50  # the console shows this many findings; the JSON and HTML reports hold them all
 
@@ -37,7 +38,7 @@ def make_console(color: bool = True, stderr: bool = False, **kwargs: Any) -> Con
 def render(report: Report, console: Console | None = None, verbose: bool = False, color: bool = True) -> None:
     console = console or make_console(color=color, soft_wrap=False)
     for item in renderables(report, verbose):
-        console.print(item, crop=False)  # a box widened for a long code line is not cut at the edge
+        console.print(item, crop=False, soft_wrap=isinstance(item, DiffText))  # a wide box is not cut
 
 
 def renderable(report: Report, verbose: bool = False) -> Group:
@@ -52,8 +53,10 @@ def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
         yield Text(str(note), style="dim")
     for section in report.sections:
         yield from section_renderables(section, wide=verbose)
+    patches = [p for s in report.sections if isinstance(s, SourcePatch) for p in patch_renderables(s)]
     if not report.findings:
         yield Text.from_markup(f"[green]dtype-doctor {escape(report.tool)}: no problems found.[/green]")
+        yield from patches
         return
     groups = by_cause(report)
     shown = groups if verbose else groups[:MAX_PANELS]
@@ -63,6 +66,7 @@ def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
     if hidden:
         yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
     yield summary_line(report)
+    yield from patches  # the diff last: what the user acts on
 
 
 def section_renderables(section: Any, wide: bool = False) -> list[Any]:

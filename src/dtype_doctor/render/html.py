@@ -15,6 +15,8 @@ from typing import Any
 from ..causes import by_cause
 from ..dtype_map import report_map
 from ..report import Finding, Operand, Origin, Report, Severity
+from ..sections import SourcePatch
+from .patch import PATCH_CSS, patch_html
 from .svg import render_plot
 from .views import section_views
 
@@ -103,7 +105,7 @@ def render_html(report: Report) -> str:
 
 def style() -> str:
     """The stylesheet as a <style> element (Jupyter embeds it next to the fragment)."""
-    return f"<style>{_CSS}</style>"
+    return f"<style>{_CSS}{PATCH_CSS}</style>"
 
 
 def fragment(report: Report) -> str:
@@ -122,6 +124,7 @@ def fragment(report: Report) -> str:
         out.append(f"<h2>{escape(str(table.get('title', 'Table')))}</h2>" + _table(table))
     if plots:
         out.append("<h2>Plots</h2>" + "".join(render_plot(p) for p in plots))
+    out.extend(patch_html(s) for s in report.sections if isinstance(s, SourcePatch))
     return '<div class="dtype-doctor">' + "\n".join(p for p in out if p) + "</div>"
 
 

@@ -1,0 +1,88 @@
+"""The verified fix as a patch to the user's own files (`run --diff`, `--write`, `check --diff`).
+
+`plan.py` turns each root cause of a report into candidate edits (best first), `verify.py` re-runs
+the patched program in a scratch copy and keeps the first candidates that pass, `write.py` applies the
+verified diff. `propose` ties them together and returns a `sections.SourcePatch`. No torch import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..report import Report, Severity
+from ..sections import SourcePatch
+from .plan import Candidate, Cause, Planner, is_user_file, plan
+from .source import unified_diff
+from .verify import Command, Replay, check_command, replay, run_command, search
+
+__all__ = [
+    "Candidate",
+    "Cause",
+    "Planner",
+    "Proposal",
+    "SourcePatch",
+    "check_command",
+    "is_user_file",
+    "plan",
+    "propose",
+    "run_command",
+]
+
+
+@dataclass
+class Proposal:
+    """The patch section and what `--write` needs: each file's text at the run and patched."""
+
+    section: SourcePatch
+    originals: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def propose(
+    report: Report,
+    command: Command,
+    anchor: str,
+    user_file: Callable[[str | None], bool] = is_user_file,
+    timeout: float | None = 600,
+    home: str | None = None,
+) -> Proposal:
+    """Plan edits for `report`'s root causes, replay them with `command` (see verify.replay) and return
+    the patch of the first candidates that pass (else the best tried), with the replay's outcome."""
+    planner = Planner(user_file, home)
+    causes = planner.plan(report)
+    if not causes:
+        what = (
+            "no root cause lies in (or is called from) a file of yours"
+            if report.findings
+            else "nothing to fix"
+        )
+        return Proposal(SourcePatch(verified=None if report.findings else True, outcome=what))
+    originals = {path: src.text for path, src in planner.sources.items() if src is not None}
+
+    errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
+    warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
+
+    def run(files: dict[str, str]) -> Replay:
+        result = replay(files, command, anchor, timeout=timeout)
+        result.warnings_before = 0 if errors else warnings
+        return result
+
+    chosen, files, result = search(causes, originals, run)
+    diff = "".join(unified_diff(path, originals[path], text) for path, text in files.items())
+    changes = []
+    for cause in causes:
+        cand = next((c for c in chosen if c in cause.candidates), None)
+        if cand is not None:
+            changes.append({"cause": cause.label, "change": cand.title})
+    outcome = result.describe() if result is not None else ""
+    if result is not None and not result.passed and result.tail:
+        outcome += "\n" + result.tail
+    section = SourcePatch(
+        diff=diff,
+        files=list(files),
+        changes=changes,
+        verified=result.passed if result is not None else None,
+        outcome=outcome,
+    )
+    return Proposal(section, {p: originals[p] for p in files}, files)

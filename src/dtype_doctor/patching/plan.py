@@ -1,0 +1,350 @@
+"""From a report's root causes to edits of the user's own files: candidates per cause, best first.
+
+Each root cause gets a list of `Candidate`s (one small change each); the replay (verify.py) keeps the
+first whose re-run passes. Everything is derived from what the report holds: the root origin's kind,
+file:line and name, the operands' dtypes, the module path, the user's call line (`your_code`).
+Library files are never edited: a root inside a library becomes an edit at the user's call site.
+No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ..causes import by_cause, group_by_cause, root_origin
+from ..report import Finding, Operand, Origin, Report
+from . import finders as find
+from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr
+
+LOW = ("float16", "bfloat16")
+_LIBRARY_ROOTS = tuple(
+    os.path.realpath(p)
+    for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
+    if p
+)
+
+
+@dataclass
+class Candidate:
+    """One way to fix a cause: a title the user reads and the edits it makes."""
+
+    title: str
+    edits: list[Edit]
+
+
+@dataclass
+class Cause:
+    label: str
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def is_user_file(path: str | None) -> bool:
+    """A Python file of the user's (relative to the working directory or absolute), not a library's."""
+    if not path or not path.endswith(".py") or not os.path.isfile(path):
+        return False
+    real = os.path.realpath(path)
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # dtype_doctor itself
+    if real.startswith(here + os.sep) or "site-packages" in real or "dist-packages" in real:
+        return False
+    return not any(real.startswith(root + os.sep) for root in _LIBRARY_ROOTS if root != os.sep)
+
+
+class Planner:
+    """Reads each user file once and turns findings into candidates."""
+
+    def __init__(
+        self, user_file: Callable[[str | None], bool] = is_user_file, home: str | None = None
+    ) -> None:
+        self.user_file = user_file
+        self.home = home  # check: the factory's file, where modules are built when no call site shows
+        self.sources: dict[str, Source | None] = {}
+
+    def source(self, path: str | None) -> Source | None:
+        if not self.user_file(path):
+            return None
+        assert path is not None
+        if path not in self.sources:
+            try:
+                src = Source.read(path)
+                src.tree  # noqa: B018 (parse now: a file that does not parse is not edited)
+                self.sources[path] = src
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                self.sources[path] = None
+        return self.sources[path]
+
+    # ---- causes -------------------------------------------------------------------------------
+    def plan(self, report: Report) -> list[Cause]:
+        causes: list[Cause] = []
+        for label, findings in by_cause(group_by_cause(report)):
+            cause = Cause(label or findings[0].title)
+            seen: set[tuple] = set()
+            for f in findings:
+                for cand in map(self.with_import, self.candidates(f)):
+                    key = tuple(sorted((e.path, e.start, e.end, e.text) for e in cand.edits))
+                    if cand.edits and key not in seen:
+                        seen.add(key)
+                        cause.candidates.append(cand)
+            if cause.candidates:
+                causes.append(cause)
+        return causes
+
+    def with_import(self, cand: Candidate) -> Candidate:
+        """The candidate plus `import torch` in each file it writes `torch.` into that lacks it."""
+        extra = []
+        for path in dict.fromkeys(e.path for e in cand.edits):
+            src = self.sources.get(path)
+            if src is not None and not find.binds_torch(src) and any("torch." in e.text for e in cand.edits):
+                extra.append(find.import_torch(src))
+        return Candidate(cand.title, [*cand.edits, *extra]) if extra else cand
+
+    def candidates(self, f: Finding) -> Iterator[Candidate]:
+        if f.code == "autocast-half-conflict":
+            yield from self.autocast(f)
+            return
+        if f.data.get("misuse") == "clip-before-unscale":
+            yield from self.unscale_before_clip(f)
+            return
+        target = _target_dtype(f)
+        if target is None:
+            return
+        tensors = [o for o in f.operands if not _held(o) and o.dtype and o.dtype != target]
+        params = [o for o in f.operands if _held(o) and o.dtype and o.dtype != target]
+        for o in tensors:
+            yield from self.cast_tensor(o, target)
+        for o in params:
+            yield from self.convert_module(f, o, target)
+        # the other way round: a float32 model fed a half tensor by mistake
+        wide = {o.dtype for o in f.operands if _held(o) and o.dtype and o.dtype not in LOW}
+        if len(wide) == 1 and not params:
+            other = wide.pop()
+            for o in f.operands:
+                if not _held(o) and o.dtype and o.dtype != other:
+                    yield from self.cast_tensor(o, other)
+
+    # ---- a tensor: cast where it is made or enters --------------------------------------------
+    def cast_tensor(self, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        if operand.origin is None:
+            return
+        root = root_origin(operand.origin)
+        made = next((c for c in root.chain if c.kind != "call"), None) if root.kind == "input" else None
+        for origin in (made, root) if made is not None else (root,):
+            yield from self.at_origin(origin, dtype)
+        if root.kind == "input":
+            yield from self.at_call_argument(root, dtype)
+
+    def at_origin(self, origin: Origin, dtype: str) -> Iterator[Candidate]:
+        src = self.source(origin.file)
+        if src is None or origin.line is None or origin.kind not in ("op", "cast", "promotion", "output"):
+            return
+        where = f"{origin.file}:{origin.line}"
+        name = origin.name or "the tensor"
+        op = (origin.op or "").rsplit(".", 1)[-1]
+        calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
+        if origin.kind == "op" and op in FACTORIES and calls:
+            edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
+            if edit is not None:
+                yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", [edit])
+        if origin.kind == "cast" and calls and op in ("float", "double") and not calls[0].args:
+            receiver = calls[0].func.value  # type: ignore[attr-defined]
+            start, end = src.span(calls[0])
+            edit = Edit(src.path, start, end, src.segment(receiver))
+            what = f"`{src.segment(receiver)}` {origin.dtype}"
+            yield Candidate(f"drop the .{op}() that made {what} ({where})", [edit])
+        value = find.assigned_value(src, origin.line, origin.name)
+        if value is not None and not find.already_cast(value, dtype):
+            yield Candidate(
+                f"cast `{name}` to {dtype} where it is made ({where})", [cast_expr(src, value, dtype)]
+            )
+        elif calls and origin.kind != "output":
+            yield Candidate(
+                f"cast the {origin.op} result to {dtype} ({where})", [cast_expr(src, calls[0], dtype)]
+            )
+
+    def at_call_argument(self, root: Origin, dtype: str) -> Iterator[Candidate]:
+        """The model input `root` at the user's call: cast its variable where it was assigned, else the
+        argument itself."""
+        src = self.source(root.file)
+        if src is None or root.line is None:
+            return
+        arg = find.argument(find.model_call(src, root.line), root.name)
+        if arg is None:
+            return
+        where = f"{root.file}:{root.line}"
+        if isinstance(arg, ast.Name):
+            value = find.last_assignment(src, arg.id, root.line)
+            if value is not None and not find.already_cast(value, dtype):
+                line = f"{root.file}:{value.lineno}"
+                yield Candidate(
+                    f"cast `{arg.id}` to {dtype} where it is made ({line})", [cast_expr(src, value, dtype)]
+                )
+        yield Candidate(
+            f"cast `{src.segment(arg)}` to {dtype} where it enters the model ({where})",
+            [cast_expr(src, arg, dtype)],
+        )
+
+    # ---- a module island: convert the module where it is built, else after loading --------------
+    def convert_module(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        origin = operand.origin
+        path = _module_path(origin.module if origin else None, origin.name if origin else operand.name)
+        site = self.model_input_site(f) or self.call_site(f)
+        home = self.source(self.home)
+        if site is None and home is not None:
+            site = (home, len(home.lines) + 1)  # the factory's file: its last assignment of the module
+        if site is None:
+            return
+        src, line = site
+        call = find.model_call(src, line)
+        callee = call_name(call.func) if call is not None else ""
+        if path:
+            for asg_src, value in self.module_assignments(path.split(".")[0], src, line):
+                where = f"{asg_src.path}:{value.lineno}"
+                name = path.split(".")[0]
+                layer = isinstance(value, ast.Call) and call_name(value.func).startswith(("nn.", "torch.nn."))
+                edit = add_kwarg(asg_src, value, "dtype", f"torch.{dtype}") if layer else None
+                if edit is not None:
+                    yield Candidate(f"build `{name}` in {dtype} with dtype= ({where})", [edit])
+                if not find.already_cast(value, dtype):
+                    title = f"convert `{name}` to {dtype} where it is built ({where})"
+                    yield Candidate(title, [cast_expr(asg_src, value, dtype)])
+        if not callee:
+            return
+        where = f"{src.path}:{line}"
+        if path:
+            parts = path.split(".")
+            if all(p.isidentifier() or p.isdigit() for p in parts):
+                sub = callee + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+            else:
+                sub = f'{callee}.get_submodule("{path}")'
+
+            yield Candidate(
+                f"convert `{sub}` to {dtype} before the call ({where})",
+                [find.insert_before(src, line, f"{sub}.to(torch.{dtype})")],
+            )
+        yield Candidate(
+            f"convert `{callee}` to {dtype} before the call ({where})",
+            [find.insert_before(src, line, f"{callee}.to(torch.{dtype})")],
+        )
+
+    def model_input_site(self, f: Finding) -> tuple[Source, int] | None:
+        """The user's line that called the outermost model (the line its inputs came in at): module
+        paths are relative to that model."""
+        todo = [o.origin for o in f.operands if o.origin is not None]
+        while todo:
+            origin = todo.pop(0)
+            src = self.source(origin.file) if origin.kind == "input" else None
+            if src is not None and origin.line is not None and find.model_call(src, origin.line) is not None:
+                return src, origin.line
+            todo.extend(origin.chain)
+        return None
+
+    def call_site(self, f: Finding) -> tuple[Source, int] | None:
+        """The user's line that called into the model (the finding's `your_code`, else its location)."""
+        places = [f.data.get("your_code")]
+        if f.location is not None and f.location.file:
+            places.append(f"{f.location.file}:{f.location.line}")
+        for place in places:
+            if not isinstance(place, str) or ":" not in place:
+                continue
+            path, _, line = place.rpartition(":")
+            src = self.source(path)
+            if src is not None and line.isdigit():
+                return src, int(line)
+        return None
+
+    def module_assignments(self, attr: str, src: Source, line: int) -> Iterator[tuple[Source, ast.expr]]:
+        """`X.attr = VALUE` / `attr = VALUE` (a call), the last one before `line` in the call's file."""
+        best: ast.Assign | None = None
+        for node in src.nodes(ast.Assign):
+            if node.lineno >= line or not isinstance(node.value, ast.Call):
+                continue
+            for target in node.targets:
+                name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
+                if name == attr and (best is None or node.lineno > best.lineno):
+                    best = node
+        if best is not None:
+            yield src, best.value
+
+    # ---- an autocast around a model that is already half -------------------------------------
+    def autocast(self, f: Finding) -> Iterator[Candidate]:
+        site = self.call_site(f)
+        if site is None:
+            return
+        src, line = site
+        found = find.autocast_with(src, line)
+        if found is None:
+            return
+        with_node, item = found
+        where = f"{src.path}:{with_node.lineno}"
+        yield Candidate(
+            f"remove the redundant torch.autocast around the half model ({where})",
+            [find.remove_with_item(src, with_node, item)],
+        )
+        edit = add_kwarg(src, item.context_expr, "enabled", "False")
+        if edit is not None:
+            yield Candidate(f"disable the torch.autocast around the half model ({where})", [edit])
+
+    # ---- clip_grad_norm_ on scaled gradients ---------------------------------------------------
+    def unscale_before_clip(self, f: Finding) -> Iterator[Candidate]:
+        """Move the clip after the loop's `scaler.unscale_(opt)`, else add that call before the clip."""
+        loc = f.location
+        src = self.source(loc.file if loc else None)
+        if src is None or loc is None or loc.line is None:
+            return
+        clip = find.scope_statement(src, loc.line, innermost_block=True)
+        block = find.block_of(src, clip)
+        if clip is None or block is None:
+            return
+        after = block[block.index(clip) + 1 :]
+        where = f"{src.path}:{clip.lineno}"
+        unscale = next((s for s in after if find.calls_method(s, "unscale_")), None)
+        if unscale is not None:
+            start, end = src.offset(clip.lineno, 0), src.offset((clip.end_lineno or clip.lineno) + 1, 0)
+            at = src.offset((unscale.end_lineno or unscale.lineno) + 1, 0)
+            moved = src.text[start:end]
+            yield Candidate(
+                f"clip after scaler.unscale_ ({where})",
+                [Edit(src.path, start, end, ""), Edit(src.path, at, at, moved)],
+            )
+            return
+        step = next((c for s in after for c in find.method_calls(s, "step") if c.args), None)
+        if step is not None and isinstance(step.func, ast.Attribute):
+            scaler, optimizer = src.segment(step.func.value), src.segment(step.args[0])
+            yield Candidate(
+                f"unscale the gradients before clipping ({where})",
+                [find.insert_before(src, clip.lineno, f"{scaler}.unscale_({optimizer})", block_level=True)],
+            )
+
+
+def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file) -> list[Cause]:
+    """The candidate edits for each root cause of `report` that lies in (or is called from) user files."""
+    return Planner(user_file).plan(report)
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+def _held(o: Operand) -> bool:
+    return o.origin is not None and o.origin.kind in ("parameter", "buffer")
+
+
+def _target_dtype(f: Finding) -> str | None:
+    """The dtype the cause should become: the half dtype the operands show (the user's intent), else
+    the one the op needed."""
+    low = {o.dtype for o in f.operands if o.dtype in LOW}
+    expected = f.data.get("expected_dtype")
+    if len(low) == 1:
+        return low.pop()
+    return expected if isinstance(expected, str) else None
+
+
+def _module_path(module: str | None, param: str | None) -> str:
+    """The module's path under the called model: `LlamaModel.layers.0.q_proj` → `layers.0.q_proj` (a
+    leading class name is no attribute); from a parameter's name when the module is not known."""
+    path = module if module is not None else (param or "").rpartition(".")[0]
+    parts = [p for p in path.split(".") if p]
+    if parts and parts[0][:1].isupper():
+        parts = parts[1:]
+    return ".".join(parts)

@@ -1,0 +1,225 @@
+"""The replay: run the patched program again in a scratch copy and keep the first candidates that pass.
+
+The patched files are written to a scratch directory laid out like the originals around the script;
+the program runs from the user's working directory with the same arguments, as a fresh
+`dtype-doctor` process under watch, with the script's own directory still importable. A candidate set
+passes when the program exits 0 and watch reports no error. No torch import.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..report import Report, Severity
+from .plan import Candidate, Cause
+from .source import Edit, apply
+
+MAX_REPLAYS = 8
+REPORT_NAME = ".dtype-doctor-replay.json"
+# the script's folder is copied whole (data files read relative to __file__ keep working) when small
+COPY_LIMIT_BYTES, COPY_LIMIT_FILES = 64 << 20, 2000
+_SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".mypy_cache",
+    ".ruff_cache",
+}
+
+
+@dataclass
+class Replay:
+    code: int
+    errors: int
+    warnings: int
+    tail: str = ""  # the end of what the program wrote, when it failed
+    warnings_before: int = 0  # a run with warnings only: the patch must leave fewer
+
+    @property
+    def passed(self) -> bool:
+        fewer = self.warnings_before == 0 or self.warnings < self.warnings_before
+        return self.code == 0 and self.errors == 0 and fewer
+
+    def score(self) -> tuple:
+        return (self.passed, -self.errors, self.code == 0, -self.warnings)
+
+    def describe(self) -> str:
+        if self.passed:
+            left = (
+                f"; {self.warnings} warning{'s' if self.warnings != 1 else ''} left" if self.warnings else ""
+            )
+            return f"re-run of the patched copy: exit 0, no dtype error{left}"
+        errs = f"{self.errors} dtype error{'s' if self.errors != 1 else ''}"
+        if self.code == 0 and self.errors == 0:
+            return f"re-run of the patched copy: exit 0, but the {self.warnings} warning(s) remain"
+        return f"re-run of the patched copy: exit {self.code}, {errs} left"
+
+
+# (scratch dir, {original path: scratch path}) -> the command line to run there
+Command = Callable[[str, dict[str, str]], list[str]]
+
+
+def run_command(script: str, argv: Sequence[str], options: Sequence[str] = ()) -> Command:
+    """`dtype-doctor run --json=REPORT OPTIONS SCRIPT ARGV` on the scratch copy of SCRIPT."""
+
+    def build(scratch: str, placed: dict[str, str]) -> list[str]:
+        target = placed.get(os.path.abspath(script), script)
+        report = os.path.join(scratch, REPORT_NAME)
+        return [sys.executable, "-m", "dtype_doctor", "run", f"--json={report}", *options, target, *argv]
+
+    return build
+
+
+def check_command(path: str, factory: str, options: Sequence[str]) -> Command:
+    """`dtype-doctor check --json=REPORT COPY:FACTORY OPTIONS` on the scratch copy of the factory's file."""
+
+    def build(scratch: str, placed: dict[str, str]) -> list[str]:
+        target = f"{placed.get(os.path.abspath(path), path)}:{factory}"
+        report = os.path.join(scratch, REPORT_NAME)
+        return [sys.executable, "-m", "dtype_doctor", "check", f"--json={report}", target, *options]
+
+    return build
+
+
+def replay(files: dict[str, str], command: Command, anchor: str, timeout: float | None = None) -> Replay:
+    """Write `files` (path -> patched text) to a scratch copy and run `command` there.
+
+    `anchor`: the directory the scratch copy mirrors (the script's); files outside it keep their
+    absolute layout under the scratch directory, and their directories go first on PYTHONPATH.
+    """
+    scratch = tempfile.mkdtemp(prefix="dtype-doctor-replay-")
+    try:
+        _copy_small_tree(os.path.abspath(anchor), scratch)
+        placed: dict[str, str] = {}
+        extra: list[str] = []
+        anchor = os.path.abspath(anchor)
+        for path, text in files.items():
+            real = os.path.abspath(path)
+            rel = os.path.relpath(real, anchor)
+            if rel.startswith(os.pardir):
+                rel = os.path.join("_abs", real.lstrip(os.sep))
+                extra.append(os.path.dirname(os.path.join(scratch, rel)))
+            dest = os.path.join(scratch, rel)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            placed[real] = dest
+        env = dict(os.environ)
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        paths = [*extra, scratch, anchor, here, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        cmd = command(scratch, placed)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return Replay(code=124, errors=0, warnings=0, tail="the replay timed out")
+        return _result(proc, os.path.join(scratch, REPORT_NAME))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _copy_small_tree(anchor: str, scratch: str) -> None:
+    """Copy `anchor` into `scratch` when it holds at most COPY_LIMIT_FILES files / COPY_LIMIT_BYTES."""
+    files: list[str] = []
+    size = 0
+    for root, dirs, names in os.walk(anchor):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not os.path.islink(os.path.join(root, d))]
+        for name in names:
+            path = os.path.join(root, name)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            files.append(path)
+            size += os.path.getsize(path)
+            if len(files) > COPY_LIMIT_FILES or size > COPY_LIMIT_BYTES:
+                return  # too big: only the patched files go to the scratch copy
+    for path in files:
+        dest = os.path.join(scratch, os.path.relpath(path, anchor))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            shutil.copy2(path, dest)
+        except OSError:
+            continue
+
+
+def _result(proc: subprocess.CompletedProcess, report_path: str) -> Replay:
+    errors = warnings = 0
+    try:
+        with open(report_path, encoding="utf-8") as fh:
+            report = Report.from_json(fh.read())
+        errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
+        warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
+    except (OSError, ValueError):
+        errors = 1 if proc.returncode else 0
+    tail = "\n".join((proc.stderr or "").strip().splitlines()[-6:]) if proc.returncode else ""
+    return Replay(code=proc.returncode, errors=errors, warnings=warnings, tail=tail)
+
+
+def combine(causes: list[Cause], choice: list[int]) -> tuple[list[Candidate], list[Edit]]:
+    """The chosen candidate of each cause; one that overlaps an earlier cause's edits is left out."""
+    chosen: list[Candidate] = []
+    edits: list[Edit] = []
+    for cause, index in zip(causes, choice, strict=True):
+        cand = cause.candidates[index]
+        fresh = [e for e in cand.edits if e not in edits]
+        if any(_overlap(e, d) for e in fresh for d in edits):
+            continue
+        chosen.append(cand)
+        edits.extend(fresh)
+    return chosen, edits
+
+
+def _overlap(a: Edit, b: Edit) -> bool:
+    """Two edits touch the same text (an insertion conflicts only with a span it falls inside)."""
+    if a.path != b.path or (a.start == a.end and b.start == b.end):
+        return False
+    if a.start == a.end:
+        return b.start < a.start < b.end
+    if b.start == b.end:
+        return a.start < b.start < a.end
+    return a.start < b.end and b.start < a.end
+
+
+def patched(originals: dict[str, str], edits: list[Edit]) -> dict[str, str]:
+    """path -> patched text, for the files the edits touch."""
+    out: dict[str, str] = {}
+    for path in dict.fromkeys(e.path for e in edits):
+        out[path] = apply(originals[path], [e for e in edits if e.path == path])
+    return out
+
+
+def search(
+    causes: list[Cause],
+    originals: dict[str, str],
+    run: Callable[[dict[str, str]], Replay],
+    budget: int = MAX_REPLAYS,
+) -> tuple[list[Candidate], dict[str, str], Replay | None]:
+    """Try each cause's candidates in order (first of each together, then one cause at a time),
+    keep the first set whose replay passes, else the best seen. Returns (chosen, files, replay)."""
+    if not causes:
+        return [], {}, None
+    choice = [0] * len(causes)
+    chosen, edits = combine(causes, choice)
+    best_files = patched(originals, edits)
+    best = run(best_files)
+    best_chosen, used = chosen, 1
+    for i, cause in enumerate(causes):
+        for j in range(1, len(cause.candidates)):
+            if best.passed or used >= budget:
+                return best_chosen, best_files, best
+            trial = [*choice[:i], j, *choice[i + 1 :]]
+            chosen, edits = combine(causes, trial)
+            files = patched(originals, edits)
+            result, used = run(files), used + 1
+            if result.score() > best.score():
+                choice, best, best_chosen, best_files = trial, result, chosen, files
+    return best_chosen, best_files, best
