@@ -316,13 +316,15 @@ _MISMATCH = {
     "conv-bias-dtype-mismatch",
 }
 
+FLOAT8_OPERAND = Refinement(  # read from the text and from the machine alike
+    _({"scalar-type-mismatch", "half-unsupported-kernel"}),
+    _({"dtype-float8"}),
+    "float8-dtype",
+    note="a float8 operand: float8 has no implicit promotion and few kernels",
+)
+
 REFINEMENTS: tuple[Refinement, ...] = (
-    Refinement(
-        _({"scalar-type-mismatch", "half-unsupported-kernel"}),
-        _({"dtype-float8"}),
-        "float8-dtype",
-        note="a float8 operand: float8 has no implicit promotion and few kernels",
-    ),
+    FLOAT8_OPERAND,
     Refinement(
         _({"matmul-dtype-mismatch", "half-unsupported-kernel"}),
         _({"cublas-bf16"}),
@@ -430,12 +432,7 @@ REFINEMENTS: tuple[Refinement, ...] = (
 # family open (no refinement above applied). A log is usually from another machine: these are
 # tie-breakers, shown as environment evidence, at confidence 0.6 at most.
 ENV_REFINEMENTS: tuple[Refinement, ...] = (
-    Refinement(
-        _({"scalar-type-mismatch", "half-unsupported-kernel"}),
-        _({"dtype-float8"}),
-        "float8-dtype",
-        note="a float8 operand: float8 has no implicit promotion and few kernels",
-    ),
+    FLOAT8_OPERAND,
     Refinement(
         _({"scalar-type-mismatch", "norm-dtype-mismatch"}),
         _({"env-apex"}),

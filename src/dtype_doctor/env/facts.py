@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from typing import Any
@@ -22,6 +21,7 @@ from ..catalog.family_codes import BF16_UNSUPPORTED_HARDWARE, CPU_HALF_EMULATED
 from ..dtypes import dtype_name
 from ..report import Finding, Report, Severity
 from .packages import dist_version, first_line, library_facts
+from .smi import query_gpus
 
 _ENV_VARS = (
     "ACCELERATE_MIXED_PRECISION",
@@ -154,19 +154,8 @@ def _bf16_native(torch: Any, index: int) -> bool | None:
 
 
 def _driver() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except Exception:
-        return None
+    lines = query_gpus("driver_version", timeout=10)
+    return lines[0].strip() if lines else None
 
 
 def autocast_facts(torch: Any) -> dict[str, Any]:

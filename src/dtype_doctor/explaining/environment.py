@@ -14,8 +14,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,21 +134,10 @@ def _gpus() -> list[tuple[str, float | None]]:
 
 
 def _smi() -> list[tuple[str, float | None]]:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=2,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
+    from ..env.smi import query_gpus
+
     gpus = []
-    for line in out.splitlines()[:16]:
+    for line in query_gpus("name,compute_cap", timeout=2)[:16]:
         name, _, cap = line.rpartition(",")
         try:
             gpus.append((name.strip(), float(cap)))
