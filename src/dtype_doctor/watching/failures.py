@@ -172,6 +172,13 @@ def _read_as_explain_does(text: str, where: Location) -> Any:
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def caught_by_tool(exc: BaseException | None) -> bool:
+    """An exception the tool's own frame caught (the mode handling an op's error): a Ctrl-C that
+    arrives meanwhile was not raised while the program handled it."""
+    tb = exc.__traceback__ if exc is not None else None
+    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR)
+
+
 def hide_own_frames(exc: BaseException) -> None:
     """Unlink the tool's own frames (the mode's __torch_function__) from the user's traceback.
 

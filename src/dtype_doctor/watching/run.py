@@ -359,8 +359,10 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
                 code = 128 + signal.SIGTERM
             except KeyboardInterrupt as exc:
                 if "torch" in sys.modules:  # Ctrl-C inside the watcher: the traceback ends in the program
-                    from .failures import hide_own_frames
+                    from .failures import caught_by_tool, hide_own_frames
 
+                    if caught_by_tool(exc.__context__):  # not "during handling of" the program's error
+                        exc.__suppress_context__ = True
                     seen: BaseException | None = exc
                     for _ in range(100):  # and in the exceptions it was raised while handling
                         if seen is None:
