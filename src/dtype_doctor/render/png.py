@@ -44,6 +44,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _time_label(r: Any) -> str:
+    """The variant's name and the table's speed-up cell: "fp16 (2.00×)", "fp16 (speed-up unstable)"."""
+    if r.median_ms is None:
+        return r.name
+    speed = r.speed_text if r.speed_text.endswith("×") else f"speed-up {r.speed_text}"
+    return f"{r.name} ({speed})"
+
+
 def _layer_rows(section: CompareResult) -> list[tuple[str, str, float]]:
     """(variant, module, error) of the worst modules; inf/NaN ones kept as inf (they matter most)."""
     out = []
@@ -121,9 +129,7 @@ def compare_figure(section: CompareResult) -> Any:
             label = r.status if r.status != "ok" else "0 (reference)"
             ax_err.annotate(label, (0.02, i), xycoords=("axes fraction", "data"), va="center", fontsize=8)
     # the speed-up beside its name, not over the bar and its IQR whisker
-    ax_time.set_yticks(
-        ys, [f"{r.name} ({r.speed_text})" if r.median_ms is not None else r.name for r in rows]
-    )
+    ax_time.set_yticks(ys, [_time_label(r) for r in rows])
     for ax in (ax_mem, ax_err):
         ax.set_yticks(ys, names)
     _draw_layers(ax_layers, layer_rows)
