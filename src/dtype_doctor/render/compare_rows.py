@@ -174,7 +174,7 @@ def memory_method(section: CompareResult) -> str:
     if methods == {"cuda-allocator"}:
         return "CUDA allocator peak above the baseline"
     if methods == {"live-tensor-bytes"}:  # CPU: torch keeps no CPU allocator statistics
-        return "peak of the live tensor bytes torch ops made (CPU: tensors only, not allocator overhead)"
+        return "weights + the first run's peak of live tensor bytes (CPU: tensors only)"
     return "process RSS sampled every 2 ms above the baseline (approximate)"
 
 
