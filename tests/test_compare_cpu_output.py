@@ -44,7 +44,8 @@ def test_cpu_peak_memory_is_measured_and_said_how(vae_run):
     }
     assert set(rows) == {"fp32", "fp16", "bf16"}, out
     assert "0B" not in rows.values()
-    assert "peak mem: weights + the first run's peak of live tensor bytes (CPU: tensors only)" in re.sub(r"\s+", " ", out)
+    caption = "peak mem: weights + the first run's peak of live tensor bytes (CPU: tensors only)"
+    assert caption in re.sub(r"\s+", " ", out)
 
 
 def test_cpu_peak_memory_of_half_precision_is_about_half():
