@@ -66,7 +66,7 @@ def test_all_five_precisions_run_on_a_benign_model(benign):
         assert 0 < t["q1_s"] <= t["median_s"] <= t["q3_s"]
         assert x["throughput_per_s"] == pytest.approx(4 / t["median_s"])
         assert x["peak_memory_bytes"] is not None and x["peak_memory_bytes"] >= 0
-        assert x["memory_method"].startswith("rss")
+        assert x["memory_method"] == "live-tensor-bytes"
 
 
 def test_fp32_reference_has_zero_error(benign):

@@ -221,7 +221,7 @@ def test_bar_chart_labels_and_log_floor():
     svg = render_plot({"title": "t", "kind": "bar", "x": names, "series": {"e": values}, "log": True})
     heights = [float(h) for h in re.findall(r'<rect [^>]*height="([0-9.]+)"', svg)]
     assert len(heights) == 6 and min(heights) > 5  # the smallest value still has a visible bar
-    assert "rotate(-30" in svg  # long labels are slanted, not overprinted
+    assert "rotate(-60" in svg  # long labels are slanted, not overprinted
     short = render_plot({"title": "t", "kind": "bar", "x": ["a", "b"], "series": {"e": [1, 2]}})
     assert "rotate(" not in short
 

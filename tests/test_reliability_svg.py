@@ -16,7 +16,7 @@ def test_long_label_with_markup_is_cut_then_escaped(kind):
     plot = {"title": "t", "kind": kind, "x": [label, "b"], "series": {"s": [1.0, 2.0]}}
     svg = render_plot(plot)
     texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
-    shown = [t for t in texts if t.startswith("aaaa")]
+    shown = [t for t in texts if "&lt;" in t]  # cut at either end, escaped after
     assert shown, svg
     for text in shown:
         assert not re.search(r"&(?![a-z]+;|#\d+;)", text), text  # every '&' starts a whole entity

@@ -17,6 +17,7 @@ from ..sections import CompareResult
 from .attribution import keep_candidates, select_modules
 from .device import collect, device_name, resolve_device
 from .findings import MAX_KEEP_SHARE, variant_findings
+from .once import each_message_once
 from .precision import DEFAULT_PRECISIONS, Precision, parse_precision
 from .progress import OnProgress, Tracker, rich_progress
 from .recommend import helps, recommend
@@ -74,6 +75,7 @@ def compare(
         if on_progress is None and progress:
             on_progress = stack.enter_context(rich_progress())
         tracker = Tracker(on_progress, len(wanted) + 1)  # + fp32 timed again at the end
+        stack.enter_context(each_message_once())  # a library's warning at each build: once
         results = _run_all(runner, wanted, keep_fp32, top_k, attribution, tracker)
 
     report = Report(tool="compare")

@@ -8,7 +8,7 @@ import platform
 import torch
 
 from ..errors import DoctorError
-from .measure import release_host_memory
+from .memory import release_host_memory
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

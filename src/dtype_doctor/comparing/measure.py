@@ -6,14 +6,10 @@ peaks) run when the tensors live on a CUDA device, the CPU paths otherwise.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import gc
 import math
-import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -192,86 +188,6 @@ def time_runs(fn: Callable[[], Any], device: torch.device, warmup: int, repeats:
         if was_enabled:
             gc.enable()
     return timing
-
-
-# ---------------------------------------------------------------------------------------------
-# memory
-
-
-def _rss_bytes() -> int | None:
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:
-        pass
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except Exception:
-        return None
-
-
-def release_host_memory() -> None:
-    """Give freed heap pages back to the OS (glibc), so the next RSS baseline is closer to truth."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-class PeakMemory:
-    """Peak memory while the block runs, above the baseline at entry.
-
-    CUDA: the caching allocator's exact peak (`max_memory_allocated`). CPU: the process RSS
-    sampled every ~2 ms in a background thread, so it is approximate (short spikes between two
-    samples are missed; memory the allocator reuses without asking the OS is not seen).
-    """
-
-    def __init__(self, device: torch.device, interval: float = 0.002) -> None:
-        self.device = device
-        self.interval = interval
-        self.peak_bytes: int | None = None
-        self.method = "unknown"
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._base = 0
-        self._max = 0
-
-    def __enter__(self) -> PeakMemory:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._base = torch.cuda.memory_allocated(self.device)
-            self.method = "cuda-allocator"
-            return self
-        release_host_memory()
-        base = _rss_bytes()
-        if base is None:
-            return self
-        self._base = self._max = base
-        self.method = "rss-sampled (approximate)"
-        self._thread = threading.Thread(target=self._sample, name="dtype-doctor-rss", daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            rss = _rss_bytes()
-            if rss is not None and rss > self._max:
-                self._max = rss
-
-    def __exit__(self, *exc: object) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            self.peak_bytes = torch.cuda.max_memory_allocated(self.device) - self._base
-            return
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            rss = _rss_bytes()
-            if rss is not None:
-                self._max = max(self._max, rss)
-            self.peak_bytes = max(self._max - self._base, 0)
 
 
 def tensor_bytes(module: torch.nn.Module) -> int:

@@ -17,7 +17,8 @@ from ..report import Finding, Report, Severity
 from ..tensors import cast_floats, float_tensors, has_nonfinite, map_tensors
 from .attribution import LayerError, first_nonfinite, input_dtypes, shadow_errors
 from .device import collect
-from .measure import PeakMemory, error_stats, grad_error_stats, tensor_bytes, time_runs
+from .measure import error_stats, grad_error_stats, tensor_bytes, time_runs
+from .memory import PeakMemory
 from .precision import Precision
 from .results import VariantResult
 
@@ -145,6 +146,7 @@ class Runner:
             try:
                 model = self.build(p, keep_strategy)
                 result.weights_bytes = tensor_bytes(model)
+                mem.run_starts(result.weights_bytes)
                 if self.train_step:
                     step = self.step_fn(model, p, scale)
                     out = step()
@@ -159,7 +161,7 @@ class Runner:
                     raise
         result.peak_bytes, result.memory_method = mem.peak_bytes, mem.method
         if result.status == "ok":
-            # timed outside PeakMemory: its RSS sampler thread would be timed with the model
+            # timed outside PeakMemory: its dispatch mode would be timed with the model
             try:
                 result.timing = time_runs(fn, self.device, self.warmup, self.repeats)
             except Exception as exc:

@@ -173,6 +173,8 @@ def memory_method(section: CompareResult) -> str:
     methods = {v.get("memory_method") for v in variants(section) if v.get("memory_method")}
     if methods == {"cuda-allocator"}:
         return "CUDA allocator peak above the baseline"
+    if methods == {"live-tensor-bytes"}:  # CPU: torch keeps no CPU allocator statistics
+        return "weights + the first run's peak of live tensor bytes (CPU: tensors only)"
     return "process RSS sampled every 2 ms above the baseline (approximate)"
 
 

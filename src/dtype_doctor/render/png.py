@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from typing import Any
 
 from ..errors import DoctorError
 from ..sections import CompareResult
-from .compare_rows import finite, variant_rows, worst_layers
+from .compare_rows import finite, memory_method, variant_rows, worst_layers
+from .svg import shorten
 
 _COLORS = {"ok": "#4C72B0", "overflows": "#DD8452", "fails": "#C44E52", "out-of-memory": "#C44E52"}
 
@@ -42,6 +44,54 @@ def _pyplot() -> Any:
     return plt
 
 
+def _time_label(r: Any) -> str:
+    """The variant's name and the table's speed-up cell: "fp16 (2.00×)", "fp16 (speed-up unstable)"."""
+    if r.median_ms is None:
+        return r.name
+    speed = r.speed_text if r.speed_text.endswith("×") else f"speed-up {r.speed_text}"
+    return f"{r.name} ({speed})"
+
+
+def _layer_rows(section: CompareResult) -> list[tuple[str, str, float]]:
+    """(variant, module, error) of the worst modules; inf/NaN ones kept as inf (they matter most)."""
+    out = []
+    for name, layer in worst_layers(section, top=5):
+        error = layer.get("rel_l2")
+        broken = layer.get("nonfinite") or (isinstance(error, float) and not math.isfinite(error))
+        value = math.inf if broken else finite(error)
+        if value is not None and value > 0:
+            out.append((name, str(layer.get("module")), value))
+    return out
+
+
+def _draw_layers(ax: Any, layer_rows: list[tuple[str, str, float]]) -> None:
+    """Per-module error, log scale; a module that went inf/NaN is drawn hatched past the rest."""
+    if not layer_rows:
+        ax.axis("off")
+        return
+    finite_ones = [v for *_, v in layer_rows if math.isfinite(v)]
+    ceiling = 10 * max(finite_ones, default=1.0)
+    ys = list(range(len(layer_rows)))
+    bars = ax.barh(ys, [v if math.isfinite(v) else ceiling for *_, v in layer_rows], color="#55A868")
+    for bar, (*_, v) in zip(bars, layer_rows, strict=True):
+        if not math.isfinite(v):
+            bar.set_color("#DD8452")
+            bar.set_hatch("//")
+            ax.annotate(
+                "inf/NaN",
+                (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+                ha="right",
+                va="center",
+                fontsize=7,
+                xytext=(-3, 0),
+                textcoords="offset points",
+            )
+    ax.set_yticks(ys, [f"{n}: {shorten(m, 36)}" for n, m, _ in layer_rows], fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("per-module error (fed the fp32 input)")
+    ax.invert_yaxis()
+
+
 def compare_figure(section: CompareResult) -> Any:
     """The matplotlib figure: latency (IQR bars, each labelled with its speed-up cell), peak memory,
     error (log) and the worst modules, from the rows the tables show (compare_rows.py)."""
@@ -49,12 +99,9 @@ def compare_figure(section: CompareResult) -> Any:
     rows = variant_rows(section)
     names = [r.name for r in rows]
     colors = [_COLORS.get(r.status, "#888888") for r in rows]
-    layer_rows = [
-        (name, layer, value)
-        for name, layer in worst_layers(section, top=5)
-        if (value := finite(layer.get("rel_l2"))) is not None and value > 0
-    ]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    layer_rows = _layer_rows(section)
+    tall = max(len(rows), len(layer_rows))  # rows of labels per panel: the figure grows with them
+    fig, axes = plt.subplots(2, 2, figsize=(13, max(8.0, 2.5 + 0.5 * tall)))
     ax_time, ax_mem, ax_err, ax_layers = axes.flat
 
     medians = [r.median_ms or 0.0 for r in rows]
@@ -63,20 +110,10 @@ def compare_figure(section: CompareResult) -> Any:
     ys = list(range(len(names)))  # numeric positions: a missing bar must not drop its row
     ax_time.barh(ys, medians, xerr=[lows, highs], color=colors, capsize=3)
     ax_time.set_xlabel(f"latency, ms (median of {section.settings.get('repeats')}, bars: IQR)")
-    for i, r in enumerate(rows):
-        if r.median_ms is not None:
-            ax_time.annotate(
-                f"speed-up {r.speed_text}",
-                (0.98, i),
-                xycoords=("axes fraction", "data"),
-                ha="right",
-                va="center",
-                fontsize=8,
-            )
     ax_time.invert_yaxis()
 
     ax_mem.barh(ys, [r.peak_mib or 0.0 for r in rows], color=colors)
-    ax_mem.set_xlabel("peak memory above baseline, MiB")
+    ax_mem.set_xlabel("peak memory, MiB\n" + textwrap.fill(memory_method(section), 60), fontsize=8)
     ax_mem.invert_yaxis()
 
     shown = [
@@ -91,21 +128,11 @@ def compare_figure(section: CompareResult) -> Any:
         if r.status != "ok" or r.rel_l2 == 0:
             label = r.status if r.status != "ok" else "0 (reference)"
             ax_err.annotate(label, (0.02, i), xycoords=("axes fraction", "data"), va="center", fontsize=8)
-    for ax in (ax_time, ax_mem, ax_err):
+    # the speed-up beside its name, not over the bar and its IQR whisker
+    ax_time.set_yticks(ys, [_time_label(r) for r in rows])
+    for ax in (ax_mem, ax_err):
         ax.set_yticks(ys, names)
-
-    if layer_rows:
-        ax_layers.barh(
-            [f"{n}: {layer.get('module')}" for n, layer, _ in layer_rows],
-            [v for *_, v in layer_rows],
-            color="#55A868",
-        )
-        ax_layers.set_xscale("log")
-        ax_layers.set_xlabel("per-module error (fed the fp32 input)")
-        ax_layers.invert_yaxis()
-        ax_layers.tick_params(axis="y", labelsize=7)
-    else:
-        ax_layers.axis("off")
+    _draw_layers(ax_layers, layer_rows)
     settings = section.settings
     fig.suptitle(f"dtype-doctor compare · {settings.get('device_name') or settings.get('device')}")
     fig.tight_layout()

@@ -16,6 +16,7 @@ from typing import Any
 PALETTE = ("#2563eb", "#ea580c", "#7c3aed", "#059669", "#dc2626", "#0891b2", "#ca8a04", "#db2777")
 _W, _H = 640, 260
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 28, 44
+_CHAR_W = 6.5  # px per character of an axis label (the report's 11px sans-serif)
 
 
 def _finite(v: Any) -> float | None:
@@ -32,6 +33,12 @@ def _fmt(v: float) -> str:
     if abs(v) >= 1e4 or abs(v) < 1e-2:
         return f"{v:.1e}"
     return f"{v:.3g}"
+
+
+def shorten(label: Any, width: int = 24) -> str:
+    """A label cut to `width` characters keeping its end (a module path's last names tell it apart)."""
+    text = str(label)
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 def render_plot(plot: Mapping[str, Any]) -> str:
@@ -186,15 +193,20 @@ def _bar(plot: Mapping[str, Any], series: Mapping[str, Sequence[Any]]) -> str:
                 f"<title>{escape(str(name))} {escape(str(labels[j] if j < len(labels) else j))}: "
                 f"{_fmt(v)}</title></rect>"
             )
-    crowded = any(len(str(label)) * 6.5 > group_w for label in labels)
-    for j, label in enumerate(labels):
+    texts = [shorten(label, 28) for label in labels]
+    crowded = any(len(text) * _CHAR_W > group_w for text in texts)
+    if crowded:  # slanted, a label reaches cos 60° of its length left of its bar: not past the edge
+        fits = int((_LEFT + group_w / 2) / (_CHAR_W * 0.5))
+        texts = [shorten(label, min(28, fits)) for label in labels]
+    for j, text in enumerate(texts):
         x, y = _LEFT + (j + 0.5) * group_w, _H - _BOTTOM + 14
-        if crowded:  # long labels: slanted, ending under their bar
+        if crowded:  # long labels: slanted 60°, ending under their bar, one row of text apart
             parts.append(
-                f'<text x="{x:.1f}" y="{y}" text-anchor="end" transform="rotate(-30 {x:.1f} {y})">'
-                f"{escape(str(label)[:24])}</text>"
+                f'<text x="{x:.1f}" y="{y}" text-anchor="end" transform="rotate(-60 {x:.1f} {y})">'
+                f"<title>{escape(str(labels[j]))}</title>{escape(text)}</text>"
             )
         else:
-            parts.append(f'<text x="{x:.1f}" y="{y}" text-anchor="middle">{escape(str(label)[:24])}</text>')
-    height = _H + (60 if crowded else 0)
+            parts.append(f'<text x="{x:.1f}" y="{y}" text-anchor="middle">{escape(text)}</text>')
+    # the slanted labels' depth (sin 60° of the longest), so none is cut off at the bottom
+    height = _H + (int(max(len(t) for t in texts) * _CHAR_W * 0.87) if crowded and texts else 0)
     return _svg(parts, str(plot.get("title", "")), height)

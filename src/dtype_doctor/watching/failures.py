@@ -53,8 +53,10 @@ def on_failure(
         if not DTYPE_TEXT.search(str(exc)):
             return
         finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
-    if finding is not None and hasattr(exc, "add_note"):
-        exc.add_note(F.note_text(finding) + _earlier(session, finding))
+    if finding is not None:
+        session._failed[id(exc)] = finding  # a worker thread's crash names its thread on it
+        if hasattr(exc, "add_note"):
+            exc.add_note(F.note_text(finding) + _earlier(session, finding))
 
 
 def _withdraw(session: Session, finding: Any) -> None:
@@ -126,7 +128,19 @@ def on_exit(session: Session, exc: BaseException) -> None:
         exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
 
 
-def _crash_finding(session: Session, exc: BaseException) -> None:
+def on_thread_exit(session: Session, exc: BaseException, thread: str) -> None:
+    """A thread died of `exc` (threading.excepthook): a dtype error is an error finding that names
+    the thread; the op's own finding if a watched op raised it, else the crash itself."""
+    finding = session._failed.get(id(exc))
+    if finding is None:
+        if not DTYPE_TEXT.search(TENSOR_REPR_DTYPE.sub("", str(exc))):
+            return
+        finding = _crash_finding(session, exc)
+    finding.data["thread"] = thread
+    finding.message = f"{finding.message} (uncaught in thread '{thread}')"
+
+
+def _crash_finding(session: Session, exc: BaseException) -> Any:
     """A dtype error no watched op saw (raised inside a fused kernel): the crash itself, located
     at the innermost frame of the user's code in the traceback."""
     from .. import catalog
@@ -150,7 +164,7 @@ def _crash_finding(session: Session, exc: BaseException) -> None:
     from ..report import Severity
 
     finding.severity = Severity.ERROR
-    session.report.add(finding)
+    return session.report.add(finding)
 
 
 def _read_as_explain_does(text: str, where: Location) -> Any:

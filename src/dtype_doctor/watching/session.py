@@ -73,6 +73,7 @@ class Session:
         self._mode = WatchMode(self)
         self._seen: dict[tuple, Any] = {}
         self._ac_reported: set[tuple] = set()
+        self._failed: dict[int, Any] = {}  # id(exception) -> the finding of the op that raised it
         self._root: nn.Module | None = self._explicit[0] if self._explicit else None
         self._numerics_on = numerics
         self._numerics: Any = None
