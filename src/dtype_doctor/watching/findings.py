@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .. import catalog, causes
+from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin, Severity
 from . import blame, snippets
@@ -101,7 +102,7 @@ def library_of(module: nn.Module | None) -> str | None:
     if module is None:
         return None
     top = type(module).__module__.split(".")[0]
-    return top if top in ("diffusers", "transformers", "peft", "timm", "accelerate") else None
+    return top if top in MODEL_LIBRARIES else None
 
 
 @dataclass
