@@ -9,6 +9,8 @@ A library's `roles` say what each reader uses it for:
   uses-apex   it imports apex when apex is installed (`env` names it beside an apex clash)
   version     `env` shows its version among the facts
   oneflow     the OneFlow stack: `env` says not to wrap its compiled modules in torch.autocast
+  apex        NVIDIA apex: `env` reads its build (its own checks in env/packages.py)
+`EXPLAIN_ENVIRONMENT` names the ones `explain` looks up on this machine.
 `words` are how a log or traceback names it (catalog/context.py's signals).
 """
 
@@ -30,6 +32,7 @@ _ = frozenset
 
 # in the order `env` shows them (each role's libraries keep their order in this list)
 LIBRARIES: tuple[Library, ...] = (
+    Library("apex", _({"apex"}), ("apex",)),
     Library("numpy", _({"version"})),
     Library("transformers", _({"models", "uses-apex", "version"})),
     Library("xfuser", _({"uses-apex"})),
@@ -58,8 +61,8 @@ LIBRARIES: tuple[Library, ...] = (
             "mixed_precision wraps forward in autocast"),
     Library("peft", _({"models"})),
     Library("torch", _({"plumbing"})),
-    Library("oneflow", _({"plumbing", "oneflow"}), words=("oneflow", "onediff")),
-    Library("onediff", _({"oneflow"})),
+    Library("oneflow", _({"plumbing", "oneflow"}), ("oneflow",), words=("oneflow", "onediff")),
+    Library("onediff", _({"oneflow"}), ("onediff",)),
     Library("onediffx", _({"oneflow"})),
 )  # fmt: skip
 
@@ -81,4 +84,6 @@ PLUMBING_LIBRARIES = tuple(lib.module for lib in with_role("plumbing"))
 PRECISION_LIBRARIES = with_role("precision")
 APEX_CONSUMERS = tuple(lib.module for lib in with_role("uses-apex"))
 VERSIONED = tuple(lib.module for lib in with_role("version"))
+# what `explain` looks up on this machine (evidence for their families), in the order it shows them
+EXPLAIN_ENVIRONMENT = tuple(library(m) for m in ("apex", "flash_attn", "xformers", "oneflow", "onediff"))
 ONEFLOW_STACK = tuple(lib.module for lib in with_role("oneflow"))
