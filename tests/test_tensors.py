@@ -67,3 +67,21 @@ def test_module_tensors_skips_integer_buffers():
     bn = torch.nn.BatchNorm1d(2)
     names = [n for n, _ in module_tensors(bn)]
     assert names == ["weight", "bias", "running_mean", "running_var"]
+
+
+def test_iter_tensors_is_walk_without_paths_under_every_limit():
+    out = CausalLMOutputWithPast(
+        logits=torch.ones(2), hidden_states=tuple(torch.zeros(i + 1) for i in range(20))
+    )
+    value = (
+        [torch.ones(3), 1.5, "s", None, {"k": [torch.ones(4), Pair(torch.ones(5), (torch.ones(6),))]}],
+        {"out": out, "plain": Plain(torch.ones(7), [torch.ones(8)] * 20)},
+        torch.ones(9),
+    )
+    for depth in (None, 0, 1, 2, 3, 4, 8):
+        for items in (None, 0, 1, 2, 16):
+            walked = [t for _, t in walk(value, max_depth=depth, max_items=items)]
+            fast = list(iter_tensors(value, max_depth=depth, max_items=items))
+            assert [id(t) for t in fast] == [id(t) for t in walked], (depth, items)
+    assert len(list(iter_tensors(out, max_items=16))) == 1 + 16  # logits, then 16 of the 20 states
+    assert list(iter_tensors(torch.ones(1), max_depth=0))  # a bare tensor is always itself

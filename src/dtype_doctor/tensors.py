@@ -1,6 +1,7 @@
 """Tensors inside arbitrary values: walk (with paths), iterate, map (rebuilding the containers), cast.
 
-One definition of "the tensors in a value", shared by check, compare, fix/guard and numerics.
+One definition of "the tensors in a value", shared by check, compare, fix/guard/keep, numerics and
+watch (its fix verification, the tags of a model's outputs).
 Containers: tensors, lists, tuples, namedtuples, mappings (dicts, BatchEncoding), dataclasses, and
 library outputs that are both (transformers ModelOutput, diffusers BaseOutput).
 Only torch-side modules import this one: it imports torch.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -41,20 +43,51 @@ def _children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
     return None
 
 
-def walk(obj: Any, path: str = "", max_depth: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def walk(
+    obj: Any, path: str = "", max_depth: int | None = None, max_items: int | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for every tensor in a nested value, in a stable order: `logits`,
-    `hidden_states[0]`, `output` for a bare tensor. `max_depth` containers deep at most."""
-    for sub, t in _walk(obj, path, max_depth):
+    `hidden_states[0]`, `output` for a bare tensor. `max_depth` containers deep at most, and the
+    first `max_items` entries of each container at most."""
+    for sub, t in _walk(obj, path, max_depth, max_items):
         yield sub or "output", t
 
 
-def iter_tensors(obj: Any, max_depth: int | None = None) -> Iterator[torch.Tensor]:
+def iter_tensors(
+    obj: Any, max_depth: int | None = None, max_items: int | None = None
+) -> Iterator[torch.Tensor]:
     """Every tensor in a nested value, in `walk`'s order, without building paths (hot paths:
     module hooks, every op under check)."""
-    return (t for _, t in _walk(obj, None, max_depth))
+    if isinstance(obj, torch.Tensor):
+        return iter((obj,))
+    return _iter(obj, max_depth, max_items)
 
 
-def _walk(obj: Any, path: str | None, max_depth: int | None) -> Iterator[tuple[str | None, torch.Tensor]]:
+_LEAVES = frozenset({int, float, bool, str, bytes, type(None), torch.dtype, torch.device})
+
+
+def _iter(obj: Any, max_depth: int | None, max_items: int | None) -> Iterator[torch.Tensor]:
+    """`_walk` without paths, and quicker: plain tuples and lists read directly, scalars skipped."""
+    if type(obj) in _LEAVES or (max_depth is not None and max_depth <= 0):
+        return
+    if type(obj) in (tuple, list):
+        children: Iterable[Any] = obj if max_items is None else obj[:max_items]
+    else:
+        items = _children(obj)
+        if items is None:
+            return
+        children = (value for _, value in itertools.islice(items, max_items))
+    deeper = None if max_depth is None else max_depth - 1
+    for value in children:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif type(value) not in _LEAVES:
+            yield from _iter(value, deeper, max_items)
+
+
+def _walk(
+    obj: Any, path: str | None, max_depth: int | None, max_items: int | None
+) -> Iterator[tuple[str | None, torch.Tensor]]:
     if isinstance(obj, torch.Tensor):
         yield path, obj
         return
@@ -63,6 +96,8 @@ def _walk(obj: Any, path: str | None, max_depth: int | None) -> Iterator[tuple[s
     children = _children(obj)
     if children is None:
         return
+    if max_items is not None:
+        children = itertools.islice(children, max_items)
     deeper = None if max_depth is None else max_depth - 1
     sequence = isinstance(obj, (list, tuple))
     for key, value in children:
@@ -72,7 +107,7 @@ def _walk(obj: Any, path: str | None, max_depth: int | None) -> Iterator[tuple[s
             sub = f"{path}[{key}]"
         else:
             sub = f"{path}.{key}" if path else str(key)
-        yield from _walk(value, sub, deeper)
+        yield from _walk(value, sub, deeper, max_items)
 
 
 def float_tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:

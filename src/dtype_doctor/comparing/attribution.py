@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..tensors import cast_floats, float_tensors, has_nonfinite, isolate_state, map_tensors
+from ..repair.keep import KEEP_STRATEGIES, keep_in_fp32
+from ..tensors import float_tensors, has_nonfinite, isolate_state, map_tensors
 from .measure import ErrorStats, error_stats
 
 ContextFactory = Callable[[], contextlib.AbstractContextManager]
@@ -275,9 +275,6 @@ def select_modules(model: torch.nn.Module, patterns: Iterable[str]) -> list[str]
     return [name for name, _ in select(model, patterns)]
 
 
-KEEP_STRATEGIES = ("fp32-out", "cast-back")
-
-
 def to_precision(
     model: torch.nn.Module,
     dtype: torch.dtype,
@@ -286,106 +283,32 @@ def to_precision(
     strategy: str = "fp32-out",
 ) -> torch.nn.Module:
     """Cast `model` to `dtype` (or, with autocast=True, leave it fp32 for torch.autocast) while
-    the modules matching `keep_fp32` (paths, globs, class names) run in fp32, cast at their borders.
+    the modules matching `keep_fp32` (paths, globs, class names) run in fp32, cast at their borders
+    (repair's `keep_in_fp32`, with `strategy` "fp32-out" or "cast-back" to `dtype`; under autocast
+    their outputs stay fp32 whatever the strategy: autocast casts them where it needs to).
 
     This is exactly what `compare` measures in its "+keep" rows. The kept modules' fp32 weights
     are taken before the cast, so they are not rounded through the low dtype.
     """
+    if strategy not in KEEP_STRATEGIES:
+        raise ValueError(f"strategy must be one of {KEEP_STRATEGIES}")
     names = select_modules(model, keep_fp32)
+    if autocast:
+        keep_in_fp32(model, names, strategy="fp32-out")
+        return model
     prefixes = tuple(n + "." for n in names)
     fp32_state = {k: v.detach().clone() for k, v in model.state_dict().items() if k.startswith(prefixes)}
-    device_type = next((t.device.type for t in model.parameters()), "cpu")
-    if not autocast:
-        model.to(dtype)
-    keep_modules_fp32(model, names, dtype, device_type if autocast else None, fp32_state, strategy)
+    model.to(dtype)
+    keep_in_fp32(model, names, strategy=strategy, out_dtype=dtype, fp32_state=fp32_state)
     return model
 
 
-def keep_modules_fp32(
-    model: torch.nn.Module,
-    names: Iterable[str],
-    low_dtype: torch.dtype,
-    autocast_device: str | None,
-    fp32_state: dict[str, torch.Tensor] | None = None,
-    strategy: str = "fp32-out",
-) -> None:
-    """Run the named modules in fp32 inside a low-precision model, casting at their borders.
-
-    Kept modules get fp32 inputs and, in a cast model (autocast_device None), fp32 weights
-    (from `fp32_state` when given, so they are not rounded through the low dtype); under
-    autocast, autocast is switched off inside them. Their outputs:
-    - "fp32-out": stay fp32, and every other module that owns floating parameters casts its
-      inputs to its own dtype, so a value too large for fp16 can pass from one kept module
-      to the next;
-    - "cast-back": are cast back to `low_dtype`, which keeps the model's dtype flow unchanged
-      (the fallback when a functional op between modules cannot take mixed dtypes).
-    """
-    if strategy not in KEEP_STRATEGIES:
-        raise ValueError(f"strategy must be one of {KEEP_STRATEGIES}")
-    names = list(names)
-    modules = dict(model.named_modules())
-    cast_back = autocast_device is None and strategy == "cast-back"
-    for name in names:
-        module = modules[name]
-        if autocast_device is None:
-            module.float()
-            if fp32_state is not None:
-                prefix = name + "."
-                own = {k[len(prefix) :]: v for k, v in fp32_state.items() if k.startswith(prefix)}
-                if own:
-                    module.load_state_dict(own, strict=False)
-        module.forward = _fp32_forward(module, low_dtype if cast_back else None, autocast_device)
-    if autocast_device is None and not cast_back:
-        for name, module in modules.items():
-            if any(name == k or name.startswith(k + ".") for k in names):
-                continue
-            dtype = _own_float_dtype(module)
-            if dtype is not None:
-                module.register_forward_pre_hook(_cast_inputs_hook(dtype), with_kwargs=True)
-
-
-def _own_float_dtype(module: torch.nn.Module) -> torch.dtype | None:
-    for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
-        if t.is_floating_point():
-            return t.dtype
-    return None
-
-
-def _cast_inputs_hook(dtype: torch.dtype) -> Callable:
-    def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return cast_floats(args, dtype), cast_floats(kwargs, dtype)
-
-    return hook
-
-
-def _fp32_forward(
-    module: torch.nn.Module, out_dtype: torch.dtype | None, autocast_device: str | None
-) -> Callable:
-    # the class's forward and a weak reference: a bound method stored on the instance would make
-    # a reference cycle, and the model would outlive its variant until a full gc.collect()
-    own = module.__dict__.get("forward")
-    method = type(module).forward
-    ref = weakref.ref(module)
-
-    @functools.wraps(method)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        ctx = torch.autocast(autocast_device, enabled=False) if autocast_device else contextlib.nullcontext()
-        a, k = cast_floats(args, torch.float32), cast_floats(kwargs, torch.float32)
-        with ctx:
-            out = own(*a, **k) if own is not None else method(ref(), *a, **k)
-        return cast_floats(out, out_dtype) if out_dtype is not None else out
-
-    return wrapped
-
-
 __all__ = [
-    "KEEP_STRATEGIES",
     "LayerError",
     "cast_like",
     "first_nonfinite",
     "input_dtypes",
     "keep_candidates",
-    "keep_modules_fp32",
     "rank",
     "select_modules",
     "shadow_errors",

@@ -12,9 +12,10 @@ from ..catalog.family_codes import UNKNOWN
 from ..errors import DoctorError
 from ..inputs import batch_size
 from ..loading import call_factory
+from ..repair.keep import keep_in_fp32
 from ..report import Finding, Report, Severity
 from ..tensors import cast_floats, float_tensors, has_nonfinite, map_tensors
-from .attribution import LayerError, first_nonfinite, input_dtypes, keep_modules_fp32, shadow_errors
+from .attribution import LayerError, first_nonfinite, input_dtypes, shadow_errors
 from .device import collect
 from .measure import PeakMemory, error_stats, grad_error_stats, tensor_bytes, time_runs
 from .precision import Precision
@@ -87,14 +88,11 @@ class Runner:
         model = model.to(self.device)
         if not p.autocast and p.dtype != torch.float32:
             model = model.to(p.dtype)
-        if p.keep:
-            keep_modules_fp32(
-                model,
-                p.keep,
-                p.dtype,
-                self.device.type if p.autocast else None,
-                self.fp32_state,
-                keep_strategy,
+        if p.keep and p.autocast:  # kept outputs stay fp32: autocast casts them where it needs to
+            keep_in_fp32(model, list(p.keep), strategy="fp32-out")
+        elif p.keep:
+            keep_in_fp32(
+                model, list(p.keep), strategy=keep_strategy, out_dtype=p.dtype, fp32_state=self.fp32_state
             )
         # eval: dropout off, batch-norm statistics frozen, so variants compute the same function
         model.eval()

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..dtypes import dtype_name
 from ..report import Report
+from ..tensors import map_tensors
 from . import advice, located
 from .accuracy import AccuracyCheck
 from .analysis import (
@@ -485,12 +486,4 @@ def _wants_op_scan(p: Any) -> bool:
 
 
 def _to_float32(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().float() if obj.is_floating_point() else obj
-    if isinstance(obj, tuple):
-        return tuple(_to_float32(o) for o in obj)
-    if isinstance(obj, list):
-        return [_to_float32(o) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _to_float32(v) for k, v in obj.items()}
-    return obj
+    return map_tensors(obj, lambda t: t.detach().float() if t.is_floating_point() else t)

@@ -21,7 +21,8 @@ from ..catalog.family_codes import MODULE_INPUT_CAST
 from ..dtypes import torch_name
 from ..report import Finding, Location, Operand, Report
 from ..signatures import argument_names
-from ..tensors import map_tensors
+from ..tensors import iter_tensors, map_tensors
+from .keep import cast_inputs_hook, cast_outputs_hook, needs_cast
 from .keep_together import KeepNotes, widen_kept
 from .policy import (
     KeepPattern,
@@ -102,11 +103,11 @@ def fix(
     handles: list[RemovableHandle] = []
     if cast_inputs:
         handles.append(
-            model.register_forward_pre_hook(_cast_inputs_to(target, _casts_all(model)), with_kwargs=True)
+            model.register_forward_pre_hook(cast_inputs_hook(target, _casts_all(model)), with_kwargs=True)
         )
     for _, module in kept:
-        handles.append(module.register_forward_pre_hook(_cast_inputs_to(torch.float32), with_kwargs=True))
-        handles.append(module.register_forward_hook(_cast_outputs_to(target)))
+        handles.append(module.register_forward_pre_hook(cast_inputs_hook(torch.float32), with_kwargs=True))
+        handles.append(module.register_forward_hook(cast_outputs_hook(target)))
     object.__setattr__(model, _FIX_ATTR, FixPlan(target, [n for n, _ in kept], handles, notes.lines()))
     return model
 
@@ -152,39 +153,10 @@ def _convert_own(module: nn.Module, dtype: torch.dtype, loading: bool) -> None:
             module._buffers[name] = b.to(dtype)
 
 
-def _cast(dtype: torch.dtype, scalars: bool = True):
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if _needs_cast(t, dtype, scalars) else t
-
-    return cast
-
-
 def _casts_all(module: nn.Module) -> bool:
     """torch.nn's own layers never cast their inputs: every floating input must be cast for them.
     Any other module's code may keep a small input (timestep, sigma) in float32 on purpose."""
     return type(module).__module__.startswith("torch.nn.")
-
-
-def _cast_inputs_to(dtype: torch.dtype, scalars: bool = True):
-    cast = _cast(dtype, scalars)
-
-    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return map_tensors(args, cast), map_tensors(kwargs, cast)
-
-    return hook
-
-
-def _cast_outputs_to(dtype: torch.dtype):
-    cast = _cast(dtype)
-
-    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
-        if isinstance(output, dict) and type(output) is not dict:
-            for key, value in list(output.items()):  # ModelOutput & co: cast in place, keep the type
-                output[key] = map_tensors(value, cast)
-            return output
-        return map_tensors(output, cast)
-
-    return hook
 
 
 class Guard:
@@ -224,7 +196,7 @@ class Guard:
 
     def _pre_hook(self, name: str, target: torch.dtype, scalars: bool):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-            if not (_nested_needs_cast(args, target, scalars) or _nested_needs_cast(kwargs, target, scalars)):
+            if not any(needs_cast(t, target, scalars) for t in iter_tensors((args, kwargs))):
                 return None  # the common case: nothing to cast, no new tuples
             try:
                 names = argument_names(module) or []
@@ -250,7 +222,7 @@ class Guard:
         self, name: str, module: nn.Module, arg: str, value: Any, target: torch.dtype, scalars: bool
     ) -> Any:
         def cast(t: torch.Tensor) -> torch.Tensor:
-            if not _needs_cast(t, target, scalars):
+            if not needs_cast(t, target, scalars):
                 return t
             self._record(name, module, arg, t, target)
             return t.to(target)
@@ -323,16 +295,3 @@ def guard(model: nn.Module) -> Guard:
         print(g.report)  # module-input-cast at encoder.proj: input float32 -> float16, 12 casts
     """
     return Guard(model)
-
-
-def _needs_cast(t: torch.Tensor, target: torch.dtype, scalars: bool = True) -> bool:
-    """A floating tensor of another dtype; with `scalars=False` only activations (2+ dimensions)."""
-    return is_compute_float(t) and t.dtype != target and (scalars or t.dim() >= 2)
-
-
-def _nested_needs_cast(value: Any, target: torch.dtype, scalars: bool = True) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(_nested_needs_cast(v, target, scalars) for v in value)
-    if isinstance(value, dict):
-        return any(_nested_needs_cast(v, target, scalars) for v in value.values())
-    return torch.is_tensor(value) and _needs_cast(value, target, scalars)

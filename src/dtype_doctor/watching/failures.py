@@ -173,6 +173,18 @@ def _read_as_explain_does(text: str, where: Location) -> Any:
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def only_own_frames(exc: BaseException) -> bool:
+    """Was `exc` raised and caught inside the tool (every frame of its traceback is the tool's)?"""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            return False
+        tb = tb.tb_next
+    return True
+
+
 def hide_own_frames(exc: BaseException) -> None:
     """Unlink the tool's own frames (the mode's __torch_function__) from the user's traceback.
 

@@ -359,13 +359,15 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
                 code = 128 + signal.SIGTERM
             except KeyboardInterrupt as exc:
                 if "torch" in sys.modules:  # Ctrl-C inside the watcher: the traceback ends in the program
-                    from .failures import hide_own_frames
+                    from .failures import hide_own_frames, only_own_frames
 
                     seen: BaseException | None = exc
                     for _ in range(100):  # and in the exceptions it was raised while handling
                         if seen is None:
                             break
                         hide_own_frames(seen)
+                        if seen.__context__ is not None and only_own_frames(seen.__context__):
+                            seen.__context__ = None  # the tool was handling it: python has no such context
                         seen = seen.__cause__ or seen.__context__
                 _print_user_traceback(exc)  # python shows it too, then exits 130
                 code = 130

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..tensors import iter_tensors
 from .mode import CAST
 from .modules import ModuleStack, Names
 from .provenance import Frame, ParamTag, Provenance, Tag, _Ref, caller_frames, qualified_op_name
@@ -284,21 +285,9 @@ class Tagger:
         name = assigned_name(user)
         cls = type(module).__name__
 
-        def visit(value: Any, depth: int) -> None:
-            if isinstance(value, torch.Tensor):
-                if value.is_floating_point():
-                    if any(value is a for a in args):
-                        return  # handed through unchanged: its origin stands
-                    prev = self.prov.lookup(value)
-                    parents = (prev,) if prev is not None else ()
-                    self.prov.set(value, Tag("output", value.dtype, cls, name, module, user, None, parents))
-            elif depth < 2 and isinstance(value, (list, tuple)):
-                for v in value[:16]:
-                    visit(v, depth + 1)
-            elif depth < 2 and isinstance(value, dict):
-                for v in list(value.values())[:16]:
-                    visit(v, depth + 1)
-            elif depth < 2 and hasattr(value, "to_tuple"):  # transformers/diffusers ModelOutput
-                visit(value.to_tuple(), depth + 1)
-
-        visit(output, 0)
+        for value in iter_tensors(output, max_depth=2, max_items=16):  # ModelOutput, tuples...
+            if not value.is_floating_point() or any(value is a for a in args):
+                continue  # handed through unchanged: its origin stands
+            prev = self.prov.lookup(value)
+            parents = (prev,) if prev is not None else ()
+            self.prov.set(value, Tag("output", value.dtype, cls, name, module, user, None, parents))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import itertools
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from ..report import Finding, Fix
+from ..tensors import iter_tensors, map_tensors
 
 if TYPE_CHECKING:
     from .findings import FixContext
@@ -45,27 +47,10 @@ class Verdict:
     text: str
 
 
-def _walk(value: Any, fn: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, tuple):
-        return tuple(_walk(v, fn) for v in value)
-    if isinstance(value, list):
-        return [_walk(v, fn) for v in value]
-    if isinstance(value, dict):
-        return {k: _walk(v, fn) for k, v in value.items()}
-    return value
-
-
-def _floats(value: Any, depth: int = 0) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value] if value.is_floating_point() and value.numel() else []
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
-    out: list[torch.Tensor] = []
-    for v in items:
-        if depth < 8 and len(out) < 64:
-            out += _floats(v, depth + 1)
-    return out
+def _floats(value: Any) -> list[torch.Tensor]:
+    """The first 64 non-empty floating tensors, eight containers deep at most."""
+    found = (t for t in iter_tensors(value, max_depth=8) if t.is_floating_point() and t.numel())
+    return list(itertools.islice(found, 64))
 
 
 def _size(module: nn.Module) -> int:
@@ -98,7 +83,7 @@ def reference(call: Call) -> list[torch.Tensor] | None:
     memo: dict[int, Any] = {}
     module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs), memo)
     module.float()
-    up = _walk((args, kwargs), lambda t: t.float() if t.is_floating_point() else t)
+    up = map_tensors((args, kwargs), lambda t: t.float() if t.is_floating_point() else t)
     try:
         plain = Call(call.module, call.method, call.args, call.kwargs)  # fp32: no autocast
         return _floats(_run(plain, module, up[0], up[1], []))
@@ -160,8 +145,7 @@ def replay(
     }
     sources = [*call_src[0], *call_src[1].values()] if call_src else []
     used = set().union(*(loaded_names(x) or set() for x in sources)) if sources else set()
-    passed: set[int] = set()
-    _walk((call.args, call.kwargs), lambda t: passed.add(id(t)))
+    passed = {id(t) for t in iter_tensors((call.args, call.kwargs))}
     data = {n for n in stored if n in env and not isinstance(env[n], nn.Module)}
     if data and not data & used and not any(id(env[n]) in passed for n in data):
         what = ", ".join(sorted(data))
@@ -197,7 +181,7 @@ def replay(
             again = eval(root_expr, ns)
             if isinstance(again, nn.Module):
                 module = again
-    args, kwargs = _walk((args, kwargs), lambda t: subst.get(id(t), t))
+    args, kwargs = map_tensors((args, kwargs), lambda t: subst.get(id(t), t))
     try:
         out = _run(call, module, args, kwargs, contexts)
     except Exception as exc:
