@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from dtype_doctor.watching.autocast_table import aten_op_name  # the table's key
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "dtype_doctor" / "watching" / "autocast_ops.json"
 LOWS = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -50,14 +52,6 @@ SKIP = {"set_", "resize_", "resize_as_", "storage", "untyped_storage", "share_me
         "normal", "cauchy_", "exponential_", "geometric_", "log_normal_", "random_", "uniform_", "normal_",
         "bernoulli", "bernoulli_", "multinomial", "rrelu", "rrelu_", "dropout", "feature_dropout",
         "alpha_dropout", "feature_alpha_dropout", "poisson", "binomial"}  # fmt: skip
-
-
-def op_name(func: Any) -> str:
-    """The table's key: the function's name, which Tensor methods and functionals share with aten."""
-    name = getattr(func, "__name__", "") or ""
-    return {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "__rpow__": "pow"}.get(
-        name, name
-    )
 
 
 # ---------------------------------------------------------------- samples
@@ -79,7 +73,7 @@ def _opinfo_db() -> list:
 
 def _variant_name(info: Any, variant: Any) -> str:
     """An OpInfo variant's table key; a lambda wrapper (einsum, embedding) takes the OpInfo's name."""
-    name = op_name(variant)
+    name = aten_op_name(variant)
     if name.isidentifier():
         return name
     space, _, last = info.name.rpartition(".")
@@ -177,7 +171,7 @@ def _list_samples() -> dict[str, tuple[list[Any], list[tuple]]]:
                 if func is None or not isinstance(args, tuple):
                     continue  # einsum's entry is (equation, operands) in a form its own test unpacks
                 kwargs = entry[2] if len(entry) > 2 and isinstance(entry[2], dict) else {}
-                funcs, samples = out.setdefault(op_name(func), ([], []))
+                funcs, samples = out.setdefault(aten_op_name(func), ([], []))
                 if func not in funcs:
                     funcs.append(func)
                 samples.append(tree_map(_as_float32, (args, kwargs)))  # the fp32 lists give low operands
@@ -190,7 +184,7 @@ def candidates(wanted: set[str] | None, device: str) -> dict[str, tuple[list[Any
     generic, extra = _generic_samples(device), _extra_samples(device)
     guessed: set[str] = set()
     for func in torch.overrides.get_testing_overrides():
-        name = op_name(func)
+        name = aten_op_name(func)
         if not name or name in SKIP or (wanted is not None and name not in wanted):
             continue
         funcs, samples = table.setdefault(name, ([], []))
@@ -358,7 +352,7 @@ def from_lists() -> dict[str, Any]:
                        ("methods_fp16", "low"), ("torch_fp32", "fp32"), ("nn_fp32", "fp32"),
                        ("methods_fp32", "fp32"), ("torch_need_autocast_promote", "promote")):  # fmt: skip
         for entry in getattr(lists, attr):
-            name = op_name(types.SimpleNamespace(__name__=entry[0]))
+            name = aten_op_name(types.SimpleNamespace(__name__=entry[0]))
             policies[name if attr != "linalg_fp16" or name.startswith("linalg_") else f"linalg_{name}"] = kind
     table = {
         "policies": dict(sorted(policies.items())),

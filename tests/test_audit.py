@@ -130,10 +130,10 @@ def test_grad_scaler_with_fp16_parameters_and_fp16_adam_state():
 def test_half_model_under_autocast_given_or_found_in_an_accelerate_wrapper(gpt2_config):
     accelerate = pytest.importorskip("accelerate")
     model = transformers.GPT2LMHeadModel(gpt2_config).half()
-    given = by_code(dd.audit(model, autocast="bfloat16"), "low-precision-under-autocast")
+    given = by_code(dd.audit(model, autocast="bfloat16"), "autocast-half-conflict")
     assert given and given[0].severity == dd.Severity.ERROR
     wrapped = accelerate.Accelerator(mixed_precision="bf16", cpu=True).prepare(model)
-    found = by_code(dd.audit(wrapped), "low-precision-under-autocast")
+    found = by_code(dd.audit(wrapped), "autocast-half-conflict")
     assert found and {o.role: o.dtype for o in found[0].operands}["autocast"] == "bfloat16"
     with pytest.raises(RuntimeError, match="mixed dtype"):
         wrapped(torch.randint(0, 128, (1, 4)))  # the OneDiff face of it on CPU

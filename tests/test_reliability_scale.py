@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from dtype_doctor import catalog
-from dtype_doctor.processors import fold_duplicates, merge_ranks
+from dtype_doctor.processors import merge_ranks, tag_rank
 from dtype_doctor.render.console import MAX_PANELS, render
 from dtype_doctor.report import Finding, Location, Operand, Origin, Report
 
@@ -57,11 +57,13 @@ def test_add_folds_in_constant_key_computations(monkeypatch):
     assert report.add(_finding(5)).count == 3 and report.add(_finding(2999)).count == 1
 
 
-def test_fold_duplicates_is_pure():
+def test_tag_rank_folds_duplicates_and_is_pure():
     report = Report(tool="run", findings=[_finding(1), _finding(1), _finding(2)])
-    folded = fold_duplicates(report)
+    folded = tag_rank(report, 3)
     assert [f.count for f in folded.findings] == [2, 1]
+    assert {f.location.rank for f in folded.findings} == {3}
     assert len(report.findings) == 3 and report.findings[0].count == 1
+    assert report.findings[0].location.rank is None
 
 
 def _finding_with_own_cause(i: int) -> Finding:

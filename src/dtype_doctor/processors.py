@@ -1,7 +1,9 @@
 """Processors: pure `Report -> Report` functions between the producers and the renderers.
 
 Each returns a new Report and leaves its input as it was. Findings are identified by the one
-`Finding.key()`: folding duplicates, folding repeated blocks and merging ranks all group by it.
+`Finding.key()`: identical findings fold in `Report.add` (live, and in every report built here:
+merging ranks folds through it); `fold_repeated_blocks` folds repeated blocks by the same key
+with the module path generalised; `causes.group_by_cause` sets each finding's root cause.
 No torch import: `dtype-doctor merge` reads JSON files; the live gather in
 integrations/distributed.py calls `merge_reports` on the reports it collected.
 """
@@ -54,11 +56,6 @@ def _own(f: Finding) -> Finding:
     """A copy of `f` that a processor may change (count, data, location, message) without touching
     the input report; the operands, fixes and evidence, which no processor changes, are shared."""
     return dataclasses.replace(f, data=copy.deepcopy(f.data), location=copy.copy(f.location))
-
-
-def fold_duplicates(report: Report) -> Report:
-    """Identical findings (same `Finding.key()`) become one, their counts summed."""
-    return _with_findings(report, [_own(f) for f in report.findings])
 
 
 def module_pattern(path: str) -> str:
@@ -148,24 +145,20 @@ def merge_ranks(reports: Sequence[Report], ranks: Sequence[int] | None = None) -
     if tools:
         merged.meta["tools"] = tools
 
-    groups: dict[tuple, tuple[Finding, set[int]]] = {}
+    folded = Report()  # Report.add: the one fold of identical findings, here across ranks
+    ranks_of: dict[int, set[int]] = {}
     for rank, report in zip(ranks, reports, strict=True):
         for f in report.findings:
             if f.code == _RANK_CODE:
                 continue  # a previous merge's verdict; recomputed below
-            key = f.key()
-            if key in groups:
-                first, seen = groups[key]
-                first.count += f.count
-                seen.add(rank)
-            else:
-                groups[key] = (_own(f), {rank})
+            ranks_of.setdefault(id(folded.add(_own(f))), set()).add(rank)
+    groups = [(f, ranks_of[id(f)]) for f in folded.findings]
 
-    divergences = _finding_divergences(groups.values(), world)
+    divergences = _finding_divergences(groups, world)
     dtype_map, map_divergences = _merge_dtype_maps(reports, ranks, world)
     for f in (*divergences, *map_divergences):
         merged.add(f)
-    for f, seen in groups.values():
+    for f, seen in groups:
         seen_sorted = sorted(seen)
         f.data = {**f.data, "ranks": seen_sorted}
         if f.location is None:

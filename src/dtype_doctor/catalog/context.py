@@ -6,6 +6,7 @@ Scopes: "op" = the two deepest frames of the error's traceback (which op raised)
 
 from __future__ import annotations
 
+from .libraries import library
 from .model import ContextSignal, Refinement
 
 _ = frozenset
@@ -160,8 +161,8 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         ),
     ),
     ContextSignal("cublas-bf16", ("CUDA_R_16BF",)),
-    ContextSignal("flash_attn", ("flash_attn", "flash_attention", "FlashAttention")),
-    ContextSignal("xformers", ("xformers",)),
+    ContextSignal("flash_attn", library("flash_attn").words),
+    ContextSignal("xformers", library("xformers").words),
     ContextSignal(
         "quantized",
         (
@@ -286,7 +287,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         ("apex.normalization", "Discovered apex", "from apex", "import apex", "site-packages/apex"),
         scope="log",
     ),
-    ContextSignal("oneflow-installed", ("oneflow", "onediff"), scope="log"),
+    ContextSignal("oneflow-installed", library("oneflow").words, scope="log"),
     # apex amp's banner and API anywhere in the run: the run uses apex amp
     ContextSignal(
         "apex",
@@ -304,7 +305,7 @@ CONTEXT_SIGNALS: tuple[ContextSignal, ...] = (
         ("[rank", "torchrun", "torch.distributed", "ChildFailedError", "[default0]", "LOCAL_RANK"),
         scope="log",
     ),
-    ContextSignal("deepspeed", ("deepspeed", "DeepSpeed"), scope="log"),
+    ContextSignal("deepspeed", library("deepspeed").words, scope="log"),
     ContextSignal("windows", ("struct c10::", "\\site-packages\\", "class c10::"), scope="log"),
 )
 

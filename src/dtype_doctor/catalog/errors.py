@@ -1192,8 +1192,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "If you keep both, make the autocast dtype the model's dtype",
                 'with torch.autocast("{device}", dtype=next(model.parameters()).dtype):\n    out = model(x)',
             ),
+            FixTemplate(
+                "With a non-torch backend (OneFlow/onediff) use that backend's autocast, never torch's",
+                "with oneflow.autocast('cuda'):\n    ...",
+                when=frozenset({"oneflow"}),
+            ),
         ),
-        related=("oneflow-infer-dtype", "norm-dtype-mismatch"),
+        related=("oneflow-infer-dtype", "norm-dtype-mismatch", "low-precision-under-autocast"),
         keywords=("autocast", "prioritize", "amp.autocast", "torch.autocast"),
     ),
     Family(

@@ -17,6 +17,7 @@ from torch import nn
 from .. import catalog
 from ..catalog import module_ref
 from ..catalog.family_codes import (
+    AUTOCAST_HALF_CONFLICT,
     DTYPE_MAP,
     FP16_GRADIENT_UNSCALE,
     FP32_ISLAND,
@@ -376,8 +377,8 @@ def autocast_findings(model: nn.Module, prefix: str, autocast_dtype: str) -> lis
         return []
     differs = main != autocast_dtype
     return [
-        catalog.finding(
-            LOW_PRECISION_UNDER_AUTOCAST,
+        catalog.finding(  # one family per set-up: watch and explain name the other half dtype so too
+            AUTOCAST_HALF_CONFLICT if differs else LOW_PRECISION_UNDER_AUTOCAST,
             names={
                 "dtype": torch_name(main),
                 "other_dtype": torch_name(autocast_dtype),

@@ -306,7 +306,7 @@ class AutocastEmulation(torch.overrides.TorchFunctionMode):
             return func(*args, **kwargs)
         floats = [t.dtype for t in iter_tensors((args, kwargs)) if t.is_floating_point()]
         if len(set(floats)) > 1 and not autocast_table.casts_mixed(
-            self.device_type, autocast_table.op_name(func), self.dtype
+            self.device_type, autocast_table.aten_op_name(func), self.dtype
         ):
             return func(*args, **kwargs)  # mixed operands still raise under it (tensordot)
         if kind == autocast_table.PROMOTE:

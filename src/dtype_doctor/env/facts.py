@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import catalog
 from ..catalog.family_codes import BF16_UNSUPPORTED_HARDWARE, CPU_HALF_EMULATED
+from ..catalog.libraries import VERSIONED
 from ..dtypes import dtype_name
 from ..report import Finding, Report, Severity
 from .packages import dist_version, first_line, library_facts
@@ -203,7 +204,7 @@ def software_facts(torch: Any | None) -> dict[str, Any]:
             "tf32_cudnn": _safe(lambda: torch.backends.cudnn.allow_tf32),
         }
     )
-    for name in ("numpy", "transformers", "diffusers", "accelerate"):
+    for name in VERSIONED:
         facts[name] = dist_version(name)
     facts["env_vars"] = {var: os.environ[var] for var in _ENV_VARS if var in os.environ}
     return facts

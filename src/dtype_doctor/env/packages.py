@@ -26,23 +26,9 @@ from ..catalog.family_codes import (
     ONEFLOW_TORCH_AUTOCAST,
     PYPI_APEX_CLASH,
 )
+from ..catalog.libraries import APEX_CONSUMERS, ONEFLOW_STACK, PRECISION_LIBRARIES
 from ..report import Evidence, Finding, Fix, Severity
 
-APEX_CONSUMERS = (
-    "transformers",
-    "xfuser",
-    "diffusers",
-    "megatron",
-    "deepspeed",
-    "fairseq",
-    "fairscale",
-    "colossalai",
-    "nemo",
-    "timm",
-    "open_clip",
-    "mmcv",
-    "detectron2",
-)
 _APEX_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+apex[\s.]|import[ \t]+apex\b)", re.M)
 _VERSION_ASSIGN = re.compile(
     r"""^\s*(?:__version__|version|VERSION)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M
@@ -263,18 +249,6 @@ def accelerate_config() -> dict[str, Any]:
 # libraries and their findings
 
 
-# (module, distribution names, what it does to precision)
-_LIBRARIES = (
-    ("xformers", ("xformers",), "memory-efficient attention; built against one torch release"),
-    ("flash_attn", ("flash-attn", "flash_attn"), "needs sm80+ and fp16/bf16 inputs"),
-    ("bitsandbytes", ("bitsandbytes",), "4/8-bit layers: compute dtype defaults to float32"),
-    ("deepspeed", ("deepspeed",), "fp16/bf16 is set in the DeepSpeed config JSON"),
-    ("transformer_engine", ("transformer-engine", "transformer_engine"), "fp8 autocast (te.fp8_autocast)"),
-    ("intel_extension_for_pytorch", ("intel-extension-for-pytorch",), "ipex.optimize(dtype=) casts"),
-    ("accelerate", ("accelerate",), "mixed_precision wraps forward in autocast"),
-)
-
-
 def library_facts(
     torch_version: str | None, gpus: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[Finding]]:
@@ -282,20 +256,20 @@ def library_facts(
     libs: dict[str, Any] = {"apex": apex_info()}
     findings = _apex_findings(libs["apex"])
     findings += _oneflow(libs, torch_version)
-    for module, dists, note in _LIBRARIES:
-        libs[module] = info = package_info(module, *dists)
+    for lib in PRECISION_LIBRARIES:
+        libs[lib.module] = info = package_info(lib.module, *lib.dists)
         if info["installed"]:
-            info["note"] = note
-            findings += _torch_mismatch(dists[0], info, torch_version)
+            info["note"] = lib.note
+            findings += _torch_mismatch(lib.dists[0], info, torch_version)
     findings += _flash_attn(libs["flash_attn"], gpus)
     findings += _accelerate(libs["accelerate"])
     return libs, findings
 
 
 def _oneflow(libs: dict[str, Any], torch_version: str | None) -> list[Finding]:
-    for module in ("oneflow", "onediff", "onediffx"):
+    for module in ONEFLOW_STACK:
         libs[module] = package_info(module)
-    flow = [m for m in ("oneflow", "onediff", "onediffx") if libs[m]["installed"]]
+    flow = [m for m in ONEFLOW_STACK if libs[m]["installed"]]
     if not flow:
         return []
     libs["oneflow"]["note"] = "do not wrap OneFlow-compiled modules in torch.autocast"

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..catalog.libraries import EXPLAIN_ENVIRONMENT
+
 # GPU model → compute capability (bf16 needs 8.0+), for names found in /proc/driver/nvidia
 _CAPABILITY = (
     (r"\bH[12]00\b|\bGH200\b|\bH20\b", 9.0),
@@ -79,13 +81,7 @@ def _packages() -> dict[str, str]:
     from ..env.packages import package_info  # find_spec and metadata only: no import of the package
 
     found: dict[str, str] = {}
-    for module, dists in (
-        ("apex", ("apex",)),
-        ("flash_attn", ("flash-attn", "flash_attn")),
-        ("xformers", ("xformers",)),
-        ("oneflow", ("oneflow",)),
-        ("onediff", ("onediff",)),
-    ):
+    for module, dists in ((lib.module, lib.dists) for lib in EXPLAIN_ENVIRONMENT):
         try:
             info = package_info(module, *dists)
         except Exception:

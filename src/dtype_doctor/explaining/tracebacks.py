@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..catalog.libraries import PLUMBING_LIBRARIES
+
 # `[rank3]: ...` (torchrun >= 2.2), `[default3]:...` (elastic agent), `rank3: ...`
 _RANK_PREFIX = re.compile(r"^\s{0,8}\[(?:rank|default)(\d{1,5})\]:\s?")
 _FRAME = re.compile(r'File "(?P<file>[^"\n]{1,500})", line (?P<line>\d{1,9})(?:, in (?P<fn>[^\s]{1,200}))?')
@@ -24,7 +26,7 @@ _CALL = re.compile(r"\b(self(?:\.\w{1,80}){1,8})\(\s{0,4}(?:(\w{1,80})(?=\s{0,4}
 _TORCH_PATH = re.compile(r"[/\\]torch[/\\]")
 # frameworks whose own `self.x(...)` calls are plumbing, not the user's modules
 _FRAMEWORK_PATH = re.compile(
-    r"[/\\](?:torch|oneflow|accelerate|deepspeed)[/\\]|[/\\]onediff[/\\]infer_compiler[/\\]|^<frozen "
+    rf"[/\\](?:{'|'.join(PLUMBING_LIBRARIES)})[/\\]|[/\\]onediff[/\\]infer_compiler[/\\]|^<frozen "
 )
 
 MAX_WALK = 400  # lines looked at above one error line

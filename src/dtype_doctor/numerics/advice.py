@@ -33,7 +33,8 @@ _OPS = {
 }  # fmt: skip
 
 
-def op_name(module: nn.Module | None, module_type: str | None, leaf: bool) -> str | None:
+def module_op_name(module: nn.Module | None, module_type: str | None, leaf: bool) -> str | None:
+    """The op a module of this type runs, as its functional (`Linear` -> `linear`), for the advice."""
     if module_type is None:
         return None
     if leaf:
@@ -103,7 +104,7 @@ class Advisor:
             return finding
         module = modules.get(p.path) if p.path is not None else None
         ctx = _context(p.path, modules) | {p.phase}
-        op = op_name(module, p.module_type, p.leaf)
+        op = module_op_name(module, p.module_type, p.leaf)
         if p.phase == "backward" and op:
             op = f"{op} (backward)"
         file, line = _source(module) if (not p.leaf or p.kind == "inline") else (None, None)

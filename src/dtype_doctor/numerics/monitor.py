@@ -478,7 +478,11 @@ def _wants_op_scan(p: Any) -> bool:
     """A forward producer whose op is not named by its module type: a custom forward, or ops between children."""
     if p.phase != "forward" or p.path is None or p.kind not in ("module", "inline"):
         return False
-    return p.kind == "inline" or not p.leaf or advice.op_name(None, p.module_type, True).endswith(".forward")
+    return (
+        p.kind == "inline"
+        or not p.leaf
+        or advice.module_op_name(None, p.module_type, True).endswith(".forward")
+    )
 
 
 def _to_float32(obj: Any) -> Any:

@@ -21,7 +21,7 @@ from ..report import Finding, Operand, Origin, Report
 from . import finders as find
 from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr
 
-LOW = ("float16", "bfloat16")
+LOW_NAMES = ("float16", "bfloat16")
 _LIBRARY_ROOTS = tuple(
     os.path.realpath(p)
     for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
@@ -119,7 +119,7 @@ class Planner:
         for o in params:
             yield from self.convert_module(f, o, target)
         # the other way round: a float32 model fed a half tensor by mistake
-        wide = {o.dtype for o in f.operands if _held(o) and o.dtype and o.dtype not in LOW}
+        wide = {o.dtype for o in f.operands if _held(o) and o.dtype and o.dtype not in LOW_NAMES}
         if len(wide) == 1 and not params:
             other = wide.pop()
             for o in f.operands:
@@ -333,7 +333,7 @@ def _held(o: Operand) -> bool:
 def _target_dtype(f: Finding) -> str | None:
     """The dtype the cause should become: the half dtype the operands show (the user's intent), else
     the one the op needed."""
-    low = {o.dtype for o in f.operands if o.dtype in LOW}
+    low = {o.dtype for o in f.operands if o.dtype in LOW_NAMES}
     expected = f.data.get("expected_dtype")
     if len(low) == 1:
         return low.pop()

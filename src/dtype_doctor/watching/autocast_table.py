@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["FP32", "LOW", "PROMOTE", "SOURCES", "casting_devices", "casts_mixed", "op_name", "policy"]
+__all__ = ["FP32", "LOW", "PROMOTE", "SOURCES", "aten_op_name", "casting_devices", "casts_mixed", "policy"]
 
 LOW, FP32, PROMOTE = "low", "fp32", "promote"
 
@@ -47,7 +47,7 @@ _ALIASES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "
 _DEFAULT_LOW = {"cpu": "bfloat16"}  # the autocast dtype each device uses when none is given
 
 
-def op_name(func: Any) -> str:
+def aten_op_name(func: Any) -> str:
     """The aten-level name of a torch function, Tensor method or functional."""
     name = getattr(func, "__name__", "") or ""
     return _ALIASES.get(name, name)
@@ -64,7 +64,7 @@ def _key(device_type: str, dtype: torch.dtype | str | None) -> tuple[str, str]:
 
 def policy(device_type: str, func_or_name: Any, dtype: torch.dtype | str | None = None) -> str | None:
     """LOW, FP32, PROMOTE or None: what autocast(device_type, dtype) does to this op."""
-    name = func_or_name if isinstance(func_or_name, str) else op_name(func_or_name)
+    name = func_or_name if isinstance(func_or_name, str) else aten_op_name(func_or_name)
     if device_type != "cpu" and device_type not in _CUDA_LIKE and device_type not in _OTHER:
         return None
     found = _POLICIES.get(_key(device_type, dtype), {}).get(name)

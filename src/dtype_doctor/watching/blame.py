@@ -23,10 +23,10 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from ..report import Fix
+from .contracts.core import LOW_DTYPES
 from .names import attr_path, expression_for, module_modules, passed_inputs
 from .provenance import short_path
 
-LOW = (torch.float16, torch.bfloat16)
 MANY = 3  # more islands than this: one loop over named_modules() instead of a line each
 
 
@@ -148,12 +148,12 @@ def decide(
     if len(own) != 1:
         return None
     have = own.pop()
-    if have == activation or not ({have, activation} & set(LOW)):
+    if have == activation or not ({have, activation} & set(LOW_DTYPES)):
         return None
     inside = majority([root])
     if inside == activation:
         want = activation  # an island inside a model of the activation's dtype (LoRA, a head)
-    elif inside == have and have == torch.float32 and activation in LOW:
+    elif inside == have and have == torch.float32 and activation in LOW_DTYPES:
         # a whole model left in the library default beside models the user converted (ControlNet)
         want = majority(
             [m for f in frames for m in module_modules(f)], skip={id(p) for p in root.parameters()}

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from ..catalog import family_codes as fc
+from ..catalog import family_codes
 from ..explaining.family import family_of
 from ..report import Location
-from . import findings as F
+from . import findings
 from .contracts import Contract, Slot, bind
-from .provenance import USER, frame_kind, op_name, short_path
+from .provenance import USER, frame_kind, qualified_op_name, short_path
 
 Session = Any  # watch.session.Session, not imported: no import circle
 
@@ -29,9 +29,9 @@ DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|Scala
 def code_for_message(text: str) -> str:
     """The family of an error message, read by explain's rules; the generic family when it names none."""
     try:
-        return family_of(text) or fc.SCALAR_TYPE_MISMATCH
+        return family_of(text) or family_codes.SCALAR_TYPE_MISMATCH
     except Exception:  # the tool never replaces the user's error with its own
-        return fc.SCALAR_TYPE_MISMATCH
+        return family_codes.SCALAR_TYPE_MISMATCH
 
 
 def _noted(exc: BaseException) -> bool:
@@ -42,7 +42,7 @@ def on_failure(
     session: Session, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
 ) -> None:
     """An op raised: note the diagnosis (the finding made before it ran, or one made now)."""
-    if finding is not None and finding.code == fc.SILENT_PROMOTION:
+    if finding is not None and finding.code == family_codes.SILENT_PROMOTION:
         _withdraw(session, finding)  # the op raised: nothing was promoted
         finding = None
     if _noted(exc):
@@ -56,7 +56,7 @@ def on_failure(
     if finding is not None:
         session._failed[id(exc)] = finding  # a worker thread's crash names its thread on it
         if hasattr(exc, "add_note"):
-            exc.add_note(F.note_text(finding) + _earlier(session, finding))
+            exc.add_note(findings.note_text(finding) + _earlier(session, finding))
 
 
 def _withdraw(session: Session, finding: Any) -> None:
@@ -64,10 +64,11 @@ def _withdraw(session: Session, finding: Any) -> None:
     finding.count -= 1
     if finding.count > 0:
         return
-    findings = session.report.findings
-    for i in range(len(findings) - 1, -1, -1):
-        if findings[i] is finding:
-            del findings[i]
+    recorded = session.report.findings
+    for i in range(len(recorded) - 1, -1, -1):
+        if recorded[i] is finding:
+            del recorded[i]
+            session.fix_contexts.pop(id(finding), None)
             break
     for key in [k for k, v in session._seen.items() if v is finding]:
         del session._seen[key]
@@ -77,7 +78,7 @@ def _earlier(session: Session, finding: Any) -> str:
     """Silent promotions seen before a failure: often where the wrong dtype came in."""
     lines = []
     for f in session.report.findings:
-        if f.code == fc.SILENT_PROMOTION and f is not finding and len(lines) < 3:
+        if f.code == family_codes.SILENT_PROMOTION and f is not finding and len(lines) < 3:
             loc = f.location
             lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
     return "\n" + "\n".join(lines) if lines else ""
@@ -93,39 +94,39 @@ def _failure_finding(
     else:
         slots = [Slot(f"operand{i}", a, ("a", i)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         slots += [Slot(k, v, ("k", k)) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
-        op = op_name(func)
+        op = qualified_op_name(func)
     if not slots:
         return None
-    finding = F.build(
+    finding, fix_context = findings.build(
         code_for_message(str(exc)),
         op,
-        [F.Seen(s.role, s.tensor) for s in slots],
-        None,
-        session.names,
-        session.prov,
-        session.stack.top,
-        session.stack.stack[0] if session.stack.stack else session._root,
+        [findings.Seen(s.role, s.tensor) for s in slots],
+        expected=None,
+        names=session.names,
+        prov=session.prov,
+        module=session.stack.top,
+        root=session.stack.stack[0] if session.stack.stack else session._root,
         message=f"{op} raised: {str(exc).splitlines()[0][:300]}",
         depth=5,
         severity="error",
     )
     finding.data["raised"] = type(exc).__name__
-    return session.report.add(finding)
+    return session.add_finding(finding, fix_context)
 
 
 def on_exit(session: Session, exc: BaseException) -> None:
     """The `with` block ends with the user's exception: count it, and make a dtype crash a finding."""
     session.report.meta["raised"] = type(exc).__name__
-    errors = [f for f in session.report.errors if f.code != fc.TOOL_INTERNAL_ERROR]
+    errors = [f for f in session.report.errors if f.code != family_codes.TOOL_INTERNAL_ERROR]
     # a tensor's repr (`assert tensor(4., dtype=torch.float16) == 5`) does not make a dtype crash
     said = TENSOR_REPR_DTYPE.sub("", str(exc))
     if not errors and DTYPE_TEXT.search(said) and not isinstance(exc, KeyboardInterrupt):
         _crash_finding(session, exc)
     if _noted(exc):
         return
-    errors = [f for f in session.report.findings if f.code != fc.TOOL_INTERNAL_ERROR]
+    errors = [f for f in session.report.findings if f.code != family_codes.TOOL_INTERNAL_ERROR]
     if errors and hasattr(exc, "add_note"):
-        exc.add_note("\n".join(F.note_text(f) for f in errors[-2:]))
+        exc.add_note("\n".join(findings.note_text(f) for f in errors[-2:]))
 
 
 def on_thread_exit(session: Session, exc: BaseException, thread: str) -> None:
@@ -173,7 +174,7 @@ def _read_as_explain_does(text: str, where: Location) -> Any:
     from ..explaining import explain
 
     try:
-        found = [f for f in explain(text[:65536]).findings if f.code != fc.UNKNOWN]
+        found = [f for f in explain(text[:65536]).findings if f.code != family_codes.UNKNOWN]
     except Exception:
         return None
     if not found:

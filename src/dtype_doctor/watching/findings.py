@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
 from torch import nn
 
 from .. import catalog, causes
+from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
-from ..report import Finding, Location, Operand, Origin
+from ..report import Finding, Location, Operand, Origin, Severity
 from . import blame, snippets
 from .modules import Names, argument_names
 from .names import (
@@ -96,51 +98,148 @@ def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     return Origin(kind="unknown", name="untracked (created before watch() started)", dtype=canonical(t.dtype))
 
 
-def _library(module: nn.Module | None) -> str | None:
+def library_of(module: nn.Module | None) -> str | None:
     if module is None:
         return None
     top = type(module).__module__.split(".")[0]
-    return top if top in ("diffusers", "transformers", "peft", "timm", "accelerate") else None
+    return top if top in MODEL_LIBRARIES else None
+
+
+@dataclass
+class FixContext:
+    """What re-ranking and replaying a watched finding's fixes need: kept by the session beside the
+    finding while it runs (`Session.fix_contexts`), never in the report or its JSON."""
+
+    names: dict[str, Any]  # the names the catalog's fix templates use ({module}, {dtype}, ...)
+    scope: FrameType | None = None  # the user's frame the fixes are pasted in
+    inner: dict[str, str] = field(default_factory=dict)  # the user's locals inside the call: name -> where
+    root: nn.Module | None = None  # the model the failing call entered
+    root_expr: str | None = None  # the user's expression for it (`pipe.unet`)
+    call_src: str | None = None  # the source of the user's call of it
+    device: str = "cpu"  # autocast's device_type for the snippets
+
+
+@dataclass
+class _Odd:
+    """The operand the finding blames, and the names the user knows it by."""
+
+    operand: Operand | None = None
+    tensor: torch.Tensor | None = None
+    param: str | None = None  # the first parameter among the operands
 
 
 def build(
     code: str,
     op: str,
     operands: list[Seen],
+    *,
     expected: torch.dtype | None,
     names: Names,
     prov: Provenance,
     module: nn.Module | None,
     root: nn.Module | None,
-    *,
     context: set[str] | None = None,
     message: str = "",
     depth: int = 3,
     data: dict[str, Any] | None = None,
     severity: str | None = None,
-) -> Finding:
-    """A Finding for a mismatch at `op` in `module`, with origins and concrete fixes."""
+) -> tuple[Finding, FixContext]:
+    """A Finding for a mismatch at `op` in `module` (part of the model `root`), with origins and
+    concrete fixes, and the context its fixes were made in (`depth`: frames up to the watched call)."""
     inner, user = caller_frames(depth)
     file, line, function = where(inner)
     ufile, uline, _ = where(user)
     path = names.module(module)
     frames = user_frames(2)
     want = _safe(lambda: blame.majority([root]) if root is not None else None)
-    if expected is not None and want in blame.LOW and expected not in blame.LOW and want != expected:
+    if (
+        expected is not None
+        and want in blame.LOW_DTYPES
+        and expected not in blame.LOW_DTYPES
+        and want != expected
+    ):
         floats = [s for s in operands if s.tensor.is_floating_point()]
         if any(s.tensor.dtype == want for s in floats) and not any(names.tensor(s.tensor) for s in floats):
             for s in floats:  # no parameter decides: the models' dtype does, not the first operand
                 s.odd = s.tensor.dtype != want
             expected = want
+    ops, odd = _operands(operands, names, prov)
+    blamed = odd.operand
+    ctx = set(context or ())
+    lib = library_of(root) or library_of(module)
+    if lib:
+        ctx.add(lib)
+    if blamed is not None and blamed.origin is not None:
+        ctx.add(f"odd-{blamed.origin.kind}")
+    ctx |= situation(ops, module, root)
+    rooted = _safe(lambda: expression_for(root, frames) if root is not None else None)
+    variable = _safe(lambda: _user_name(blamed, odd.tensor, root, rooted, frames) if blamed else None)
+    island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
+    if island is not None:
+        expected = island.want
+        ctx.add("odd-module")
+    origin = blamed.origin if blamed else None
+    made = origin.name if origin and origin.kind in ("op", "cast", "output") else None
+    fix_names = {
+        "module": path or "<root>",
+        "module_class": type(module).__name__ if module is not None else None,
+        "component": type(root).__name__ if root is not None else None,
+        "op": op,
+        "param": odd.param,
+        "input": (variable or blamed.name or made or blamed.role) if blamed else None,
+        "tensor": variable,
+        "array": _safe(lambda: float64_array(rooted[1], root) if rooted else None),
+        "model": rooted[0] if rooted else None,
+        "dtype": torch_name(expected),
+        "other_dtype": torch_name(blamed and getattr(torch, blamed.dtype or "", None)),
+        "file": origin.file if origin and origin.file else (ufile or file),
+        "line": origin.line if origin and origin.file else (uline or line),
+        "device": operands[0].tensor.device.type if operands else "cpu",  # autocast's device_type
+        "made_op": origin.op if origin and origin.kind == "op" else None,
+    }
+    extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
+    if ufile and (ufile, uline) != (file, line):
+        extra["your_code"] = f"{ufile}:{uline}"
+    extra.update(data or {})
+    extra["context"] = sorted(ctx)
+    finding = catalog.finding(
+        code,
+        context=ctx,
+        names=fix_names,
+        message=message or _message(op, ops, expected, path, module),
+        location=Location(
+            module=path, module_type=type(module).__name__ if module is not None else None, op=op,
+            file=file, line=line, function=function,
+        ),
+        operands=ops,
+        data=extra,
+        **({"severity": Severity(severity)} if severity else {}),
+    )  # fmt: skip
+    fix_context = FixContext(fix_names, device=fix_names["device"])
+    try:  # the names, the island and the static check: never at the cost of the finding
+        _better_fixes(finding, island, blamed, expected, rooted, want, root)
+        scope = rooted[1] if rooted else (frames[-1] if frames else None)
+        inside = frames[: frames.index(scope)] if scope in frames else []
+        fix_context.scope, fix_context.root = scope, root
+        fix_context.inner = {n: f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
+                             for f in reversed(inside) for n in f.f_locals if n != "self"}  # fmt: skip
+        fix_context.root_expr = rooted[0] if rooted else None
+        fix_context.call_src = call_source(rooted[1], root) if rooted else None
+        finding.fixes = refine(finding.fixes, fix_context)
+    except Exception:
+        fix_context.scope = None
+    return finding, fix_context
+
+
+def _operands(operands: list[Seen], names: Names, prov: Provenance) -> tuple[list[Operand], _Odd]:
+    """The operands as the report shows them (with their origins), and the first odd one."""
     ops: list[Operand] = []
-    odd = None
-    odd_tensor = None
-    param_name = None
+    odd = _Odd()
     for s in operands:
         origin = s.origin or origin_of(s.tensor, names, prov)
         name = origin.name if origin.kind in ("parameter", "buffer", "input") else None
-        if origin.kind == "parameter" and param_name is None:
-            param_name = origin.name
+        if origin.kind == "parameter" and odd.param is None:
+            odd.param = origin.name
         ops.append(
             Operand(
                 role=s.role,
@@ -150,107 +249,49 @@ def build(
                 origin=origin,
             )
         )
-        if s.odd and odd is None:
-            odd, odd_tensor = ops[-1], s.tensor
-    ctx = set(context or ())
-    lib = _library(root) or _library(module)
-    if lib:
-        ctx.add(lib)
-    if odd is not None and odd.origin is not None:
-        ctx.add(f"odd-{odd.origin.kind}")
-    ctx |= situation(ops, module, root)
-    rooted = _safe(lambda: expression_for(root, frames) if root is not None else None)
-    variable = _safe(lambda: _user_name(odd, odd_tensor, root, rooted, frames) if odd else None)
-    made = odd.origin.name if odd and odd.origin and odd.origin.kind in ("op", "cast", "output") else None
-    odd_name = (variable or odd.name or made or odd.role) if odd else None
-    odd_file = odd.origin.file if odd and odd.origin and odd.origin.file else (ufile or file)
-    odd_line = odd.origin.line if odd and odd.origin and odd.origin.file else (uline or line)
-    island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
-    if island is not None:
-        expected = island.want
-        ctx.add("odd-module")
-    array = _safe(lambda: float64_array(rooted[1], root) if rooted else None)
-    fix_names = {
-        "module": path or "<root>",
-        "module_class": type(module).__name__ if module is not None else None,
-        "component": type(root).__name__ if root is not None else None,
-        "op": op,
-        "param": param_name,
-        "input": odd_name,
-        "tensor": variable,
-        "array": array,
-        "model": rooted[0] if rooted else None,
-        "dtype": torch_name(expected),
-        "other_dtype": torch_name(odd and getattr(torch, odd.dtype or "", None)),
-        "file": odd_file,
-        "line": odd_line,
-        "device": operands[0].tensor.device.type if operands else "cpu",  # autocast's device_type
-        "made_op": odd.origin.op if odd and odd.origin and odd.origin.kind == "op" else None,
-    }
-    if not message:
-        parts = ", ".join(f"{o.role} {o.dtype}" for o in ops)
-        need = f"; it needs {canonical(expected)}" if expected is not None else ""
-        place = f" in '{path or '<root>'}'" if module is not None else ""
-        message = f"{op}{place}: {parts}{need}"
-    extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
-    if ufile and (ufile, uline) != (file, line):
-        extra["your_code"] = f"{ufile}:{uline}"
-    extra.update(data or {})
-    fields: dict[str, Any] = {}
-    if severity:
-        from ..report import Severity
+        if s.odd and odd.operand is None:
+            odd.operand, odd.tensor = ops[-1], s.tensor
+    return ops, odd
 
-        fields["severity"] = Severity(severity)
-    extra["context"] = sorted(ctx)
-    finding = catalog.finding(
-        code,
-        context=ctx,
-        names=fix_names,
-        message=message,
-        location=Location(
-            module=path, module_type=type(module).__name__ if module is not None else None, op=op,
-            file=file, line=line, function=function,
-        ),
-        operands=ops,
-        data=extra,
-        **fields,
-    )  # fmt: skip
-    try:  # the names, the island and the static check: never at the cost of the finding
-        if island is None and odd is not None and odd.origin is not None and expected is not None:
-            at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
-            if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
-                finding.fixes = [at_root, *finding.fixes]
-        if island is None and rooted is not None and want is not None and root is not None:
-            passed = blame.input_fix(rooted[1], root, rooted[0], want)
-            if passed is not None:
-                finding.fixes = [passed, *(x for x in finding.fixes if x.snippet != passed.snippet)]
-        if island is not None:
-            extra_fixes = [x for x in (island.fix(), island.build_fix()) if x is not None]
-            finding.fixes = [*extra_fixes, *finding.fixes]
-            finding.data["island"] = {
-                "model": island.model,
-                "modules": island.paths[:20],
-                "count": len(island.paths),
-                "dtype": canonical(island.dtype),
-                "want": canonical(island.want),
-                "label": island.label,
-                **({"built": f"{island.built[0]}:{island.built[1]}"} if island.built else {}),
-            }
-            finding.data["expected_dtype"] = canonical(island.want)
-        scope = rooted[1] if rooted else (frames[-1] if frames else None)
-        inner = frames[: frames.index(scope)] if scope in frames else []
-        finding.dd_inner = {n: f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
-                            for f in reversed(inner) for n in f.f_locals if n != "self"}  # type: ignore[attr-defined]  # fmt: skip
-        finding.fix_scope = scope  # type: ignore[attr-defined]  # the user's frame the fixes are pasted in
-        finding.dd_root = root  # type: ignore[attr-defined]
-        finding.dd_root_expr = rooted[0] if rooted else None  # type: ignore[attr-defined]
-        finding.dd_device = fix_names["device"]  # type: ignore[attr-defined]
-        finding.dd_call_src = call_source(rooted[1], root) if rooted else None  # type: ignore[attr-defined]
-        finding.fixes = refine(finding, finding.fixes)
-    except Exception:
-        finding.fix_scope = None  # type: ignore[attr-defined]
-    finding.fix_names = fix_names  # type: ignore[attr-defined]  # kept off the JSON: for re-ranking
-    return finding
+
+def _message(op: str, ops: list[Operand], expected: torch.dtype | None, path: str | None, module: Any) -> str:
+    parts = ", ".join(f"{o.role} {o.dtype}" for o in ops)
+    need = f"; it needs {canonical(expected)}" if expected is not None else ""
+    place = f" in '{path or '<root>'}'" if module is not None else ""
+    return f"{op}{place}: {parts}{need}"
+
+
+def _better_fixes(
+    finding: Finding,
+    island: Any,
+    odd: Operand | None,
+    expected: torch.dtype | None,
+    rooted: Any,
+    want: torch.dtype | None,
+    root: nn.Module | None,
+) -> None:
+    """Put the fixes at the cause first: the odd module island's, the root origin's, the input's."""
+    if island is None and odd is not None and odd.origin is not None and expected is not None:
+        at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
+        if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
+            finding.fixes = [at_root, *finding.fixes]
+    if island is None and rooted is not None and want is not None and root is not None:
+        passed = blame.input_fix(rooted[1], root, rooted[0], want)
+        if passed is not None:
+            finding.fixes = [passed, *(x for x in finding.fixes if x.snippet != passed.snippet)]
+    if island is not None:
+        extra_fixes = [x for x in (island.fix(), island.build_fix()) if x is not None]
+        finding.fixes = [*extra_fixes, *finding.fixes]
+        finding.data["island"] = {
+            "model": island.model,
+            "modules": island.paths[:20],
+            "count": len(island.paths),
+            "dtype": canonical(island.dtype),
+            "want": canonical(island.want),
+            "label": island.label,
+            **({"built": f"{island.built[0]}:{island.built[1]}"} if island.built else {}),
+        }
+        finding.data["expected_dtype"] = canonical(island.want)
 
 
 def _safe(fn: Any) -> Any:
@@ -261,12 +302,12 @@ def _safe(fn: Any) -> Any:
         return None
 
 
-def refine(finding: Finding, fixes: list) -> list:
+def refine(fixes: list, fix_context: FixContext) -> list:
     """The catalog's fixes made pasteable: the user's name for the model, then the static check."""
-    scope, expr = getattr(finding, "fix_scope", None), getattr(finding, "dd_root_expr", None)
+    scope, expr = fix_context.scope, fix_context.root_expr
     if scope is not None and expr and "model" not in scope.f_locals and "model" not in scope.f_globals:
         fixes = [snippets.renamed(x, expr) for x in fixes]
-    return accept(fixes, getattr(finding, "dd_device", "cpu"), scope, set(getattr(finding, "dd_inner", ())))
+    return accept(fixes, fix_context.device, scope, set(fix_context.inner))
 
 
 def accept(fixes: list, device: str, scope: Any, inner: set[str] | None = None) -> list:

@@ -169,7 +169,8 @@ class ParamTag(Tag):
         return _MODULE.__get__(self)
 
 
-def op_name(func: Any) -> str:
+def qualified_op_name(func: Any) -> str:
+    """The name the user reads for a torch function: `Tensor.mm`, `F.linear`, `torch.mm`."""
     name = getattr(func, "__name__", None) or repr(func)
     owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
     mod = getattr(func, "__module__", None) or ""

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..patches import patch_method
-from . import findings as F
+from . import findings
 
 Session = Any  # watch.session.Session, not imported: no import circle
 
@@ -39,6 +39,6 @@ def _fp16_gradients(session: Session, exc: BaseException, optimizer: Any) -> Non
         finding = fp16_gradient_finding(optimizer, session.names, session.prov, session._root)
         if finding is not None:
             session.report.add(finding)
-            exc.add_note(F.note_text(finding))
+            exc.add_note(findings.note_text(finding))
     except Exception as err:
         session.internal_error(err)

@@ -18,17 +18,15 @@ from ..catalog.family_codes import (
     TOOL_INTERNAL_ERROR,
 )
 from ..errors import DtypeMismatchError
-from ..report import Report
-from . import failures, threads, warning_origin
-from . import findings as F
+from ..report import Finding, Report
+from . import failures, findings, threads, warning_origin
 from .compiled import CompileNotice
-from .contracts import LOW_DTYPES as LOW
-from .contracts import Contract, Mismatch, Scene, Slot, bind, judge, put
+from .contracts import LOW_DTYPES, Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
 from .forks import ForkNotice
 from .mode import CAST, Generic, WatchMode
 from .modules import ModuleStack, Names, argument_names, roots_of
-from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, op_name
+from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, qualified_op_name
 from .scaler_patch import patch_grad_scaler
 from .tagging import Tagger
 from .tagging import autocast_dtype as _autocast_dtype
@@ -81,6 +79,7 @@ class Session:
         self._unpatch: list[Any] = []
         self._active = False
         self.calls: dict[int, Any] = {}  # id(root) -> its last call, replayed to verify fixes
+        self.fix_contexts: dict[int, findings.FixContext] = {}  # id(finding) -> how its fixes were made
 
     # ---- context manager -------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -154,11 +153,21 @@ class Session:
         if len({(f.code, f.location.module if f.location else None) for f in errors}) < 2:
             return
         for f in errors:
-            names = getattr(f, "fix_names", None)
-            if names is not None:
+            fix_context = self.fix_contexts.get(id(f))
+            if fix_context is not None:
                 context = {*f.data.get("context", ()), "multi-error"}
                 f.data["context"] = sorted(context)
-                f.fixes = F.refine(f, catalog.fixes_for(f.code, context, **names))
+                f.fixes = findings.refine(
+                    catalog.fixes_for(f.code, context, **fix_context.names), fix_context
+                )
+
+    def add_finding(self, finding: Finding, fix_context: findings.FixContext) -> Finding:
+        """Add a watched finding to the report (folded into an identical one); its fix context is
+        kept beside it while the session runs, for `_rerank` and the fixes' replay."""
+        kept = self.report.add(finding)
+        if kept is finding:
+            self.fix_contexts[id(finding)] = fix_context
+        return kept
 
     def _mode_exit(self) -> None:
         self._mode.__exit__(None, None, None)
@@ -210,7 +219,7 @@ class Session:
         if is_root and not explicit:
             # entered through a method other than forward (vae.decode(z) → post_quant_conv):
             # the method's owner is the root and its arguments are the model inputs
-            entry = F.entry_call(4)
+            entry = findings.entry_call(4)
             if entry is not None and entry[0] is not module:
                 owner, method, arguments = entry
                 self._root = owner
@@ -269,36 +278,36 @@ class Session:
     def _check_autocast_params(self, module: nn.Module) -> None:
         """A half model under autocast of the other half dtype: report before a norm or cat fails."""
         for dev in ("cpu", "cuda"):
-            acd = _autocast_dtype(dev)
-            if acd is None or acd not in LOW:
+            autocast_to = _autocast_dtype(dev)
+            if autocast_to is None or autocast_to not in LOW_DTYPES:
                 continue
             for pname, p in module._parameters.items():
-                if p is None or p.dtype not in LOW or p.dtype == acd or p.device.type != dev:
+                if p is None or p.dtype not in LOW_DTYPES or p.dtype == autocast_to or p.device.type != dev:
                     continue
-                key = (dev, acd, p.dtype)
+                key = (dev, autocast_to, p.dtype)
                 if key in self._ac_reported:
                     return
                 self._ac_reported.add(key)
-                finding = F.build(
+                finding, fix_context = findings.build(
                     AUTOCAST_HALF_CONFLICT,
-                    f"torch.autocast('{dev}', dtype={acd})",
-                    [F.Seen("weight", p, odd=True)],
-                    acd,
-                    self.names,
-                    self.prov,
-                    module,
-                    self._root,
+                    f"torch.autocast('{dev}', dtype={autocast_to})",
+                    [findings.Seen("weight", p, odd=True)],
+                    expected=autocast_to,
+                    names=self.names,
+                    prov=self.prov,
+                    module=module,
+                    root=self._root,
                     context={"autocast", "module-params"},
                     message=(
                         f"module '{self.names.module(module) or '<root>'}' ({type(module).__name__}) has "
                         f"{str(p.dtype)[6:]} parameter '{pname}' but runs under torch.autocast('{dev}', "
-                        f"dtype={acd}): two precision managers disagree; norms and cat will fail"
+                        f"dtype={autocast_to}): two precision managers disagree; norms and cat will fail"
                     ),
                     depth=4,
                 )
-                self.report.add(finding)
+                self.add_finding(finding, fix_context)
                 if self.mode == "strict":
-                    raise DtypeMismatchError(F.note_text(finding), finding)
+                    raise DtypeMismatchError(findings.note_text(finding), finding)
                 return
 
     # ---- ops with a contract -----------------------------------------------------------------
@@ -310,7 +319,7 @@ class Session:
             return args, kwargs, inputs, None
         finding = self._report(c.op, slots, m, m.context)
         if self.mode == "strict":
-            raise DtypeMismatchError(F.note_text(finding), finding)
+            raise DtypeMismatchError(findings.note_text(finding), finding)
         if self.mode == "fix":
             args, kwargs = self._cast(args, kwargs, m, finding)
             inputs = [s.tensor for s in bind(c, args, kwargs) if s.tensor.is_floating_point()]
@@ -334,15 +343,15 @@ class Session:
         if self.mode == "fix":
             context.add("fix-mode")
         odd = {id(s) for s in m.odd}
-        finding = F.build(
+        finding, fix_context = findings.build(
             m.code,
             op,
-            [F.Seen(s.role, s.tensor, odd=id(s) in odd) for s in slots],
-            m.expected,
-            self.names,
-            self.prov,
-            module,
-            self.stack.stack[0] if self.stack.stack else self._root,
+            [findings.Seen(s.role, s.tensor, odd=id(s) in odd) for s in slots],
+            expected=m.expected,
+            names=self.names,
+            prov=self.prov,
+            module=module,
+            root=self.stack.stack[0] if self.stack.stack else self._root,
             context=context,
             depth=4,
         )
@@ -350,7 +359,7 @@ class Session:
             acts = [f"cast {s.role} {str(s.tensor.dtype)[6:]} -> {str(m.expected)[6:]}" for s in m.odd]
             finding.data["action"] = "; ".join(acts)
             finding.message += " (fix mode: " + "; ".join(acts) + ")"
-        finding = self.report.add(finding)
+        finding = self.add_finding(finding, fix_context)
         self._seen[key] = finding
         return finding
 
@@ -392,10 +401,10 @@ class Session:
     def _promotion(self, func: Any, kind: Generic, args: tuple, kwargs: dict, floats: list) -> tuple:
         wide = [f for f in floats if f.dim() > 0]  # 0-dim tensors do not promote
         dtypes = {f.dtype for f in wide}
-        if len(dtypes) < 2 or not dtypes & set(LOW):
+        if len(dtypes) < 2 or not dtypes & set(LOW_DTYPES):
             return args, kwargs, floats, None
-        acd = _autocast_dtype(wide[0].device.type)
-        if acd is not None and dtypes <= {torch.float32, acd}:
+        autocast_to = _autocast_dtype(wide[0].device.type)
+        if autocast_to is not None and dtypes <= {torch.float32, autocast_to}:
             return args, kwargs, floats, None  # what autocast does on purpose
         if not self._in_user_code():
             return args, kwargs, floats, None
@@ -410,12 +419,12 @@ class Session:
         if not slots:
             return args, kwargs, floats, None
         context_dt = self.stack.param_dtype()
-        low = [s.tensor.dtype for s in slots if s.tensor.dtype in LOW]
+        low = [s.tensor.dtype for s in slots if s.tensor.dtype in LOW_DTYPES]
         expected = context_dt if context_dt in {s.tensor.dtype for s in slots} else low[0]
         m = Mismatch(expected, [s for s in slots if s.tensor.dtype != expected], SILENT_PROMOTION)
-        finding = self._report(op_name(func), slots, m, {"promotion"})
+        finding = self._report(qualified_op_name(func), slots, m, {"promotion"})
         if self.mode == "strict":
-            raise DtypeMismatchError(F.note_text(finding), finding)
+            raise DtypeMismatchError(findings.note_text(finding), finding)
         if self.mode == "fix":
             args, kwargs = self._cast(args, kwargs, m, finding)
             floats = [f.to(expected) if f.dim() > 0 else f for f in floats]

@@ -18,7 +18,7 @@ import torch
 from ..tensors import iter_tensors
 from .mode import CAST
 from .modules import ModuleStack, Names
-from .provenance import Frame, ParamTag, Provenance, Tag, _Ref, caller_frames, op_name
+from .provenance import Frame, ParamTag, Provenance, Tag, _Ref, caller_frames, qualified_op_name
 
 Tensor = torch.Tensor
 Parameter = torch.nn.Parameter
@@ -32,14 +32,14 @@ _names: dict[Any, str] = {}
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
-def _op_name(func: Any) -> str:
+def _cached_op_name(func: Any) -> str:
     try:
         return _names[func]
     except KeyError:
-        name = _names[func] = op_name(func)
+        name = _names[func] = qualified_op_name(func)
         return name
     except TypeError:
-        return op_name(func)
+        return qualified_op_name(func)
 
 
 def _depth(tag: Tag) -> int:
@@ -246,7 +246,7 @@ class Tagger:
         top = self.stack.top
         if tags:
             name = assigned_name(inner) if inner is not None and inner == user else None
-            prov.set(o, Tag(new_kind, dt, _op_name(func), name, top, inner, user, tuple(tags)))
+            prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
             return
         # a tensor born with no tracked parent (a factory): one Tag per call site, shared
         key = (func, new_kind, dt, inner, user, top)
@@ -256,7 +256,7 @@ class Tagger:
             key, tag = None, None
         if tag is None:
             name = assigned_name(inner) if inner is not None and inner == user else None
-            tag = Tag(new_kind, dt, _op_name(func), name, top, inner, user, ())
+            tag = Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, ())
             if key is not None:
                 self._born[key] = tag
         prov.set(o, tag)

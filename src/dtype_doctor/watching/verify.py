@@ -14,8 +14,7 @@ import copy
 import itertools
 import threading
 from dataclasses import dataclass
-from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -23,6 +22,9 @@ from torch.nn.parameter import is_lazy
 
 from ..report import Finding, Fix
 from ..tensors import iter_tensors, map_tensors
+
+if TYPE_CHECKING:
+    from .findings import FixContext
 
 MAX_ELEMENTS = 50_000_000  # models larger than this are not copied for a replay
 TRIED = 4  # fixes tried per finding
@@ -203,11 +205,13 @@ def replay(
     return Verdict(True, f"verified: passes, max rel. error {err:.0e} vs fp32")
 
 
-def verify(finding: Finding, call: Call, scope: FrameType | None, ref: list[torch.Tensor] | None) -> None:
-    """Mark the finding's first fixes verified / not verified and put the ones that pass first."""
+def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tensor] | None) -> None:
+    """Mark the finding's first fixes verified / not verified and put the ones that pass first
+    (`made`: the context its fixes were made in, watching.findings.FixContext)."""
+    scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
     tried: list[Fix] = []
-    inner = getattr(finding, "dd_inner", None) or {}
+    inner = made.inner
     for fix in finding.fixes:
         if fix.language == "python" and len(tried) >= TRIED:
             from .names import loaded_names
@@ -230,9 +234,9 @@ def verify(finding: Finding, call: Call, scope: FrameType | None, ref: list[torc
                 env,
                 call,
                 ref,
-                getattr(finding, "dd_root_expr", None),
-                getattr(finding, "dd_call_src", None),
-                getattr(finding, "dd_inner", None),
+                made.root_expr,
+                made.call_src,
+                made.inner,
             )
         except Exception as exc:  # the tool's own trouble: say so, never fail the user's program
             v = Verdict(None, f"not verified ({type(exc).__name__} in the replay)")
@@ -265,33 +269,32 @@ def verify_session(session: Any, failed: bool = True) -> None:
 
 def _forget(session: Any) -> None:
     session.calls.clear()
-    for f in session.report.findings:  # no frames or tensors kept past the session
-        for attr in ("fix_scope", "dd_root", "dd_root_expr", "dd_call_src", "dd_device", "dd_inner"):
-            if hasattr(f, attr):
-                delattr(f, attr)
+    session.fix_contexts.clear()  # no frames or tensors kept past the session
 
 
 def _verify_session(session: Any) -> None:
     rank = {"error": 0, "warning": 1}
-    errors = [f for f in session.report.findings if hasattr(f, "dd_root") and getattr(f, "fix_scope", None)]
+    made = {id(f): session.fix_contexts.get(id(f)) for f in session.report.findings}
+    errors = [f for f in session.report.findings if made[id(f)] is not None and made[id(f)].scope is not None]
     errors = sorted((f for f in errors if f.severity.value in rank), key=lambda f: rank[f.severity.value])
     if not any(f.severity.value == "error" for f in errors):
         errors = []  # nothing failed: no replay to run
     refs: dict[int, Any] = {}
     for f in errors[:6]:
-        found = session.calls.get(id(f.dd_root)) if f.dd_root is not None else None
+        context = made[id(f)]
+        found = session.calls.get(id(context.root)) if context.root is not None else None
         if found is None and session.calls:
             found = list(session.calls.values())[-1]
         if found is None:
             continue
         call = Call(*found)
-        scope = getattr(f, "fix_scope", None)
-        if call.module is not f.dd_root and scope is not None:  # entered through a method (vae.decode)
+        scope = context.scope
+        if call.module is not context.root and scope is not None:  # entered through a method (vae.decode)
             from .names import call_source, expression_for
 
             reached = expression_for(call.module, [scope])
-            f.dd_root_expr = reached[0] if reached else None
-            f.dd_call_src = call_source(scope, call.module)
+            context.root_expr = reached[0] if reached else None
+            context.call_src = call_source(scope, call.module)
         if id(call.module) not in refs:
             refs[id(call.module)] = reference(call)
-        verify(f, call, getattr(f, "fix_scope", None), refs[id(call.module)])
+        verify(f, call, context, refs[id(call.module)])

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ...catalog.family_codes import AUTOCAST_HALF_CONFLICT
-from ..autocast_table import casting_devices, op_name
+from ..autocast_table import aten_op_name, casting_devices
 
 LOW_DTYPES = (torch.float16, torch.bfloat16)  # the low-precision dtypes (autocast_table.LOW is a policy)
 
@@ -189,9 +189,9 @@ def _standard(contract: Contract, slots: list[Slot], scene: Scene) -> Mismatch |
     m = evaluate(contract, slots, None)
     if m is None:
         return None
-    acd = scene.autocast(slots[0].tensor.device.type)
-    if acd is not None:
-        m = under_autocast(contract, slots, m, acd)
+    autocast_dtype = scene.autocast(slots[0].tensor.device.type)
+    if autocast_dtype is not None:
+        m = under_autocast(contract, slots, m, autocast_dtype)
         if m is None:
             return None  # autocast casts every floating operand itself
         m.context.add("autocast")
@@ -247,7 +247,7 @@ def register(
     """
     if rule not in RULES and rule not in JUDGES:
         raise ValueError(f"unknown contract rule {rule!r}")
-    name = op_name(funcs[0])
+    name = aten_op_name(funcs[0])
     if autocast is None:
         devices = casting_devices(name)
     else:

@@ -14,12 +14,12 @@ def _list(contract: Contract, slots: list[Slot], scene: Scene) -> Mismatch | Non
     fl = floating(slots)
     if not fl:
         return None
-    acd = scene.autocast(fl[0].tensor.device.type)
-    if acd is not None:
+    autocast_dtype = scene.autocast(fl[0].tensor.device.type)
+    if autocast_dtype is not None:
         # autocast promotes float32 with its own dtype, but a half of the other kind fails in its
         # prioritize
-        bad = [s for s in fl if s.tensor.dtype in LOW_DTYPES and s.tensor.dtype != acd]
-        return Mismatch(acd, bad, AUTOCAST_HALF_CONFLICT) if bad else None
+        bad = [s for s in fl if s.tensor.dtype in LOW_DTYPES and s.tensor.dtype != autocast_dtype]
+        return Mismatch(autocast_dtype, bad, AUTOCAST_HALF_CONFLICT) if bad else None
     dtypes = {s.tensor.dtype for s in fl}
     low = [s.tensor.dtype for s in fl if s.tensor.dtype in LOW_DTYPES]
     if len(dtypes) < 2 or not low:
