@@ -9,7 +9,6 @@ outermost call starts (so its backward belongs to it), at `step()`, or at `stop(
 from __future__ import annotations
 
 import functools
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from .analysis import (
     forward_producers,
     mark_consequence,
 )
+from .frames import call_kwargs as _call_kwargs
 from .opscan import copy_without_hooks, scan_ops
 from .scaler import ScalerMonitor
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
@@ -479,23 +479,6 @@ class NumericsMonitor:
             self._busy = False
         if slots:
             self._shadow_runs.append(Shadow(path, slots))
-
-
-def _call_kwargs() -> dict:
-    """The keyword arguments of the module call whose global hook runs (a local of torch's
-    `Module._call_impl` and of its `inner`, the hooks' caller): global hooks are not given them."""
-    f = sys._getframe(2)
-    for _ in range(4):
-        if f is None:
-            break
-        if f.f_code.co_name in _CALLERS:
-            kwargs = f.f_locals.get("kwargs")
-            return kwargs if isinstance(kwargs, dict) else {}
-        f = f.f_back
-    return {}
-
-
-_CALLERS = ("inner", "_call_impl")
 
 
 def _wants_op_scan(p: Any) -> bool:

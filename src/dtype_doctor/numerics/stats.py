@@ -128,7 +128,6 @@ class Rows:
     def __len__(self) -> int:
         return self.n
 
-    @torch.no_grad()
     def add(self, x: torch.Tensor, signed: bool = False) -> int:
         """A row of `tensor_stats(x, signed)`, computed with its batch."""
         slot = self.n
@@ -137,7 +136,7 @@ class Rows:
         group = self._pending.get(key)
         if group is None:
             group = self._pending[key] = [[], [], []]
-        group[0].append(x.detach().clone())
+        group[0].append(x.detach().clone(memory_format=torch.contiguous_format))
         group[1].append(slot)
         group[2].append(signed)
         self._count += 1
@@ -198,7 +197,30 @@ for _dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
 
 def _batch_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     """(k, 5) rows [absmax, min_nonzero, n_tiny, n_nonzero, max (absmax unless `signed`)] for
-    tensors of one dtype and device, in about twenty ops for them all."""
+    contiguous tensors of one dtype and device, in a fixed number of ops for them all."""
+    if xs[0].device.type == "cpu":
+        return _segment_stats(xs, signed)
+    return _foreach_stats(xs, signed)
+
+
+def _segment_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+    """On the CPU `_foreach` ops loop over the tensors: one flat copy and segment reductions."""
+    f32 = torch.float32
+    flat = torch.cat([x.view(-1) for x in xs])
+    lengths = torch.tensor([x.numel() for x in xs])
+    a = flat.abs()
+    seg = torch.segment_reduce
+    absmax = seg(a, "max", lengths=lengths).to(f32)
+    nonzero = seg((a != 0).to(f32), "sum", lengths=lengths)  # NaN counts as non-zero
+    min_nonzero = seg(torch.where(a > 0, a, math.inf), "min", lengths=lengths).to(f32)
+    n_tiny = seg(((a < tiny_threshold(flat.dtype)) & (a > 0)).to(f32), "sum", lengths=lengths)
+    top = seg(flat, "max", lengths=lengths).to(f32) if signed else absmax
+    return torch.stack((absmax, min_nonzero, n_tiny, nonzero, top), 1)
+
+
+def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+    """On an accelerator: `_foreach` kernels (one launch per op for the whole batch), nothing
+    copied between host and device."""
     f32 = torch.float32
     dtype = xs[0].dtype
     below = _below_tiny(dtype)
