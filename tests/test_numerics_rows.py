@@ -22,6 +22,7 @@ def _tensors() -> list[torch.Tensor]:
         torch.tensor([[1.0, -2.0], [0.0, math.inf]]).bfloat16(),
         torch.randn(3, 4).t(),  # not contiguous
         torch.randn(2, 3, 4),
+        torch.randn(80, 80),  # measured at once on the CPU
     ]
 
 

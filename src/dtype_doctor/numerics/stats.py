@@ -104,6 +104,9 @@ def fmt(value: float) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
+_CPU_AT_ONCE = 4096  # elements
+
+
 class Rows:
     """The stats rows of one step, by slot; read back once (`read`).
 
@@ -129,7 +132,10 @@ class Rows:
         return self.n
 
     def add(self, x: torch.Tensor, signed: bool = False) -> int:
-        """A row of `tensor_stats(x, signed)`, computed with its batch."""
+        """A row of `tensor_stats(x, signed)`, computed with its batch (on the CPU a big tensor's
+        own ops cost less than its share of the batch's segment reductions: measured at once)."""
+        if x.device.type == "cpu" and x.numel() >= _CPU_AT_ONCE:
+            return self.add_row(tensor_stats(x, signed))
         slot = self.n
         self.n += 1
         key = (x.device, x.dtype)
