@@ -137,7 +137,11 @@ class Tagger:
 
     def tag_one(self, func: Any, kind: Any, i: torch.Tensor | None, out: Any) -> None:
         """`tag_uniform` with one floating operand `i` (or none): most torch calls."""
-        if type(out) is not Tensor or i is None:  # several outputs, a factory, integer operands
+        if i is None and type(out) is Tensor:  # a factory, integer operands: a floating result is born
+            if out._base is None and out.is_floating_point():
+                self._new_tag(func, kind, (), out, False)
+            return
+        if type(out) is not Tensor or i is None:  # several outputs
             self.tag(func, kind, [i] if i is not None else [], out)
             return
         if out._base is not None or out is i:
