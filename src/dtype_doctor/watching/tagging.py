@@ -17,7 +17,7 @@ import torch
 
 from .mode import CAST
 from .modules import ModuleStack, Names
-from .provenance import Frame, ParamTag, Provenance, Tag, _Ref, caller_frames, op_name
+from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, op_name
 
 Tensor = torch.Tensor
 Parameter = torch.nn.Parameter
@@ -158,15 +158,7 @@ class Tagger:
         if parent is None:  # made during the run from an untracked tensor: its dtype is born here
             self._new_tag(func, kind, (i,), out, False)
             return
-        key = id(out)
-        ref = data.get(key)
-        if ref is not None and ref() is out:
-            ref.tag = parent
-        else:
-            ref = _Ref(out, self.prov._drop)
-            ref.key = key
-            ref.tag = parent
-            data[key] = ref
+        self.prov.set(out, parent)
 
     def tag_uniform(self, func: Any, kind: Any, inputs: list, out: Any) -> None:
         """`tag` after a call whose tensor operands share one dtype (the common case, kept lean): an
@@ -208,15 +200,7 @@ class Tagger:
         if parent is None:  # made during the run from untracked tensors: its dtype is born here
             self._new_tag(func, kind, inputs, out, False)
             return
-        key = id(out)
-        ref = data.get(key)
-        if ref is not None and ref() is out:
-            ref.tag = parent
-        else:
-            ref = _Ref(out, self.prov._drop)
-            ref.key = key
-            ref.tag = parent
-            data[key] = ref
+        self.prov.set(out, parent)
 
     def _best_tag(self, inputs: Any, dt: torch.dtype) -> tuple[Tag | None, bool]:
         """The origin an output in dtype `dt` shares: the best-ranked tag among the inputs in `dt`
