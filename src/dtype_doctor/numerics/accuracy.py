@@ -20,7 +20,7 @@ from torch import nn
 
 from ..tensors import isolate_state, iter_tensors, map_tensors
 from .opscan import OpHit, copy_without_hooks, in_range_parts, rel_l2, scan_ops
-from .stats import measured_tensors
+from .stats import measurable, measured_tensors
 
 THRESHOLD = 0.1  # relative L2 error of a module output vs its float32 re-run
 MAX_PARAMS = 50_000_000  # above this no float32 copy of the model is made
@@ -57,13 +57,33 @@ def _rel_row(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> torch.Tensor
     return torch.stack((torch.sqrt(num / den), absmax, finite.float()))
 
 
+def _first_parameter(module: nn.Module) -> torch.Tensor | None:
+    """`next(module.parameters(), None)` without the generators (it runs on every module call)."""
+    for p in module._parameters.values():
+        if p is not None:
+            return p
+    for child in module._modules.values():
+        if child is not None:
+            p = _first_parameter(child)
+            if p is not None:
+                return p
+    return None
+
+
 def _low(module: nn.Module, args: tuple, kwargs: dict) -> bool:
-    if any(t.dtype in _LOW for t in measured_tensors((args, kwargs))):
-        return True
-    first = next(module.parameters(), None)  # one parameter tells a cast model (cheap on every call)
+    device = None
+    for a in (*args, *kwargs.values()) if kwargs else args:  # the common case: bare tensors
+        if type(a) is torch.Tensor or type(a) is nn.Parameter:
+            if a.dtype in _LOW and measurable(a):
+                return True
+            device = device or a.device.type
+        elif any(t.dtype in _LOW for t in measured_tensors(a)):
+            return True
+    first = _first_parameter(module)  # one parameter tells a cast model (cheap on every call)
     if first is not None and first.dtype in _LOW:
         return True
-    device = next((t.device.type for t in iter_tensors((args, kwargs))), "cpu")
+    if device is None:
+        device = next((t.device.type for t in iter_tensors((args, kwargs))), "cpu")
     return torch.is_autocast_enabled(device)
 
 

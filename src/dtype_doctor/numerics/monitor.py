@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from ..dtypes import dtype_name
 from ..report import Report
@@ -31,9 +32,10 @@ from .analysis import (
     forward_producers,
     mark_consequence,
 )
+from .frames import call_kwargs as _call_kwargs
 from .opscan import copy_without_hooks, scan_ops
 from .scaler import ScalerMonitor
-from .stats import ABSMAX, light_stats, measured_tensors, read_rows, tensor_stats
+from .stats import ABSMAX, Rows, light_stats, measured_tensors
 
 _SHADOW_MAX_PARAMS = 50_000_000
 _LOW = (torch.float16, torch.bfloat16)
@@ -150,10 +152,11 @@ class NumericsMonitor:
         if self._active:
             return self
         self._active = True
+        # global hooks, filtered by the adopted modules: one registration, not two per module
+        self._handles.append(register_module_forward_pre_hook(self._global_pre))
+        self._handles.append(register_module_forward_hook(self._global_post, always_call=True))
         if self.model is not None:
             self._adopt(self.model, prefix="")
-        else:
-            self._handles.append(nn.modules.module.register_module_forward_pre_hook(self._global_pre))
         if self.scaler_monitor is not None:
             self.scaler_monitor.start()
         return self
@@ -201,24 +204,32 @@ class NumericsMonitor:
             self._names[id(module)] = name
             self._modules[name] = module
             self._root_of[name] = (root, name[len(prefix) + 1 :] if prefix else name)
-            self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
-            self._handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
         if self.backward:
             for name, param in root.named_parameters(prefix=prefix):
                 if param.requires_grad and not nn.parameter.is_lazy(param):
                     self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
 
-    @_safe
     def _global_pre(self, module: nn.Module, args: tuple) -> None:
-        if self._busy or self._stack or id(module) in self._names:
+        if id(module) in self._names:
+            self._pre(module, args, _call_kwargs())
+        elif self.model is None:
+            self._adopt_root(module, args)
+
+    def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if id(module) in self._names:
+            self._post(module, args, _call_kwargs(), output)
+
+    @_safe
+    def _adopt_root(self, module: nn.Module, args: tuple) -> None:
+        if self._busy or self._stack:
             return
         prefix = "" if not self._roots else type(module).__name__
         self._adopt(module, prefix)
-        self._pre(module, args, {})  # its own pre-hook was registered too late for this call
+        self._pre(module, args, _call_kwargs())
 
     # -- step bookkeeping ---------------------------------------------------------------------
     def _reset_step(self) -> None:
-        self._rows: list[torch.Tensor] = []
+        self._rows = Rows()  # measured on device in batches, read back once per step
         self._infos: list[TensorInfo] = []
         self._records: list[Call | Sighting] = []
         self._grads: list[Grad] = []
@@ -250,7 +261,7 @@ class NumericsMonitor:
         if not self._rows:
             self._reset_step()
             return
-        values = read_rows(self._rows)
+        values = self._rows.read()
         self.tensors_measured += len(values)
         step = self._pending_step if self._pending_step is not None else self.step_index
         producers = forward_producers(self._records, values, self._infos, step)
@@ -287,8 +298,7 @@ class NumericsMonitor:
         if tensor.dtype in _LOW:
             self._low_precision_step = True
             self.low_dtypes.add(tensor.dtype)
-        slot = len(self._rows)
-        self._rows.append(tensor_stats(tensor, signed))
+        slot = self._rows.add(tensor, signed)
         self._infos.append(TensorInfo(dtype_name(tensor.dtype), tuple(tensor.shape), tensor.numel()))
         self._slot_of[id(tensor)] = (weakref.ref(tensor), slot)
         if self.backward and tensor.requires_grad and torch.is_grad_enabled():
@@ -380,16 +390,14 @@ class NumericsMonitor:
             self.internal_error = f"{type(exc).__name__}: {exc}"
 
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
-        slot = len(self._rows)
-        self._rows.append(light_stats(grad) if light else tensor_stats(grad))
+        slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
         self._infos.append(TensorInfo(dtype_name(grad.dtype), tuple(grad.shape), grad.numel()))
         return slot
 
     # -- finite but wrong: float32 re-run of every low-precision call, op-level scans ------------
     def _add_row(self, row: torch.Tensor) -> int:
-        self._rows.append(row)
         self._infos.append(TensorInfo("float32", (), 0))
-        return len(self._rows) - 1
+        return self._rows.add_row(row)
 
     def _reference(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> list | None:
         root, rel = self._root_of.get(path, (None, ""))

@@ -88,6 +88,8 @@ def read_rows(rows: list[torch.Tensor]) -> list[list[float]]:
 
 def measured_tensors(obj: Any) -> Iterator[torch.Tensor]:
     """Floating tensors in a module's inputs or outputs, three containers deep at most."""
+    if isinstance(obj, torch.Tensor):  # the common case, on every module call: no generator chain
+        return iter((obj,) if measurable(obj) else ())
     return (t for t in iter_tensors(obj, max_depth=3) if measurable(t))
 
 
@@ -100,3 +102,146 @@ def fmt(value: float) -> str:
     if value == 0:
         return "0"
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+_CPU_AT_ONCE = 4096  # elements
+
+
+class Rows:
+    """The stats rows of one step, by slot; read back once (`read`).
+
+    A measured tensor is snapshotted (one copy: the user's code may change it in place before
+    its batch runs) and measured with the others of its batch in a fixed number of `_foreach`
+    calls, instead of about ten ops per tensor: on a dispatch-bound model (a GPU forward is
+    mostly kernel launches) the per-tensor ops cost more than the model. A batch runs when it
+    holds `batch` tensors or `budget` bytes, and at `read`. Nothing goes host→device or back
+    before `read` (counts and flags stay on the host until then).
+    """
+
+    def __init__(self, batch: int = 128, budget: int = 1 << 26) -> None:
+        self._batch = batch
+        self._budget = budget
+        # (rows on device, their slots, numels or None for finished rows, signed flags)
+        self._chunks: list[tuple[torch.Tensor, list[int], list[int] | None, list[bool]]] = []
+        self._pending: dict[tuple, list] = {}  # (device, dtype) → [tensors, slots, signed]
+        self._count = 0
+        self._bytes = 0
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def add(self, x: torch.Tensor, signed: bool = False) -> int:
+        """A row of `tensor_stats(x, signed)`, computed with its batch (on the CPU a big tensor's
+        own ops cost less than its share of the batch's segment reductions: measured at once)."""
+        if x.device.type == "cpu" and x.numel() >= _CPU_AT_ONCE:
+            return self.add_row(tensor_stats(x, signed))
+        slot = self.n
+        self.n += 1
+        key = (x.device, x.dtype)
+        group = self._pending.get(key)
+        if group is None:
+            group = self._pending[key] = [[], [], []]
+        group[0].append(x.detach().clone(memory_format=torch.contiguous_format))
+        group[1].append(slot)
+        group[2].append(signed)
+        self._count += 1
+        self._bytes += x.numel() * x.element_size()
+        if self._count >= self._batch or self._bytes >= self._budget:
+            self._run()
+        return slot
+
+    def add_row(self, row: torch.Tensor) -> int:
+        """A row computed elsewhere (a light row, the accuracy check's)."""
+        self._chunks.append((row.reshape(1, -1), [self.n], None, [False]))
+        self.n += 1
+        return self.n - 1
+
+    def read(self) -> list[list[float]]:
+        """Every row as Python floats, in slot order: one device→host transfer per device."""
+        self._run()
+        if not self._chunks:
+            return []
+        out: list[Any] = [None] * self.n
+        for device in {c[0].device for c in self._chunks}:
+            chunks = [c for c in self._chunks if c[0].device == device]
+            values = iter(torch.cat([c[0] for c in chunks]).tolist())
+            for _, slots, numels, signed in chunks:
+                for j, slot in enumerate(slots):
+                    r = next(values)
+                    if numels is not None:  # a batched row: finish it on the host
+                        r[N_ZERO] = numels[j] - r[N_ZERO]
+                        if not signed[j]:
+                            r[MAX] = r[ABSMAX]
+                        if r[MIN_NONZERO] != r[MIN_NONZERO]:  # NaN operands: no finite minimum known
+                            r[MIN_NONZERO] = math.inf
+                    out[slot] = r
+        return out
+
+    def _run(self) -> None:
+        for xs, slots, signed in self._pending.values():
+            rows = _batch_stats(xs, any(signed))
+            self._chunks.append((rows, slots, [x.numel() for x in xs], signed))
+        self._pending.clear()
+        self._count = self._bytes = 0
+
+
+def _below_tiny(dtype: torch.dtype) -> float:
+    """The largest value of `dtype` below its tiny threshold (|x| >= threshold ⇔ |x| > this)."""
+    try:
+        return _BELOW_TINY[dtype]
+    except KeyError:
+        t = torch.tensor(tiny_threshold(dtype), dtype=dtype)  # on the host: no device sync
+        value = _BELOW_TINY[dtype] = float(torch.nextafter(t, torch.zeros((), dtype=dtype)))
+        return value
+
+
+_BELOW_TINY: dict[torch.dtype, float] = {}
+for _dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+    _below_tiny(_dt)
+
+
+def _batch_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+    """(k, 5) rows [absmax, min_nonzero, n_tiny, n_nonzero, max (absmax unless `signed`)] for
+    contiguous tensors of one dtype and device, in a fixed number of ops for them all."""
+    if xs[0].device.type == "cpu":
+        return _segment_stats(xs, signed)
+    return _foreach_stats(xs, signed)
+
+
+def _segment_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+    """On the CPU `_foreach` ops loop over the tensors: one flat copy and segment reductions."""
+    f32 = torch.float32
+    flat = torch.cat([x.view(-1) for x in xs])
+    lengths = torch.tensor([x.numel() for x in xs])
+    a = flat.abs()
+    seg = torch.segment_reduce
+    absmax = seg(a, "max", lengths=lengths).to(f32)
+    nonzero = seg((a != 0).to(f32), "sum", lengths=lengths)  # NaN counts as non-zero
+    min_nonzero = seg(torch.where(a > 0, a, math.inf), "min", lengths=lengths).to(f32)
+    n_tiny = seg(((a < tiny_threshold(flat.dtype)) & (a > 0)).to(f32), "sum", lengths=lengths)
+    top = seg(flat, "max", lengths=lengths).to(f32) if signed else absmax
+    return torch.stack((absmax, min_nonzero, n_tiny, nonzero, top), 1)
+
+
+def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+    """On an accelerator: `_foreach` kernels (one launch per op for the whole batch), nothing
+    copied between host and device."""
+    f32 = torch.float32
+    dtype = xs[0].dtype
+    below = _below_tiny(dtype)
+    big = torch.finfo(dtype).max
+    a = torch._foreach_abs(xs)
+    absmax = torch.stack(torch._foreach_norm(xs, math.inf, dtype=f32))
+    nonzero = torch.stack(torch._foreach_norm(xs, 0, dtype=f32))
+    z = torch._foreach_sign(a)  # 0 where zero, 1 elsewhere
+    torch._foreach_sub_(z, 1)
+    torch._foreach_mul_(z, -big)  # the largest value where zero
+    torch._foreach_add_(z, a)
+    min_nonzero = torch.stack(torch._foreach_norm(z, -math.inf, dtype=f32))
+    min_nonzero = torch.where(nonzero > 0, min_nonzero, math.inf)
+    torch._foreach_clamp_min_(a, below)
+    torch._foreach_sub_(a, below)  # non-zero where |x| >= the smallest normal (and NaN)
+    n_normal = torch.stack(torch._foreach_norm(a, 0, dtype=f32))
+    top = torch.stack(torch._foreach_max(xs)).to(f32) if signed else absmax
+    return torch.stack((absmax, min_nonzero, nonzero - n_normal, nonzero, top), 1)

@@ -97,6 +97,7 @@ class WatchMode(TorchFunctionMode):
         self.session = session
         self.kinds: dict[Any, Any] = {}
         self._tag_uniform = session._tagger.tag_uniform  # type: ignore[attr-defined]
+        self._tag_one = session._tagger.tag_one  # type: ignore[attr-defined]
 
     def _classify(self, func: Any) -> Any:
         try:
@@ -125,7 +126,8 @@ class WatchMode(TorchFunctionMode):
             return out
         # the common case costs one pass over the operands: every tensor in one dtype, and no rule
         # that judges more than dtypes (a pure rule cannot fail then, nor can a silent promotion)
-        floats: list = []
+        first = None  # the first floating operand; `floats` only when there are more (no list per call)
+        floats: list | None = None
         dt = None
         mixed = False
         for a in (*args, *kwargs.values()) if kwargs else args:
@@ -143,7 +145,12 @@ class WatchMode(TorchFunctionMode):
                     elif d is not dt:
                         mixed = True
                     if d.is_floating_point:
-                        floats.append(x)
+                        if first is None:
+                            first = x
+                        elif floats is None:
+                            floats = [first, x]
+                        else:
+                            floats.append(x)
         if kwargs is None:
             kwargs = {}
         s = self.session
@@ -162,7 +169,10 @@ class WatchMode(TorchFunctionMode):
                 s.on_failure(exc, func, kind, args, kwargs, None)
                 raise
             try:
-                self._tag_uniform(func, kind, floats, out)
+                if floats is None:
+                    self._tag_one(func, kind, first, out)
+                else:
+                    self._tag_uniform(func, kind, floats, out)
             except Exception as exc:
                 s.internal_error(exc)
             return out

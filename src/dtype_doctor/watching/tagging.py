@@ -18,7 +18,7 @@ import torch
 from ..tensors import iter_tensors
 from .mode import CAST
 from .modules import ModuleStack, Names
-from .provenance import Frame, ParamTag, Provenance, Tag, _Ref, caller_frames, qualified_op_name
+from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualified_op_name
 
 Tensor = torch.Tensor
 Parameter = torch.nn.Parameter
@@ -27,7 +27,7 @@ _RANK = {"input": 0, "output": 0, "parameter": 1, "buffer": 1, "op": 2}  # which
 _MAX_DEPTH = 6  # origin chains longer than this are cut (a loop that re-casts a carried tensor)
 _DTYPE_OF = re.compile(r"\.(?:to|type)\(\s*(?:dtype\s*=\s*)?([A-Za-z_]\w*)\.dtype\s*[,)]")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=[^=]")
-_sources: dict[Frame, str | None] = {}
+_sources: dict[tuple[int, int], str | None] = {}
 _names: dict[Any, str] = {}
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
@@ -54,7 +54,7 @@ def _source_match(frame: Frame | None, pattern: re.Pattern) -> str | None:
     """The first group of `pattern` on the frame's source line (cached per code and line)."""
     if frame is None:
         return None
-    key = (frame[0], frame[1] * 2 + (pattern is _ASSIGNED))
+    key = (id(frame[0]), frame[1] * 2 + (pattern is _ASSIGNED))  # the code is kept by provenance
     if key not in _sources:
         line = linecache.getline(frame[0].co_filename, frame[1])
         m = pattern.search(line)
@@ -136,10 +136,35 @@ class Tagger:
                     continue
             self._new_tag(func, kind, inputs, o, promoted)
 
+    def tag_one(self, func: Any, kind: Any, i: torch.Tensor | None, out: Any) -> None:
+        """`tag_uniform` with one floating operand `i` (or none): most torch calls."""
+        if i is None and type(out) is Tensor:  # a factory, integer operands: a floating result is born
+            if out._base is None and out.is_floating_point():
+                self._new_tag(func, kind, (), out, False)
+            return
+        if type(out) is not Tensor or i is None:  # several outputs
+            self.tag(func, kind, [i] if i is not None else [], out)
+            return
+        if out._base is not None or out is i:
+            return  # a view (looked up through its base); in-place or returned as is
+        if out.dtype is not i.dtype:
+            self.tag(func, kind, [i], out)  # the op decided a new dtype
+            return
+        data = self.prov._data  # Provenance.lookup/set inlined: this runs after most torch calls
+        ref = data.get(id(i))
+        if ref is not None and ref() is i:
+            parent = ref.tag
+        else:
+            parent = self.prov.lookup(i) or self._parameter_tag((i,), i.dtype)
+        if parent is None:  # made during the run from an untracked tensor: its dtype is born here
+            self._new_tag(func, kind, (i,), out, False)
+            return
+        self.prov.set(out, parent)
+
     def tag_uniform(self, func: Any, kind: Any, inputs: list, out: Any) -> None:
         """`tag` after a call whose tensor operands share one dtype (the common case, kept lean): an
         output in that dtype shares the best origin among them; anything else takes `tag`."""
-        if type(out) is not Tensor or not inputs:  # several outputs, a factory, integer operands
+        if type(out) is not Tensor:  # several outputs
             self.tag(func, kind, inputs, out)
             return
         if out._base is not None:
@@ -148,35 +173,35 @@ class Tagger:
         if dt is not inputs[0].dtype:
             self.tag(func, kind, inputs, out)  # the op decided a new dtype
             return
-        data = self.prov._data  # Provenance.lookup/set inlined: this runs after most torch calls
-        if len(inputs) == 1:
-            i = inputs[0]
+        for i in inputs:
             if out is i:
-                return
+                return  # in-place or returned as is: its origin stands
+        # _best_tag inlined (every input has dtype `dt` here): a model input beats a parameter
+        # beats an op
+        data = self.prov._data
+        parent = None
+        rank = 9
+        for i in inputs:
             ref = data.get(id(i))
-            if ref is not None and ref() is i:
-                parent = ref.tag
-            else:
-                parent = self.prov.lookup(i) or self._parameter_tag(inputs, dt)
-        else:
-            for i in inputs:
-                if out is i:
-                    return  # in-place or returned as is: its origin stands
-            parent, _same = self._best_tag(inputs, dt)
-            if parent is None:
-                parent = self._parameter_tag(inputs, dt)
+            if ref is None or ref() is not i:
+                b = i._base
+                if b is None:
+                    continue
+                ref = data.get(id(b))
+                if ref is None or ref() is not b:
+                    continue
+            t = ref.tag
+            r = _RANK.get(t.kind, 1)
+            if r < rank:
+                parent, rank = t, r
+                if r == 0:
+                    break
+        if parent is None:
+            parent = self._parameter_tag(inputs, dt)
         if parent is None:  # made during the run from untracked tensors: its dtype is born here
             self._new_tag(func, kind, inputs, out, False)
             return
-        key = id(out)
-        ref = data.get(key)
-        if ref is not None and ref() is out:
-            ref.tag = parent
-        else:
-            ref = _Ref(out, self.prov._drop)
-            ref.key = key
-            ref.tag = parent
-            data[key] = ref
+        self.prov.set(out, parent)
 
     def _best_tag(self, inputs: Any, dt: torch.dtype) -> tuple[Tag | None, bool]:
         """The origin an output in dtype `dt` shares: the best-ranked tag among the inputs in `dt`
@@ -249,7 +274,17 @@ class Tagger:
             prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
             return
         # a tensor born with no tracked parent (a factory): one Tag per call site, shared
-        key = (func, new_kind, dt, inner, user, top)
+        # codes by id (provenance keeps them alive): hashing a code object hashes its bytecode
+        key = (
+            func,
+            new_kind,
+            dt,
+            id(inner[0]) if inner else None,
+            inner and inner[1],
+            user and id(user[0]),
+            user and user[1],
+            top,
+        )
         try:
             tag = self._born.get(key)
         except TypeError:  # an unhashable callable or module
