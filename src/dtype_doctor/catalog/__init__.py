@@ -95,7 +95,10 @@ def fixes_for(code: str, context: Iterable[str] = (), **names: object) -> list[F
             continue
         if t.when and not (ctx & t.when):
             continue
-        fix = Fix(title=t.title.format_map(mapping), snippet=t.snippet.format_map(mapping), why=t.why)
+        title = t.title.format_map(mapping)
+        if "module" not in mapping:  # no module known: say so, never quote a placeholder as a name
+            title = title.replace("'the module'", "the module that raised")
+        fix = Fix(title=title, snippet=t.snippet.format_map(mapping), why=t.why)
         (specific if t.when else general).append(fix)
     return specific + general
 
