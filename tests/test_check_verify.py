@@ -154,3 +154,16 @@ def test_an_fp32_input_gets_the_input_flag_in_the_model_dtype_verified_and_it_ru
     assert main(["check", target, "--dtype", "float16", *fix.snippet.split(" ", 1), "--json=again.json"]) == 0
     with torch.no_grad():  # and for real, on CPU: the fp16 model takes the fp16 input
         build().half()(inputs_embeds=torch.randn(1, 8, 64).half())
+
+
+def test_no_title_quotes_a_placeholder_as_a_module_name():
+    from dtype_doctor import catalog
+
+    every = [t for ctx in ((), ("odd-module",), ("diffusers",), ("transformers",)) for t in ctx or ("",)]
+    for code in catalog.codes():
+        for ctx in every:
+            for fix in catalog.fixes_for(code, {ctx} - {""}):
+                assert "'the module'" not in fix.title, (code, fix.title)
+            for fix in catalog.fixes_for(code, {ctx} - {""}, module="<root>", model="unet"):
+                comments = [line.partition("#")[2] for line in fix.snippet.splitlines()]
+                assert "<root>" not in fix.title + "".join(comments), (code, fix.title, fix.snippet)

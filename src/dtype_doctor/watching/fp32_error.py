@@ -1,7 +1,7 @@
 """The output error vs float32 of a run that passed, for `run --diff`'s re-run of the patched copy.
 
 Asked for by the environment variable below (set only by the re-run: a normal watch never pays for
-it). The last call the program made of its model is replayed on deep copies twice: as it was made
+it). The last call the program made of its largest model is replayed on deep copies twice: as it was made
 (its dtypes, its autocast) and all in float32; the report's meta says the max relative error of the
 first output float32 makes non-zero, or why it was not measured. The user's objects are not touched.
 """
@@ -27,7 +27,7 @@ def measure(session: Any) -> str:
     """'max rel. error 2e-03 vs fp32 (...)' or 'not measured (why)'."""
     if not session.calls:
         return "not measured (no model call was watched)"
-    call = Call(*list(session.calls.values())[-1])
+    call = Call(*max(session.calls.values(), key=lambda c: _size(c[0])))  # the model, not a helper layer
     what = f"the last call of {type(call.module).__name__}, replayed on copies"
     if _is_meta(call.module):
         return "not measured (a meta model has no values)"

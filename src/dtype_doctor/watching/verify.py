@@ -267,10 +267,6 @@ def verify_session(session: Any, failed: bool = True) -> None:
     """Verify the fixes of the error findings of a watch session (the first few causes): when the
     block failed, or on meta (check's dry run), where the replay runs under watch."""
     on_meta = any(_is_meta(c[0]) for c in session.calls.values())
-    from . import fp32_error
-
-    if not failed and not on_meta and fp32_error.wanted():  # run --diff's re-run of the patched copy
-        session.report.meta["error_vs_fp32"] = fp32_error.measure(session)
     if getattr(_replaying, "on", False) or not (failed or on_meta):
         _forget(session)
         return
