@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,13 @@ def test_run_diff_fixes_the_script(name: str, zoo_runs: dict) -> None:
     assert section["verified"] is True
     assert CASES[name] in section["diff"]
     assert "re-run of the patched copy: exit 0, no dtype error" in proc.stderr
+    measured = re.search(r"error vs fp32: (.*)", re.sub(r"\s+", " ", proc.stderr))
+    assert measured and re.match(
+        r"max rel\. error \S+ vs fp32 \(the last call of \w+|not measured \(", measured[1]
+    )
+    if name == "numpy_input.py":  # an fp16 MLP vs its fp32 twin: a real, small error
+        err = float(re.search(r"max rel\. error (\S+) vs fp32", measured[0])[1])
+        assert 0 < err < 1e-2
     assert (folder / name).read_text() == (ZOO / name).read_text()  # --diff writes nothing
     _apply(section["diff"], folder, "patch" if sorted(CASES).index(name) % 2 else "git")
     after = _cli_python(name, folder)

@@ -78,6 +78,11 @@ class _Names(dict):
         return self._DEFAULTS.get(key, f"the {key.replace('_', ' ')}")
 
 
+def _in_comment(line: str, old: str, new: str) -> str:
+    code, sep, comment = line.partition("#")
+    return code + sep + comment.replace(old, new)
+
+
 def fixes_for(code: str, context: Iterable[str] = (), **names: object) -> list[Fix]:
     """Ranked fixes of a family for a context.
 
@@ -95,7 +100,15 @@ def fixes_for(code: str, context: Iterable[str] = (), **names: object) -> list[F
             continue
         if t.when and not (ctx & t.when):
             continue
-        fix = Fix(title=t.title.format_map(mapping), snippet=t.snippet.format_map(mapping), why=t.why)
+        title = t.title.format_map(mapping)
+        snippet = t.snippet.format_map(mapping)
+        if "module" not in mapping:  # no module known: say so, never quote a placeholder as a name
+            title = title.replace("'the module'", "the module that raised")
+        elif mapping["module"] == "<root>":  # the model itself: the user's name for it
+            model = str(mapping.get("model") or "model")
+            title = title.replace("'<root>'", f"`{model}`").replace("<root>", f"the whole model `{model}`")
+            snippet = "\n".join(_in_comment(line, "<root>", model) for line in snippet.splitlines())
+        fix = Fix(title=title, snippet=snippet, why=t.why)
         (specific if t.when else general).append(fix)
     return specific + general
 

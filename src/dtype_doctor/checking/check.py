@@ -99,6 +99,20 @@ def check(
     if input_flags is not None:
         name_cli_inputs(report, input_flags, _outer_files())
     report.findings = fold_repeated_blocks(report).findings  # one finding per repeated block
+    from .fix_replay import verify_top
+
+    verify_top(
+        report,
+        mirror,
+        model_or_factory,
+        lambda m, k, r: _dry_run(m, args, k, r, autocast, device_type),
+        kw,
+        dict(input_flags or {}),
+    )
+    from ..watching import fp32_error
+
+    if fp32_error.wanted():  # check --diff's re-run: say why its error vs fp32 is not measured
+        report.meta["error_vs_fp32"] = "not measured (a dry run on meta has no values)"
     first = next((f for f in report.findings if f.severity == Severity.ERROR), None)
     if first is not None and first.location is not None:
         report.meta["first_error"] = {

@@ -86,15 +86,21 @@ def run(args: argparse.Namespace) -> int:
         if named is None:
             raise DoctorError(f"no --input given and no default inputs known for {type(model).__name__}")
         flags = dict.fromkeys(named, "a default input (no --input given)")
-    report = check(
-        model,
-        *positional,
-        dtype=dtype,
-        keep_fp32=args.keep_fp32,
-        autocast=autocast,
-        input_flags=flags,
-        **named,
-    )
+    from ..checking.fix_replay import made_by
+
+    token = made_by.set(factory)  # the fixes are written in the factory's names
+    try:
+        report = check(
+            model,
+            *positional,
+            dtype=dtype,
+            keep_fp32=args.keep_fp32,
+            autocast=autocast,
+            input_flags=flags,
+            **named,
+        )
+    finally:
+        made_by.reset(token)
     if made_up:  # the console says what was run, not only the JSON
         shown = ", ".join(f"{k}={v}" for k, v in (report.meta.get("inputs") or {}).items())
         report.meta.setdefault("notes", []).append(f"inputs made up (no --input given): {shown}")

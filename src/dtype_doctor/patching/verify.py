@@ -21,7 +21,10 @@ from .plan import Candidate, Cause
 from .source import Edit, apply
 
 MAX_REPLAYS = 8
+# when the re-run's report says nothing: its own measure is watching/fp32_error.py
+NOT_MEASURED = "not measured (the re-run reported nothing to compare)"
 REPORT_NAME = ".dtype-doctor-replay.json"
+ERROR_ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"  # = watching.fp32_error.ENV (no torch import here)
 # the script's folder is copied whole (data files read relative to __file__ keep working) when small
 COPY_LIMIT_BYTES, COPY_LIMIT_FILES = 64 << 20, 2000
 _SKIP_DIRS = {
@@ -44,11 +47,16 @@ class Replay:
     warnings: int
     tail: str = ""  # the end of what the program wrote, when it failed
     warnings_before: int = 0  # a run with warnings only: the patch must leave fewer
+    error_vs_fp32: str = ""  # what the re-run measured (watching/fp32_error.py), or why not
 
     @property
     def passed(self) -> bool:
         fewer = self.warnings_before == 0 or self.warnings < self.warnings_before
         return self.code == 0 and self.errors == 0 and fewer
+
+    @property
+    def measured(self) -> str:
+        return self.error_vs_fp32 or NOT_MEASURED
 
     def score(self) -> tuple:
         return (self.passed, -self.errors, self.code == 0, -self.warnings)
@@ -58,7 +66,7 @@ class Replay:
             left = (
                 f"; {self.warnings} warning{'s' if self.warnings != 1 else ''} left" if self.warnings else ""
             )
-            return f"re-run of the patched copy: exit 0, no dtype error{left}"
+            return f"re-run of the patched copy: exit 0, no dtype error{left}; error vs fp32: {self.measured}"
         errs = f"{self.errors} dtype error{'s' if self.errors != 1 else ''}"
         if self.code == 0 and self.errors == 0:
             return f"re-run of the patched copy: exit 0, but the {self.warnings} warning(s) remain"
@@ -115,6 +123,7 @@ def replay(files: dict[str, str], command: Command, anchor: str, timeout: float 
                 fh.write(text)
             placed[real] = dest
         env = dict(os.environ)
+        env[ERROR_ENV] = "1"  # the re-run measures its model's error vs fp32 (watching/fp32_error.py)
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         paths = [*extra, scratch, anchor, here, env.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
@@ -153,15 +162,17 @@ def _copy_small_tree(anchor: str, scratch: str) -> None:
 
 def _result(proc: subprocess.CompletedProcess, report_path: str) -> Replay:
     errors = warnings = 0
+    measured = ""
     try:
         with open(report_path, encoding="utf-8") as fh:
             report = Report.from_json(fh.read())
         errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
         warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
+        measured = str(report.meta.get("error_vs_fp32") or "")
     except (OSError, ValueError):
         errors = 1 if proc.returncode else 0
     tail = "\n".join((proc.stderr or "").strip().splitlines()[-6:]) if proc.returncode else ""
-    return Replay(code=proc.returncode, errors=errors, warnings=warnings, tail=tail)
+    return Replay(proc.returncode, errors, warnings, tail, error_vs_fp32=measured)
 
 
 def combine(causes: list[Cause], choice: list[int]) -> tuple[list[Candidate], list[Edit]]:

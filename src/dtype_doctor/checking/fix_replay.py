@@ -1,0 +1,242 @@
+"""check's fixes, tried: the dry run replayed on meta with the fix applied, as the user would paste it.
+
+The fixes are written in the user's names: the variable the factory returns (pasted in the factory,
+before its `return`), or `model` where the factory is called (`model = build()`). Each of the first few
+is applied to a copy of the meta mirror (the factory's own globals in scope, under
+`torch.device("meta")`) and the dry run is run again; it passes when no error is left. Meta has no
+values, so the error against float32 cannot be measured: the verdict says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import inspect
+import textwrap
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..catalog.family_codes import CHECK_INCOMPLETE
+from ..report import Finding, Fix, Report, Severity
+from ..watching import blame
+from ..watching.names import loaded_names
+from ..watching.provenance import short_path
+from ..watching.snippets import renamed
+
+TRIED = 4
+PASSES = "verified: the dry run passes with this fix (dtypes only; error vs fp32 not measurable on meta)"
+DryRun = Callable[[nn.Module, dict, Report], None]  # (model, keyword inputs, report)
+# the factory a module given to check was built by (the CLI builds it first): fixes use its names
+made_by: ContextVar[Any] = ContextVar("made_by", default=None)
+
+
+def user_name(factory: Any) -> tuple[str, str, dict[str, Any]]:
+    """(the model's variable, where a fix is pasted, the globals there) for a factory or a module."""
+    fn = factory if inspect.isfunction(factory) else None
+    scope = dict(getattr(fn, "__globals__", {}) or {})
+    if fn is None:
+        return "model", "", scope
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    top = tree.body[0] if tree is not None and tree.body else None
+    returned = {ast.unparse(n.value) for n in _own_returns(top)} if top is not None else set()
+    if len(returned) == 1 and (name := returned.pop()).isidentifier() and name not in ("torch", "nn", "F"):
+        return name, f"in {fn.__name__}(), before `return {name}`", scope
+    return "model", f"where you call it: `model = {fn.__name__}()`", scope
+
+
+def _own_returns(fn: ast.AST) -> list[ast.Return]:
+    """The return statements of `fn` itself, not of functions or classes defined inside it."""
+    out: list[ast.Return] = []
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def island_fixes(finding: Finding, mirror: nn.Module, name: str, factory: Any) -> list[Fix]:
+    """Convert the odd module(s) when the module, not the activation, is the odd one out."""
+    path = finding.location.module if finding.location is not None else None
+    if path is None:
+        return []
+    try:
+        module = mirror.get_submodule(path)
+    except AttributeError:
+        return []
+    params = {o.dtype for o in finding.operands if o.origin is not None and o.origin.kind == "parameter"}
+    data = [o.dtype for o in finding.operands if o.origin is not None and o.origin.kind != "parameter"]
+    activation = next((getattr(torch, d, None) for d in data if d and d not in params), None)
+    own = {p.dtype for p in module.parameters(recurse=False) if p.is_floating_point()}
+    if activation is None or len(own) != 1:
+        return []
+    have = own.pop()
+    if have == activation or blame.majority([mirror]) != activation:
+        return []
+    paths = blame.islands(mirror, have)
+    if not paths or paths == [""]:
+        return []
+    island = blame.Island(model=name, paths=paths, dtype=have, want=activation)
+    file = inspect.getsourcefile(factory) if inspect.isfunction(factory) else None
+    target = paths[0].rpartition(".")[2]
+    hit = blame._assignment(file, target) if file else None
+    if hit is not None:
+        island.built = (short_path(file or ""), hit[0], hit[1])
+    fixes = [island.fix()]
+    made = island.build_fix()
+    if made is not None:
+        made.why += f" (this line replaces {island.built[0]}:{island.built[1]})" if island.built else ""
+        made.dd_replaces = True  # type: ignore[attr-defined]  # pasted over that line, not before return
+        fixes.append(made)
+    return fixes
+
+
+def _missing(fix: Fix, name: str, scope: dict[str, Any]) -> list[str]:
+    return sorted((loaded_names(fix.snippet) or set()) - {name, "torch", "nn", "F"} - set(scope))
+
+
+def _with_import(fix: Fix, scope: dict[str, Any]) -> Fix:
+    """`import torch` first when the snippet needs torch and the factory's file does not import it."""
+    needs = "torch" in (loaded_names(fix.snippet) or set())
+    if not needs or "torch" in scope or fix.snippet.startswith("import torch"):
+        return fix
+    return Fix(
+        fix.title, "import torch\n" + fix.snippet, fix.why, fix.language, fix.verified, fix.verification
+    )
+
+
+@contextlib.contextmanager
+def _no_nested_verify() -> Iterator[None]:
+    """The replayed dry run's own watch session verifies nothing again."""
+    from ..watching import verify as watch_verify
+
+    state = watch_verify._replaying
+    old = getattr(state, "on", False)
+    state.on = True
+    try:
+        yield
+    finally:
+        state.on = old
+
+
+def replay(
+    fix: Fix, mirror: nn.Module, name: str, scope: dict[str, Any], dry_run: DryRun, kw: dict
+) -> tuple[bool | None, str]:
+    """Apply the fix to a copy of the mirror (an --input fix: to that input) and run the dry run again."""
+    cast = getattr(fix, "dd_input", None)
+    if cast is not None:  # (input name, dtype): the dry run again with that input in that dtype
+        return _verdict(dry_run, mirror, {**kw, cast[0]: kw[cast[0]].to(cast[1])})
+    missing = _missing(fix, name, scope)
+    if missing:
+        where = ", ".join(f"`{n}`" for n in missing)
+        return None, f"not verified (names {where}, which the factory does not have)"
+    try:
+        tree = ast.parse(fix.snippet)
+    except SyntaxError:
+        return None, "not verified (does not parse)"
+    if any(isinstance(n, (ast.With, ast.AsyncWith)) for n in ast.walk(tree)):
+        return None, "not verified (a context to run the model under: check cannot replay your call)"
+    twin = copy.deepcopy(mirror)
+    ns: dict[str, Any] = {**scope, "torch": torch, "nn": nn, name: twin}
+    try:
+        with torch.device("meta"), torch.no_grad():
+            exec(compile(tree, "<fix>", "exec"), ns)
+    except Exception as exc:
+        return False, f"fails: the fix itself raised {type(exc).__name__}: {str(exc)[:120]}"
+    model = ns.get(name)
+    if not isinstance(model, nn.Module):
+        return False, f"fails: `{name}` is no longer a module after the fix"
+    return _verdict(dry_run, model, kw)
+
+
+def _verdict(dry_run: DryRun, model: nn.Module, kw: dict) -> tuple[bool | None, str]:
+    again = Report(tool="check")
+    with _no_nested_verify():
+        dry_run(model, kw, again)
+    left = [f for f in again.findings if f.severity == Severity.ERROR or f.code == CHECK_INCOMPLETE]
+    if left:
+        f = left[0]
+        where = f" in '{f.location.module}'" if f.location is not None and f.location.module else ""
+        return False, f"fails: the dry run with this fix still reports {f.code}{where}"
+    return True, PASSES
+
+
+def input_fixes(finding: Finding, kw: dict, flags: dict[str, str] | None) -> list[Fix]:
+    """An --input given in another dtype than the model needs: the same flag in that dtype."""
+    want = getattr(torch, str(finding.data.get("expected_dtype") or ""), None)
+    out = []
+    for key, flag in (flags or {}).items():
+        value = kw.get(key)
+        text = flag.removeprefix("--input ")
+        if not (
+            isinstance(value, torch.Tensor) and value.is_floating_point() and flag.startswith("--input ")
+        ):
+            continue
+        if not isinstance(want, torch.dtype) or value.dtype == want or "=" not in text:
+            continue
+        shape = text.split("=", 1)[1].split(":")[0]
+        fix = Fix(
+            title=f"Pass `{key}` in {str(want)[6:]}, the model's dtype (in your code: the tensor you pass as {key}=)",
+            snippet=f"--input {key}={shape}:{str(want)[6:]}",
+            why=f"the model runs in {str(want)[6:]}; {key} arrives in {str(value.dtype)[6:]}",
+            language="shell",
+        )
+        fix.dd_input = (key, want)  # type: ignore[attr-defined]
+        out.append(fix)
+    return out
+
+
+def verify_top(
+    report: Report,
+    mirror: nn.Module,
+    factory: Any,
+    dry_run: DryRun,
+    kw: dict | None = None,
+    flags: dict[str, str] | None = None,
+) -> None:
+    """Write the first error finding's fixes in the user's names, try them, put the passing ones first."""
+    first = next(
+        (f for f in report.findings if f.severity == Severity.ERROR and f.code != CHECK_INCOMPLETE), None
+    )
+    if first is None:
+        return
+    if isinstance(factory, nn.Module) and made_by.get() is not None:
+        factory = made_by.get()
+    name, where, scope = user_name(factory)
+    kw = kw or {}
+    island = island_fixes(first, mirror, name, factory)
+    fixes = [*island, *([] if island else input_fixes(first, kw, flags)), *first.fixes]
+    fixes = [renamed(f, name) if f.language == "python" else f for f in fixes]
+    seen: set[str] = set()
+    fixes = [f for f in fixes if not (f.snippet and f.snippet in seen) and not seen.add(f.snippet)]
+    fixes = [_with_import(f, scope) if f.language == "python" else f for f in fixes]
+    tried = 0
+    for fix in fixes:
+        if (fix.language != "python" and not hasattr(fix, "dd_input")) or not fix.snippet.strip():
+            fix.verification = fix.verification or "not verified (not Python code to replay)"
+            continue
+        if tried >= TRIED:
+            fix.verification = "not verified (only the first fixes are)"
+            continue
+        tried += 1
+        try:
+            fix.verified, fix.verification = replay(fix, mirror, name, scope, dry_run, kw)
+        except Exception as exc:  # the tool's own trouble: never at the cost of the report
+            fix.verified, fix.verification = None, f"not verified ({type(exc).__name__} in the replay)"
+        if fix.verified and where and fix.language == "python" and not getattr(fix, "dd_replaces", False):
+            fix.title += f" ({where})"
+    order = {True: 0, None: 1, False: 2}
+    named = [f for f in fixes if not f.verification.startswith("not verified (names ")]
+    fixes = named or fixes  # a snippet naming what the factory does not have goes, unless it is all
+    first.fixes = sorted(fixes, key=lambda x: order[x.verified])

@@ -1,0 +1,54 @@
+"""The output error vs float32 of a run that passed, for `run --diff`'s re-run of the patched copy.
+
+Asked for by the environment variable below (set only by the re-run: a normal watch never pays for
+it). The last call the program made of its largest model is replayed on deep copies twice: as it was made
+(its dtypes, its autocast) and all in float32; the report's meta says the max relative error of the
+first output float32 makes non-zero, or why it was not measured. The user's objects are not touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import torch
+
+from .verify import MAX_ELEMENTS, Call, _floats, _is_meta, _run, _size, reference
+
+ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"
+
+
+def wanted() -> bool:
+    return os.environ.get(ENV) == "1"
+
+
+def measure(session: Any) -> str:
+    """'max rel. error 2e-03 vs fp32 (...)' or 'not measured (why)'."""
+    if not session.calls:
+        return "not measured (no model call was watched)"
+    call = Call(*max(session.calls.values(), key=lambda c: _size(c[0])))  # the model, not a helper layer
+    what = f"the last call of {type(call.module).__name__}, replayed on copies"
+    if _is_meta(call.module):
+        return "not measured (a meta model has no values)"
+    if _size(call.module) > MAX_ELEMENTS:
+        return "not measured (the model is too large to copy for a replay)"
+    state = torch.random.get_rng_state()
+    try:
+        module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs))
+        got = _floats(_run(call, module, args, kwargs, []))
+        ref = reference(call)
+    except Exception as exc:
+        return f"not measured ({what} raised {type(exc).__name__})"
+    finally:
+        torch.random.set_rng_state(state)
+    if ref is None:
+        return f"not measured ({what} does not run in float32)"
+    pairs = [(g, r) for g, r in zip(got, ref, strict=False) if g.shape == r.shape and bool(r.abs().max() > 0)]
+    if not pairs:
+        return f"not measured ({what}: no non-zero float output to compare)"
+    g, r = pairs[0]
+    err = float((g.float() - r).abs().max() / r.abs().max())
+    if err != err or err == float("inf"):
+        return f"the output is not finite ({what})"
+    return f"max rel. error {err:.0e} vs fp32 ({what})"
