@@ -54,10 +54,18 @@ def _catch(fn: Callable[[], object]) -> str:
 def _watch_live(
     result: CaseResult, model: torch.nn.Module, run: Callable[[], object], how: str = "watch"
 ) -> None:
-    """Run the user's code under watch: record what PyTorch said and what dtype-doctor found."""
-    with dd.watch(model=model) as session:
-        result.user_error = _catch(run)
+    """Run the user's code under watch: record what PyTorch said and what dtype-doctor found.
+
+    The error leaves the watched block, as in the user's script: watch then replays the failing call
+    with each fix applied and marks the fixes it verified."""
+    session = dd.watch(model=model)
+    result.user_error = _catch(lambda: _run_in(session, run))
     result.reports.append((how, session.report))
+
+
+def _run_in(session: dd.Session, run: Callable[[], object]) -> None:
+    with session:
+        run()
 
 
 def onediff() -> CaseResult:
