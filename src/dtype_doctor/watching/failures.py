@@ -55,6 +55,7 @@ def on_failure(
         finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
     if finding is not None:
         session._failed[id(exc)] = finding  # a worker thread's crash names its thread on it
+        session.keep_failing_call()
         if hasattr(exc, "add_note"):
             exc.add_note(findings.note_text(finding) + _earlier(session, finding))
 

@@ -79,6 +79,7 @@ class Session:
         self._unpatch: list[Any] = []
         self._active = False
         self.calls: dict[int, Any] = {}  # id(root) -> its last call, replayed to verify fixes
+        self.failed_calls: dict[int, Any] = {}  # id(root) -> its first call that raised a dtype error
         self.fix_contexts: dict[int, findings.FixContext] = {}  # id(finding) -> how its fixes were made
 
     # ---- context manager -------------------------------------------------------------------
@@ -113,7 +114,7 @@ class Session:
 
                 if exc is None and fp32_error.wanted():  # run --diff's re-run of the patched copy
                     self.report.meta["error_vs_fp32"] = fp32_error.measure(self)
-                verify_session(self, failed=exc is not None)
+                verify_session(self, failed=exc is not None or bool(self.failed_calls))
         except Exception as err:
             self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):
@@ -163,6 +164,13 @@ class Session:
                 f.fixes = findings.refine(
                     catalog.fixes_for(f.code, context, **fix_context.names), fix_context
                 )
+
+    def keep_failing_call(self) -> None:
+        """The running root call raised a dtype error: keep it, so that the fixes are replayed on
+        this call at the end even when the program caught the error and ran on."""
+        root = self._root
+        if root is not None and id(root) in self.calls:
+            self.failed_calls.setdefault(id(root), self.calls[id(root)])
 
     def add_finding(self, finding: Finding, fix_context: findings.FixContext) -> Finding:
         """Add a watched finding to the report (folded into an identical one); its fix context is

@@ -273,6 +273,7 @@ def verify_session(session: Any, failed: bool = True) -> None:
 
 def _forget(session: Any) -> None:
     session.calls.clear()
+    session.failed_calls.clear()
     session.fix_contexts.clear()  # no frames or tensors kept past the session
 
 
@@ -286,9 +287,10 @@ def _verify_session(session: Any) -> None:
     refs: dict[int, Any] = {}
     for f in errors[:6]:
         context = made[id(f)]
-        found = session.calls.get(id(context.root)) if context.root is not None else None
-        if found is None and session.calls:
-            found = list(session.calls.values())[-1]
+        calls = {**session.calls, **session.failed_calls}  # the call that failed, where one did
+        found = calls.get(id(context.root)) if context.root is not None else None
+        if found is None and calls:
+            found = list(calls.values())[-1]
         if found is None:
             continue
         call = Call(*found)
