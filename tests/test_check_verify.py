@@ -167,3 +167,19 @@ def test_no_title_quotes_a_placeholder_as_a_module_name():
             for fix in catalog.fixes_for(code, {ctx} - {""}, module="<root>", model="unet"):
                 comments = [line.partition("#")[2] for line in fix.snippet.splitlines()]
                 assert "<root>" not in fix.title + "".join(comments), (code, fix.title, fix.snippet)
+
+
+def test_made_up_inputs_take_the_dtype_most_of_the_model_holds(tmp_path, monkeypatch):
+    # no --input: the inputs check makes up must not manufacture a mismatch of their own; the one
+    # fp32 module of the fp16 UNet is then the only error
+    path, _build = _factory(tmp_path, "unet_head", UNET, "build")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", f"{path}:build", "--no-color", "--json=r.json"]) == 1
+    report = dd.Report.from_json((tmp_path / "r.json").read_text())
+    assert {k: v.rsplit(":", 1)[-1] for k, v in report.meta["inputs"].items()} == {
+        "sample": "float16",
+        "timestep": "int64",
+        "encoder_hidden_states": "float16",
+    }
+    assert [(f.code, f.location.module) for f in report.errors] == [("conv-bias-dtype-mismatch", "conv_out")]
+    assert "unet.conv_out.to(torch.float16)" in _top(report).snippet

@@ -5,7 +5,21 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from ..dtypes import dtype_name
 from ..inputs import TensorSpec
+
+
+def _model_dtype(model: Any) -> str:
+    """The floating dtype holding most of the model's parameters (float32 for a model without any):
+    the dtype its own inputs would have, whatever a single module added later holds."""
+    counts: dict[Any, int] = {}
+    try:
+        for p in model.parameters():
+            if p.is_floating_point():
+                counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    except Exception:  # not a torch module, or one whose parameters() raises
+        return "float32"
+    return dtype_name(max(counts, key=counts.__getitem__)) if counts else "float32"
 
 
 def default_inputs(model: Any, dtype: str | None) -> dict[str, TensorSpec] | None:
@@ -22,7 +36,7 @@ def default_inputs(model: Any, dtype: str | None) -> dict[str, TensorSpec] | Non
             value = config.get(name)
         return value if isinstance(value, int) else default
 
-    floating = dtype or "float32"
+    floating = dtype or _model_dtype(model)
     if "input_ids" in params:
         return {"input_ids": TensorSpec((1, 16), "int64")}
     if "pixel_values" in params:
