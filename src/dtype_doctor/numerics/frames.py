@@ -1,5 +1,4 @@
-"""The user's line: the innermost frame outside torch and dtype-doctor, and how it is shown; the
-keyword arguments of a module call, for a global module hook."""
+"""The user's line: the innermost frame outside torch and dtype-doctor, and how it is shown."""
 
 from __future__ import annotations
 
@@ -28,20 +27,3 @@ def where(file: str | None, line: int | None, unknown: str = "an unknown line") 
         return unknown
     inside = os.path.abspath(file).startswith(os.getcwd() + os.sep)
     return f"{os.path.relpath(file) if inside else file}:{line}"
-
-
-def call_kwargs() -> dict:
-    """The keyword arguments of the module call whose global hook runs (a local of torch's
-    `Module._call_impl` and of its `inner`, the hooks' caller): global hooks are not given them."""
-    f = sys._getframe(2)  # this, the hook, its caller
-    for _ in range(4):
-        if f is None:
-            break
-        if f.f_code.co_name in _CALLERS:
-            kwargs = f.f_locals.get("kwargs")
-            return kwargs if isinstance(kwargs, dict) else {}
-        f = f.f_back
-    return {}
-
-
-_CALLERS = ("inner", "_call_impl")

@@ -19,6 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ..dtypes import dtype_name
 from ..report import Report
+from ..signatures import call_kwargs as _call_kwargs
 from ..tensors import map_tensors
 from . import advice, located
 from .accuracy import AccuracyCheck
@@ -32,7 +33,6 @@ from .analysis import (
     forward_producers,
     mark_consequence,
 )
-from .frames import call_kwargs as _call_kwargs
 from .opscan import copy_without_hooks, scan_ops
 from .scaler import ScalerMonitor
 from .stats import ABSMAX, Rows, light_stats, measured_tensors

@@ -7,7 +7,6 @@ adds notes and unlinks its own frames.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -18,7 +17,7 @@ from ..explaining.family import family_of
 from ..report import Location
 from . import findings
 from .contracts import Contract, Slot, bind
-from .provenance import USER, frame_kind, qualified_op_name, short_path
+from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
 
 Session = Any  # watch.session.Session, not imported: no import circle
 
@@ -185,7 +184,8 @@ def _read_as_explain_does(text: str, where: Location) -> Any:
     return finding
 
 
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def _own(tb: Any) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(TOOL_DIR)
 
 
 def only_own_frames(exc: BaseException) -> bool:
@@ -194,7 +194,7 @@ def only_own_frames(exc: BaseException) -> bool:
     if tb is None:
         return False
     while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+        if not _own(tb):
             return False
         tb = tb.tb_next
     return True
@@ -209,7 +209,7 @@ def hide_own_frames(exc: BaseException) -> None:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         nxt = tb.tb_next
-        if nxt.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+        if _own(nxt):
             tb.tb_next = nxt.tb_next
         else:
             tb = nxt

@@ -15,8 +15,9 @@ from .. import catalog, causes
 from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin, Severity
+from ..signatures import argument_names
 from . import blame, snippets
-from .modules import Names, argument_names
+from .modules import Names
 from .names import (
     call_argument,
     call_source,

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .verify import MAX_ELEMENTS, Call, _floats, _is_meta, _run, _size, reference
+from .verify import MAX_ELEMENTS, Call, _floats, _is_meta, _run, _size, max_relative_error, reference
 
 ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"
 
@@ -44,11 +44,9 @@ def measure(session: Any) -> str:
         torch.random.set_rng_state(state)
     if ref is None:
         return f"not measured ({what} does not run in float32)"
-    pairs = [(g, r) for g, r in zip(got, ref, strict=False) if g.shape == r.shape and bool(r.abs().max() > 0)]
-    if not pairs:
+    err = max_relative_error(got, ref)
+    if err is None:
         return f"not measured ({what}: no non-zero float output to compare)"
-    g, r = pairs[0]
-    err = float((g.float() - r).abs().max() / r.abs().max())
     if err != err or err == float("inf"):
         return f"the output is not finite ({what})"
     return f"max rel. error {err:.0e} vs fp32 ({what})"

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from ..errors import DtypeMismatchError
-from ..signatures import argument_names  # noqa: F401 (re-exported for session)
+from ..signatures import call_kwargs
 from .compiled import compiling
 
 _no_torch_function = torch._C.DisableTorchFunction
@@ -212,12 +212,7 @@ class ModuleStack:
             return
         try:
             with _no_torch_function():  # our own tensor inspection must not go through the mode
-                kwargs = None
-                # a root call: its kwargs are locals of Module._call_impl's inner()
-                caller = sys._getframe(1)
-                if caller.f_code.co_name == "inner":
-                    kwargs = caller.f_locals.get("kwargs")
-                self._on_enter(module, args, kwargs, True)
+                self._on_enter(module, args, call_kwargs(), True)
         except DtypeMismatchError:
             raise
         except Exception as exc:  # the tool never breaks the user's forward

@@ -23,7 +23,7 @@ from ..dtypes import canonical
 from ..report import Origin
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # dtype_doctor/
 _LIB_DIRS = tuple(
     {
         p + os.sep
@@ -45,7 +45,7 @@ def frame_kind(code: CodeType) -> int:
     kind = _kinds.get(id(code))
     if kind is None:
         name = code.co_filename
-        if name.startswith((_TORCH_DIR, _TOOL_DIR)):
+        if name.startswith((_TORCH_DIR, TOOL_DIR)):
             kind = SKIP
         elif name.startswith(_LIB_DIRS) or name.startswith("<frozen") or "site-packages" in name:
             kind = LIBRARY

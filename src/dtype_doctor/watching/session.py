@@ -19,13 +19,14 @@ from ..catalog.family_codes import (
 )
 from ..errors import DtypeMismatchError
 from ..report import Finding, Report
+from ..signatures import argument_names
 from . import failures, findings, threads, warning_origin
 from .compiled import CompileNotice
 from .contracts import LOW_DTYPES, Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
 from .forks import ForkNotice
 from .mode import CAST, Generic, WatchMode
-from .modules import ModuleStack, Names, argument_names, roots_of
+from .modules import ModuleStack, Names, roots_of
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, qualified_op_name
 from .scaler_patch import patch_grad_scaler
 from .tagging import Tagger

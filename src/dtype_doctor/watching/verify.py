@@ -110,6 +110,16 @@ def _made_anew(tree: ast.Module) -> bool:
     return False
 
 
+def max_relative_error(got: list[torch.Tensor], ref: list[torch.Tensor]) -> float | None:
+    """Max relative error of the first output that float32 makes non-zero (a ControlNet's
+    zero-initialised residuals prove nothing); None when there is none. May be nan or inf."""
+    pairs = [(g, r) for g, r in zip(got, ref, strict=False) if g.shape == r.shape and bool(r.abs().max() > 0)]
+    if not pairs:
+        return None
+    g, r = pairs[0]
+    return float((g.float() - r).abs().max() / r.abs().max())
+
+
 def replay(
     snippet: str,
     env: dict[str, Any],
@@ -192,14 +202,9 @@ def replay(
         return Verdict(True, "verified: passes (the module is made anew: no comparison with fp32)")
     if got and got[0].is_meta:
         return Verdict(True, "verified: the replayed call passes (dtypes only, on meta)")
-    # the first output fp32 makes non-zero (a ControlNet's zero-initialised residuals prove nothing)
-    pairs = [
-        (g, r) for g, r in zip(got, ref or [], strict=False) if g.shape == r.shape and bool(r.abs().max() > 0)
-    ]
-    if not pairs:
+    err = max_relative_error(got, ref or [])
+    if err is None:
         return Verdict(True, "verified: the replayed call passes")
-    g, r = pairs[0]
-    err = float((g.float() - r).abs().max() / r.abs().max())
     if err != err or err == float("inf"):
         return Verdict(False, "fails: replayed, the output is not finite")
     return Verdict(True, f"verified: passes, max rel. error {err:.0e} vs fp32")
