@@ -5,21 +5,16 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..dtypes import dtype_name
 from ..inputs import TensorSpec
 
 
 def _model_dtype(model: Any) -> str:
-    """The floating dtype holding most of the model's parameters (float32 for a model without any):
-    the dtype its own inputs would have, whatever a single module added later holds."""
-    counts: dict[Any, int] = {}
+    from ..repair.policy import dominant_dtype
+
     try:
-        for p in model.parameters():
-            if p.is_floating_point():
-                counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+        return dominant_dtype(model) or "float32"
     except Exception:  # not a torch module, or one whose parameters() raises
         return "float32"
-    return dtype_name(max(counts, key=counts.__getitem__)) if counts else "float32"
 
 
 def default_inputs(model: Any, dtype: str | None) -> dict[str, TensorSpec] | None:
@@ -36,7 +31,7 @@ def default_inputs(model: Any, dtype: str | None) -> dict[str, TensorSpec] | Non
             value = config.get(name)
         return value if isinstance(value, int) else default
 
-    floating = dtype or _model_dtype(model)
+    floating = dtype or _model_dtype(model)  # most parameters' dtype: whatever one module added later holds
     if "input_ids" in params:
         return {"input_ids": TensorSpec((1, 16), "int64")}
     if "pixel_values" in params:
