@@ -5,28 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import dtype_doctor as dd  # noqa: E402
+from cli_process import dtype_doctor  # noqa: E402
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _dd(*args: str, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "dtype_doctor", *args],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=cwd,
-        timeout=300,
-    )
 
 
 def test_torchscript_matmul_error_under_run_is_the_matmul_family_with_operands(tmp_path):
@@ -35,7 +22,7 @@ def test_torchscript_matmul_error_under_run_is_the_matmul_family_with_operands(t
         "import torch\n@torch.jit.script\ndef f(a, b):\n    return a @ b\n"
         "f(torch.randn(2, 2), torch.randn(2, 2).half())\n"
     )
-    p = _dd("run", "--json=r.json", "--no-color", str(script), cwd=tmp_path)
+    p = dtype_doctor("run", "--json=r.json", "--no-color", str(script), cwd=tmp_path)
     assert p.returncode == 1
     findings = json.loads((tmp_path / "r.json").read_text())["findings"]
     assert findings[0]["code"] == "matmul-dtype-mismatch"
@@ -44,7 +31,9 @@ def test_torchscript_matmul_error_under_run_is_the_matmul_family_with_operands(t
 
 
 def test_check_float8_says_the_linear_layers_have_no_kernel():
-    p = _dd("check", f"{HERE}/tiny_models.py:vit", "--dtype", "float8_e4m3fn", "--json", "--no-color")
+    p = dtype_doctor(
+        "check", f"{HERE}/tiny_models.py:vit", "--dtype", "float8_e4m3fn", "--json", "--no-color"
+    )
     assert p.returncode == 1, p.stderr
     found = [f for f in json.loads(p.stdout)["findings"] if f["code"] == "half-unsupported-kernel"]
     assert found and "float8_e4m3fn" in found[0]["message"] and "_scaled_mm" in found[0]["message"]

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+from cli_process import dtype_doctor
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _dd(*args: str, cwd=None, env=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "dtype_doctor", *args],
-        capture_output=True, text=True, env=env or ENV, cwd=cwd, timeout=timeout,
-    )  # fmt: skip
 
 
 def _one_line_error(p, words: str) -> None:
@@ -27,12 +19,12 @@ def _one_line_error(p, words: str) -> None:
 
 
 def test_check_input_whose_element_count_overflows():
-    p = _dd("check", f"{HERE}/tiny_models.py:vit", "--input", "99999999999x99999999999")
+    p = dtype_doctor("check", f"{HERE}/tiny_models.py:vit", "--input", "99999999999x99999999999")
     _one_line_error(p, "more than 2**63 - 1 elements")
 
 
 def test_compare_seed_beyond_64_bits():
-    p = _dd(
+    p = dtype_doctor(
         "compare",
         f"{HERE}/compare_models.py:overflowing",
         "--input",
@@ -56,7 +48,7 @@ def _rank_report(path, depth: int = 1) -> None:
 
 def test_merge_html_of_a_dtype_map_5000_levels_deep(tmp_path):
     _rank_report(tmp_path / "r.rank0.json", depth=5000)
-    p = _dd("merge", str(tmp_path / "r.rank0.json"), "--html", str(tmp_path / "m.html"))
+    p = dtype_doctor("merge", str(tmp_path / "r.rank0.json"), "--html", str(tmp_path / "m.html"))
     assert p.returncode in (0, 1), p.stderr
     assert "internal error" not in p.stderr
     assert "<html" in (tmp_path / "m.html").read_text().lower()
@@ -66,7 +58,7 @@ def test_merge_html_of_a_dtype_map_5000_levels_deep(tmp_path):
 def test_merge_the_same_file_twice_is_one_rank(tmp_path, second):
     _rank_report(tmp_path / "good.json")
     (tmp_path / "link.json").symlink_to(tmp_path / "good.json")
-    p = _dd("merge", "good.json", second, "--json=merged.json", cwd=tmp_path)
+    p = dtype_doctor("merge", "good.json", second, "--json=merged.json", cwd=tmp_path)
     assert p.returncode in (0, 1), p.stderr
     import json
 
@@ -77,7 +69,7 @@ def test_merge_the_same_file_twice_is_one_rank(tmp_path, second):
 
 def test_a_repeated_named_input_is_refused():
     """Item 23: `--input x=... --input x=...` would silently keep the last one."""
-    p = _dd("check", f"{HERE}/tiny_models.py:vit", "--input", "pixel_values=1x3x32x32",
+    p = dtype_doctor("check", f"{HERE}/tiny_models.py:vit", "--input", "pixel_values=1x3x32x32",
             "--input", "pixel_values=1x3x64x64")  # fmt: skip
     _one_line_error(p, "given twice")
 
@@ -121,6 +113,6 @@ def test_torch_compile_under_run_does_not_warn_about_the_tools_hooks(tmp_path):
     script.write_text(
         "import torch\nm = torch.nn.Linear(4, 4)\nprint(torch.compile(m, backend='eager')(torch.randn(2, 4)).shape)\n"
     )
-    p = _dd("run", "--no-color", str(script))
+    p = dtype_doctor("run", "--no-color", str(script))
     assert p.returncode == 0, p.stderr
     assert "global hooks" not in p.stderr

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 import threading
 
 import pytest
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+from cli_process import dtype_doctor
+
 MESSAGE = "mat1 and mat2 must have the same dtype, but got Float and Half"
-
-
-def _dd(*args: str, cwd=None, pass_fds=()):
-    return subprocess.run(
-        [sys.executable, "-m", "dtype_doctor", *args],
-        capture_output=True, text=True, env=ENV, cwd=cwd, timeout=300, pass_fds=pass_fds,
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -39,7 +31,7 @@ def test_an_output_equal_to_an_input_is_refused_and_the_input_kept(tmp_path, arg
     (tmp_path / "link.log").symlink_to(tmp_path / "train.log")
     (tmp_path / "model.py").write_text("from torch import nn\ndef build():\n    return nn.Linear(2, 2)\n")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    p = _dd(*argv, cwd=tmp_path)
+    p = dtype_doctor(*argv, cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     assert "is one of the inputs" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
@@ -51,7 +43,7 @@ def test_a_fifo_is_written_in_place_and_its_reader_gets_the_report(tmp_path):
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
-    p = _dd("explain", MESSAGE, f"--json={fifo}")
+    p = dtype_doctor("explain", MESSAGE, f"--json={fifo}")
     reader.join(timeout=30)
     if reader.is_alive():  # nothing was written into the FIFO: let the reader go
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
@@ -65,7 +57,7 @@ def test_a_fifo_is_written_in_place_and_its_reader_gets_the_report(tmp_path):
 def test_dev_fd_n_is_written_in_place(tmp_path):
     r, w = os.pipe()
     try:
-        p = _dd("explain", MESSAGE, f"--json=/dev/fd/{w}", pass_fds=(w,))
+        p = dtype_doctor("explain", MESSAGE, f"--json=/dev/fd/{w}", pass_fds=(w,))
         os.close(w)
         w = -1
         data = os.read(r, 1 << 20)
@@ -88,7 +80,7 @@ def test_a_character_device_is_not_replaced(tmp_path):
             fh.write("")
     except OSError as exc:
         pytest.skip(f"the device cannot be opened here (nodev mount?): {exc}")
-    p = _dd("explain", MESSAGE, f"--json={dev}", "--html", str(dev.with_name("other")))
+    p = dtype_doctor("explain", MESSAGE, f"--json={dev}", "--html", str(dev.with_name("other")))
     assert p.returncode == 0, p.stderr
     assert stat.S_ISCHR(os.stat(dev).st_mode)  # still the device, not a regular file
     assert not list(tmp_path.glob("*.tmp-*"))
@@ -99,6 +91,6 @@ def test_a_symlinked_output_replaces_the_file_it_points_at_not_the_link(tmp_path
     target.write_text("{}")
     link = tmp_path / "link.json"
     link.symlink_to(target)
-    p = _dd("explain", MESSAGE, f"--json={link}")
+    p = dtype_doctor("explain", MESSAGE, f"--json={link}")
     assert p.returncode == 0, p.stderr
     assert link.is_symlink() and "matmul-dtype-mismatch" in target.read_text()

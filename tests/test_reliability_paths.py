@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from cli_process import dtype_doctor
 from dtype_doctor.cli import main
 
 MSG = "mat1 and mat2 must have the same dtype, but got Float and Half"
@@ -66,15 +66,7 @@ def test_a_script_that_empties_sys_argv(tmp_path, monkeypatch, capsys, as_module
 
 
 def _cli(*argv: str, cwd, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "dtype_doctor", *argv],
-        input=stdin,
-        capture_output=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    return dtype_doctor(*argv, cwd=cwd, stdin=stdin, text=False, timeout=120)
 
 
 def test_run_dev_stdin(tmp_path):
