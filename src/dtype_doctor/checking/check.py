@@ -341,8 +341,6 @@ class AutocastEmulation(torch.overrides.TorchFunctionMode):
 
 def _outer_files() -> set[str]:
     """Files of the frames that called check (for the CLI: the launcher, cli.py, the command)."""
-    from ..watching.provenance import short_path
-
     out, frame = set(), sys._getframe(1)
     while frame is not None:
         out.add(short_path(frame.f_code.co_filename))
