@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="[NAME=]SHAPE[:DTYPE]",
         help="a forward input, e.g. sample=2x4x64x64:float32 (positional without NAME=); repeatable. "
-        "Without --input, the usual inputs of transformers/diffusers models are made up in --dtype",
+        "Without --input, the usual inputs of transformers/diffusers models are made up in --dtype "
+        "(else in the dtype most of the model's parameters hold)",
     )
     add_output_options(parser)
     add_patch_options(parser)
