@@ -8,8 +8,10 @@ dispatch-bound the same way (tiny widths, one thread):
 - a small diffusers UNet2DConditionModel at 8x8 (tests/tiny_models.unet).
 
 Variants, interleaved round by round in one process (medians): plain; the floor of this technique
-(a no-op TorchFunctionMode plus no-op global module forward pre/post hooks); `watch` observe;
-`watch` strict; `NumericsMonitor` (numerics monitoring, its own module hooks). Printed: ms per
+(a no-op TorchFunctionMode plus no-op global module forward pre/post hooks); `watch` observe on a
+call it has not seen run clean ("observe-1st": every output tagged with the origin of its dtype);
+`watch` observe and strict on repeats of a call seen clean (every op checked, no origins tagged
+inside: watching/clean_calls.py); `NumericsMonitor` (numerics monitoring, its own module hooks). Printed: ms per
 forward, the ratio to plain and to the floor, and µs per torch call (calls counted once with a
 counting TorchFunctionMode); the same in CPU time of the process, robust to a loaded machine.
 
@@ -31,11 +33,12 @@ from torch.overrides import TorchFunctionMode
 
 from dtype_doctor import watch
 from dtype_doctor.numerics import NumericsMonitor
+from dtype_doctor.watching import clean_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tiny models live with the tests
 import tiny_models
 
-VARIANTS = ("plain", "floor", "observe", "strict", "numerics")
+VARIANTS = ("plain", "floor", "observe-1st", "observe", "strict", "numerics")
 
 
 class _NoOp(TorchFunctionMode):
@@ -94,6 +97,9 @@ def unet(device: str, dtype: torch.dtype) -> tuple:
 def _context(kind: str, model: torch.nn.Module) -> object:
     if kind == "floor":
         return Floor()
+    if kind == "observe-1st":
+        clean_calls.forget_all()  # (outside the timed part) the call has not been seen clean
+        return watch(model=model)
     if kind == "observe":
         return watch(model=model)
     if kind == "strict":

@@ -11,10 +11,17 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..errors import DtypeMismatchError
-from .compiled import compiling
+from .compiled import compiler_flags, is_dynamo_compiling
 from .contracts import CONTRACTS, Contract
 
 Tensor = torch.Tensor
+Parameter = torch.nn.Parameter
+# isinstance(x, Tensor) costs 0.2 µs for anything not exactly a Tensor (its metaclass's check
+# runs): the argument types that never are one are told by type first
+_NOT_TENSORS = frozenset(
+    {int, float, bool, str, type(None), list, tuple, dict, slice, type(...), torch.dtype, torch.Size,
+     torch.device, torch.memory_format, torch.layout}
+)  # fmt: skip
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 # contract rules that never object when every tensor operand has one dtype ("list" too, outside
 # autocast); any other rule (integer indices, a rule registered later) judges every call
@@ -91,91 +98,198 @@ def classify(func: Any) -> Any:
     return Generic(name, inplace, not inplace and name not in _NO_PROMOTION)
 
 
+# what a call of a function needs, looked up once per function for every session; the kind itself
+# (Contract, Generic, CAST) is only read off the common path
+_PASS_THROUGH = 0  # getters, sizes, hooks: nothing to check or tag
+_VIEWS = 1  # views share their base's origin
+_TAG = 2  # operands in one dtype: nothing can fail, the output is only tagged
+_TAG_OUTSIDE_AUTOCAST = 3  # a list rule: as _TAG, except under autocast
+_JUDGE = 4  # casts (a new origin when the dtype changes), rules that judge more than dtypes
+_CODES: dict[Any, int] = {}
+_KINDS: dict[Any, Any] = {}
+_CLASSIFIED_BY: list = [None]  # (classify, number of contracts) the two tables were filled by
+
+
+def _fresh_tables() -> None:
+    """Forget the classifications when contracts were registered or removed since (or classify
+    itself was replaced)."""
+    by = (classify, len(CONTRACTS))
+    if _CLASSIFIED_BY[0] != by:
+        _CODES.clear()
+        _KINDS.clear()
+        _CLASSIFIED_BY[0] = by
+
+
+def _code_of(kind: Any) -> int:
+    if kind is PASS:
+        return _PASS_THROUGH
+    if kind is VIEW:
+        return _VIEWS
+    if type(kind) is Generic:
+        return _TAG
+    if type(kind) is Contract:
+        if kind.rule in _ONE_DTYPE_PASSES:
+            return _TAG
+        if kind.rule == "list":
+            return _TAG_OUTSIDE_AUTOCAST
+    return _JUDGE
+
+
+def _classified(func: Any, on_error: Any) -> int:
+    """The code of `func`, its kind kept in _KINDS (an unhashable callable: classified each call)."""
+    try:
+        kind = PASS if type(func) is _GETTER else classify(func)
+    except Exception as exc:  # an exotic callable: let it through unwatched
+        on_error(exc)
+        kind = PASS
+    code = _code_of(kind)
+    try:
+        _KINDS[func] = kind
+        _CODES[func] = code
+    except TypeError:
+        pass
+    return code
+
+
+def _kind(func: Any) -> Any:
+    kind = _KINDS.get(func) if func.__hash__ is not None else None
+    return kind if kind is not None else classify(func)
+
+
+def _operands(args: tuple, kwargs: dict | None) -> tuple[Any, list | None, Any, bool]:
+    """(first floating tensor, all floating tensors when more than one, the first tensor's dtype,
+    whether the tensors' dtypes differ) over every tensor operand, lists included (torch.cat's)."""
+    first = None
+    floats: list | None = None
+    dt = None
+    mixed = False
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, Tensor):
+            items: Any = (a,)
+        elif type(a) is list or type(a) is tuple:
+            items = a
+        else:
+            continue
+        for x in items:
+            if isinstance(x, Tensor):
+                d = x.dtype
+                if dt is None:
+                    dt = d
+                elif d is not dt:
+                    mixed = True
+                if d.is_floating_point:
+                    if first is None:
+                        first = x
+                    elif floats is None:
+                        floats = [first, x]
+                    else:
+                        floats.append(x)
+    return first, floats, dt, mixed
+
+
 class WatchMode(TorchFunctionMode):
     def __init__(self, session: Watcher) -> None:
         super().__init__()
+        _fresh_tables()
         self.session = session
-        self.kinds: dict[Any, Any] = {}
         self._tag_uniform = session._tagger.tag_uniform  # type: ignore[attr-defined]
         self._tag_one = session._tagger.tag_one  # type: ignore[attr-defined]
-
-    def _classify(self, func: Any) -> Any:
-        try:
-            return classify(func)
-        except Exception as exc:  # an exotic callable: let it through unwatched
-            self.session.internal_error(exc)
-            return PASS
+        self._share = session.prov.share  # type: ignore[attr-defined]
+        self._call = session.call_state  # type: ignore[attr-defined]  # .lazy: a clean call's repeat
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        # a getter; dynamo tracing this (it must see the op only); or a worker thread's mode left
-        # pushed when its session stopped mid-call (the session's hooks are gone): pass through
-        if type(func) is _GETTER or compiling() or not self.session._active:
-            return func(*args, **kwargs) if kwargs else func(*args)
         try:
-            kind = self.kinds[func]
-        except KeyError:
-            kind = self.kinds[func] = self._classify(func)
-        except TypeError:  # an unhashable callable: classify it every time
-            kind = self._classify(func)
-        if kind is PASS:
+            code = _CODES[func]
+        except (KeyError, TypeError):
+            code = _classified(func, self.session.internal_error)
+        if code is _PASS_THROUGH:  # a getter, a size: nothing to see
             return func(*args, **kwargs) if kwargs else func(*args)
-        if kind is VIEW:
+        if self._call.lazy:
+            # a repeat of a root call seen clean (clean_calls): only what is new is looked at, an op
+            # whose tensors are in several dtypes or whose rule judges more; the rest runs as is
+            if code is _VIEWS:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            dt = None
+            for a in (*args, *kwargs.values()) if kwargs else args:
+                cls = type(a)
+                if cls is Tensor or cls is Parameter or (cls not in _NOT_TENSORS and isinstance(a, Tensor)):
+                    if a.dtype is not dt:
+                        if dt is not None:
+                            break
+                        dt = a.dtype
+                elif (cls is list or cls is tuple) and a and type(a[0]) is not int:
+                    break
+            else:
+                if code is _TAG or (code is _TAG_OUTSIDE_AUTOCAST and not _any_autocast()):
+                    try:
+                        return func(*args, **kwargs) if kwargs else func(*args)
+                    except Exception as exc:
+                        self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
+                        raise
+        # dynamo tracing this (it must see the op only); or a worker thread's mode left pushed when
+        # its session stopped mid-call: pass through
+        if is_dynamo_compiling() or compiler_flags._is_compiling_flag or not self.session._active:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if code is _VIEWS:
             out = func(*args, **kwargs) if kwargs else func(*args)
             if type(out) is Tensor and out._base is None and args and out is not args[0]:
                 self.session.tag_copy(args[0], out)  # advanced indexing copies: keep the origin
             return out
-        # the common case costs one pass over the operands: every tensor in one dtype, and no rule
-        # that judges more than dtypes (a pure rule cannot fail then, nor can a silent promotion)
-        first = None  # the first floating operand; `floats` only when there are more (no list per call)
-        floats: list | None = None
+        # the common case costs one pass over the operands: tensors all in one dtype, and no rule
+        # that judges more than dtypes (a pure rule cannot fail then, nor a silent promotion)
+        first = None  # the first floating operand
+        floats = None  # every floating operand, when there are several
         dt = None
         mixed = False
         for a in (*args, *kwargs.values()) if kwargs else args:
-            if isinstance(a, Tensor):
-                items: Any = (a,)
-            elif type(a) is list or type(a) is tuple:
-                items = a  # torch.cat's list
-            else:
-                continue
-            for x in items:
-                if isinstance(x, Tensor):
-                    d = x.dtype
-                    if dt is None:
-                        dt = d
-                    elif d is not dt:
-                        mixed = True
-                    if d.is_floating_point:
-                        if first is None:
-                            first = x
-                        elif floats is None:
-                            floats = [first, x]
+            cls = type(a)
+            if cls is Tensor or cls is Parameter or (cls not in _NOT_TENSORS and isinstance(a, Tensor)):
+                d = a.dtype
+                if d is dt:
+                    if first is not None:
+                        if floats is None:
+                            floats = [first, a]
                         else:
-                            floats.append(x)
-        if kwargs is None:
-            kwargs = {}
-        s = self.session
-        if (
-            not mixed
-            and kind is not CAST
-            and (
-                type(kind) is Generic
-                or kind.rule in _ONE_DTYPE_PASSES
-                or (kind.rule == "list" and not _any_autocast())
-            )
-        ):
-            try:
-                out = func(*args, **kwargs)
-            except Exception as exc:
-                s.on_failure(exc, func, kind, args, kwargs, None)
-                raise
-            try:
-                if floats is None:
-                    self._tag_one(func, kind, first, out)
+                            floats.append(a)
+                elif dt is None:
+                    dt = d
+                    if d.is_floating_point:
+                        first = a
                 else:
-                    self._tag_uniform(func, kind, floats, out)
-            except Exception as exc:
-                s.internal_error(exc)
-            return out
+                    mixed = True
+                    break
+            elif (cls is list or cls is tuple) and a and type(a[0]) is not int:
+                first, floats, dt, mixed = _operands(args, kwargs)  # torch.cat's list: the full pass
+                break
+        if mixed or (code is not _TAG and (code is _JUDGE or _any_autocast())):
+            return self._judged(func, _kind(func), args, kwargs or {})
+        try:
+            out = func(*args, **kwargs) if kwargs else func(*args)
+        except Exception as exc:
+            self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
+            raise
+        if self._call.lazy:
+            return out  # no origins inside a repeat of a clean call
+        # an output in its operands' dtype shares their origin: a lookup each, one store
+        if (
+            type(out) is Tensor
+            and first is not None
+            and out.dtype is dt
+            and (out._base is not None or self._share(first if floats is None else floats, out))
+        ):
+            return out  # a view (looked up through its base) or tagged
+        try:
+            if floats is None:
+                self._tag_one(func, _kind(func), first, out)
+            else:
+                self._tag_uniform(func, _kind(func), floats, out)
+        except Exception as exc:
+            self.session.internal_error(exc)
+        return out
+
+    def _judged(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
+        """A call with operands in several dtypes, a cast, or a rule that judges more than dtypes."""
+        s = self.session
         inputs = None
         finding = None
         try:
@@ -192,7 +306,7 @@ class WatchMode(TorchFunctionMode):
         except Exception as exc:
             s.on_failure(exc, func, kind, args, kwargs, finding)
             raise
-        if inputs is not None:
+        if inputs is not None and not self._call.lazy:
             try:
                 s.tag(func, kind, inputs, out)
             except Exception as exc:

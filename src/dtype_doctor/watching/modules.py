@@ -19,7 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ..errors import DtypeMismatchError
 from ..signatures import call_kwargs
-from .compiled import compiling
+from .compiled import compiler_flags, is_dynamo_compiling
 
 _no_torch_function = torch._C.DisableTorchFunction
 
@@ -127,6 +127,14 @@ class Names:
         return entry[1], entry[2], entry[3]
 
 
+_LEVELS = 16  # recursion allowance is added this many module levels at a time (two sys calls each)
+
+
+def _blocks(depth: int) -> int:
+    """Blocks of allowance held at this module depth (one from the first level on)."""
+    return (depth + _LEVELS - 1) // _LEVELS
+
+
 def _lower_recursion_limit(levels: int) -> None:
     """Give back what `_pre` added for the levels just left (never below what the program can use)."""
     if levels > 0:
@@ -138,16 +146,26 @@ def _lower_recursion_limit(levels: int) -> None:
 
 def _raise_recursion_limit() -> None:
     # torch's hooked call path (`inner`) is one frame more per module level than its fast path:
-    # one more level of recursion allowed, so a deep model runs as deep as it does unwatched
-    sys.setrecursionlimit(sys.getrecursionlimit() + 1)
+    # one more level of recursion allowed per level, so a deep model runs as deep as it does
+    # unwatched; given a block of levels at a time, at depths 1, 17, 33...
+    sys.setrecursionlimit(sys.getrecursionlimit() + _LEVELS)
+
+
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+_NONE: list = []  # the stack of a thread that has run no module yet (never appended to)
+
+
+class _Stacks(threading.local):
+    stack: list = _NONE
 
 
 class ModuleStack:
     """The modules being run right now, innermost last.
 
     `on_enter(module, args, kwargs_or_None, is_root)` is called for every outermost module call
-    (kwargs cost a frame lookup), `on_nested(module, args)` for the calls inside it (the hot path: it
-    runs with the TorchFunctionMode on, and the gate is asked only at the outermost call).
+    (kwargs cost a frame lookup), `on_nested(module, args)` for the calls inside it of the modules
+    in `nested_ids`, and of every module while autocast is on (the hot path: it runs with the
+    TorchFunctionMode on, and the gate is asked only at the outermost call).
     """
 
     def __init__(
@@ -157,11 +175,13 @@ class ModuleStack:
         on_exit: Callable[[nn.Module, tuple, Any], None] | None = None,
         gate: Any = None,
         on_nested: Callable[[nn.Module, tuple], None] | None = None,
+        nested_ids: set[int] | frozenset[int] = frozenset(),
     ) -> None:
-        self._local = threading.local()  # one stack per thread: threads run modules concurrently
+        self._local = _Stacks()  # one stack per thread: threads run modules concurrently
         self._gate = gate  # watch/threads.ThreadGate: which threads this stack follows
         self._on_enter = on_enter
         self._on_nested = on_nested or (lambda module, args: on_enter(module, args, None, False))
+        self._nested_ids = nested_ids
         self._on_error = on_error
         self._on_exit = on_exit  # called with (module, args, output) when an outermost call returns
         self._handles: list[Any] = []
@@ -176,38 +196,38 @@ class ModuleStack:
         for h in self._handles:
             h.remove()
         self._handles = []
-        _lower_recursion_limit(len(self.stack))
+        _lower_recursion_limit(_LEVELS * _blocks(len(self.stack)))
         self.stack.clear()
 
     @property
     def stack(self) -> list[nn.Module]:
-        try:
-            return self._local.stack
-        except AttributeError:
+        if self._local.stack is _NONE:
             self._local.stack = []
-            return self._local.stack
+        return self._local.stack
 
     @property
     def top(self) -> nn.Module | None:
-        return self.stack[-1] if self.stack else None
+        stack = self.stack
+        return stack[-1] if stack else None
 
     def _pre(self, module: nn.Module, args: tuple) -> None:
-        if compiling():  # dynamo is tracing this hook: leave the compiled graph the user's own
-            return
-        try:
-            stack = self._local.stack
-        except AttributeError:
-            stack = self._local.stack = []
+        if is_dynamo_compiling() or compiler_flags._is_compiling_flag:
+            return  # dynamo is tracing this hook: leave the compiled graph the user's own
+        stack = self._local.stack
         if stack:  # a nested call (the gate let its outermost call in): the cheap common case
-            try:
-                self._on_nested(module, args)
-            except DtypeMismatchError:
-                raise  # strict mode stops here on purpose
-            except Exception as exc:
-                self._on_error(exc)
+            if id(module) in self._nested_ids or _any_autocast():
+                try:
+                    self._on_nested(module, args)
+                except DtypeMismatchError:
+                    raise  # strict mode stops here on purpose
+                except Exception as exc:
+                    self._on_error(exc)
             stack.append(module)
-            _raise_recursion_limit()
+            if len(stack) % _LEVELS == 1:
+                _raise_recursion_limit()
             return
+        if stack is _NONE:
+            stack = self._local.stack = []
         if self._gate is not None and not self._gate.enter(True):
             return
         try:
@@ -221,17 +241,15 @@ class ModuleStack:
         _raise_recursion_limit()
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if compiling():
+        if is_dynamo_compiling() or compiler_flags._is_compiling_flag:
             return
-        try:
-            stack = self._local.stack
-        except AttributeError:
-            stack = self._local.stack = []
+        stack = self._local.stack
         depth = len(stack)
-        if stack and stack[-1] is module:
+        if depth and stack[-1] is module:
             stack.pop()
-            if stack:
-                _lower_recursion_limit(1)
+            if depth % _LEVELS == 1:
+                _lower_recursion_limit(_LEVELS)
+            if depth > 1:
                 return
             if self._on_exit is not None:
                 try:
@@ -244,7 +262,7 @@ class ModuleStack:
                 if stack[i] is module:
                     del stack[i:]
                     break
-        _lower_recursion_limit(depth - len(stack))
+            _lower_recursion_limit(_LEVELS * (_blocks(depth) - _blocks(len(stack))))
         if self._gate is not None and not stack:
             self._gate.leave(True)
 

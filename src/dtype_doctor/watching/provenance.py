@@ -10,10 +10,12 @@ and kept as (code, line) pairs until a finding needs their file names.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 import sysconfig
 import weakref
+from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
@@ -106,10 +108,15 @@ def where(frame: Frame | None) -> tuple[str | None, int | None, str | None]:
     return short_path(code.co_filename), line, code.co_name
 
 
+# which origin an output shares when several operands in its dtype have one: a model input beats
+# a parameter or buffer beats an op
+RANKS = {"input": 0, "output": 0, "parameter": 1, "buffer": 1, "op": 2}
+
+
 class Tag:
     """How a tensor got its dtype. kind: input | op | cast | promotion | parameter | buffer."""
 
-    __slots__ = ("dtype", "frame", "kind", "module", "name", "op", "parents", "user")
+    __slots__ = ("dtype", "frame", "kind", "module", "name", "op", "parents", "rank", "user")
 
     def __init__(
         self,
@@ -123,6 +130,7 @@ class Tag:
         parents: tuple[Tag, ...] = (),
     ) -> None:
         self.kind = kind
+        self.rank = RANKS.get(kind, 1)
         self.dtype = dtype
         self.op = op
         self.name = name
@@ -143,6 +151,7 @@ class ParamTag(Tag):
 
     def __init__(self, names: Any, t: torch.Tensor, dtype: torch.dtype) -> None:
         self.kind = "parameter"
+        self.rank = 1
         self.dtype = dtype
         self.op = None
         self.frame = None
@@ -187,62 +196,119 @@ def qualified_op_name(func: Any) -> str:
     return f"torch.{name}"
 
 
-class _Ref(weakref.ref):
-    """A weak reference to a tagged tensor that carries its tag: one object per tagged tensor."""
-
-    __slots__ = ("key", "tag")
+_ref = weakref.ref
+_SWEEP_AT = 1024  # entries before the first sweep of dead tensors' tags
 
 
 class Provenance:
-    """Tags by tensor identity, dropped with the tensor.
+    """Tags by tensor identity, forgotten some time after the tensor dies.
 
     The semantics of torch.utils.weak.WeakIdKeyDictionary (identity keys: tensor `==` breaks
-    weakref.WeakKeyDictionary), without building a WeakIdRef on every lookup: a lookup here
-    is id() + dict.get + a ref call, ~20× cheaper, and it runs on every torch call. The tag
-    rides on the weak reference itself, so tagging a tensor allocates one object.
+    weakref.WeakKeyDictionary), at the cost of one (weakref, tag) pair per tagged tensor: no callback
+    runs when a tensor dies (on a dispatch-bound forward that callback cost as much as the tagging);
+    the entries of dead tensors are swept when the table doubles, so it stays within twice the tags
+    alive. An id reused by a new tensor is told apart by the weak reference.
     """
 
     def __init__(self) -> None:
-        self._data: dict[int, _Ref] = {}
-        data = self._data
-
-        def drop(ref: _Ref) -> None:
-            if data.get(ref.key) is ref:
-                del data[ref.key]
-
-        self._drop = drop
+        self._data: dict[int, tuple[weakref.ref, Tag]] = {}
+        self._sweep_at = _SWEEP_AT
 
     def get(self, t: torch.Tensor) -> Tag | None:
-        ref = self._data.get(id(t))
-        if ref is not None and ref() is t:
-            return ref.tag
+        entry = self._data.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
         return None
 
     def lookup(self, t: torch.Tensor) -> Tag | None:
         """The tag of `t`, or of the tensor it is a view of (views are not tagged: too many)."""
-        ref = self._data.get(id(t))
-        if ref is not None and ref() is t:
-            return ref.tag
+        data = self._data
+        entry = data.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
         base = t._base
         if base is not None:
-            ref = self._data.get(id(base))
-            if ref is not None and ref() is base:
-                return ref.tag
+            entry = data.get(id(base))
+            if entry is not None and entry[0]() is base:
+                return entry[1]
         return None
 
     def set(self, t: torch.Tensor, tag: Tag) -> None:
-        key = id(t)
-        ref = self._data.get(key)
-        if ref is not None and ref() is t:
-            ref.tag = tag
+        data = self._data
+        data[id(t)] = (_ref(t), tag)
+        if len(data) > self._sweep_at:
+            self.sweep()
+
+    def share(self, srcs: Any, out: torch.Tensor) -> bool:
+        """Give `out`, made from `srcs` (a tensor or a list) in their dtype, the best-ranked of their
+        tags (a model input beats a parameter beats an op; a view's is its base's). False when none
+        of them has a tag: the caller decides then. The hot path: a lookup per operand, one store."""
+        if type(srcs) is not list:
+            srcs = (srcs,)
+        data = self._data
+        best = None
+        for src in srcs:
+            if out is src:
+                return True  # in-place or returned as is: its origin stands
+            entry = data.get(id(src))
+            if entry is None or entry[0]() is not src:
+                base = src._base
+                if base is None:
+                    continue
+                entry = data.get(id(base))
+                if entry is None or entry[0]() is not base:
+                    continue
+            if best is None or entry[1].rank < best.rank:
+                best = entry[1]
+        if best is None:
+            return False
+        data[id(out)] = (_ref(out), best)
+        if len(data) > self._sweep_at:
+            self.sweep()
+        return True
+
+    def sweep(self) -> None:
+        """Forget the tags of dead tensors."""
+        data = self._data
+        try:  # no snapshot of the table (tracemalloc would count its tuples in the free list)
+            dead = [key for key, entry in data.items() if entry[0]() is None]
+        except RuntimeError:  # another thread tagged meanwhile: sweep next time
             return
-        ref = _Ref(t, self._drop)
-        ref.key = key
-        ref.tag = tag
-        self._data[key] = ref
+        for key in dead:
+            entry = data.get(key)
+            if entry is not None and entry[0]() is None:
+                del data[key]
+        self._sweep_at = max(_SWEEP_AT, 2 * len(data))
+
+    def sweep_on_gc(self) -> Callable[[], None]:
+        """Sweep also after each full garbage collection; returns the undo."""
+        callback = SweepAfterGC(self)
+        gc.callbacks.append(callback)
+
+        def undo() -> None:
+            if callback in gc.callbacks:
+                gc.callbacks.remove(callback)
+
+        return undo
 
     def __len__(self) -> int:
-        return len(self._data)
+        """The tags of live tensors (dead ones wait for the next sweep)."""
+        return sum(1 for ref, _ in list(self._data.values()) if ref() is not None)
+
+
+class SweepAfterGC:
+    """A gc callback: dead tensors' tags go with each full collection. Python drops an exception
+    raised in a gc callback: a signal landing in one is sent again (run.py, IN_CALLBACK)."""
+
+    def __init__(self, prov: Provenance) -> None:
+        self.prov = prov
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "stop" and info.get("generation") == 2:
+            self.prov.sweep()
+
+
+IN_CALLBACK = (SweepAfterGC.__call__.__code__, Provenance.sweep.__code__)
 
 
 def tag_to_origin(tag: Tag, name_of: Any, depth: int = 0) -> Origin:

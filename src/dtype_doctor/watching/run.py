@@ -58,11 +58,11 @@ class Terminated(BaseException):
     """SIGTERM while the program runs: unwinds it like Ctrl-C, so the report is still written."""
 
 
-def _in_weakref_callback(frame: Any) -> bool:
-    """The signal arrived inside provenance's weakref callback, where Python drops exceptions."""
-    from .provenance import Provenance
+def _in_tool_callback(frame: Any) -> bool:
+    """The signal arrived inside provenance's gc callback, where Python drops exceptions."""
+    from .provenance import IN_CALLBACK
 
-    return frame is not None and frame.f_code is Provenance()._drop.__code__
+    return frame is not None and frame.f_code in IN_CALLBACK
 
 
 @contextlib.contextmanager
@@ -70,9 +70,9 @@ def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM raises Terminated in the program, as SIGINT raises KeyboardInterrupt (unless the program
     installed its own handlers).
 
-    Python prints and drops an exception raised inside a weakref callback; a signal that arrives in
-    the tool's own callback (provenance drops a tensor's tag there) is sent again a moment later
-    instead, so the program cannot miss it and run on.
+    Python prints and drops an exception raised inside a gc callback; a signal that arrives in the
+    tool's own (provenance asks for a sweep of dead tensors' tags there) is sent again a moment
+    later instead, so the program cannot miss it and run on.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -80,7 +80,7 @@ def terminate_as_interrupt() -> Iterator[None]:
 
     def raising(exc_type: type[BaseException]) -> Callable[[int, Any], None]:
         def handler(signum: int, frame: Any) -> None:
-            if _in_weakref_callback(frame):
+            if _in_tool_callback(frame):
                 again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
                 again.daemon = True
                 again.start()

@@ -20,7 +20,7 @@ from ..catalog.family_codes import (
 from ..errors import DtypeMismatchError
 from ..report import Finding, Report
 from ..signatures import argument_names
-from . import failures, findings, threads, warning_origin
+from . import clean_calls, failures, findings, threads, warning_origin
 from .compiled import CompileNotice
 from .contracts import LOW_DTYPES, Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
@@ -66,8 +66,11 @@ class Session:
             self.on_module_exit,
             gate=threads.ThreadGate(self),
             on_nested=self.on_nested,
+            nested_ids=self._explicit_ids,
         )
         self._tagger = Tagger(self.prov, self.names, self.stack)
+        self.repeats = clean_calls.Repeats(enabled=mode != "fix")
+        self.call_state = self.repeats.state
         self._scene = Scene(_autocast_dtype, self.stack.param_dtype, self._in_user_code)
         self._mode = WatchMode(self)
         self._seen: dict[tuple, Any] = {}
@@ -91,6 +94,7 @@ class Session:
         self._compiled = CompileNotice()
         self._forks = ForkNotice(self)
         self.stack.start()
+        self._unpatch.append(self.prov.sweep_on_gc())
         self._unpatch.append(warning_origin.redirect())  # torch's C++ warnings stay the user's
         undo = patch_grad_scaler(self)
         if undo is not None:
@@ -174,11 +178,11 @@ class Session:
             self.failed_calls.setdefault(id(root), self.calls[id(root)])
 
     def add_finding(self, finding: Finding, fix_context: findings.FixContext) -> Finding:
-        """Add a watched finding to the report (folded into an identical one); its fix context is
-        kept beside it while the session runs, for `_rerank` and the fixes' replay."""
-        kept = self.report.add(finding)
-        if kept is finding:
-            self.fix_contexts[id(finding)] = fix_context
+        """Add a watched finding to the report (folded into an identical one, see Repeats.add); its
+        fix context is kept beside it while the session runs, for `_rerank` and the fixes' replay."""
+        kept, taken = self.repeats.add(self.report, finding)
+        if taken:
+            self.fix_contexts[id(kept)] = fix_context
         return kept
 
     def _mode_exit(self) -> None:
@@ -207,6 +211,7 @@ class Session:
 
     # ---- the tool's own failures -------------------------------------------------------------
     def internal_error(self, exc: BaseException) -> None:
+        self.repeats.found()
         try:
             errors = self.report.meta.setdefault("internal_errors", [])
             if len(errors) < 20:
@@ -239,6 +244,7 @@ class Session:
                     self.names.add_root(owner)
                 self._tag_values(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
                 self.calls[id(module)] = (owner, method, (), arguments, _autocast_now())
+                self.repeats.begin(owner, (), arguments, _autocast_now(), len(self.report.findings))
                 self._check_autocast_params(module)
                 return
         if is_root:
@@ -246,6 +252,7 @@ class Session:
             self.calls[id(module)] = (module, "__call__", args, dict(kwargs or {}), _autocast_now())
             if not self._explicit:
                 self.names.add_root(module)
+            self.repeats.begin(module, args, kwargs or {}, _autocast_now(), len(self.report.findings))
         if is_root or explicit:
             names = argument_names(module) or []
             items = [(names[i] if i < len(names) else f"args[{i}]", v) for i, v in enumerate(args)]
@@ -349,7 +356,8 @@ class Session:
         path = self.names.module(module)
         key = (op, path, m.code, tuple((s.role, s.tensor.dtype) for s in slots))
         known = self._seen.get(key)
-        if known is not None:
+        if known is not None and not self.repeats.rebuild(known):
+            self.repeats.found()
             known.count += 1
             return known
         if self.mode == "fix":
@@ -446,6 +454,7 @@ class Session:
     def on_failure(
         self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
     ) -> None:
+        self.repeats.found()
         try:
             failures.on_failure(self, exc, func, kind, args, kwargs, finding)
         except Exception as err:
@@ -457,9 +466,12 @@ class Session:
                 self.report.add(finding)
 
     def on_module_exit(self, module: nn.Module, args: tuple, output: Any) -> None:
-        """An outermost module call returned: its outputs are "output of <Class> at file:line"."""
+        """An outermost module call returned: its outputs are "output of <Class> at file:line"; the
+        tags of the call's dead intermediates go (a table of one step's tags, not a sawtooth)."""
         if self._active:
+            self.repeats.end(output is not None, len(self.report.findings))
             self._tagger.tag_module_output(module, args, output)
+            self.prov.sweep()
 
 
 def _autocast_now() -> tuple:

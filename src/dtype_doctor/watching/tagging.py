@@ -23,7 +23,6 @@ from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualifi
 Tensor = torch.Tensor
 Parameter = torch.nn.Parameter
 
-_RANK = {"input": 0, "output": 0, "parameter": 1, "buffer": 1, "op": 2}  # which same-dtype origin wins
 _MAX_DEPTH = 6  # origin chains longer than this are cut (a loop that re-casts a carried tensor)
 _DTYPE_OF = re.compile(r"\.(?:to|type)\(\s*(?:dtype\s*=\s*)?([A-Za-z_]\w*)\.dtype\s*[,)]")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=[^=]")
@@ -150,12 +149,9 @@ class Tagger:
         if out.dtype is not i.dtype:
             self.tag(func, kind, [i], out)  # the op decided a new dtype
             return
-        data = self.prov._data  # Provenance.lookup/set inlined: this runs after most torch calls
-        ref = data.get(id(i))
-        if ref is not None and ref() is i:
-            parent = ref.tag
-        else:
-            parent = self.prov.lookup(i) or self._parameter_tag((i,), i.dtype)
+        if self.prov.share(i, out):
+            return
+        parent = self.prov.lookup(i) or self._parameter_tag((i,), i.dtype)
         if parent is None:  # made during the run from an untracked tensor: its dtype is born here
             self._new_tag(func, kind, (i,), out, False)
             return
@@ -176,25 +172,14 @@ class Tagger:
         for i in inputs:
             if out is i:
                 return  # in-place or returned as is: its origin stands
-        # _best_tag inlined (every input has dtype `dt` here): a model input beats a parameter
-        # beats an op
-        data = self.prov._data
+        # _best_tag inlined (every input has dtype `dt` here)
+        lookup = self.prov.lookup
         parent = None
-        rank = 9
         for i in inputs:
-            ref = data.get(id(i))
-            if ref is None or ref() is not i:
-                b = i._base
-                if b is None:
-                    continue
-                ref = data.get(id(b))
-                if ref is None or ref() is not b:
-                    continue
-            t = ref.tag
-            r = _RANK.get(t.kind, 1)
-            if r < rank:
-                parent, rank = t, r
-                if r == 0:
+            t = lookup(i)
+            if t is not None and (parent is None or t.rank < parent.rank):
+                parent = t
+                if t.rank == 0:
                     break
         if parent is None:
             parent = self._parameter_tag(inputs, dt)
@@ -209,17 +194,14 @@ class Tagger:
         lookup = self.prov.lookup
         parent = None
         same = False
-        rank = 9
         for i in inputs:
             if i.dtype == dt:
                 same = True
                 t = lookup(i)
-                if t is not None:
-                    r = _RANK.get(t.kind, 1)
-                    if r < rank:
-                        parent, rank = t, r
-                        if r == 0:
-                            break
+                if t is not None and (parent is None or t.rank < parent.rank):
+                    parent = t
+                    if t.rank == 0:
+                        break
         return parent, same
 
     def _dtype_from_other(self, o: torch.Tensor) -> bool:
