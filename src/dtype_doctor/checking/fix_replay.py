@@ -3,8 +3,9 @@
 The fixes are written in the user's names: the variable the factory returns (pasted in the factory,
 before its `return`), or `model` where the factory is called (`model = build()`). Each of the first few
 is applied to a copy of the meta mirror (the factory's own globals in scope, under
-`torch.device("meta")`) and the dry run is run again; it passes when no error is left. Meta has no
-values, so the error against float32 cannot be measured: the verdict says so.
+`torch.device("meta")`) and the dry run is run again, in strict mode: it stops at the first error
+left, so a failing fix costs little; it passes when no error is left. Meta has no values, so the error
+against float32 cannot be measured: the verdict says so.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..watching.snippets import renamed
 
 TRIED = 4
 PASSES = "verified: the dry run passes with this fix (dtypes only; error vs fp32 not measurable on meta)"
-DryRun = Callable[[nn.Module, dict, Report], None]  # (model, keyword inputs, report)
+DryRun = Callable[[nn.Module, dict, Report, str], None]  # (model, keyword inputs, report, watch mode)
 # the factory a module given to check was built by (the CLI builds it first): fixes use its names
 made_by: ContextVar[Any] = ContextVar("made_by", default=None)
 
@@ -161,15 +162,29 @@ def replay(
 
 
 def _verdict(dry_run: DryRun, model: nn.Module, kw: dict) -> tuple[bool | None, str]:
-    again = Report(tool="check")
-    with _no_nested_verify():
-        dry_run(model, kw, again)
-    left = [f for f in again.findings if f.severity == Severity.ERROR or f.code == CHECK_INCOMPLETE]
+    """Replayed in strict mode, a failing fix fails at its first error; a replay that strict mode
+    stopped at a warning (a silent promotion) is run again whole in fix mode, which goes past it."""
+    again = _replayed(dry_run, model, kw, "strict")
+    if not _left(again) and again.meta.get("raised"):
+        again = _replayed(dry_run, model, kw, "fix")
+    left = _left(again)
     if left:
         f = left[0]
         where = f" in '{f.location.module}'" if f.location is not None and f.location.module else ""
         return False, f"fails: the dry run with this fix still reports {f.code}{where}"
     return True, PASSES
+
+
+def _replayed(dry_run: DryRun, model: nn.Module, kw: dict, mode: str) -> Report:
+    again = Report(tool="check")
+    with _no_nested_verify():
+        dry_run(model, kw, again, mode)
+    return again
+
+
+def _left(report: Report) -> list[Finding]:
+    """What makes a replay fail: an error, or a dry run that did not complete."""
+    return [f for f in report.findings if f.severity == Severity.ERROR or f.code == CHECK_INCOMPLETE]
 
 
 def input_fixes(finding: Finding, kw: dict, flags: dict[str, str] | None) -> list[Fix]:
