@@ -211,3 +211,15 @@ def test_a_replay_strict_mode_stopped_at_a_warning_runs_again_whole_and_fails_at
     verified, verification = _verdict(dry_run, torch.nn.Linear(2, 2), {})
     assert modes == ["strict", "fix"]
     assert verified is False and "matmul-dtype-mismatch in 'head'" in verification
+
+
+def test_past_the_replay_budget_only_the_first_fix_is_replayed_and_the_rest_say_so(tmp_path, monkeypatch):
+    from dtype_doctor.checking import fix_replay
+
+    monkeypatch.setattr(fix_replay, "BUDGET_S", 0.0)  # as on a huge model: one dry run's time is all
+    _path, build = _factory(tmp_path, "llama_budget", LLAMA, "build")
+    fixes = dd.check(build, dtype=None, input_ids=torch.tensor([[1, 2]])).errors[0].fixes
+    assert fixes[0].verified is True and fixes[0].verification == PASSES
+    budget = [f for f in fixes if f.verification.startswith("not verified (budget")]
+    assert budget and all(f.verified is not True for f in budget)
+    assert [f for f in fixes if f.verification == PASSES] == [fixes[0]]

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import functools
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -95,7 +96,9 @@ def check(
     report.sections.append(dtype_map(mirror))  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
+    started = time.perf_counter()
     _dry_run(mirror, args, kw, report, autocast, device_type)
+    dry_run_s = time.perf_counter() - started
     if input_flags is not None:
         name_cli_inputs(report, input_flags, _outer_files())
     report.findings = fold_repeated_blocks(report).findings  # one finding per repeated block
@@ -108,6 +111,7 @@ def check(
         lambda m, k, r, mode: _dry_run(m, args, k, r, autocast, device_type, mode),
         kw,
         dict(input_flags or {}),
+        dry_run_s,
     )
     from ..watching import fp32_error
 
