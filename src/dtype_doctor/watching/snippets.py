@@ -34,11 +34,11 @@ def refusal(
     device: str,
     names: set[str] | None,
     scope: dict[str, Any] | None = None,
-    dtypes: dict[int, set[torch.dtype]] | None = None,
+    known: dict[tuple, bool] | None = None,
 ) -> str | None:
     """Why the snippet cannot work when pasted, or None when it passes the static check.
 
-    dtypes: the floating dtypes of the modules in `scope` already looked at (id -> set), filled in."""
+    known: (id of a module in `scope`, dtype) -> whether it is all that dtype already, filled in."""
     if fix.language != "python" or not fix.snippet.strip():
         return None
     code = "\n".join(line.split("#")[0] for line in fix.snippet.splitlines())
@@ -63,7 +63,7 @@ def refusal(
             if m is None:
                 continue
             want = m.group(2) or _METHOD.get(m.group(3) or "", "")
-            if _already(scope, m.group(1), want, {} if dtypes is None else dtypes):
+            if _already(scope, m.group(1), want, {} if known is None else known):
                 return f"{m.group(1)} is already {want}"
     if names is not None:
         missing = (_loaded(fix.snippet) or set()) - names
@@ -99,17 +99,20 @@ def _loaded(snippet: str) -> frozenset[str] | None:
     return frozenset(names) if names is not None else None
 
 
-def _already(scope: dict[str, Any], expr: str, dtype: str, dtypes: dict[int, set[torch.dtype]]) -> bool:
+def _already(scope: dict[str, Any], expr: str, dtype: str, known: dict[tuple, bool]) -> bool:
     head, *rest = expr.split(".")
     obj = scope.get(head)
     for part in rest:
         obj = getattr(obj, part, None)
     if not isinstance(obj, nn.Module):
         return False
-    dts = dtypes.get(id(obj))
-    if dts is None:  # a whole model's parameters: walked once per keep_acceptable, not per snippet
-        dts = dtypes[id(obj)] = {p.dtype for p in obj.parameters() if p.is_floating_point()}
-    return bool(dts) and dts == {getattr(torch, dtype, None)}
+    key = (id(obj), dtype)
+    if key not in known:  # a whole model's parameters: walked once per keep_acceptable, not per snippet
+        want = getattr(torch, dtype, None)
+        floats = (p.dtype for p in obj.parameters() if p.is_floating_point())
+        first = next(floats, None)  # stops at the first parameter of another dtype
+        known[key] = first is not None and first == want and all(d == want for d in floats)
+    return known[key]
 
 
 def keep_acceptable(
@@ -118,11 +121,11 @@ def keep_acceptable(
     """The fixes that pass the static check; when none does, the ones torch accepts (names unchecked)."""
     seen: set[str] = set()
     fixes = [f for f in fixes if not f.snippet.strip() or _first(f.snippet.strip(), seen)]  # one of each
-    dtypes: dict[int, set[torch.dtype]] = {}
-    ok = [f for f in fixes if refusal(f, device, names, scope, dtypes) is None]
+    known: dict[tuple, bool] = {}
+    ok = [f for f in fixes if refusal(f, device, names, scope, known) is None]
     if ok:
         return ok
-    return [f for f in fixes if refusal(f, device, None, scope, dtypes) is None]
+    return [f for f in fixes if refusal(f, device, None, scope, known) is None]
 
 
 def _first(code: str, seen: set[str]) -> bool:
