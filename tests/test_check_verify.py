@@ -183,3 +183,43 @@ def test_made_up_inputs_take_the_dtype_most_of_the_model_holds(tmp_path, monkeyp
     }
     assert [(f.code, f.location.module) for f in report.errors] == [("conv-bias-dtype-mismatch", "conv_out")]
     assert "unet.conv_out.to(torch.float16)" in _top(report).snippet
+
+
+def test_a_replay_strict_mode_stopped_at_a_warning_runs_again_whole_and_fails_at_the_error_after_it():
+    # a replay runs in strict mode (a failing fix fails at its first error); strict also stops at a
+    # silent promotion, a warning, and an error may come after it: then the whole replay runs in fix mode
+    from dtype_doctor.checking.fix_replay import _verdict
+    from dtype_doctor.report import Finding, Location, Severity
+
+    modes = []
+
+    def dry_run(model, kw, report, mode):
+        modes.append(mode)
+        report.add(Finding(code="silent-promotion", severity=Severity.WARNING, title="promotion"))
+        if mode == "strict":
+            report.meta["raised"] = "DtypeMismatchError"
+            return
+        report.add(
+            Finding(
+                code="matmul-dtype-mismatch",
+                severity=Severity.ERROR,
+                title="mismatch",
+                location=Location(module="head"),
+            )
+        )
+
+    verified, verification = _verdict(dry_run, torch.nn.Linear(2, 2), {})
+    assert modes == ["strict", "fix"]
+    assert verified is False and "matmul-dtype-mismatch in 'head'" in verification
+
+
+def test_past_the_replay_budget_only_the_first_fix_is_replayed_and_the_rest_say_so(tmp_path, monkeypatch):
+    from dtype_doctor.checking import fix_replay
+
+    monkeypatch.setattr(fix_replay, "BUDGET_S", 0.0)  # as on a huge model: one dry run's time is all
+    _path, build = _factory(tmp_path, "llama_budget", LLAMA, "build")
+    fixes = dd.check(build, dtype=None, input_ids=torch.tensor([[1, 2]])).errors[0].fixes
+    assert fixes[0].verified is True and fixes[0].verification == PASSES
+    budget = [f for f in fixes if f.verification.startswith("not verified (budget")]
+    assert budget and all(f.verified is not True for f in budget)
+    assert [f for f in fixes if f.verification == PASSES] == [fixes[0]]

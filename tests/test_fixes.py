@@ -238,3 +238,24 @@ def test_verified_fixes_come_first_and_say_what_the_replay_found(reports):
             marks = [x.verified for x in f.fixes]
             assert False not in marks[:1], (name, [(x.title, x.verification) for x in f.fixes])
             assert all(x.verification for x in f.fixes if x.verified is not None)
+
+
+def test_a_conversion_to_the_dtype_the_model_has_is_refused_and_others_are_not():
+    from dtype_doctor.watching.snippets import keep_acceptable, refusal
+
+    half, mixed, empty = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)).half(), nn.Sequential(), nn.ReLU()
+    mixed.add_module("a", nn.Linear(2, 2).half())
+    mixed.add_module("b", nn.Linear(2, 2))
+
+    def fix(snippet: str) -> Fix:
+        return Fix(title="t", snippet=snippet, why="w", language="python")
+
+    scope = {"model": half, "mixed": mixed, "empty": empty}
+    assert refusal(fix("model.half()"), "cpu", None, scope) == "model is already float16"
+    assert refusal(fix("model = model.to(torch.float16)"), "cpu", None, scope) == "model is already float16"
+    for snippet in ("model.float()", "mixed.half()", "mixed.float()", "empty.half()", "model[0].bfloat16()"):
+        assert refusal(fix(snippet), "cpu", None, scope) is None, snippet
+    kept = keep_acceptable(
+        [fix("model.half()"), fix("model.float()"), fix("mixed.half()")], "cpu", None, scope
+    )
+    assert [f.snippet for f in kept] == ["model.float()", "mixed.half()"]

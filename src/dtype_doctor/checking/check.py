@@ -13,6 +13,7 @@ import contextlib
 import copy
 import functools
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -22,7 +23,7 @@ from torch import nn
 from .. import catalog
 from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..dtypes import dtype_name, to_torch_dtype
-from ..errors import DoctorError
+from ..errors import DoctorError, DtypeMismatchError
 from ..inputs import meta_inputs
 from ..loading import call_factory
 from ..processors import fold_repeated_blocks
@@ -95,7 +96,9 @@ def check(
     report.sections.append(dtype_map(mirror))  # the checked dtypes, folded; the HTML draws the tree
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
+    started = time.perf_counter()
     _dry_run(mirror, args, kw, report, autocast, device_type)
+    dry_run_s = time.perf_counter() - started
     if input_flags is not None:
         name_cli_inputs(report, input_flags, _outer_files())
     report.findings = fold_repeated_blocks(report).findings  # one finding per repeated block
@@ -105,9 +108,10 @@ def check(
         report,
         mirror,
         model_or_factory,
-        lambda m, k, r: _dry_run(m, args, k, r, autocast, device_type),
+        lambda m, k, r, mode: _dry_run(m, args, k, r, autocast, device_type, mode),
         kw,
         dict(input_flags or {}),
+        dry_run_s,
     )
     from ..watching import fp32_error
 
@@ -235,9 +239,18 @@ def _describe_inputs(args: tuple, kwargs: dict) -> dict[str, str]:
 
 
 def _dry_run(
-    model: nn.Module, args: tuple, kwargs: dict, report: Report, autocast: Any, device_type: str = "cuda"
+    model: nn.Module,
+    args: tuple,
+    kwargs: dict,
+    report: Report,
+    autocast: Any,
+    device_type: str = "cuda",
+    mode: str = "fix",
 ) -> None:
-    session = _fix_session(model, report)
+    """mode "fix" lists every mismatch; "strict" (a fix's replay) stops at the first one, reported."""
+    from ..watching import watch
+
+    session = watch(model=model, mode=mode, report=report)
     # entered after watch, so it sees each call first: the contracts get the autocast dtypes
     emulate = (
         AutocastEmulation(to_torch_dtype(autocast), device_type)
@@ -249,7 +262,8 @@ def _dry_run(
         with torch.no_grad(), _room_for(model), session, emulate, hybrid() as log:
             model(*args, **kwargs)
     except Exception as exc:  # the dry run stopped: say where, keep what was found
-        report.add(_incomplete(exc, model))
+        if not (mode == "strict" and isinstance(exc, DtypeMismatchError)):
+            report.add(_incomplete(exc, model))
     if log is not None and log.items:
         report.meta["assumptions"] = [vars(a) for a in log.items.values()]
         notes = report.meta.setdefault("notes", [])
@@ -257,12 +271,6 @@ def _dry_run(
             where = f" at {short_path(a.file)}:{a.line}" if a.file else ""
             times = f" (x{a.count})" if a.count > 1 else ""
             notes.append(f"assumed: {a.op}{where}: {a.what}{times}")
-
-
-def _fix_session(model: nn.Module, report: Report):
-    from ..watching import watch
-
-    return watch(model=model, mode="fix", report=report)
 
 
 def _incomplete(exc: BaseException, model: nn.Module) -> Finding:

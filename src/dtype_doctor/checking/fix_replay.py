@@ -3,8 +3,9 @@
 The fixes are written in the user's names: the variable the factory returns (pasted in the factory,
 before its `return`), or `model` where the factory is called (`model = build()`). Each of the first few
 is applied to a copy of the meta mirror (the factory's own globals in scope, under
-`torch.device("meta")`) and the dry run is run again; it passes when no error is left. Meta has no
-values, so the error against float32 cannot be measured: the verdict says so.
+`torch.device("meta")`) and the dry run is run again, in strict mode: it stops at the first error
+left, so a failing fix costs little; it passes when no error is left. Meta has no values, so the error
+against float32 cannot be measured: the verdict says so.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import copy
 import inspect
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -29,8 +31,9 @@ from ..watching.provenance import short_path
 from ..watching.snippets import renamed
 
 TRIED = 4
+BUDGET_S = 1.0  # the replays' time, at least (see verify_top)
 PASSES = "verified: the dry run passes with this fix (dtypes only; error vs fp32 not measurable on meta)"
-DryRun = Callable[[nn.Module, dict, Report], None]  # (model, keyword inputs, report)
+DryRun = Callable[[nn.Module, dict, Report, str], None]  # (model, keyword inputs, report, watch mode)
 # the factory a module given to check was built by (the CLI builds it first): fixes use its names
 made_by: ContextVar[Any] = ContextVar("made_by", default=None)
 
@@ -130,28 +133,46 @@ def _no_nested_verify() -> Iterator[None]:
         state.on = old
 
 
-def replay(
-    fix: Fix, mirror: nn.Module, name: str, scope: dict[str, Any], dry_run: DryRun, kw: dict
-) -> tuple[bool | None, str]:
-    """Apply the fix to a copy of the mirror (an --input fix: to that input) and run the dry run again."""
-    cast = getattr(fix, "dd_input", None)
-    if cast is not None:  # (input name, dtype): the dry run again with that input in that dtype
-        return _verdict(dry_run, mirror, {**kw, cast[0]: kw[cast[0]].to(cast[1])})
+def unreplayable(fix: Fix, name: str, scope: dict[str, Any]) -> str | None:
+    """Why the fix cannot be replayed, known before anything runs; None when it can be."""
+    if getattr(fix, "dd_input", None) is not None:
+        return None
     missing = _missing(fix, name, scope)
     if missing:
         where = ", ".join(f"`{n}`" for n in missing)
-        return None, f"not verified (names {where}, which the factory does not have)"
+        return f"not verified (names {where}, which the factory does not have)"
     try:
         tree = ast.parse(fix.snippet)
     except SyntaxError:
-        return None, "not verified (does not parse)"
+        return "not verified (does not parse)"
     if any(isinstance(n, (ast.With, ast.AsyncWith)) for n in ast.walk(tree)):
-        return None, "not verified (a context to run the model under: check cannot replay your call)"
-    twin = copy.deepcopy(mirror)
+        return "not verified (a context to run the model under: check cannot replay your call)"
+    return None
+
+
+def replay(
+    fix: Fix,
+    mirror: nn.Module,
+    name: str,
+    scope: dict[str, Any],
+    dry_run: DryRun,
+    kw: dict,
+    last: bool = False,
+) -> tuple[bool | None, str]:
+    """Apply the fix to a copy of the mirror (an --input fix: to that input) and run the dry run again.
+
+    last: the mirror is not needed after this replay: the fix is applied to it, not to a copy."""
+    why_not = unreplayable(fix, name, scope)
+    if why_not is not None:
+        return None, why_not
+    cast = getattr(fix, "dd_input", None)
+    if cast is not None:  # (input name, dtype): the dry run again with that input in that dtype
+        return _verdict(dry_run, mirror, {**kw, cast[0]: kw[cast[0]].to(cast[1])})
+    twin = mirror if last else copy.deepcopy(mirror)
     ns: dict[str, Any] = {**scope, "torch": torch, "nn": nn, name: twin}
     try:
         with torch.device("meta"), torch.no_grad():
-            exec(compile(tree, "<fix>", "exec"), ns)
+            exec(compile(fix.snippet, "<fix>", "exec"), ns)
     except Exception as exc:
         return False, f"fails: the fix itself raised {type(exc).__name__}: {str(exc)[:120]}"
     model = ns.get(name)
@@ -161,15 +182,29 @@ def replay(
 
 
 def _verdict(dry_run: DryRun, model: nn.Module, kw: dict) -> tuple[bool | None, str]:
-    again = Report(tool="check")
-    with _no_nested_verify():
-        dry_run(model, kw, again)
-    left = [f for f in again.findings if f.severity == Severity.ERROR or f.code == CHECK_INCOMPLETE]
+    """Replayed in strict mode, a failing fix fails at its first error; a replay that strict mode
+    stopped at a warning (a silent promotion) is run again whole in fix mode, which goes past it."""
+    again = _replayed(dry_run, model, kw, "strict")
+    if not _left(again) and again.meta.get("raised"):
+        again = _replayed(dry_run, model, kw, "fix")
+    left = _left(again)
     if left:
         f = left[0]
         where = f" in '{f.location.module}'" if f.location is not None and f.location.module else ""
         return False, f"fails: the dry run with this fix still reports {f.code}{where}"
     return True, PASSES
+
+
+def _replayed(dry_run: DryRun, model: nn.Module, kw: dict, mode: str) -> Report:
+    again = Report(tool="check")
+    with _no_nested_verify():
+        dry_run(model, kw, again, mode)
+    return again
+
+
+def _left(report: Report) -> list[Finding]:
+    """What makes a replay fail: an error, or a dry run that did not complete."""
+    return [f for f in report.findings if f.severity == Severity.ERROR or f.code == CHECK_INCOMPLETE]
 
 
 def input_fixes(finding: Finding, kw: dict, flags: dict[str, str] | None) -> list[Fix]:
@@ -204,8 +239,14 @@ def verify_top(
     dry_run: DryRun,
     kw: dict | None = None,
     flags: dict[str, str] | None = None,
+    dry_run_s: float = 0.0,
 ) -> None:
-    """Write the first error finding's fixes in the user's names, try them, put the passing ones first."""
+    """Write the first error finding's fixes in the user's names, try them, put the passing ones first.
+
+    The mirror is given away: the last replay applies its fix to it, not to a copy. dry_run_s: how
+    long the check's own dry run took. The first fix is always replayed; another only while the time
+    spent so far plus one more dry run stays within max(BUDGET_S, dry_run_s) (a failing fix fails
+    fast, a passing one costs a whole dry run): on a huge model only the first fix is replayed."""
     first = next(
         (f for f in report.findings if f.severity == Severity.ERROR and f.code != CHECK_INCOMPLETE), None
     )
@@ -221,17 +262,25 @@ def verify_top(
     seen: set[str] = set()
     fixes = [f for f in fixes if not (f.snippet and f.snippet in seen) and not seen.add(f.snippet)]
     fixes = [_with_import(f, scope) if f.language == "python" else f for f in fixes]
-    tried = 0
+    runnable = [f for f in fixes if (f.language == "python" or hasattr(f, "dd_input")) and f.snippet.strip()]
+    tried = runnable[:TRIED]
+    started = time.perf_counter()
     for fix in fixes:
-        if (fix.language != "python" and not hasattr(fix, "dd_input")) or not fix.snippet.strip():
+        if not any(fix is f for f in runnable):
             fix.verification = fix.verification or "not verified (not Python code to replay)"
             continue
-        if tried >= TRIED:
+        if not any(fix is f for f in tried):
             fix.verification = "not verified (only the first fixes are)"
             continue
-        tried += 1
+        spent = time.perf_counter() - started
+        if fix is not tried[0] and spent + dry_run_s > max(BUDGET_S, dry_run_s):
+            fix.verified = None
+            fix.verification = unreplayable(fix, name, scope) or (
+                "not verified (budget: each replay is a dry run of the whole model)"
+            )
+            continue
         try:
-            fix.verified, fix.verification = replay(fix, mirror, name, scope, dry_run, kw)
+            fix.verified, fix.verification = replay(fix, mirror, name, scope, dry_run, kw, fix is tried[-1])
         except Exception as exc:  # the tool's own trouble: never at the cost of the report
             fix.verified, fix.verification = None, f"not verified ({type(exc).__name__} in the replay)"
         if fix.verified and where and fix.language == "python" and not getattr(fix, "dd_replaces", False):

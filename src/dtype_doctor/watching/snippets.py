@@ -8,6 +8,7 @@ to the dtype it already has, or reads a variable the user's frame does not have.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Any
 
@@ -28,17 +29,22 @@ _CONVERT = re.compile(
 _METHOD = {"half": "float16", "float": "float32", "bfloat16": "bfloat16"}
 
 
-def refusal(fix: Fix, device: str, names: set[str] | None, scope: dict[str, Any] | None = None) -> str | None:
-    """Why the snippet cannot work when pasted, or None when it passes the static check."""
+def refusal(
+    fix: Fix,
+    device: str,
+    names: set[str] | None,
+    scope: dict[str, Any] | None = None,
+    known: dict[tuple, bool] | None = None,
+) -> str | None:
+    """Why the snippet cannot work when pasted, or None when it passes the static check.
+
+    known: (id of a module in `scope`, dtype) -> whether it is all that dtype already, filled in."""
     if fix.language != "python" or not fix.snippet.strip():
         return None
     code = "\n".join(line.split("#")[0] for line in fix.snippet.splitlines())
-    try:
-        tree = ast.parse(fix.snippet)
-    except SyntaxError:
-        return "does not parse"
-    if any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree)):
-        return "a placeholder (...) instead of your arguments"
+    unfit = _unparsable(fix.snippet)
+    if unfit:
+        return unfit
     for m in _AUTOCAST.finditer(code):
         dev, dt = m.group(1), m.group(2)
         if dev not in ("cpu", "cuda", "xpu", "mps") or dev != device:
@@ -54,10 +60,13 @@ def refusal(fix: Fix, device: str, names: set[str] | None, scope: dict[str, Any]
     if scope is not None:
         for line in code.splitlines():
             m = _CONVERT.match(line)
-            if m and _already(scope, m.group(1), m.group(2) or _METHOD.get(m.group(3) or "", "")):
-                return f"{m.group(1)} is already {m.group(2) or _METHOD[m.group(3)]}"
+            if m is None:
+                continue
+            want = m.group(2) or _METHOD.get(m.group(3) or "", "")
+            if _already(scope, m.group(1), want, {} if known is None else known):
+                return f"{m.group(1)} is already {want}"
     if names is not None:
-        missing = (loaded_names(fix.snippet) or set()) - names
+        missing = (_loaded(fix.snippet) or set()) - names
         if missing:
             return "names what your code does not have: " + ", ".join(sorted(missing))
     return None
@@ -71,15 +80,39 @@ def _cpu_fp16_autocast() -> bool:
         return False
 
 
-def _already(scope: dict[str, Any], expr: str, dtype: str) -> bool:
+@functools.lru_cache(maxsize=1024)
+def _unparsable(snippet: str) -> str | None:
+    """Why the snippet, as text, cannot be pasted: it does not parse or holds a placeholder (cached: a
+    run with many mismatches checks the same few snippets for each)."""
+    try:
+        tree = ast.parse(snippet)
+    except SyntaxError:
+        return "does not parse"
+    if any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree)):
+        return "a placeholder (...) instead of your arguments"
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _loaded(snippet: str) -> frozenset[str] | None:
+    names = loaded_names(snippet)
+    return frozenset(names) if names is not None else None
+
+
+def _already(scope: dict[str, Any], expr: str, dtype: str, known: dict[tuple, bool]) -> bool:
     head, *rest = expr.split(".")
     obj = scope.get(head)
     for part in rest:
         obj = getattr(obj, part, None)
     if not isinstance(obj, nn.Module):
         return False
-    dts = {p.dtype for p in obj.parameters() if p.is_floating_point()}
-    return bool(dts) and dts == {getattr(torch, dtype, None)}
+    key = (id(obj), dtype)
+    if key not in known:  # a whole model's parameters: walked once per keep_acceptable, not per snippet
+        want = getattr(torch, dtype, None)
+        floats = (p.dtype for p in obj.parameters() if p.is_floating_point())
+        first = next(floats, None)  # stops at the first parameter of another dtype
+        known[key] = first is not None and first == want and all(d == want for d in floats)
+    return known[key]
 
 
 def keep_acceptable(
@@ -88,10 +121,11 @@ def keep_acceptable(
     """The fixes that pass the static check; when none does, the ones torch accepts (names unchecked)."""
     seen: set[str] = set()
     fixes = [f for f in fixes if not f.snippet.strip() or _first(f.snippet.strip(), seen)]  # one of each
-    ok = [f for f in fixes if refusal(f, device, names, scope) is None]
+    known: dict[tuple, bool] = {}
+    ok = [f for f in fixes if refusal(f, device, names, scope, known) is None]
     if ok:
         return ok
-    return [f for f in fixes if refusal(f, device, None, scope) is None]
+    return [f for f in fixes if refusal(f, device, None, scope, known) is None]
 
 
 def _first(code: str, seen: set[str]) -> bool:
