@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from ..report import Fix
+from . import call_memo
 from .contracts.core import LOW_DTYPES
 from .names import attr_path, expression_for, module_modules, passed_inputs
 from .provenance import short_path
@@ -117,6 +118,11 @@ def majority(modules: list[nn.Module], skip: set[int] | None = None) -> torch.dt
                 seen.add(id(p))
                 count[p.dtype] += p.numel()
     return count.most_common(1)[0][0] if count else None
+
+
+def root_majority(root: nn.Module) -> torch.dtype | None:
+    """majority([root]), once per root call (call_memo)."""
+    return call_memo.remembered(root, "majority", lambda: majority([root]))
 
 
 def islands(model: nn.Module, dtype: torch.dtype) -> list[str]:

@@ -152,7 +152,7 @@ def build(
     ufile, uline, _ = where(user)
     path = names.module(module)
     frames = user_frames(2)
-    want = _safe(lambda: blame.majority([root]) if root is not None else None)
+    want = _safe(lambda: blame.root_majority(root) if root is not None else None)
     if (
         expected is not None
         and want in blame.LOW_DTYPES

@@ -20,7 +20,7 @@ from ..catalog.family_codes import (
 from ..errors import DtypeMismatchError
 from ..report import Finding, Report
 from ..signatures import argument_names
-from . import clean_calls, failures, findings, threads, warning_origin
+from . import call_memo, clean_calls, failures, findings, threads, warning_origin
 from .compiled import CompileNotice
 from .contracts import LOW_DTYPES, Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
@@ -244,6 +244,7 @@ class Session:
                     self.names.add_root(owner)
                 self._tag_values(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
                 self.calls[id(module)] = (owner, method, (), arguments, _autocast_now())
+                call_memo.forget()
                 self.repeats.begin(owner, (), arguments, _autocast_now(), len(self.report.findings))
                 self._check_autocast_params(module)
                 return
@@ -252,6 +253,7 @@ class Session:
             self.calls[id(module)] = (module, "__call__", args, dict(kwargs or {}), _autocast_now())
             if not self._explicit:
                 self.names.add_root(module)
+            call_memo.forget()
             self.repeats.begin(module, args, kwargs or {}, _autocast_now(), len(self.report.findings))
         if is_root or explicit:
             names = argument_names(module) or []
@@ -470,6 +472,7 @@ class Session:
         tags of the call's dead intermediates go (a table of one step's tags, not a sawtooth)."""
         if self._active:
             self.repeats.end(output is not None, len(self.report.findings))
+            call_memo.forget()
             self._tagger.tag_module_output(module, args, output)
             self.prov.sweep()
 

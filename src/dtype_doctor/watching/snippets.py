@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..report import Fix
+from . import call_memo
 from .names import loaded_names
 
 _AUTOCAST = re.compile(
@@ -107,12 +108,17 @@ def _already(scope: dict[str, Any], expr: str, dtype: str, known: dict[tuple, bo
     if not isinstance(obj, nn.Module):
         return False
     key = (id(obj), dtype)
-    if key not in known:  # a whole model's parameters: walked once per keep_acceptable, not per snippet
-        want = getattr(torch, dtype, None)
-        floats = (p.dtype for p in obj.parameters() if p.is_floating_point())
-        first = next(floats, None)  # stops at the first parameter of another dtype
-        known[key] = first is not None and first == want and all(d == want for d in floats)
+    if key not in known:  # a whole model's parameters: walked once per root call, not per snippet
+        known[key] = call_memo.remembered(
+            obj, f"all {dtype}", lambda: _all_in(obj, getattr(torch, dtype, None))
+        )
     return known[key]
+
+
+def _all_in(module: nn.Module, want: Any) -> bool:
+    floats = (p.dtype for p in module.parameters() if p.is_floating_point())
+    first = next(floats, None)  # stops at the first parameter of another dtype
+    return first is not None and first == want and all(d == want for d in floats)
 
 
 def keep_acceptable(
