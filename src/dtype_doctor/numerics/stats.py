@@ -6,13 +6,14 @@ One row per tensor: [abs-max, smallest non-zero magnitude, count below the small
 
 from __future__ import annotations
 
+import array
 import math
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ..tensors import iter_tensors
+from ..tensors import LEAVES, iter_tensors
 
 ABSMAX, MIN_NONZERO, N_TINY, N_ZERO, MAX = range(5)
 
@@ -86,11 +87,13 @@ def read_rows(rows: list[torch.Tensor]) -> list[list[float]]:
     return out
 
 
-def measured_tensors(obj: Any) -> Iterator[torch.Tensor]:
+def measured_tensors(obj: Any) -> Sequence[torch.Tensor]:
     """Floating tensors in a module's inputs or outputs, three containers deep at most."""
-    if isinstance(obj, torch.Tensor):  # the common case, on every module call: no generator chain
-        return iter((obj,) if measurable(obj) else ())
-    return (t for t in iter_tensors(obj, max_depth=3) if measurable(t))
+    if isinstance(obj, torch.Tensor):  # the common cases, on every module call: no generator chain
+        return (obj,) if obj.is_floating_point() and obj.numel() and not obj.is_meta else ()
+    if type(obj) in LEAVES:
+        return ()
+    return [t for t in iter_tensors(obj, max_depth=3) if measurable(t)]
 
 
 def fmt(value: float) -> str:
@@ -118,12 +121,12 @@ class Rows:
     before `read` (counts and flags stay on the host until then).
     """
 
-    def __init__(self, batch: int = 128, budget: int = 1 << 26) -> None:
+    def __init__(self, batch: int = 512, budget: int = 1 << 26) -> None:
         self._batch = batch
         self._budget = budget
         # (rows on device, their slots, numels or None for finished rows, signed flags)
         self._chunks: list[tuple[torch.Tensor, list[int], list[int] | None, list[bool]]] = []
-        self._pending: dict[tuple, list] = {}  # (device, dtype) → [tensors, slots, signed]
+        self._pending: dict[tuple, tuple] = {}  # (device, dtype) → (copies, slots, numels, signed)
         self._count = 0
         self._bytes = 0
         self.n = 0
@@ -134,19 +137,22 @@ class Rows:
     def add(self, x: torch.Tensor, signed: bool = False) -> int:
         """A row of `tensor_stats(x, signed)`, computed with its batch (on the CPU a big tensor's
         own ops cost less than its share of the batch's segment reductions: measured at once)."""
-        if x.device.type == "cpu" and x.numel() >= _CPU_AT_ONCE:
+        numel = x.numel()
+        device = x.device
+        if numel >= _CPU_AT_ONCE and device.type == "cpu":
             return self.add_row(tensor_stats(x, signed))
         slot = self.n
-        self.n += 1
-        key = (x.device, x.dtype)
+        self.n = slot + 1
+        key = (device, x.dtype)
         group = self._pending.get(key)
         if group is None:
-            group = self._pending[key] = [[], [], []]
-        group[0].append(x.detach().clone(memory_format=torch.contiguous_format))
+            group = self._pending[key] = ([], [], [], [])
+        group[0].append((x.detach() if x.requires_grad else x).clone())
         group[1].append(slot)
-        group[2].append(signed)
+        group[2].append(numel)
+        group[3].append(signed)
         self._count += 1
-        self._bytes += x.numel() * x.element_size()
+        self._bytes += numel * x.element_size()
         if self._count >= self._batch or self._bytes >= self._budget:
             self._run()
         return slot
@@ -179,9 +185,8 @@ class Rows:
         return out
 
     def _run(self) -> None:
-        for xs, slots, signed in self._pending.values():
-            rows = _batch_stats(xs, any(signed))
-            self._chunks.append((rows, slots, [x.numel() for x in xs], signed))
+        for xs, slots, numels, signed in self._pending.values():
+            self._chunks.append((_batch_stats(xs, numels, any(signed)), slots, numels, signed))
         self._pending.clear()
         self._count = self._bytes = 0
 
@@ -201,19 +206,19 @@ for _dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
     _below_tiny(_dt)
 
 
-def _batch_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+def _batch_stats(xs: list[torch.Tensor], numels: list[int], signed: bool) -> torch.Tensor:
     """(k, 5) rows [absmax, min_nonzero, n_tiny, n_nonzero, max (absmax unless `signed`)] for
-    contiguous tensors of one dtype and device, in a fixed number of ops for them all."""
+    tensors of one dtype and device (`numels` their sizes), in a fixed number of ops for them all."""
     if xs[0].device.type == "cpu":
-        return _segment_stats(xs, signed)
-    return _foreach_stats(xs, signed)
+        return _segment_stats(xs, numels, signed)
+    return _foreach_stats(xs, numels, signed)
 
 
-def _segment_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+def _segment_stats(xs: list[torch.Tensor], numels: list[int], signed: bool) -> torch.Tensor:
     """On the CPU `_foreach` ops loop over the tensors: one flat copy and segment reductions."""
     f32 = torch.float32
-    flat = torch.cat([x.view(-1) for x in xs])
-    lengths = torch.tensor([x.numel() for x in xs])
+    flat = torch._C._nn.flatten_dense_tensors(xs)  # one op (a loop in C++), not a view per tensor
+    lengths = torch.frombuffer(array.array("q", numels), dtype=torch.int64)
     a = flat.abs()
     seg = torch.segment_reduce
     absmax = seg(a, "max", lengths=lengths).to(f32)
@@ -224,7 +229,7 @@ def _segment_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     return torch.stack((absmax, min_nonzero, n_tiny, nonzero, top), 1)
 
 
-def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+def _foreach_stats(xs: list[torch.Tensor], numels: list[int], signed: bool) -> torch.Tensor:
     """On an accelerator: `_foreach` kernels (one launch per op for the whole batch), nothing
     copied between host and device."""
     f32 = torch.float32
