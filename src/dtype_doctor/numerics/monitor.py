@@ -17,7 +17,6 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from ..dtypes import dtype_name
 from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
 from . import advice, located, shadow
@@ -32,6 +31,7 @@ from .analysis import (
     forward_producers,
     mark_consequence,
 )
+from .frame import Frame, arg_names, short_dtype_name
 from .opscan import scan_ops
 from .scaler import ScalerMonitor
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
@@ -54,39 +54,6 @@ def _safe(method: Callable) -> Callable:
             return None
 
     return wrapper
-
-
-class _Frame:
-    __slots__ = ("call", "kwargs", "path", "ref", "rng")
-
-    def __init__(
-        self,
-        path: str,
-        call: Call | None,
-        kwargs: dict | None = None,
-        rng: tuple | None = None,
-        ref: list | None = None,
-    ) -> None:
-        self.path = path
-        self.call = call
-        self.kwargs = kwargs  # the call's keyword arguments (global hooks get no kwargs)
-        self.rng = rng  # the RNG states at the call's start, kept for a float32 re-run
-        self.ref = ref  # its float32 outputs, when the accuracy check runs on this call
-
-
-_ARG_NAMES = tuple(str(i) for i in range(32))  # positional inputs are named by their index
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def _arg_names(n: int) -> tuple[str, ...]:
-    return _ARG_NAMES if n <= len(_ARG_NAMES) else tuple(str(i) for i in range(n))
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = dtype_name(dtype)
-    return name
 
 
 class NumericsMonitor:
@@ -140,10 +107,12 @@ class NumericsMonitor:
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
         self._handles: list[Any] = []
+        self._pre_id = -1  # the global pre-hook's id
+        self._kwargs_flags: list[dict] = []  # the adopted modules' `_forward_pre_hooks_with_kwargs`
         self._names: dict[int, str] = {}  # id(module) → qualified name
         self._modules: dict[str, nn.Module] = {}
         self._roots: list[nn.Module] = []
-        self._stack: list[_Frame] = []
+        self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
         self._busy = False
         self._scan_only = False
@@ -159,7 +128,9 @@ class NumericsMonitor:
             return self
         self._active = True
         # global hooks, filtered by the adopted modules: one registration, not two per module
-        self._handles.append(register_module_forward_pre_hook(self._global_pre))
+        pre = register_module_forward_pre_hook(self._global_pre)
+        self._pre_id = pre.id
+        self._handles.append(pre)
         self._handles.append(register_module_forward_hook(self._global_post, always_call=True))
         if self.model is not None:
             self._adopt(self.model, prefix="")
@@ -175,6 +146,9 @@ class NumericsMonitor:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for flags in self._kwargs_flags:
+            flags.pop(self._pre_id, None)
+        self._kwargs_flags.clear()
         self._shadows.clear()
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
@@ -210,29 +184,35 @@ class NumericsMonitor:
             self._names[id(module)] = name
             self._modules[name] = module
             self._root_of[name] = (root, name[len(prefix) + 1 :] if prefix else name)
+            # torch gives a global pre-hook the call's kwargs where the module lists its id among
+            # its hooks with kwargs (else `_call_kwargs` reads them from torch's frame, slower)
+            flags = module.__dict__.get("_forward_pre_hooks_with_kwargs")
+            if flags is not None:
+                flags[self._pre_id] = True
+                self._kwargs_flags.append(flags)
         if self.backward:
             for name, param in root.named_parameters(prefix=prefix):
                 if param.requires_grad and not nn.parameter.is_lazy(param):
                     self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
 
-    def _global_pre(self, module: nn.Module, args: tuple) -> None:
+    def _global_pre(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
         path = self._names.get(id(module))
         if path is not None:
-            self._pre(module, path, args, _call_kwargs())
+            self._pre(module, path, args, _call_kwargs() if kwargs is None else kwargs)
         elif self.model is None:
-            self._adopt_root(module, args)
+            self._adopt_root(module, args, _call_kwargs())
 
     def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if id(module) in self._names:
             self._post(module, args, output)
 
     @_safe
-    def _adopt_root(self, module: nn.Module, args: tuple) -> None:
+    def _adopt_root(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if self._busy or self._stack:
             return
         prefix = "" if not self._roots else type(module).__name__
         self._adopt(module, prefix)
-        self._pre(module, self._names[id(module)], args, _call_kwargs())
+        self._pre(module, self._names[id(module)], args, kwargs)
 
     # -- step bookkeeping ---------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -301,7 +281,7 @@ class NumericsMonitor:
             self._low_precision_step = True
             self.low_dtypes.add(dtype)
         slot = self._rows.add(tensor, signed)
-        self._infos.append(TensorInfo(_dtype_name(dtype), tuple(tensor.shape), tensor.numel()))
+        self._infos.append(TensorInfo(short_dtype_name(dtype), tuple(tensor.shape), tensor.numel()))
         self._slot_of[id(tensor)] = (weakref.ref(tensor), slot)
         if self.backward and tensor.requires_grad and torch.is_grad_enabled():
             tensor.register_hook(functools.partial(self._on_grad, self._token, slot))
@@ -318,12 +298,12 @@ class NumericsMonitor:
         if self._op_scans or (self.accuracy is not None and self.accuracy.wrong):
             self._scan(path, module, args, kwargs)
         if self._scan_only or self.step_index % self.every:
-            stack.append(_Frame(path, None))
+            stack.append(Frame(path, None))
             return
         scope = stack[-1].path if stack else None
         call = Call(path, type(module).__name__, 0, [], [], [], not module._modules, scope)
         low = False
-        for name, value in zip(_arg_names(len(args)), args, strict=False):
+        for name, value in zip(arg_names(len(args)), args, strict=False):
             for tensor in measured_tensors(value):
                 low = self._input(call, name, tensor) or low
         if kwargs:
@@ -335,7 +315,7 @@ class NumericsMonitor:
         ref = None
         if self.accuracy is not None and not self.accuracy.done:
             ref = self._reference(path, module, args, kwargs, low)
-        stack.append(_Frame(path, call, kwargs, rng, ref))
+        stack.append(Frame(path, call, kwargs, rng, ref))
 
     def _input(self, call: Call, name: str, tensor: torch.Tensor) -> bool:
         """Note one floating input of `call` (measured when first seen); True when low precision."""
@@ -406,7 +386,7 @@ class NumericsMonitor:
 
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
         slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
-        self._infos.append(TensorInfo(dtype_name(grad.dtype), tuple(grad.shape), grad.numel()))
+        self._infos.append(TensorInfo(short_dtype_name(grad.dtype), tuple(grad.shape), grad.numel()))
         return slot
 
     # -- finite but wrong: float32 re-run of every low-precision call, op-level scans ------------

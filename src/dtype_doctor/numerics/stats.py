@@ -6,7 +6,6 @@ One row per tensor: [abs-max, smallest non-zero magnitude, count below the small
 
 from __future__ import annotations
 
-import array
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -107,18 +106,20 @@ def fmt(value: float) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
-_CPU_AT_ONCE = 4096  # elements
+_CPU_AT_ONCE = 1 << 16  # elements: a CPU tensor this big is measured at once, not copied
 
 
 class Rows:
     """The stats rows of one step, by slot; read back once (`read`).
 
     A measured tensor is snapshotted (one copy: the user's code may change it in place before
-    its batch runs) and measured with the others of its batch in a fixed number of `_foreach`
-    calls, instead of about ten ops per tensor: on a dispatch-bound model (a GPU forward is
-    mostly kernel launches) the per-tensor ops cost more than the model. A batch runs when it
-    holds `batch` tensors or `budget` bytes, and at `read`. Nothing goes host→device or back
-    before `read` (counts and flags stay on the host until then).
+    its batch runs) and measured with the others of its batch in a fixed number of ops, instead
+    of about ten ops per tensor: on a dispatch-bound model (a GPU forward is mostly kernel
+    launches) the per-tensor ops cost more than the model. On an accelerator a batch is the
+    tensors of one dtype (`_foreach` kernels); on the CPU those of one shape, stacked into a
+    matrix (`_matrix_stats`). A batch runs when the step holds `batch` tensors or `budget` bytes,
+    and at `read`. Nothing goes host→device or back before `read` (counts and flags stay on the
+    host until then).
     """
 
     def __init__(self, batch: int = 512, budget: int = 1 << 26) -> None:
@@ -126,7 +127,8 @@ class Rows:
         self._budget = budget
         # (rows on device, their slots, numels or None for finished rows, signed flags)
         self._chunks: list[tuple[torch.Tensor, list[int], list[int] | None, list[bool]]] = []
-        self._pending: dict[tuple, tuple] = {}  # (device, dtype) → (copies, slots, numels, signed)
+        # (device, dtype, shape on the CPU) → (copies, slots, numels, signed)
+        self._pending: dict[tuple, tuple] = {}
         self._count = 0
         self._bytes = 0
         self.n = 0
@@ -135,15 +137,20 @@ class Rows:
         return self.n
 
     def add(self, x: torch.Tensor, signed: bool = False) -> int:
-        """A row of `tensor_stats(x, signed)`, computed with its batch (on the CPU a big tensor's
-        own ops cost less than its share of the batch's segment reductions: measured at once)."""
+        """A row of `tensor_stats(x, signed)`, computed with its batch (a big CPU tensor at once:
+        its own ops cost little more than its share of a batch's, and no copy is made)."""
         numel = x.numel()
         device = x.device
-        if numel >= _CPU_AT_ONCE and device.type == "cpu":
-            return self.add_row(tensor_stats(x, signed))
+        if device.type == "cpu":
+            if numel >= _CPU_AT_ONCE:
+                self._chunks.append((_matrix_stats([x.detach()], signed), [self.n], [numel], [signed]))
+                self.n += 1
+                return self.n - 1
+            key: tuple = (device, x.dtype, x.shape)
+        else:
+            key = (device, x.dtype)
         slot = self.n
         self.n = slot + 1
-        key = (device, x.dtype)
         group = self._pending.get(key)
         if group is None:
             group = self._pending[key] = ([], [], [], [])
@@ -186,7 +193,7 @@ class Rows:
 
     def _run(self) -> None:
         for xs, slots, numels, signed in self._pending.values():
-            self._chunks.append((_batch_stats(xs, numels, any(signed)), slots, numels, signed))
+            self._chunks.append((_batch_stats(xs, any(signed)), slots, numels, signed))
         self._pending.clear()
         self._count = self._bytes = 0
 
@@ -206,30 +213,43 @@ for _dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
     _below_tiny(_dt)
 
 
-def _batch_stats(xs: list[torch.Tensor], numels: list[int], signed: bool) -> torch.Tensor:
+def _batch_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     """(k, 5) rows [absmax, min_nonzero, n_tiny, n_nonzero, max (absmax unless `signed`)] for
-    tensors of one dtype and device (`numels` their sizes), in a fixed number of ops for them all."""
+    tensors of one dtype and device (of one shape on the CPU), in a fixed number of ops."""
     if xs[0].device.type == "cpu":
-        return _segment_stats(xs, numels, signed)
-    return _foreach_stats(xs, numels, signed)
+        return _matrix_stats(xs, signed)
+    return _foreach_stats(xs, signed)
 
 
-def _segment_stats(xs: list[torch.Tensor], numels: list[int], signed: bool) -> torch.Tensor:
-    """On the CPU `_foreach` ops loop over the tensors: one flat copy and segment reductions."""
-    f32 = torch.float32
-    flat = torch._C._nn.flatten_dense_tensors(xs)  # one op (a loop in C++), not a view per tensor
-    lengths = torch.frombuffer(array.array("q", numels), dtype=torch.int64)
-    a = flat.abs()
-    seg = torch.segment_reduce
-    absmax = seg(a, "max", lengths=lengths).to(f32)
-    nonzero = seg((a != 0).to(f32), "sum", lengths=lengths)  # NaN counts as non-zero
-    min_nonzero = seg(torch.where(a > 0, a, math.inf), "min", lengths=lengths).to(f32)
-    n_tiny = seg(((a < tiny_threshold(flat.dtype)) & (a > 0)).to(f32), "sum", lengths=lengths)
-    top = seg(flat, "max", lengths=lengths).to(f32) if signed else absmax
-    return torch.stack((absmax, min_nonzero, n_tiny, nonzero, top), 1)
+def _matrix_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+    """On the CPU (where `_foreach` ops loop over the tensors): the tensors of one shape stacked
+    into a (k, n) matrix, reduced along its rows. Only arithmetic and reductions, which the CPU
+    runs vectorised (a comparison, writing booleans, costs about ten times more per element);
+    float16/bfloat16 are measured in float32, exactly."""
+    m = torch.stack(xs).view(len(xs), -1) if len(xs) > 1 else xs[0].reshape(1, -1)
+    below = _below_tiny(m.dtype)
+    if m.dtype not in (torch.float32, torch.float64):
+        m = m.float()
+    big = torch.finfo(m.dtype).max
+    a = m.abs()
+    absmax = a.amax(1)
+    one = _indicator_(a.clamp_max(1))  # 0 where zero, 1 elsewhere (NaN too)
+    nonzero = one.sum(1)
+    n_tiny = nonzero - _indicator_(a.clamp_min(below).sub_(below)).sum(1)  # less: >= smallest normal
+    # the smallest non-zero magnitude: zeros raised to the largest value, NaN ignored
+    lifted = one.neg_().add_(1).mul_(big).add_(a).nan_to_num_(nan=math.inf, posinf=math.inf)
+    min_nonzero = lifted.amin(1)
+    min_nonzero = torch.where(min_nonzero < big, min_nonzero, math.inf)  # only zeros (or inf)
+    top = m.amax(1) if signed else absmax
+    return torch.stack((absmax, min_nonzero, n_tiny, nonzero, top), 1).float()
 
 
-def _foreach_stats(xs: list[torch.Tensor], numels: list[int], signed: bool) -> torch.Tensor:
+def _indicator_(t: torch.Tensor) -> torch.Tensor:
+    """In place, for t >= 0 or NaN: 0 where zero, 1 elsewhere (NaN too); `sign` says 0 for NaN."""
+    return t.clamp_max_(1).ceil_().nan_to_num_(nan=1.0)
+
+
+def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     """On an accelerator: `_foreach` kernels (one launch per op for the whole batch), nothing
     copied between host and device."""
     f32 = torch.float32
