@@ -109,6 +109,11 @@ class AccuracyCheck:
         self._twins: dict[int, nn.Module] = {}  # id(root) → its float32 copy
         self._pending: list[tuple[str, str, int]] = []  # (path, module type, row slot)
 
+    @property
+    def pending(self) -> bool:
+        """Checked calls of this step wait for `flush`."""
+        return bool(self._pending)
+
     def twin_of(self, root: nn.Module, rel: str, memo: dict | None = None) -> nn.Module | None:
         twin = self._twins.get(id(root))
         if twin is None:

@@ -49,8 +49,7 @@ def _safe(method: Callable) -> Callable:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            self._active = False
-            self.internal_error = f"{type(exc).__name__}: {exc}"
+            self._fail(exc)
             return None
 
     return wrapper
@@ -195,16 +194,29 @@ class NumericsMonitor:
                 if param.requires_grad and not nn.parameter.is_lazy(param):
                     self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
 
+    # the two hooks on every module call: `_safe` inlined (no wrapper frame, no argument packing)
     def _global_pre(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
         path = self._names.get(id(module))
         if path is not None:
-            self._pre(module, path, args, _call_kwargs() if kwargs is None else kwargs)
+            if self._active:
+                try:
+                    self._pre(module, path, args, _call_kwargs() if kwargs is None else kwargs)
+                except Exception as exc:
+                    self._fail(exc)
         elif self.model is None:
             self._adopt_root(module, args, _call_kwargs())
 
     def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if id(module) in self._names:
-            self._post(module, args, output)
+        if self._active and id(module) in self._names:
+            try:
+                self._post(module, args, output)
+            except Exception as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        """A hook must never break the user's run: on an internal error, stop monitoring and say so."""
+        self._active = False
+        self.internal_error = f"{type(exc).__name__}: {exc}"
 
     @_safe
     def _adopt_root(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -288,7 +300,6 @@ class NumericsMonitor:
         return slot
 
     # -- hooks --------------------------------------------------------------------------------
-    @_safe
     def _pre(self, module: nn.Module, path: str, args: tuple, kwargs: dict) -> None:
         if self._busy:
             return
@@ -332,7 +343,6 @@ class NumericsMonitor:
             self._consumers.setdefault(slot, []).append(call)
         return tensor.dtype in _LOW
 
-    @_safe
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if self._busy or not self._stack:
             return
@@ -363,8 +373,7 @@ class NumericsMonitor:
             if isinstance(grad, torch.Tensor) and grad.is_floating_point() and grad.numel():
                 self._grads.append(Grad(self._measure_grad(grad), of_slot=of_slot))
         except Exception as exc:
-            self._active = False
-            self.internal_error = f"{type(exc).__name__}: {exc}"
+            self._fail(exc)
 
     def _on_param_grad(self, name: str, grad: torch.Tensor) -> None:
         if not self._active or self._busy or not self._rows:
@@ -381,8 +390,7 @@ class NumericsMonitor:
                 light = grad.dtype != torch.float16
                 self._grads.append(Grad(self._measure_grad(grad, light), param=name))
         except Exception as exc:
-            self._active = False
-            self.internal_error = f"{type(exc).__name__}: {exc}"
+            self._fail(exc)
 
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
         slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
@@ -407,7 +415,7 @@ class NumericsMonitor:
             self._busy = False
 
     def _check_accuracy(self, values: list[list[float]], step: int) -> None:
-        if self.accuracy is None:
+        if self.accuracy is None or not self.accuracy.pending:
             return
         dtypes = {
             r.path: self._infos[r.out_slots[0]].dtype
