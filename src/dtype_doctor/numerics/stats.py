@@ -106,6 +106,7 @@ def fmt(value: float) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
+_F32_MAX = float(torch.finfo(torch.float32).max)
 _CPU_AT_ONCE = 1 << 16  # elements: a CPU tensor this big is measured at once, not copied
 
 
@@ -183,10 +184,12 @@ class Rows:
                 for j, slot in enumerate(slots):
                     r = next(values)
                     if numels is not None:  # a batched row: finish it on the host
+                        r[N_TINY] = r[N_ZERO] - r[N_TINY]  # non-zero less normal
                         r[N_ZERO] = numels[j] - r[N_ZERO]
                         if not signed[j]:
                             r[MAX] = r[ABSMAX]
-                        if r[MIN_NONZERO] != r[MIN_NONZERO]:  # NaN operands: no finite minimum known
+                        low = r[MIN_NONZERO]
+                        if low != low or low >= _F32_MAX:  # NaN operands; only zeros (or inf)
                             r[MIN_NONZERO] = math.inf
                     out[slot] = r
         return out
@@ -214,8 +217,9 @@ for _dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
 
 
 def _batch_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
-    """(k, 5) rows [absmax, min_nonzero, n_tiny, n_nonzero, max (absmax unless `signed`)] for
-    tensors of one dtype and device (of one shape on the CPU), in a fixed number of ops."""
+    """(k, 5) rows [absmax, min_nonzero (float32's max or more: none), n_normal (NaN counted),
+    n_nonzero, max (absmax unless `signed`)] for tensors of one dtype and device (of one shape
+    on the CPU), in a fixed number of ops; `Rows.read` finishes them."""
     if xs[0].device.type == "cpu":
         return _matrix_stats(xs, signed)
     return _foreach_stats(xs, signed)
@@ -235,13 +239,12 @@ def _matrix_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     absmax = a.amax(1)
     one = _indicator_(a.clamp_max(1))  # 0 where zero, 1 elsewhere (NaN too)
     nonzero = one.sum(1)
-    n_tiny = nonzero - _indicator_(a.clamp_min(below).sub_(below)).sum(1)  # less: >= smallest normal
-    # the smallest non-zero magnitude: zeros raised to the largest value, NaN ignored
-    lifted = one.neg_().add_(1).mul_(big).add_(a).nan_to_num_(nan=math.inf, posinf=math.inf)
-    min_nonzero = lifted.amin(1)
-    min_nonzero = torch.where(min_nonzero < big, min_nonzero, math.inf)  # only zeros (or inf)
+    normal = _indicator_(a.clamp_min(below).sub_(below)).sum(1)  # |x| >= the smallest normal, NaN
+    # the smallest non-zero magnitude: zeros raised to the largest value (`read` tells it means
+    # none: only zeros, or inf), NaN ignored
+    lifted = one.sub_(1).mul_(-big).add_(a).nan_to_num_(nan=math.inf, posinf=math.inf)
     top = m.amax(1) if signed else absmax
-    return torch.stack((absmax, min_nonzero, n_tiny, nonzero, top), 1).float()
+    return torch.stack((absmax, lifted.amin(1), normal, nonzero, top), 1).float()
 
 
 def _indicator_(t: torch.Tensor) -> torch.Tensor:
@@ -267,6 +270,6 @@ def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     min_nonzero = torch.where(nonzero > 0, min_nonzero, math.inf)
     torch._foreach_clamp_min_(a, below)
     torch._foreach_sub_(a, below)  # non-zero where |x| >= the smallest normal (and NaN)
-    n_normal = torch.stack(torch._foreach_norm(a, 0, dtype=f32))
+    normal = torch.stack(torch._foreach_norm(a, 0, dtype=f32))
     top = torch.stack(torch._foreach_max(xs)).to(f32) if signed else absmax
-    return torch.stack((absmax, min_nonzero, nonzero - n_normal, nonzero, top), 1)
+    return torch.stack((absmax, min_nonzero, normal, nonzero, top), 1)
