@@ -26,10 +26,10 @@ def _tensors() -> list[torch.Tensor]:
     ]
 
 
-@pytest.mark.parametrize("path", ["segment", "foreach"])
+@pytest.mark.parametrize("path", ["matrix", "foreach"])
 def test_batched_rows_equal_per_tensor_rows(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if path == "foreach":  # the accelerator path, run here on the CPU
-        monkeypatch.setattr(stats, "_segment_stats", stats._foreach_stats)
+        monkeypatch.setattr(stats, "_matrix_stats", stats._foreach_stats)
     xs = _tensors()
     rows = Rows(batch=3)
     expected = []

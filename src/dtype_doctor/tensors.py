@@ -63,12 +63,12 @@ def iter_tensors(
     return _iter(obj, max_depth, max_items)
 
 
-_LEAVES = frozenset({int, float, bool, str, bytes, type(None), torch.dtype, torch.device})
+LEAVES = frozenset({int, float, bool, str, bytes, type(None), torch.dtype, torch.device})
 
 
 def _iter(obj: Any, max_depth: int | None, max_items: int | None) -> Iterator[torch.Tensor]:
     """`_walk` without paths, and quicker: plain tuples and lists read directly, scalars skipped."""
-    if type(obj) in _LEAVES or (max_depth is not None and max_depth <= 0):
+    if type(obj) in LEAVES or (max_depth is not None and max_depth <= 0):
         return
     if type(obj) in (tuple, list):
         children: Iterable[Any] = obj if max_items is None else obj[:max_items]
@@ -81,7 +81,7 @@ def _iter(obj: Any, max_depth: int | None, max_items: int | None) -> Iterator[to
     for value in children:
         if isinstance(value, torch.Tensor):
             yield value
-        elif type(value) not in _LEAVES:
+        elif type(value) not in LEAVES:
             yield from _iter(value, deeper, max_items)
 
 

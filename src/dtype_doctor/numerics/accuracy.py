@@ -87,6 +87,17 @@ def _low(module: nn.Module, args: tuple, kwargs: dict) -> bool:
     return torch.is_autocast_enabled(device)
 
 
+def low_call(module: nn.Module, args: tuple, kwargs: dict, low_inputs: bool) -> bool:
+    """`_low` for a caller that has already looked at the call's floating inputs (`low_inputs`:
+    one of them is float16/bfloat16): the parameter and autocast tests only."""
+    if low_inputs:
+        return True
+    first = _first_parameter(module)
+    if first is not None and first.dtype in _LOW:
+        return True
+    return torch._C._is_any_autocast_enabled() and _low(module, args, kwargs)
+
+
 class AccuracyCheck:
     """Owned by a NumericsMonitor: `before`/`after` around each call, `flagged` at the flush."""
 
@@ -97,6 +108,11 @@ class AccuracyCheck:
         self.wrong: dict[str, Wrong] = {}
         self._twins: dict[int, nn.Module] = {}  # id(root) → its float32 copy
         self._pending: list[tuple[str, str, int]] = []  # (path, module type, row slot)
+
+    @property
+    def pending(self) -> bool:
+        """Checked calls of this step wait for `flush`."""
+        return bool(self._pending)
 
     def twin_of(self, root: nn.Module, rel: str, memo: dict | None = None) -> nn.Module | None:
         twin = self._twins.get(id(root))
@@ -127,9 +143,11 @@ class AccuracyCheck:
         args: tuple,
         kwargs: dict,
         memo: dict | None = None,
+        low: bool | None = None,
     ) -> list | None:
-        """The float32 outputs of the call, or None when it is not checked."""
-        if not _low(module, args, kwargs):
+        """The float32 outputs of the call, or None when it is not checked (not low precision:
+        `low`, or `_low` when not given)."""
+        if not (_low(module, args, kwargs) if low is None else low):
             return None
         twin = self.twin_of(root, rel, memo)
         if twin is None or "forward" in twin.__dict__:

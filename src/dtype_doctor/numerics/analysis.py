@@ -123,6 +123,8 @@ def forward_producers(
     records: list[Call | Sighting], values: list[list[float]], infos: list[TensorInfo], step: int
 ) -> list[Producer]:
     producers: list[Producer] = []
+    if all(math.isfinite(row[ABSMAX]) for row in values):
+        return producers  # the common step: nothing non-finite anywhere
     masks = mask_slots(records, values)
 
     def bad(slot: int) -> bool:

@@ -17,12 +17,10 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from ..dtypes import dtype_name
 from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
-from ..tensors import map_tensors
-from . import advice, located
-from .accuracy import AccuracyCheck
+from . import advice, located, shadow
+from .accuracy import AccuracyCheck, low_call
 from .analysis import (
     Call,
     Grad,
@@ -33,11 +31,11 @@ from .analysis import (
     forward_producers,
     mark_consequence,
 )
-from .opscan import copy_without_hooks, scan_ops
+from .frame import Frame, arg_names, short_dtype_name
+from .opscan import scan_ops
 from .scaler import ScalerMonitor
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
 
-_SHADOW_MAX_PARAMS = 50_000_000
 _LOW = (torch.float16, torch.bfloat16)
 
 
@@ -51,36 +49,10 @@ def _safe(method: Callable) -> Callable:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            self._active = False
-            self.internal_error = f"{type(exc).__name__}: {exc}"
+            self._fail(exc)
             return None
 
     return wrapper
-
-
-class _Frame:
-    __slots__ = ("call", "path", "ref", "rng")
-
-    def __init__(
-        self, path: str, call: Call | None, rng: tuple | None = None, ref: list | None = None
-    ) -> None:
-        self.path = path
-        self.call = call
-        self.rng = rng  # the RNG states at the call's start, kept for a float32 re-run
-        self.ref = ref  # its float32 outputs, when the accuracy check runs on this call
-
-
-def _rng_state() -> tuple:
-    """Every RNG state a forward may draw from: the CPU one, CUDA's if CUDA is initialised."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    return torch.get_rng_state(), cuda
-
-
-def _set_rng_state(state: tuple) -> None:
-    cpu, cuda = state
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
 
 
 class NumericsMonitor:
@@ -134,10 +106,12 @@ class NumericsMonitor:
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
         self._handles: list[Any] = []
+        self._pre_id = -1  # the global pre-hook's id
+        self._kwargs_flags: list[dict] = []  # the adopted modules' `_forward_pre_hooks_with_kwargs`
         self._names: dict[int, str] = {}  # id(module) → qualified name
         self._modules: dict[str, nn.Module] = {}
         self._roots: list[nn.Module] = []
-        self._stack: list[_Frame] = []
+        self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
         self._busy = False
         self._scan_only = False
@@ -153,7 +127,9 @@ class NumericsMonitor:
             return self
         self._active = True
         # global hooks, filtered by the adopted modules: one registration, not two per module
-        self._handles.append(register_module_forward_pre_hook(self._global_pre))
+        pre = register_module_forward_pre_hook(self._global_pre)
+        self._pre_id = pre.id
+        self._handles.append(pre)
         self._handles.append(register_module_forward_hook(self._global_post, always_call=True))
         if self.model is not None:
             self._adopt(self.model, prefix="")
@@ -169,6 +145,9 @@ class NumericsMonitor:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for flags in self._kwargs_flags:
+            flags.pop(self._pre_id, None)
+        self._kwargs_flags.clear()
         self._shadows.clear()
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
@@ -204,28 +183,48 @@ class NumericsMonitor:
             self._names[id(module)] = name
             self._modules[name] = module
             self._root_of[name] = (root, name[len(prefix) + 1 :] if prefix else name)
+            # torch gives a global pre-hook the call's kwargs where the module lists its id among
+            # its hooks with kwargs (else `_call_kwargs` reads them from torch's frame, slower)
+            flags = module.__dict__.get("_forward_pre_hooks_with_kwargs")
+            if flags is not None:
+                flags[self._pre_id] = True
+                self._kwargs_flags.append(flags)
         if self.backward:
             for name, param in root.named_parameters(prefix=prefix):
                 if param.requires_grad and not nn.parameter.is_lazy(param):
                     self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
 
-    def _global_pre(self, module: nn.Module, args: tuple) -> None:
-        if id(module) in self._names:
-            self._pre(module, args, _call_kwargs())
+    # the two hooks on every module call: `_safe` inlined (no wrapper frame, no argument packing)
+    def _global_pre(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+        path = self._names.get(id(module))
+        if path is not None:
+            if self._active:
+                try:
+                    self._pre(module, path, args, _call_kwargs() if kwargs is None else kwargs)
+                except Exception as exc:
+                    self._fail(exc)
         elif self.model is None:
-            self._adopt_root(module, args)
+            self._adopt_root(module, args, _call_kwargs())
 
     def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if id(module) in self._names:
-            self._post(module, args, _call_kwargs(), output)
+        if self._active and id(module) in self._names:
+            try:
+                self._post(module, args, output)
+            except Exception as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        """A hook must never break the user's run: on an internal error, stop monitoring and say so."""
+        self._active = False
+        self.internal_error = f"{type(exc).__name__}: {exc}"
 
     @_safe
-    def _adopt_root(self, module: nn.Module, args: tuple) -> None:
+    def _adopt_root(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if self._busy or self._stack:
             return
         prefix = "" if not self._roots else type(module).__name__
         self._adopt(module, prefix)
-        self._pre(module, args, _call_kwargs())
+        self._pre(module, self._names[id(module)], args, kwargs)
 
     # -- step bookkeeping ---------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -280,84 +279,90 @@ class NumericsMonitor:
             if self.shadow and producer.phase == "forward" and producer.kind == "module":
                 self._shadows.setdefault(producer.path, None)
         self._check_accuracy(values, step)
-        for shadow in self._shadow_runs:
-            self._advisor.shadow(shadow.path, max(values[s][ABSMAX] for s in shadow.slots))
-            self._shadows.pop(shadow.path, None)
+        for rerun in self._shadow_runs:
+            self._advisor.shadow(rerun.path, max(values[s][ABSMAX] for s in rerun.slots))
+            self._shadows.pop(rerun.path, None)
         self._advisor.ranges(self._records, self._grads, values, self._infos)
         self._reset_step()
-
-    def _slot(self, tensor: torch.Tensor) -> int | None:
-        entry = self._slot_of.get(id(tensor))
-        if entry is not None and entry[0]() is tensor:
-            return entry[1]
-        return None
 
     def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
         if self._pending_step is None:
             self._pending_step = self.step_index
-        if tensor.dtype in _LOW:
+        dtype = tensor.dtype
+        if dtype in _LOW:
             self._low_precision_step = True
-            self.low_dtypes.add(tensor.dtype)
+            self.low_dtypes.add(dtype)
         slot = self._rows.add(tensor, signed)
-        self._infos.append(TensorInfo(dtype_name(tensor.dtype), tuple(tensor.shape), tensor.numel()))
+        self._infos.append(TensorInfo(short_dtype_name(dtype), tuple(tensor.shape), tensor.numel()))
         self._slot_of[id(tensor)] = (weakref.ref(tensor), slot)
         if self.backward and tensor.requires_grad and torch.is_grad_enabled():
             tensor.register_hook(functools.partial(self._on_grad, self._token, slot))
         return slot
 
     # -- hooks --------------------------------------------------------------------------------
-    @_safe
-    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    def _pre(self, module: nn.Module, path: str, args: tuple, kwargs: dict) -> None:
         if self._busy:
             return
-        path = self._names.get(id(module))
-        if path is None:
-            return
-        if not self._stack and not self._explicit_steps and self._rows:
+        stack = self._stack
+        if not stack and not self._explicit_steps and self._rows:
             self._flush()  # a new outermost call: the previous step (and its backward) is complete
         if self._op_scans or (self.accuracy is not None and self.accuracy.wrong):
             self._scan(path, module, args, kwargs)
-        if not self._monitored():
-            self._stack.append(_Frame(path, None))
+        if self._scan_only or self.step_index % self.every:
+            stack.append(Frame(path, None))
             return
-        scope = self._stack[-1].path if self._stack else None
-        call = Call(path, type(module).__name__, start=0, leaf=not module._modules, caller=scope)
-        named = [(str(i), a) for i, a in enumerate(args)] + list(kwargs.items())
-        for name, value in named:
+        scope = stack[-1].path if stack else None
+        call = Call(path, type(module).__name__, 0, [], [], [], not module._modules, scope)
+        low = False
+        for name, value in zip(arg_names(len(args)), args, strict=False):
             for tensor in measured_tensors(value):
-                slot = self._slot(tensor)
-                if slot is None:
-                    slot = self._measure(tensor, signed=True)
-                    self._made_by[slot] = scope
-                    self._records.append(Sighting(slot, scope, path, name))
-                call.in_slots.append(slot)
-                call.in_names.append(name)
-                self._consumers.setdefault(slot, []).append(call)
+                low = self._input(call, name, tensor) or low
+        if kwargs:
+            for name, value in kwargs.items():
+                for tensor in measured_tensors(value):
+                    low = self._input(call, name, tensor) or low
         call.start = len(self._records)
-        rng = _rng_state() if self.shadow and path in self._shadows else None
+        rng = shadow.rng_state() if self.shadow and path in self._shadows else None
         ref = None
         if self.accuracy is not None and not self.accuracy.done:
-            ref = self._reference(path, module, args, kwargs)
-        self._stack.append(_Frame(path, call, rng, ref))
+            ref = self._reference(path, module, args, kwargs, low)
+        stack.append(Frame(path, call, kwargs, rng, ref))
 
-    @_safe
-    def _post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if self._busy or id(module) not in self._names or not self._stack:
+    def _input(self, call: Call, name: str, tensor: torch.Tensor) -> bool:
+        """Note one floating input of `call` (measured when first seen); True when low precision."""
+        entry = self._slot_of.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            slot = entry[1]
+        else:
+            slot = self._measure(tensor, signed=True)
+            self._made_by[slot] = call.caller
+            self._records.append(Sighting(slot, call.caller, call.path, name))
+        call.in_slots.append(slot)
+        call.in_names.append(name)
+        if self.backward:
+            self._consumers.setdefault(slot, []).append(call)
+        return tensor.dtype in _LOW
+
+    def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if self._busy or not self._stack:
             return
         frame = self._stack.pop()
         call = frame.call
         if call is not None:
+            made = call.path
             for tensor in measured_tensors(output):
-                slot = self._slot(tensor)
-                if slot is None:
+                entry = self._slot_of.get(id(tensor))
+                if entry is not None and entry[0]() is tensor:
+                    slot = entry[1]
+                else:
                     slot = self._measure(tensor)
-                    self._made_by[slot] = call.path
+                    self._made_by[slot] = made
                 call.out_slots.append(slot)
             self._records.append(call)
             if frame.ref is not None and self.accuracy is not None:
                 self.accuracy.after(frame.path, call.module_type, frame.ref, output, self._add_row)
             if frame.path in self._shadows:
-                self._run_shadow(frame.path, module, args, kwargs, frame.rng)
+                self._run_shadow(frame.path, module, args, frame.kwargs or {}, frame.rng)
         if not self._stack and not self._explicit_steps and not self._scan_only:
             self.step_index += 1
 
@@ -368,8 +373,7 @@ class NumericsMonitor:
             if isinstance(grad, torch.Tensor) and grad.is_floating_point() and grad.numel():
                 self._grads.append(Grad(self._measure_grad(grad), of_slot=of_slot))
         except Exception as exc:
-            self._active = False
-            self.internal_error = f"{type(exc).__name__}: {exc}"
+            self._fail(exc)
 
     def _on_param_grad(self, name: str, grad: torch.Tensor) -> None:
         if not self._active or self._busy or not self._rows:
@@ -386,12 +390,11 @@ class NumericsMonitor:
                 light = grad.dtype != torch.float16
                 self._grads.append(Grad(self._measure_grad(grad, light), param=name))
         except Exception as exc:
-            self._active = False
-            self.internal_error = f"{type(exc).__name__}: {exc}"
+            self._fail(exc)
 
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
         slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
-        self._infos.append(TensorInfo(dtype_name(grad.dtype), tuple(grad.shape), grad.numel()))
+        self._infos.append(TensorInfo(short_dtype_name(grad.dtype), tuple(grad.shape), grad.numel()))
         return slot
 
     # -- finite but wrong: float32 re-run of every low-precision call, op-level scans ------------
@@ -399,18 +402,20 @@ class NumericsMonitor:
         self._infos.append(TensorInfo("float32", (), 0))
         return self._rows.add_row(row)
 
-    def _reference(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> list | None:
+    def _reference(self, path: str, module: nn.Module, args: tuple, kwargs: dict, low: bool) -> list | None:
+        if self.accuracy is None or not low_call(module, args, kwargs, low):
+            return None
         root, rel = self._root_of.get(path, (None, ""))
-        if root is None or self.accuracy is None:
+        if root is None:
             return None
         self._busy = True
         try:
-            return self.accuracy.before(root, rel, module, args, kwargs, memo={id(self): self})
+            return self.accuracy.before(root, rel, module, args, kwargs, {id(self): self}, low=True)
         finally:
             self._busy = False
 
     def _check_accuracy(self, values: list[list[float]], step: int) -> None:
-        if self.accuracy is None:
+        if self.accuracy is None or not self.accuracy.pending:
             return
         dtypes = {
             r.path: self._infos[r.out_slots[0]].dtype
@@ -453,30 +458,18 @@ class NumericsMonitor:
     def _run_shadow(
         self, path: str, module: nn.Module, args: tuple, kwargs: dict, rng: tuple | None = None
     ) -> None:
-        """Run a copy of the producer in float32 on the same inputs: how big is the true value?
-
-        It draws the random numbers the real call drew (from `rng`, the states at its start),
-        and the user's RNG is left where the real call left it: later steps see the same masks.
-        """
+        """Run a copy of the producer in float32 on the same inputs: how big is the true value?"""
         twin = self._shadows.get(path)
         if twin is None:
-            if sum(p.numel() for p in module.parameters()) > _SHADOW_MAX_PARAMS:
+            twin = shadow.twin(module, {id(self): self})
+            if twin is None:
                 self._shadows.pop(path, None)
                 return
-            twin = copy_without_hooks(module, {id(self): self}).float()
             self._shadows[path] = twin
-        up = _to_float32
-        device = next(measured_tensors((args, kwargs)), torch.empty(0)).device.type
         self._busy = True
-        after = _rng_state()
         try:
-            if rng is not None:
-                _set_rng_state(rng)
-            with torch.no_grad(), torch.autocast(device_type=device, enabled=False):
-                out = twin(*up(args), **up(kwargs))
-            slots = [self._measure(t) for t in measured_tensors(out)]
+            slots = [self._measure(t) for t in measured_tensors(shadow.run(twin, args, kwargs, rng))]
         finally:
-            _set_rng_state(after)
             self._busy = False
         if slots:
             self._shadow_runs.append(Shadow(path, slots))
@@ -491,7 +484,3 @@ def _wants_op_scan(p: Any) -> bool:
         or not p.leaf
         or advice.module_op_name(None, p.module_type, True).endswith(".forward")
     )
-
-
-def _to_float32(obj: Any) -> Any:
-    return map_tensors(obj, lambda t: t.detach().float() if t.is_floating_point() else t)

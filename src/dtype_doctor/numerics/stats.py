@@ -7,12 +7,12 @@ One row per tensor: [abs-max, smallest non-zero magnitude, count below the small
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ..tensors import iter_tensors
+from ..tensors import LEAVES, iter_tensors
 
 ABSMAX, MIN_NONZERO, N_TINY, N_ZERO, MAX = range(5)
 
@@ -86,11 +86,13 @@ def read_rows(rows: list[torch.Tensor]) -> list[list[float]]:
     return out
 
 
-def measured_tensors(obj: Any) -> Iterator[torch.Tensor]:
+def measured_tensors(obj: Any) -> Sequence[torch.Tensor]:
     """Floating tensors in a module's inputs or outputs, three containers deep at most."""
-    if isinstance(obj, torch.Tensor):  # the common case, on every module call: no generator chain
-        return iter((obj,) if measurable(obj) else ())
-    return (t for t in iter_tensors(obj, max_depth=3) if measurable(t))
+    if isinstance(obj, torch.Tensor):  # the common cases, on every module call: no generator chain
+        return (obj,) if obj.is_floating_point() and obj.numel() and not obj.is_meta else ()
+    if type(obj) in LEAVES:
+        return ()
+    return [t for t in iter_tensors(obj, max_depth=3) if measurable(t)]
 
 
 def fmt(value: float) -> str:
@@ -104,26 +106,30 @@ def fmt(value: float) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
-_CPU_AT_ONCE = 4096  # elements
+_F32_MAX = float(torch.finfo(torch.float32).max)
+_CPU_AT_ONCE = 1 << 16  # elements: a CPU tensor this big is measured at once, not copied
 
 
 class Rows:
     """The stats rows of one step, by slot; read back once (`read`).
 
     A measured tensor is snapshotted (one copy: the user's code may change it in place before
-    its batch runs) and measured with the others of its batch in a fixed number of `_foreach`
-    calls, instead of about ten ops per tensor: on a dispatch-bound model (a GPU forward is
-    mostly kernel launches) the per-tensor ops cost more than the model. A batch runs when it
-    holds `batch` tensors or `budget` bytes, and at `read`. Nothing goes host→device or back
-    before `read` (counts and flags stay on the host until then).
+    its batch runs) and measured with the others of its batch in a fixed number of ops, instead
+    of about ten ops per tensor: on a dispatch-bound model (a GPU forward is mostly kernel
+    launches) the per-tensor ops cost more than the model. On an accelerator a batch is the
+    tensors of one dtype (`_foreach` kernels); on the CPU those of one shape, stacked into a
+    matrix (`_matrix_stats`). A batch runs when the step holds `batch` tensors or `budget` bytes,
+    and at `read`. Nothing goes host→device or back before `read` (counts and flags stay on the
+    host until then).
     """
 
-    def __init__(self, batch: int = 128, budget: int = 1 << 26) -> None:
+    def __init__(self, batch: int = 512, budget: int = 1 << 26) -> None:
         self._batch = batch
         self._budget = budget
         # (rows on device, their slots, numels or None for finished rows, signed flags)
         self._chunks: list[tuple[torch.Tensor, list[int], list[int] | None, list[bool]]] = []
-        self._pending: dict[tuple, list] = {}  # (device, dtype) → [tensors, slots, signed]
+        # (device, dtype, shape on the CPU) → (copies, slots, numels, signed)
+        self._pending: dict[tuple, tuple] = {}
         self._count = 0
         self._bytes = 0
         self.n = 0
@@ -132,21 +138,29 @@ class Rows:
         return self.n
 
     def add(self, x: torch.Tensor, signed: bool = False) -> int:
-        """A row of `tensor_stats(x, signed)`, computed with its batch (on the CPU a big tensor's
-        own ops cost less than its share of the batch's segment reductions: measured at once)."""
-        if x.device.type == "cpu" and x.numel() >= _CPU_AT_ONCE:
-            return self.add_row(tensor_stats(x, signed))
+        """A row of `tensor_stats(x, signed)`, computed with its batch (a big CPU tensor at once:
+        its own ops cost little more than its share of a batch's, and no copy is made)."""
+        numel = x.numel()
+        device = x.device
+        if device.type == "cpu":
+            if numel >= _CPU_AT_ONCE:
+                self._chunks.append((_matrix_stats([x.detach()], signed), [self.n], [numel], [signed]))
+                self.n += 1
+                return self.n - 1
+            key: tuple = (device, x.dtype, x.shape)
+        else:
+            key = (device, x.dtype)
         slot = self.n
-        self.n += 1
-        key = (x.device, x.dtype)
+        self.n = slot + 1
         group = self._pending.get(key)
         if group is None:
-            group = self._pending[key] = [[], [], []]
-        group[0].append(x.detach().clone(memory_format=torch.contiguous_format))
+            group = self._pending[key] = ([], [], [], [])
+        group[0].append((x.detach() if x.requires_grad else x).clone())
         group[1].append(slot)
-        group[2].append(signed)
+        group[2].append(numel)
+        group[3].append(signed)
         self._count += 1
-        self._bytes += x.numel() * x.element_size()
+        self._bytes += numel * x.element_size()
         if self._count >= self._batch or self._bytes >= self._budget:
             self._run()
         return slot
@@ -170,18 +184,19 @@ class Rows:
                 for j, slot in enumerate(slots):
                     r = next(values)
                     if numels is not None:  # a batched row: finish it on the host
+                        r[N_TINY] = r[N_ZERO] - r[N_TINY]  # non-zero less normal
                         r[N_ZERO] = numels[j] - r[N_ZERO]
                         if not signed[j]:
                             r[MAX] = r[ABSMAX]
-                        if r[MIN_NONZERO] != r[MIN_NONZERO]:  # NaN operands: no finite minimum known
+                        low = r[MIN_NONZERO]
+                        if low != low or low >= _F32_MAX:  # NaN operands; only zeros (or inf)
                             r[MIN_NONZERO] = math.inf
                     out[slot] = r
         return out
 
     def _run(self) -> None:
-        for xs, slots, signed in self._pending.values():
-            rows = _batch_stats(xs, any(signed))
-            self._chunks.append((rows, slots, [x.numel() for x in xs], signed))
+        for xs, slots, numels, signed in self._pending.values():
+            self._chunks.append((_batch_stats(xs, any(signed)), slots, numels, signed))
         self._pending.clear()
         self._count = self._bytes = 0
 
@@ -202,26 +217,39 @@ for _dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
 
 
 def _batch_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
-    """(k, 5) rows [absmax, min_nonzero, n_tiny, n_nonzero, max (absmax unless `signed`)] for
-    contiguous tensors of one dtype and device, in a fixed number of ops for them all."""
+    """(k, 5) rows [absmax, min_nonzero (float32's max or more: none), n_normal (NaN counted),
+    n_nonzero, max (absmax unless `signed`)] for tensors of one dtype and device (of one shape
+    on the CPU), in a fixed number of ops; `Rows.read` finishes them."""
     if xs[0].device.type == "cpu":
-        return _segment_stats(xs, signed)
+        return _matrix_stats(xs, signed)
     return _foreach_stats(xs, signed)
 
 
-def _segment_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
-    """On the CPU `_foreach` ops loop over the tensors: one flat copy and segment reductions."""
-    f32 = torch.float32
-    flat = torch.cat([x.view(-1) for x in xs])
-    lengths = torch.tensor([x.numel() for x in xs])
-    a = flat.abs()
-    seg = torch.segment_reduce
-    absmax = seg(a, "max", lengths=lengths).to(f32)
-    nonzero = seg((a != 0).to(f32), "sum", lengths=lengths)  # NaN counts as non-zero
-    min_nonzero = seg(torch.where(a > 0, a, math.inf), "min", lengths=lengths).to(f32)
-    n_tiny = seg(((a < tiny_threshold(flat.dtype)) & (a > 0)).to(f32), "sum", lengths=lengths)
-    top = seg(flat, "max", lengths=lengths).to(f32) if signed else absmax
-    return torch.stack((absmax, min_nonzero, n_tiny, nonzero, top), 1)
+def _matrix_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
+    """On the CPU (where `_foreach` ops loop over the tensors): the tensors of one shape stacked
+    into a (k, n) matrix, reduced along its rows. Only arithmetic and reductions, which the CPU
+    runs vectorised (a comparison, writing booleans, costs about ten times more per element);
+    float16/bfloat16 are measured in float32, exactly."""
+    m = torch.stack(xs).view(len(xs), -1) if len(xs) > 1 else xs[0].reshape(1, -1)
+    below = _below_tiny(m.dtype)
+    if m.dtype not in (torch.float32, torch.float64):
+        m = m.float()
+    big = torch.finfo(m.dtype).max
+    a = m.abs()
+    absmax = a.amax(1)
+    one = _indicator_(a.clamp_max(1))  # 0 where zero, 1 elsewhere (NaN too)
+    nonzero = one.sum(1)
+    normal = _indicator_(a.clamp_min(below).sub_(below)).sum(1)  # |x| >= the smallest normal, NaN
+    # the smallest non-zero magnitude: zeros raised to the largest value (`read` tells it means
+    # none: only zeros, or inf), NaN ignored
+    lifted = one.sub_(1).mul_(-big).add_(a).nan_to_num_(nan=math.inf, posinf=math.inf)
+    top = m.amax(1) if signed else absmax
+    return torch.stack((absmax, lifted.amin(1), normal, nonzero, top), 1).float()
+
+
+def _indicator_(t: torch.Tensor) -> torch.Tensor:
+    """In place, for t >= 0 or NaN: 0 where zero, 1 elsewhere (NaN too); `sign` says 0 for NaN."""
+    return t.clamp_max_(1).ceil_().nan_to_num_(nan=1.0)
 
 
 def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
@@ -242,6 +270,6 @@ def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     min_nonzero = torch.where(nonzero > 0, min_nonzero, math.inf)
     torch._foreach_clamp_min_(a, below)
     torch._foreach_sub_(a, below)  # non-zero where |x| >= the smallest normal (and NaN)
-    n_normal = torch.stack(torch._foreach_norm(a, 0, dtype=f32))
+    normal = torch.stack(torch._foreach_norm(a, 0, dtype=f32))
     top = torch.stack(torch._foreach_max(xs)).to(f32) if signed else absmax
-    return torch.stack((absmax, min_nonzero, nonzero - n_normal, nonzero, top), 1)
+    return torch.stack((absmax, min_nonzero, normal, nonzero, top), 1)

@@ -1,0 +1,53 @@
+"""The float32 re-run of a forward producer ("shadow"): a float32 copy of the module run on the
+call's inputs cast up, with the random numbers the real call drew."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..tensors import map_tensors
+from .opscan import copy_without_hooks
+from .stats import measured_tensors
+
+MAX_PARAMS = 50_000_000  # above this no float32 copy of a producer is made
+
+
+def rng_state() -> tuple:
+    """Every RNG state a forward may draw from: the CPU one, CUDA's if CUDA is initialised."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def set_rng_state(state: tuple) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def twin(module: nn.Module, memo: dict) -> nn.Module | None:
+    """A float32 copy of `module` without hooks; None when it is too big to copy."""
+    if sum(p.numel() for p in module.parameters()) > MAX_PARAMS:
+        return None
+    return copy_without_hooks(module, memo).float()
+
+
+def run(twin: nn.Module, args: tuple, kwargs: dict, rng: tuple | None) -> Any:
+    """`twin` on the inputs cast to float32, autocast off, drawing from `rng` (the states at the
+    real call's start); the user's RNG is left where the real call left it."""
+    device = next(iter(measured_tensors((args, kwargs))), torch.empty(0)).device.type
+    after = rng_state()
+    try:
+        if rng is not None:
+            set_rng_state(rng)
+        with torch.no_grad(), torch.autocast(device_type=device, enabled=False):
+            return twin(*_to_float32(args), **_to_float32(kwargs))
+    finally:
+        set_rng_state(after)
+
+
+def _to_float32(obj: Any) -> Any:
+    return map_tensors(obj, lambda t: t.detach().float() if t.is_floating_point() else t)
