@@ -18,9 +18,9 @@ Tensor = torch.Tensor
 Parameter = torch.nn.Parameter
 # isinstance(x, Tensor) costs 0.2 µs for anything not exactly a Tensor (its metaclass's check
 # runs): the argument types that never are one are told by type first
-_NOT_TENSORS = frozenset(
-    {int, float, bool, str, type(None), list, tuple, dict, slice, type(...), torch.dtype, torch.Size,
-     torch.device, torch.memory_format, torch.layout}
+_SCALARS = frozenset(
+    {int, float, bool, str, type(None), dict, slice, type(...), torch.dtype, torch.Size, torch.device,
+     torch.memory_format, torch.layout}
 )  # fmt: skip
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 # contract rules that never object when every tensor operand has one dtype ("list" too, outside
@@ -212,13 +212,18 @@ class WatchMode(TorchFunctionMode):
             dt = None
             for a in (*args, *kwargs.values()) if kwargs else args:
                 cls = type(a)
-                if cls is Tensor or cls is Parameter or (cls not in _NOT_TENSORS and isinstance(a, Tensor)):
+                if cls is Tensor or cls is Parameter:
                     if a.dtype is not dt:
                         if dt is not None:
                             break
                         dt = a.dtype
-                elif (cls is list or cls is tuple) and a and type(a[0]) is not int:
-                    break
+                elif cls in _SCALARS:
+                    continue
+                elif cls is list or cls is tuple:
+                    if a and type(a[0]) is not int:
+                        break  # torch.cat's list: the full path
+                elif isinstance(a, Tensor):
+                    break  # a subclass: the full path
             else:
                 if code is _TAG or (code is _TAG_OUTSIDE_AUTOCAST and not _any_autocast()):
                     try:
@@ -243,7 +248,11 @@ class WatchMode(TorchFunctionMode):
         mixed = False
         for a in (*args, *kwargs.values()) if kwargs else args:
             cls = type(a)
-            if cls is Tensor or cls is Parameter or (cls not in _NOT_TENSORS and isinstance(a, Tensor)):
+            if (
+                cls is Tensor
+                or cls is Parameter
+                or (cls not in _SCALARS and cls is not list and cls is not tuple and isinstance(a, Tensor))
+            ):
                 d = a.dtype
                 if d is dt:
                     if first is not None:
