@@ -157,6 +157,7 @@ _NONE: list = []  # the stack of a thread that has run no module yet (never appe
 
 class _Stacks(threading.local):
     stack: list = _NONE
+    nested: set[int] | frozenset[int] = frozenset()  # ids of the modules on_nested is called for
 
 
 class ModuleStack:
@@ -213,9 +214,10 @@ class ModuleStack:
     def _pre(self, module: nn.Module, args: tuple) -> None:
         if is_dynamo_compiling() or compiler_flags._is_compiling_flag:
             return  # dynamo is tracing this hook: leave the compiled graph the user's own
-        stack = self._local.stack
+        local = self._local
+        stack = local.stack
         if stack:  # a nested call (the gate let its outermost call in): the cheap common case
-            if id(module) in self._nested_ids or _any_autocast():
+            if (local.nested and id(module) in local.nested) or _any_autocast():
                 try:
                     self._on_nested(module, args)
                 except DtypeMismatchError:
@@ -227,9 +229,11 @@ class ModuleStack:
                 _raise_recursion_limit()
             return
         if stack is _NONE:
-            stack = self._local.stack = []
+            stack = local.stack = []
         if self._gate is not None and not self._gate.enter(True):
             return
+        # the explicit models other than this call's own (a call of it inside itself is rare)
+        local.nested = self._nested_ids - {id(module)}
         try:
             with _no_torch_function():  # our own tensor inspection must not go through the mode
                 self._on_enter(module, args, call_kwargs(), True)
