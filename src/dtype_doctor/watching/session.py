@@ -21,6 +21,7 @@ from ..errors import DtypeMismatchError
 from ..report import Finding, Report
 from ..signatures import argument_names
 from . import call_memo, clean_calls, failures, findings, threads, warning_origin
+from .blocks import RepeatedBlocks
 from .compiled import CompileNotice
 from .contracts import LOW_DTYPES, Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
@@ -74,6 +75,7 @@ class Session:
         self._scene = Scene(_autocast_dtype, self.stack.param_dtype, self._in_user_code)
         self._mode = WatchMode(self)
         self._seen: dict[tuple, Any] = {}
+        self.blocks = RepeatedBlocks()  # check's dry run folds repeated blocks as it goes
         self._ac_reported: set[tuple] = set()
         self._failed: dict[int, Any] = {}  # id(exception) -> the finding of the op that raised it
         self._root: nn.Module | None = self._explicit[0] if self._explicit else None
@@ -242,7 +244,7 @@ class Session:
                 self._root = owner
                 if not self._explicit:
                     self.names.add_root(owner)
-                self._tag_values(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
+                self._tagger.tag_inputs(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
                 self.calls[id(module)] = (owner, method, (), arguments, _autocast_now())
                 call_memo.forget()
                 self.repeats.begin(owner, (), arguments, _autocast_now(), len(self.report.findings))
@@ -259,7 +261,7 @@ class Session:
             names = argument_names(module) or []
             items = [(names[i] if i < len(names) else f"args[{i}]", v) for i, v in enumerate(args)]
             items += list((kwargs or {}).items())
-            self._tag_values(module, f"{type(module).__name__}.forward", items)
+            self._tagger.tag_inputs(module, f"{type(module).__name__}.forward", items)
         self._check_autocast_params(module)
 
     def on_nested(self, module: nn.Module, args: tuple) -> None:
@@ -270,31 +272,6 @@ class Session:
         elif _any_autocast():
             with _no_torch_function():
                 self._check_autocast_params(module)
-
-    def _tag_values(self, module: nn.Module, op: str, items: list[tuple[str, Any]]) -> None:
-        """Tag the floating tensors among a root call's arguments as model inputs."""
-        inner, user = caller_frames(4)
-        call_site = user or inner  # a model input is born where the user called the model
-
-        def tag(value: Any, name: str) -> None:
-            if isinstance(value, torch.Tensor):
-                if value.is_floating_point():
-                    prev = self.prov.lookup(value)
-                    parents = (prev,) if prev is not None and prev.kind != "input" else ()
-                    self.prov.set(
-                        value, Tag("input", value.dtype, op, name, module, call_site, None, parents)
-                    )
-            elif isinstance(value, (list, tuple)):
-                for i, v in enumerate(value[:64]):
-                    if isinstance(v, torch.Tensor):
-                        tag(v, f"{name}[{i}]")
-            elif isinstance(value, dict):
-                for k, v in list(value.items())[:64]:
-                    if isinstance(v, torch.Tensor):
-                        tag(v, f"{name}[{k!r}]")
-
-        for name, value in items:
-            tag(value, name)
 
     def _check_autocast_params(self, module: nn.Module) -> None:
         """A half model under autocast of the other half dtype: report before a norm or cat fails."""
@@ -356,8 +333,9 @@ class Session:
     def _report(self, op: str, slots: list[Slot], m: Mismatch, context: set[str]) -> Any:
         module = self.stack.top
         path = self.names.module(module)
-        key = (op, path, m.code, tuple((s.role, s.tensor.dtype) for s in slots))
-        known = self._seen.get(key)
+        what = (op, m.code, tuple((s.role, s.tensor.dtype) for s in slots))
+        key = (path, *what)
+        known = self._seen.get(key) or self.blocks.met(what, path)
         if known is not None and not self.repeats.rebuild(known):
             self.repeats.found()
             known.count += 1
@@ -383,6 +361,7 @@ class Session:
             finding.message += " (fix mode: " + "; ".join(acts) + ")"
         finding = self.add_finding(finding, fix_context)
         self._seen[key] = finding
+        self.blocks.first(what, path, finding)
         return finding
 
     def _cast(self, args: tuple, kwargs: dict, m: Mismatch, finding: Any) -> tuple[tuple, dict]:

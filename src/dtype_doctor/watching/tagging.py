@@ -294,6 +294,31 @@ class Tagger:
                     return tag
         return None
 
+    def tag_inputs(self, module: torch.nn.Module, op: str, items: list[tuple[str, Any]]) -> None:
+        """Tag the floating tensors among a root call's arguments as model inputs."""
+        inner, user = caller_frames(4)
+        call_site = user or inner  # a model input is born where the user called the model
+
+        def tag(value: Any, name: str) -> None:
+            if isinstance(value, torch.Tensor):
+                if value.is_floating_point():
+                    prev = self.prov.lookup(value)
+                    parents = (prev,) if prev is not None and prev.kind != "input" else ()
+                    self.prov.set(
+                        value, Tag("input", value.dtype, op, name, module, call_site, None, parents)
+                    )
+            elif isinstance(value, (list, tuple)):
+                for i, v in enumerate(value[:64]):
+                    if isinstance(v, torch.Tensor):
+                        tag(v, f"{name}[{i}]")
+            elif isinstance(value, dict):
+                for k, v in list(value.items())[:64]:
+                    if isinstance(v, torch.Tensor):
+                        tag(v, f"{name}[{k!r}]")
+
+        for name, value in items:
+            tag(value, name)
+
     def tag_module_output(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         """A module called from user code: its floating outputs are "output of <Class> at file:line"."""
         _, user = caller_frames(3)
