@@ -121,3 +121,21 @@ def test_fix_mode_watches_every_call_in_full(shares):
                 model(x)
             counts.append(len(shares))
     assert counts[0] > 0 and counts[2] - counts[1] == counts[0]
+
+
+def test_a_replaced_weight_is_not_kept_alive_and_its_dtype_counts():
+    import gc
+    import weakref
+
+    model = nn.Linear(4, 4)
+    x = torch.randn(1, 4)
+    with torch.no_grad():
+        with watch(model=model):
+            model(x)
+        old = weakref.ref(model.weight)
+        model.weight = nn.Parameter(model.weight.detach().to(B))  # a loader that assigns new weights
+        gc.collect()
+        assert old() is None
+        with pytest.raises(RuntimeError), watch(model=model) as s:
+            model(x)  # a new signature: watched in full
+    assert s.report.errors and s.report.errors[0].operands

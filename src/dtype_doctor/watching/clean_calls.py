@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ _DEPTH = 3  # containers looked into for tensors and flags
 _ITEMS = 64  # items per container looked at
 
 _clean: weakref.WeakKeyDictionary[nn.Module, list[tuple]] = weakref.WeakKeyDictionary()
-_state: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[torch.Tensor]]] = weakref.WeakKeyDictionary()
+_state: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[weakref.ref]]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 _dtype = attrgetter("dtype")
 
@@ -54,15 +55,18 @@ def _value(v: Any, depth: int) -> Any:
 
 def _tensors(module: nn.Module) -> list[torch.Tensor]:
     """The model's parameters and buffers, listed once per model (walking the modules costs more
-    than a small forward); dtype changes are seen: `.half()` converts them in place."""
+    than a small forward) and held weakly (a replaced weight is not kept alive); dtype changes are
+    seen: `.half()` converts them in place."""
     key = len(module._modules) + len(module._parameters)
     with _lock:
         kept = _state.get(module)
     if kept is not None and kept[0] == key:
-        return kept[1]
+        tensors = [ref() for ref in kept[1]]
+        if all(map(is_not, tensors, repeat(None))):
+            return tensors
     tensors = [*module.parameters(), *module.buffers()]
     with _lock:
-        _state[module] = (key, tensors)
+        _state[module] = (key, [weakref.ref(t) for t in tensors])
     return tensors
 
 
