@@ -97,7 +97,7 @@ def test_memory_stays_flat_over_2000_watched_training_steps(one_thread):
     [
         "Session.check_contract",
         "Session.scan",
-        "Tagger.tag_one",
+        "Tagger.tag_untagged",
         "Session.tag",
         "Session.on_enter",
         "Session._report",

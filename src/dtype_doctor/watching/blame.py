@@ -146,11 +146,8 @@ def decide(
     root: nn.Module | None,
     activation: torch.dtype | None,
     frames: list[FrameType],
-    inside: torch.dtype | None = None,
 ) -> Island | None:
-    """An Island when the module's parameters, not the activation, are the odd ones out.
-
-    inside: majority([root]) when the caller has it already (a walk of the whole model)."""
+    """An Island when the module's parameters, not the activation, are the odd ones out."""
     if module is None or root is None or activation is None:
         return None
     own = {p.dtype for p in module.parameters(recurse=False) if not is_lazy(p) and p.is_floating_point()}
@@ -159,7 +156,7 @@ def decide(
     have = own.pop()
     if have == activation or not ({have, activation} & set(LOW_DTYPES)):
         return None
-    inside = inside or majority([root])
+    inside = root_majority(root)
     if inside == activation:
         want = activation  # an island inside a model of the activation's dtype (LoRA, a head)
     elif inside == have and have == torch.float32 and activation in LOW_DTYPES:

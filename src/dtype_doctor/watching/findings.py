@@ -175,7 +175,7 @@ def build(
     ctx |= situation(ops, module, root)
     rooted = _safe(lambda: expression_for(root, frames) if root is not None else None)
     variable = _safe(lambda: _user_name(blamed, odd.tensor, root, rooted, frames) if blamed else None)
-    island = _safe(lambda: blame.decide(module, root, _activation(ops), frames, want))
+    island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
     if island is not None:
         expected = island.want
         ctx.add("odd-module")

@@ -192,8 +192,7 @@ class WatchMode(TorchFunctionMode):
         super().__init__()
         _fresh_tables()
         self.session = session
-        self._tag_uniform = session._tagger.tag_uniform  # type: ignore[attr-defined]
-        self._tag_one = session._tagger.tag_one  # type: ignore[attr-defined]
+        self._tag_untagged = session._tagger.tag_untagged  # type: ignore[attr-defined]
         self._share = session.prov.share  # type: ignore[attr-defined]
         self._call = session.call_state  # type: ignore[attr-defined]  # .lazy: a clean call's repeat
 
@@ -288,10 +287,8 @@ class WatchMode(TorchFunctionMode):
         ):
             return out  # a view (looked up through its base) or tagged
         try:
-            if floats is None:
-                self._tag_one(func, _kind(func), first, out)
-            else:
-                self._tag_uniform(func, _kind(func), floats, out)
+            inputs = floats if floats is not None else [first] if first is not None else []
+            self._tag_untagged(func, _kind(func), inputs, out)
         except Exception as exc:
             self.session.internal_error(exc)
         return out

@@ -135,54 +135,24 @@ class Tagger:
                     continue
             self._new_tag(func, kind, inputs, o, promoted)
 
-    def tag_one(self, func: Any, kind: Any, i: torch.Tensor | None, out: Any) -> None:
-        """`tag_uniform` with one floating operand `i` (or none): most torch calls."""
-        if i is None and type(out) is Tensor:  # a factory, integer operands: a floating result is born
-            if out._base is None and out.is_floating_point():
-                self._new_tag(func, kind, (), out, False)
-            return
-        if type(out) is not Tensor or i is None:  # several outputs
-            self.tag(func, kind, [i] if i is not None else [], out)
-            return
-        if out._base is not None or out is i:
-            return  # a view (looked up through its base); in-place or returned as is
-        if out.dtype is not i.dtype:
-            self.tag(func, kind, [i], out)  # the op decided a new dtype
-            return
-        if self.prov.share(i, out):
-            return
-        parent = self.prov.lookup(i) or self._parameter_tag((i,), i.dtype)
-        if parent is None:  # made during the run from an untracked tensor: its dtype is born here
-            self._new_tag(func, kind, (i,), out, False)
-            return
-        self.prov.set(out, parent)
-
-    def tag_uniform(self, func: Any, kind: Any, inputs: list, out: Any) -> None:
-        """`tag` after a call whose tensor operands share one dtype (the common case, kept lean): an
-        output in that dtype shares the best origin among them; anything else takes `tag`."""
+    def tag_untagged(self, func: Any, kind: Any, inputs: list, out: Any) -> None:
+        """The output of a call whose floating operands `inputs` (maybe none) share one dtype, when
+        `Provenance.share` gave it none of their tags: a factory's result is born; several outputs,
+        or one in a new dtype, take `tag`; one made from untracked operands takes a parameter's tag
+        (named when a finding reads it) or is born here."""
         if type(out) is not Tensor:  # several outputs
             self.tag(func, kind, inputs, out)
             return
         if out._base is not None:
             return  # a view: looked up through its base
-        dt = out.dtype
-        if dt is not inputs[0].dtype:
+        if not inputs:  # a factory, integer operands: a floating result is born
+            if out.is_floating_point():
+                self._new_tag(func, kind, (), out, False)
+            return
+        if out.dtype is not inputs[0].dtype:
             self.tag(func, kind, inputs, out)  # the op decided a new dtype
             return
-        for i in inputs:
-            if out is i:
-                return  # in-place or returned as is: its origin stands
-        # _best_tag inlined (every input has dtype `dt` here)
-        lookup = self.prov.lookup
-        parent = None
-        for i in inputs:
-            t = lookup(i)
-            if t is not None and (parent is None or t.rank < parent.rank):
-                parent = t
-                if t.rank == 0:
-                    break
-        if parent is None:
-            parent = self._parameter_tag(inputs, dt)
+        parent = self._parameter_tag(inputs, out.dtype)
         if parent is None:  # made during the run from untracked tensors: its dtype is born here
             self._new_tag(func, kind, inputs, out, False)
             return
