@@ -259,3 +259,18 @@ def test_a_conversion_to_the_dtype_the_model_has_is_refused_and_others_are_not()
         [fix("model.half()"), fix("model.float()"), fix("mixed.half()")], "cpu", None, scope
     )
     assert [f.snippet for f in kept] == ["model.float()", "mixed.half()"]
+
+
+def test_a_model_converted_after_a_watched_call_is_seen_converted_by_the_static_check():
+    """Whole-model answers are kept only while a root call runs (watching/call_memo.py)."""
+    from dtype_doctor import watch
+    from dtype_doctor.watching.snippets import refusal
+
+    model = nn.Linear(2, 2)
+    scope = {"model": model}
+    to_fp32 = Fix(title="t", snippet="model.float()", why="w", language="python")
+    with watch(model=model):
+        model(torch.randn(1, 2))
+    assert refusal(to_fp32, "cpu", None, scope) == "model is already float32"
+    model.half()
+    assert refusal(to_fp32, "cpu", None, scope) is None

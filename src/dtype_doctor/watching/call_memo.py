@@ -3,7 +3,8 @@
 A run with a mismatch in every layer builds a finding per layer (193 on a Llama-7B shape), and each
 asked the same whole-model questions (which dtype most parameters have, is the model already all
 float16): each a walk of every parameter. Its parameters' dtypes do not change inside the call, so
-the answers are kept until the session forgets them as the next root call begins or this one ends.
+the answers are kept while the call runs (the session calls `begin` and `end`); outside a root call
+every question is answered afresh.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 _memo: dict[tuple[int, str], tuple[weakref.ref, Any]] = {}
+_in_call = [False]  # answers are kept only while a root call runs: outside one, a model may change
 
 
 def remembered(obj: Any, question: str, answer: Callable[[], Any]) -> Any:
-    """`answer()`, kept for `obj` (weakly) and `question` until `forget()`."""
+    """`answer()`, kept for `obj` (weakly) and `question` while the root call runs."""
+    if not _in_call[0]:
+        return answer()
     key = (id(obj), question)
     kept = _memo.get(key)
     if kept is not None and kept[0]() is obj:
@@ -26,5 +30,13 @@ def remembered(obj: Any, question: str, answer: Callable[[], Any]) -> Any:
     return value
 
 
-def forget() -> None:
+def begin() -> None:
+    """A root call begins: what was kept is forgotten, answers are kept from now on."""
     _memo.clear()
+    _in_call[0] = True
+
+
+def end() -> None:
+    """The root call ended: the model may change before the next one."""
+    _memo.clear()
+    _in_call[0] = False

@@ -245,24 +245,30 @@ class Session:
                 if not self._explicit:
                     self.names.add_root(owner)
                 self._tagger.tag_inputs(owner, f"{type(owner).__name__}.{method}", list(arguments.items()))
-                self.calls[id(module)] = (owner, method, (), arguments, _autocast_now())
-                call_memo.forget()
-                self.repeats.begin(owner, (), arguments, _autocast_now(), len(self.report.findings))
+                self._begin_root(module, owner, method, (), arguments)
                 self._check_autocast_params(module)
                 return
         if is_root:
             self._root = module
-            self.calls[id(module)] = (module, "__call__", args, dict(kwargs or {}), _autocast_now())
+            self._begin_root(module, module, "__call__", args, dict(kwargs or {}))
             if not self._explicit:
                 self.names.add_root(module)
-            call_memo.forget()
-            self.repeats.begin(module, args, kwargs or {}, _autocast_now(), len(self.report.findings))
         if is_root or explicit:
             names = argument_names(module) or []
             items = [(names[i] if i < len(names) else f"args[{i}]", v) for i, v in enumerate(args)]
             items += list((kwargs or {}).items())
             self._tagger.tag_inputs(module, f"{type(module).__name__}.forward", items)
         self._check_autocast_params(module)
+
+    def _begin_root(
+        self, module: nn.Module, owner: nn.Module, method: str, args: tuple, kwargs: dict
+    ) -> None:
+        """A root call begins (`owner.method(...)`, entered through `module`): kept for the replays,
+        whole-model answers kept while it runs (call_memo), and is it a repeat of a clean call?"""
+        autocast = _autocast_now()
+        self.calls[id(module)] = (owner, method, args, kwargs, autocast)
+        call_memo.begin()
+        self.repeats.begin(owner, args, kwargs, autocast, len(self.report.findings))
 
     def on_nested(self, module: nn.Module, args: tuple) -> None:
         """A module call inside another (runs for every module: nothing to do unless autocast is on)."""
@@ -451,7 +457,7 @@ class Session:
         tags of the call's dead intermediates go (a table of one step's tags, not a sawtooth)."""
         if self._active:
             self.repeats.end(output is not None, len(self.report.findings))
-            call_memo.forget()
+            call_memo.end()
             self._tagger.tag_module_output(module, args, output)
             self.prov.sweep()
 
