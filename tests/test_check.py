@@ -94,6 +94,8 @@ def test_llama_fp32_inputs_embeds_same_first_failure_and_plain_meta_misses_it(ll
     first = first_error(report)
     assert module == first.location.module == "model.layers.0.self_attn.q_proj"
     assert first.count == 3  # folded: the same mismatch in each of the 3 layers
+    assert first.data["modules"] == [f"model.layers.{i}.self_attn.q_proj" for i in range(3)]
+    assert "also in 2 more: model.layers.*.self_attn.q_proj" in first.message
     plain = copy.deepcopy(meta_model).half()
     out = plain(inputs_embeds=torch.empty(1, 8, 64, device="meta"))  # a plain meta run: no error at all
     assert out.logits.is_meta
