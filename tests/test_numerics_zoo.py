@@ -13,7 +13,7 @@ import torch
 
 import numerics_zoo as zoo  # type: ignore[import-not-found]
 from dtype_doctor.cli import main
-from dtype_doctor.numerics import monitor_numerics
+from dtype_doctor.numerics import NumericsMonitor, monitor_numerics
 from dtype_doctor.numerics.api import model_error, run_numerics
 
 ZOO = Path(zoo.__file__)
@@ -59,6 +59,20 @@ def test_rmsnorm_pow_overflow_is_finite_but_wrong_with_value_limit_and_verified_
     with torch.no_grad():
         got, want = model(_x()).float(), reference(_x().float())
     assert ((got - want).norm() / want.norm()).item() < 1e-3  # (printed: vs the float16 weights upcast)
+
+
+def test_a_model_cast_to_float16_between_steps_is_checked_against_float32_on_its_first_float16_step():
+    # whether a call is low precision is asked once per step (numerics/monitor._begin_root), from
+    # the parameters' dtypes then: `.half()` keeps the Parameter objects and changes their dtype
+    model = zoo.make_rmsnorm()
+    with NumericsMonitor(model=model) as monitor, torch.no_grad():
+        model(_x().float())  # a float32 step: nothing to compare
+        assert monitor.report.findings == []
+        model.half()
+        model(_x())
+        model(_x())  # the op inside is named at the module's next call
+    (finding,) = [f for f in monitor.report.findings if f.code == "finite-but-wrong"]
+    assert finding.location.module == "layer" and finding.location.op == "x.pow(2)"
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "softmax"])

@@ -222,14 +222,20 @@ class Advisor:
                 self._add("backward", grad.param, values[grad.slot], infos[grad.slot])
 
     def _add(self, phase: str, name: str, row: list[float], info: TensorInfo) -> None:
-        entry = self._ranges.setdefault((phase, name), [info.dtype, 0.0, 0.0, 0.0, math.inf])
-        if math.isfinite(row[ABSMAX]):
-            entry[1] = max(entry[1], row[ABSMAX])
+        key = (phase, name)
+        entry = self._ranges.get(key)
+        if entry is None:
+            entry = self._ranges[key] = [info.dtype, 0.0, 0.0, 0.0, math.inf]
+        absmax = row[ABSMAX]
+        if math.isfinite(absmax):
+            if absmax > entry[1]:
+                entry[1] = absmax
             if is_light(row):
                 return
             entry[2] += row[N_TINY]
             entry[3] += info.numel - row[N_ZERO]
-            entry[4] = min(entry[4], row[MIN_NONZERO])
+            if row[MIN_NONZERO] < entry[4]:
+                entry[4] = row[MIN_NONZERO]
 
     def finish(self, modules: dict[str, nn.Module]) -> None:
         """Summary findings over all monitored steps: headroom and underflow."""

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from .stats import ABSMAX, MAX, MIN_NONZERO
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorInfo:
     dtype: str
     shape: tuple[int, ...]
     numel: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """A module call in forward: `start` is the index of the first record made inside it."""
 
@@ -40,7 +40,7 @@ class Call:
     caller: str | None = None  # the module whose forward made this call (None: outermost)
 
 
-@dataclass
+@dataclass(slots=True)
 class Sighting:
     """A tensor first seen as a module input: a model input (scope None) or made by code in `scope`."""
 

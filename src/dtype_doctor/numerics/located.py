@@ -1,5 +1,5 @@
 """Findings that name an op inside a module: finite-but-wrong modules, and the op a non-finite
-producer's forward went wrong at (from `opscan`)."""
+producer's forward went wrong at (from `opscan`); which producers need such a scan."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from .. import catalog
 from ..catalog.family_codes import FINITE_BUT_WRONG
 from ..report import Evidence, Finding, Fix, Location
 from .accuracy import Wrong
+from .advice import module_op_name
+from .analysis import Producer
 from .frames import where
 from .opscan import OpHit
 from .stats import fmt
@@ -111,3 +113,10 @@ def _locate(finding: Finding, hit: OpHit) -> None:
         "limit": hit.limit,
         "rel_error": hit.rel_error if math.isfinite(hit.rel_error) else None,  # None: non-finite
     }
+
+
+def wants_op_scan(p: Producer) -> bool:
+    """A forward producer whose op is not named by its module type: a custom forward, or ops between children."""
+    if p.phase != "forward" or p.path is None or p.kind not in ("module", "inline"):
+        return False
+    return p.kind == "inline" or not p.leaf or module_op_name(None, p.module_type, True).endswith(".forward")

@@ -19,6 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
+from ..tensors import LEAVES
 from . import advice, located, shadow
 from .accuracy import AccuracyCheck, low_call
 from .analysis import (
@@ -109,6 +110,11 @@ class NumericsMonitor:
         self._pre_id = -1  # the global pre-hook's id
         self._kwargs_flags: list[dict] = []  # the adopted modules' `_forward_pre_hooks_with_kwargs`
         self._names: dict[int, str] = {}  # id(module) → qualified name
+        # asked once per outermost call (`_begin_root`), read on every module call inside it
+        self._accuracy_open = accuracy
+        self._low_params = False  # the root has float16/bfloat16 parameters
+        self._scans_waiting = False  # op-level scans or float32 re-runs wait for some module's call
+        self._params: dict[int, list[nn.Parameter]] = {}  # id(root) → its parameters, listed once
         self._modules: dict[str, nn.Module] = {}
         self._roots: list[nn.Module] = []
         self._stack: list[Frame] = []
@@ -156,6 +162,7 @@ class NumericsMonitor:
             for wrong in self.accuracy.close():
                 located.unscanned(self._wrong_findings[wrong.path])
         self._names.clear()  # a later start() adopts (and hooks) the roots again
+        self._params.clear()
         self._roots.clear()
         if self.internal_error:
             self.report.meta["numerics_internal_error"] = self.internal_error
@@ -240,9 +247,6 @@ class NumericsMonitor:
         self._pending_step: int | None = None
         self._low_precision_step = False
 
-    def _monitored(self) -> bool:
-        return not self._scan_only and self.step_index % self.every == 0
-
     def scan_call(self, call: Callable[[], Any]) -> Any:
         """Run `call` (one more forward) only for the op-level scans waiting for a module call:
         nothing is measured and no step is counted. Not run (None) when no scan is waiting."""
@@ -274,7 +278,7 @@ class NumericsMonitor:
                 producer.module_type = type(self._modules[producer.path]).__name__
             self.producers.append(producer)
             finding = self._advisor.producer(producer, self._modules)
-            if _wants_op_scan(producer) and producer.path not in self._op_scans:
+            if located.wants_op_scan(producer) and producer.path not in self._op_scans:
                 self._op_scans[producer.path] = finding
             if self.shadow and producer.phase == "forward" and producer.kind == "module":
                 self._shadows.setdefault(producer.path, None)
@@ -293,7 +297,7 @@ class NumericsMonitor:
             self._low_precision_step = True
             self.low_dtypes.add(dtype)
         slot = self._rows.add(tensor, signed)
-        self._infos.append(TensorInfo(short_dtype_name(dtype), tuple(tensor.shape), tensor.numel()))
+        self._infos.append(TensorInfo(short_dtype_name(dtype), tensor.shape, tensor.numel()))
         self._slot_of[id(tensor)] = (weakref.ref(tensor), slot)
         if self.backward and tensor.requires_grad and torch.is_grad_enabled():
             tensor.register_hook(functools.partial(self._on_grad, self._token, slot))
@@ -304,9 +308,9 @@ class NumericsMonitor:
         if self._busy:
             return
         stack = self._stack
-        if not stack and not self._explicit_steps and self._rows:
-            self._flush()  # a new outermost call: the previous step (and its backward) is complete
-        if self._op_scans or (self.accuracy is not None and self.accuracy.wrong):
+        if not stack:
+            self._begin_root(module)
+        if self._scans_waiting:
             self._scan(path, module, args, kwargs)
         if self._scan_only or self.step_index % self.every:
             stack.append(Frame(path, None))
@@ -315,18 +319,34 @@ class NumericsMonitor:
         call = Call(path, type(module).__name__, 0, [], [], [], not module._modules, scope)
         low = False
         for name, value in zip(arg_names(len(args)), args, strict=False):
-            for tensor in measured_tensors(value):
-                low = self._input(call, name, tensor) or low
-        if kwargs:
-            for name, value in kwargs.items():
+            if type(value) not in LEAVES:  # None, flags, sizes: most keyword arguments
                 for tensor in measured_tensors(value):
                     low = self._input(call, name, tensor) or low
+        if kwargs:
+            for name, value in kwargs.items():
+                if type(value) not in LEAVES:
+                    for tensor in measured_tensors(value):
+                        low = self._input(call, name, tensor) or low
         call.start = len(self._records)
         rng = shadow.rng_state() if self.shadow and path in self._shadows else None
         ref = None
-        if self.accuracy is not None and not self.accuracy.done:
+        if self._accuracy_open and (low or self._low_params or torch._C._is_any_autocast_enabled()):
             ref = self._reference(path, module, args, kwargs, low)
         stack.append(Frame(path, call, kwargs, rng, ref))
+
+    def _begin_root(self, root: nn.Module) -> None:
+        """An outermost call starts: the previous step (and its backward) is complete. What every
+        module call of this one would ask is asked here, once."""
+        if not self._explicit_steps and self._rows:
+            self._flush()
+        accuracy = self.accuracy
+        self._accuracy_open = accuracy is not None and not accuracy.done
+        if self._accuracy_open:  # a float32 model outside autocast: no call to re-run in float32
+            params = self._params.get(id(root))
+            if params is None:
+                params = self._params[id(root)] = list(root.parameters())
+            self._low_params = any(p.dtype in _LOW for p in params)
+        self._scans_waiting = bool(self._op_scans) or (accuracy is not None and bool(accuracy.wrong))
 
     def _input(self, call: Call, name: str, tensor: torch.Tensor) -> bool:
         """Note one floating input of `call` (measured when first seen); True when low precision."""
@@ -394,7 +414,7 @@ class NumericsMonitor:
 
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
         slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
-        self._infos.append(TensorInfo(short_dtype_name(grad.dtype), tuple(grad.shape), grad.numel()))
+        self._infos.append(TensorInfo(short_dtype_name(grad.dtype), grad.shape, grad.numel()))
         return slot
 
     # -- finite but wrong: float32 re-run of every low-precision call, op-level scans ------------
@@ -473,14 +493,3 @@ class NumericsMonitor:
             self._busy = False
         if slots:
             self._shadow_runs.append(Shadow(path, slots))
-
-
-def _wants_op_scan(p: Any) -> bool:
-    """A forward producer whose op is not named by its module type: a custom forward, or ops between children."""
-    if p.phase != "forward" or p.path is None or p.kind not in ("module", "inline"):
-        return False
-    return (
-        p.kind == "inline"
-        or not p.leaf
-        or advice.module_op_name(None, p.module_type, True).endswith(".forward")
-    )

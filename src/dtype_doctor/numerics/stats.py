@@ -1,7 +1,7 @@
 """Range statistics of a tensor, computed on its device with no host sync.
 
 One row per tensor: [abs-max, smallest non-zero magnitude, count below the smallest normal
-(non-zero), count of zeros, signed max]. Rows are stacked and read once per step (`read_rows`).
+(non-zero), count of zeros, signed max]. Rows are stacked and read once per step (`Rows.read`).
 """
 
 from __future__ import annotations
@@ -71,21 +71,6 @@ def is_light(row: list[float]) -> bool:
     return math.isnan(row[N_ZERO])
 
 
-def read_rows(rows: list[torch.Tensor]) -> list[list[float]]:
-    """All rows to Python floats: one device→host transfer per device."""
-    if not rows:
-        return []
-    devices = {r.device for r in rows}
-    if len(devices) == 1:
-        return torch.stack(rows).tolist()
-    out: list[list[float]] = [[]] * len(rows)
-    for device in devices:
-        idx = [i for i, r in enumerate(rows) if r.device == device]
-        for i, values in zip(idx, torch.stack([rows[i] for i in idx]).tolist(), strict=True):
-            out[i] = values
-    return out
-
-
 def measured_tensors(obj: Any) -> Sequence[torch.Tensor]:
     """Floating tensors in a module's inputs or outputs, three containers deep at most."""
     if isinstance(obj, torch.Tensor):  # the common cases, on every module call: no generator chain
@@ -126,10 +111,10 @@ class Rows:
     def __init__(self, batch: int = 512, budget: int = 1 << 26) -> None:
         self._batch = batch
         self._budget = budget
-        # (rows on device, their slots, numels or None for finished rows, signed flags)
-        self._chunks: list[tuple[torch.Tensor, list[int], list[int] | None, list[bool]]] = []
-        # (device, dtype, shape on the CPU) → (copies, slots, numels, signed)
-        self._pending: dict[tuple, tuple] = {}
+        # (rows on device, their slots, numels (None: rows finished already), signed flags)
+        self._chunks: list[tuple[torch.Tensor, Sequence[int], Sequence[int] | None, Sequence[bool]]] = []
+        # (dtype, shape) on the CPU, (device, dtype) elsewhere → [(copy, slot, numel, signed)]
+        self._pending: dict[tuple, list[tuple[torch.Tensor, int, int, bool]]] = {}
         self._count = 0
         self._bytes = 0
         self.n = 0
@@ -141,33 +126,28 @@ class Rows:
         """A row of `tensor_stats(x, signed)`, computed with its batch (a big CPU tensor at once:
         its own ops cost little more than its share of a batch's, and no copy is made)."""
         numel = x.numel()
-        device = x.device
-        if device.type == "cpu":
-            if numel >= _CPU_AT_ONCE:
-                self._chunks.append((_matrix_stats([x.detach()], signed), [self.n], [numel], [signed]))
-                self.n += 1
-                return self.n - 1
-            key: tuple = (device, x.dtype, x.shape)
-        else:
-            key = (device, x.dtype)
         slot = self.n
         self.n = slot + 1
+        if x.is_cpu:
+            if numel >= _CPU_AT_ONCE:
+                self._chunks.append((_matrix_stats([x.detach()], signed), (slot,), (numel,), (signed,)))
+                return slot
+            key: tuple = (x.dtype, x.shape)
+        else:
+            key = (x.device, x.dtype)
         group = self._pending.get(key)
         if group is None:
-            group = self._pending[key] = ([], [], [], [])
-        group[0].append((x.detach() if x.requires_grad else x).clone())
-        group[1].append(slot)
-        group[2].append(numel)
-        group[3].append(signed)
+            group = self._pending[key] = []
+        group.append(((x.detach() if x.requires_grad else x).clone(), slot, numel, signed))
         self._count += 1
-        self._bytes += numel * x.element_size()
+        self._bytes += numel * x.itemsize
         if self._count >= self._batch or self._bytes >= self._budget:
             self._run()
         return slot
 
     def add_row(self, row: torch.Tensor) -> int:
         """A row computed elsewhere (a light row, the accuracy check's)."""
-        self._chunks.append((row.reshape(1, -1), [self.n], None, [False]))
+        self._chunks.append((row.reshape(1, -1), (self.n,), None, (False,)))
         self.n += 1
         return self.n - 1
 
@@ -195,8 +175,9 @@ class Rows:
         return out
 
     def _run(self) -> None:
-        for xs, slots, numels, signed in self._pending.values():
-            self._chunks.append((_batch_stats(xs, any(signed)), slots, numels, signed))
+        for items in self._pending.values():
+            xs, slots, numels, signed = zip(*items, strict=True)
+            self._chunks.append((_batch_stats(list(xs), any(signed)), slots, numels, signed))
         self._pending.clear()
         self._count = self._bytes = 0
 
