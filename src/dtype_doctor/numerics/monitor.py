@@ -355,8 +355,9 @@ class NumericsMonitor:
             slot = entry[1]
         else:
             slot = self._measure(tensor, signed=True)
-            self._made_by[slot] = call.caller
             self._records.append(Sighting(slot, call.caller, call.path, name))
+            if self.backward:
+                self._made_by[slot] = call.caller
         call.in_slots.append(slot)
         call.in_names.append(name)
         if self.backward:
@@ -369,14 +370,14 @@ class NumericsMonitor:
         frame = self._stack.pop()
         call = frame.call
         if call is not None:
-            made = call.path
             for tensor in measured_tensors(output):
                 entry = self._slot_of.get(id(tensor))
                 if entry is not None and entry[0]() is tensor:
                     slot = entry[1]
                 else:
                     slot = self._measure(tensor)
-                    self._made_by[slot] = made
+                    if self.backward:  # who made a tensor matters to the backward rule only
+                        self._made_by[slot] = call.path
                 call.out_slots.append(slot)
             self._records.append(call)
             if frame.ref is not None and self.accuracy is not None:
