@@ -220,17 +220,17 @@ def _matrix_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     absmax = a.amax(1)
     one = _indicator_(a.clamp_max(1))  # 0 where zero, 1 elsewhere (NaN too)
     nonzero = one.sum(1)
-    normal = _indicator_(a.clamp_min(below).sub_(below)).sum(1)  # |x| >= the smallest normal, NaN
+    normal = _indicator_(a.sub(below).clamp_(0, 1)).sum(1)  # |x| > below: >= the smallest normal; NaN
     # the smallest non-zero magnitude: zeros raised to the largest value (`read` tells it means
     # none: only zeros, or inf), NaN ignored
-    lifted = one.sub_(1).mul_(-big).add_(a).nan_to_num_(nan=math.inf, posinf=math.inf)
+    lifted = a.add(one.sub_(1), alpha=-big).nan_to_num_(nan=math.inf, posinf=math.inf)
     top = m.amax(1) if signed else absmax
     return torch.stack((absmax, lifted.amin(1), normal, nonzero, top), 1).float()
 
 
 def _indicator_(t: torch.Tensor) -> torch.Tensor:
-    """In place, for t >= 0 or NaN: 0 where zero, 1 elsewhere (NaN too); `sign` says 0 for NaN."""
-    return t.clamp_max_(1).ceil_().nan_to_num_(nan=1.0)
+    """In place, for t in [0, 1] or NaN: 0 where zero, 1 elsewhere (NaN too); `sign` says 0 for NaN."""
+    return t.ceil_().nan_to_num_(nan=1.0)
 
 
 def _foreach_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
