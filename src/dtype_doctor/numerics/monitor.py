@@ -40,22 +40,6 @@ from .stats import ABSMAX, Rows, light_stats, measured_tensors
 _LOW = (torch.float16, torch.bfloat16)
 
 
-def _safe(method: Callable) -> Callable:
-    """A hook must never break the user's run: on an internal error, stop monitoring and say so."""
-
-    @functools.wraps(method)
-    def wrapper(self: NumericsMonitor, *args: Any, **kwargs: Any) -> Any:
-        if not self._active:
-            return None
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as exc:
-            self._fail(exc)
-            return None
-
-    return wrapper
-
-
 class NumericsMonitor:
     """Watch a model's value ranges; findings go into `report`.
 
@@ -201,7 +185,7 @@ class NumericsMonitor:
                 if param.requires_grad and not nn.parameter.is_lazy(param):
                     self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
 
-    # the two hooks on every module call: `_safe` inlined (no wrapper frame, no argument packing)
+    # the two hooks on every module call; an internal error stops monitoring (`_fail`), never the run
     def _global_pre(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
         path = self._names.get(id(module))
         if path is not None:
@@ -210,8 +194,11 @@ class NumericsMonitor:
                     self._pre(module, path, args, _call_kwargs() if kwargs is None else kwargs)
                 except Exception as exc:
                     self._fail(exc)
-        elif self.model is None:
-            self._adopt_root(module, args, _call_kwargs())
+        elif self.model is None and self._active:
+            try:
+                self._adopt_root(module, args, _call_kwargs())
+            except Exception as exc:
+                self._fail(exc)
 
     def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if self._active and id(module) in self._names:
@@ -225,7 +212,6 @@ class NumericsMonitor:
         self._active = False
         self.internal_error = f"{type(exc).__name__}: {exc}"
 
-    @_safe
     def _adopt_root(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if self._busy or self._stack:
             return
@@ -240,7 +226,8 @@ class NumericsMonitor:
         self._records: list[Call | Sighting] = []
         self._grads: list[Grad] = []
         self._shadow_runs: list[Shadow] = []
-        self._slot_of: dict[int, tuple[weakref.ref, int]] = {}
+        # id(tensor) → (the tensor, weakly; its slot; its version then, -1 for an inference tensor)
+        self._slot_of: dict[int, tuple[weakref.ref, int, int]] = {}
         self._consumers: dict[int, list[Call]] = {}
         self._made_by: dict[int, str | None] = {}
         self._token = object()
@@ -298,7 +285,8 @@ class NumericsMonitor:
             self.low_dtypes.add(dtype)
         slot = self._rows.add(tensor, signed)
         self._infos.append(TensorInfo(short_dtype_name(dtype), tensor.shape, tensor.numel()))
-        self._slot_of[id(tensor)] = (weakref.ref(tensor), slot)
+        version = -1 if tensor.is_inference() else tensor._version  # inference tensors keep none
+        self._slot_of[id(tensor)] = (weakref.ref(tensor), slot, version)
         if self.backward and tensor.requires_grad and torch.is_grad_enabled():
             tensor.register_hook(functools.partial(self._on_grad, self._token, slot))
         return slot
@@ -348,12 +336,18 @@ class NumericsMonitor:
             self._low_params = any(p.dtype in _LOW for p in params)
         self._scans_waiting = bool(self._op_scans) or (accuracy is not None and bool(accuracy.wrong))
 
+    def _known(self, tensor: torch.Tensor) -> int:
+        """The slot `tensor` was measured into this step, if it has not been changed in place since
+        (`out += residual` between modules, `ReLU(inplace=True)`: then it is measured again); -1."""
+        entry = self._slot_of.get(id(tensor))
+        if entry is None or entry[0]() is not tensor:
+            return -1
+        return entry[1] if entry[2] < 0 or entry[2] == tensor._version else -1
+
     def _input(self, call: Call, name: str, tensor: torch.Tensor) -> bool:
         """Note one floating input of `call` (measured when first seen); True when low precision."""
-        entry = self._slot_of.get(id(tensor))
-        if entry is not None and entry[0]() is tensor:
-            slot = entry[1]
-        else:
+        slot = self._known(tensor)
+        if slot < 0:
             slot = self._measure(tensor, signed=True)
             self._records.append(Sighting(slot, call.caller, call.path, name))
             if self.backward:
@@ -371,10 +365,8 @@ class NumericsMonitor:
         call = frame.call
         if call is not None:
             for tensor in measured_tensors(output):
-                entry = self._slot_of.get(id(tensor))
-                if entry is not None and entry[0]() is tensor:
-                    slot = entry[1]
-                else:
+                slot = self._known(tensor)
+                if slot < 0:
                     slot = self._measure(tensor)
                     if self.backward:  # who made a tensor matters to the backward rule only
                         self._made_by[slot] = call.path

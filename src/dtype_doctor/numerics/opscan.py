@@ -27,6 +27,18 @@ from ..dtypes import dtype_name
 from ..tensors import iter_tensors, map_tensors
 from .frames import user_line
 
+_INPLACE_DUNDERS = frozenset(
+    {
+        "__iadd__",
+        "__isub__",
+        "__imul__",
+        "__itruediv__",
+        "__ifloordiv__",
+        "__imod__",
+        "__ipow__",
+        "__imatmul__",
+    }
+)
 _BINOPS = {
     "__add__": ast.Add, "__radd__": ast.Add, "__iadd__": ast.Add, "add": ast.Add,
     "__sub__": ast.Sub, "__rsub__": ast.Sub, "__isub__": ast.Sub, "sub": ast.Sub,
@@ -97,27 +109,37 @@ class _Scan(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         if self.hit is not None:
-            return out
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", str(func))
+        inplace = (
+            name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__")) or "out" in kwargs
+        )
+        # an in-place op overwrites its operand: what it read is taken before it runs
+        before = self._operands(args, kwargs, inplace) if inplace else None
+        out = func(*args, **kwargs)
         low_out = _floats(out)
         if not low_out or not any(t.dtype in (torch.float16, torch.bfloat16) for t in low_out):
             return out
         with contextlib.suppress(Exception):  # a failed float32 replay: its output starts a fresh chain
-            self._compare(func, args, kwargs, out, low_out)
+            self._compare(func, name, before or self._operands(args, kwargs, inplace), low_out)
         return out
 
-    def _compare(self, func: Any, args: tuple, kwargs: dict, out: Any, low_out: list[torch.Tensor]) -> None:
-        name = getattr(func, "__name__", str(func))
-        inplace = (name.endswith("_") and not name.endswith("__")) or "out" in kwargs
+    def _operands(self, args: tuple, kwargs: dict, inplace: bool) -> tuple[tuple, bool, float]:
+        """The float32 counterparts of the op's operands; whether its own operands are all finite,
+        and their largest magnitude."""
         up = map_tensors((args, kwargs), lambda t: self.twin(t, inplace))
+        ins = _floats((args, kwargs))
+        absmax = max((float(t.abs().max()) for t in ins), default=0.0)
+        return up, all(bool(torch.isfinite(t).all()) for t in ins), absmax
+
+    def _compare(self, func: Any, name: str, operands: tuple, low_out: list[torch.Tensor]) -> None:
+        up, finite_in, inputs_absmax = operands
         with torch.no_grad(), torch.autocast(self.device, enabled=False):
             ref = func(*up[0], **up[1])
         ref_out = _floats(ref)
         if len(ref_out) != len(low_out):
             return
-        ins = _floats((args, kwargs))
-        finite_in = all(bool(torch.isfinite(t).all()) for t in ins)
         for low, r in zip(low_out, ref_out, strict=True):
             r = r.float()
             self.twins[id(low)] = (low, r)
@@ -138,7 +160,7 @@ class _Scan(TorchFunctionMode):
                     fp32_absmax=float(r.abs().max()) if r.numel() else 0.0,
                     limit=limit,
                     rel_error=err,
-                    inputs_absmax=max((float(t.abs().max()) for t in ins), default=0.0),
+                    inputs_absmax=inputs_absmax,
                 )
                 return
 
