@@ -511,3 +511,51 @@ def test_registered_contracts_catch_what_meta_kernels_let_through(op):
     op(torch.randn(3, 3, device="meta"), torch.randn(3, 3, device="meta").half())  # ... the meta one does not
     report = dd.check(M(), ("3x3", "float32"), dtype="float16")
     assert report.errors and report.errors[0].location.file.endswith("test_check.py")
+
+
+def test_repeated_meta_ops_get_the_kernels_answer_and_still_reach_the_contracts():
+    """The hybrid remakes a repeated all-meta op's output from the first answer (hybrid._memo): the
+    same metadata as the meta kernel's, keyed on what the output depends on (2 and 2.0 promote
+    differently, strides differ from shapes), and each repeat is still checked."""
+    from dtype_doctor.checking.hybrid import hybrid
+
+    ints = torch.empty(3, 4, dtype=torch.int64, device="meta")
+    floats = torch.empty(4, 3, device="meta").t()  # non-contiguous
+    ops = [
+        lambda: ints * 2,
+        lambda: ints * 2.0,
+        lambda: ints / ints,  # the default dtype
+        lambda: floats + 1,
+        lambda: floats.contiguous() + 1,
+        lambda: floats.half().sum(0),
+        lambda: torch.cat([floats, floats]),
+        lambda: torch.max(floats, 1),  # a tuple
+    ]
+
+    def meta(out):
+        if isinstance(out, tuple):
+            return tuple(meta(o) for o in out)
+        return (out.shape, out.stride(), out.dtype, out.storage_offset(), out.is_meta)
+
+    expected = [meta(op()) for op in ops]
+    with hybrid():
+        for _ in range(3):
+            assert [meta(op()) for op in ops] == expected
+        torch.set_default_dtype(torch.float64)
+        try:
+            assert (ints / ints).dtype == torch.float64
+        finally:
+            torch.set_default_dtype(torch.float32)
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x.float())
+            return x
+
+    report = dd.check(Twice(), ("2x8", "float32"), dtype="float16")
+    assert sum(f.count for f in report.errors) == 3  # every copy checked, folded into one finding
