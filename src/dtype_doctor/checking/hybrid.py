@@ -145,7 +145,6 @@ def _is_pure(func: Any) -> bool:
             schema is not None
             and not schema.is_mutable
             and all(r.alias_info is None for r in schema.returns)
-            and func not in _SPECIAL
             and torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ())
         )
         _pure[func] = pure
@@ -289,7 +288,7 @@ class HybridMode(TorchDispatchMode):
         has_real = any(_is_real(t) for t in _flat_tensors(args, kwargs))
         margs, mkwargs = tree_map(_to_meta, (args, kwargs)) if has_real else (args, kwargs)
         try:
-            return func(*margs, **mkwargs)
+            return func(*margs, **mkwargs) if has_real else self._memoized(func, margs, mkwargs)
         except NotImplementedError as exc:
             if "nonzero" not in str(exc) and "data-dependent" not in str(exc):
                 raise
