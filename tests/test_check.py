@@ -139,7 +139,7 @@ def _same_graph(a, b, pairs=None, depth=0):
 
 
 def test_the_mirror_is_the_deep_copy_it_always_was(llama_config):
-    """mirror_on_meta copies module trees itself (check._deepcopy, faster than copy.deepcopy's generic
+    """mirror_on_meta copies module trees itself (tree_copy.deepcopy_tree, faster than copy.deepcopy's generic
     path): the copy must be the one copy.deepcopy makes, sharing, hooks and odd attributes included."""
     from dtype_doctor.checking import check as checking
 
@@ -165,12 +165,12 @@ def test_the_mirror_is_the_deep_copy_it_always_was(llama_config):
     ]
     for model in models:
         fast, slow = mirror_on_meta(model), None
-        original = checking._deepcopy
-        checking._deepcopy = copy.deepcopy
+        original = checking.deepcopy_tree
+        checking.deepcopy_tree = copy.deepcopy
         try:
             slow = mirror_on_meta(model)
         finally:
-            checking._deepcopy = original
+            checking.deepcopy_tree = original
         _same_graph(fast, slow)
         assert all(p.is_meta for p in fast.parameters())
     odd = mirror_on_meta(models[3])

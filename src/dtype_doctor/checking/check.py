@@ -10,12 +10,9 @@ so code that reads them runs. The user's model is never modified.
 from __future__ import annotations
 
 import contextlib
-import copy
-import copyreg
 import functools
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -37,6 +34,7 @@ from ..watching.provenance import short_path
 from .audit import autocast_findings, autocast_of
 from .convert import convert_like_loader
 from .hybrid import hybrid
+from .tree_copy import deepcopy_tree
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
 
@@ -208,7 +206,7 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
                 memo[id(value)] = _meta_like(value)
     try:
         with _room_for(model):
-            mirror = _deepcopy(model, memo)
+            mirror = deepcopy_tree(model, memo)
     except Exception as exc:  # something in the module tree cannot be copied (a lock, an open file...)
         raise DoctorError(
             f"cannot mirror {type(model).__name__} on meta ({type(exc).__name__}: {exc}); "
@@ -216,61 +214,6 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
         ) from None
     _drop_offload_hooks(mirror)
     return mirror
-
-
-_ATOMS = frozenset({int, float, bool, complex, str, bytes, type(None), torch.dtype, torch.device})
-_MODULE_PROTOCOL = (object.__reduce_ex__, object.__reduce__, nn.Module.__getstate__, nn.Module.__setstate__)
-_default_protocol: dict[type, bool] = {}
-
-
-def _plain_module(cls: type) -> bool:
-    """Whether `copy.deepcopy` copies instances of `cls` as it copies any nn.Module: a new object, its
-    `__getstate__()` deep-copied into `__setstate__` (no custom copy or pickling hook, no slots)."""
-    try:
-        return _default_protocol[cls]
-    except KeyError:
-        plain = (
-            issubclass(cls, nn.Module)
-            and (cls.__reduce_ex__, cls.__reduce__, cls.__getstate__, cls.__setstate__) == _MODULE_PROTOCOL
-            and getattr(cls, "__deepcopy__", None) is None
-            and getattr(cls, "__getnewargs_ex__", None) is None
-            and getattr(cls, "__getnewargs__", None) is None
-            and not issubclass(cls, (list, dict))
-            and not copyreg._slotnames(cls)  # type: ignore[attr-defined]
-            and cls not in copy._deepcopy_dispatch  # type: ignore[attr-defined]
-            and cls not in copyreg.dispatch_table
-        )
-        _default_protocol[cls] = plain
-        return plain
-
-
-def _deepcopy(x: Any, memo: dict[int, Any]) -> Any:
-    """`copy.deepcopy(x, memo)`, the same copy made faster for module trees: modules of the default
-    protocol, their dicts and empty hook dicts, sets of strings and atoms are copied here directly
-    (as deepcopy would: one copy per object, shared ones shared, originals kept alive in the memo);
-    anything else goes to `copy.deepcopy`. A 7B model's ~5000 hook dicts made deepcopy most of the mirror."""
-    cls = type(x)
-    if cls in _ATOMS:
-        return x
-    y = memo.get(id(x), memo)
-    if y is not memo:
-        return y
-    if cls is dict:
-        y = memo[id(x)] = {}
-        for k, v in x.items():
-            y[_deepcopy(k, memo)] = _deepcopy(v, memo)
-    elif cls is OrderedDict and not x:
-        y = memo[id(x)] = OrderedDict()
-    elif cls is set and all(type(v) in _ATOMS for v in x):
-        y = memo[id(x)] = set(x)
-    elif _plain_module(cls):
-        y = memo[id(x)] = cls.__new__(cls)
-        state = x.__getstate__()
-        y.__setstate__({k: _deepcopy(v, memo) for k, v in state.items()})
-    else:
-        return copy.deepcopy(x, memo)
-    memo.setdefault(id(memo), []).append(x)  # as deepcopy's _keep_alive: ids stay unique meanwhile
-    return y
 
 
 def _drop_offload_hooks(mirror: nn.Module) -> None:
