@@ -112,6 +112,82 @@ def test_user_model_is_never_modified_and_data_never_copied(llama_config):
     assert {n: (p.dtype, p.device, p.data_ptr()) for n, p in model.named_parameters()} == before
 
 
+def _same_graph(a, b, pairs=None, depth=0):
+    """a and b are copies of one object graph made alike: same types, same values of atoms, the same
+    sharing (an object met twice in one is the same object twice in the other)."""
+    pairs = {} if pairs is None else pairs  # id of an object of a -> its twin in b, and back
+    if ("a", id(a)) in pairs or ("b", id(b)) in pairs:
+        assert pairs.get(("a", id(a))) is b and pairs.get(("b", id(b))) is a
+        return
+    pairs["a", id(a)], pairs["b", id(b)] = b, a
+    assert type(a) is type(b) and depth < 200
+    if isinstance(a, torch.Tensor):
+        assert (a.shape, a.stride(), a.dtype, a.device, a.requires_grad) == (
+            b.shape, b.stride(), b.dtype, b.device, b.requires_grad
+        )  # fmt: skip
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same_graph(a[k], b[k], pairs, depth + 1)
+    elif isinstance(a, (list, tuple)):
+        for x, y in zip(a, b, strict=True):
+            _same_graph(x, y, pairs, depth + 1)
+    elif isinstance(a, (set, frozenset, int, float, str, type(None), torch.dtype)):
+        assert a == b
+    elif hasattr(a, "__dict__") and not callable(a):
+        _same_graph(vars(a), vars(b), pairs, depth + 1)
+
+
+def test_the_mirror_is_the_deep_copy_it_always_was(llama_config):
+    """mirror_on_meta copies module trees itself (tree_copy.deepcopy_tree, faster than copy.deepcopy's generic
+    path): the copy must be the one copy.deepcopy makes, sharing, hooks and odd attributes included."""
+    from dtype_doctor.checking import check as checking
+
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(4, 4)
+            self.again = [self.shared, {"k": self.shared}]  # not a child: a plain reference
+            self.blocks = nn.ModuleList([self.shared, nn.Linear(4, 4, bias=False)])
+            self.names = {"a", "b"}
+            self.table = {"x": [1, 2], "t": torch.ones(2)}
+            self.register_buffer("steps", torch.arange(3), persistent=False)
+            self.register_forward_hook(lambda m, i, o: o)
+
+    with torch.device("meta"):
+        meta_llama = transformers.LlamaForCausalLM(llama_config)
+    models = [
+        transformers.LlamaForCausalLM(llama_config),
+        meta_llama,
+        tiny_models.unet(sample_size=8),
+        Odd(),
+        nn.Sequential(nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)),
+    ]
+    for model in models:
+        fast, slow = mirror_on_meta(model), None
+        original = checking.deepcopy_tree
+        checking.deepcopy_tree = copy.deepcopy
+        try:
+            slow = mirror_on_meta(model)
+        finally:
+            checking.deepcopy_tree = original
+        _same_graph(fast, slow)
+        assert all(p.is_meta for p in fast.parameters())
+    odd = mirror_on_meta(models[3])
+    assert (
+        odd.again[0] is odd.shared is odd.blocks[0] is odd.again[1]["k"]
+        and odd.shared is not models[3].shared
+    )
+    assert odd.table is not models[3].table and odd.table["t"] is not models[3].table["t"]
+    assert odd.steps.tolist() == [0, 1, 2]  # an integer buffer stays real
+    llama = mirror_on_meta(models[0])
+    tied = models[0].lm_head.weight is models[0].model.embed_tokens.weight
+    assert (
+        llama.config is not models[0].config
+        and (llama.lm_head.weight is llama.model.embed_tokens.weight) == tied
+    )
+
+
 def test_silent_promotion_of_an_fp32_mask_is_reported_with_its_origin():
     class Masked(nn.Module):
         def __init__(self):
@@ -511,3 +587,51 @@ def test_registered_contracts_catch_what_meta_kernels_let_through(op):
     op(torch.randn(3, 3, device="meta"), torch.randn(3, 3, device="meta").half())  # ... the meta one does not
     report = dd.check(M(), ("3x3", "float32"), dtype="float16")
     assert report.errors and report.errors[0].location.file.endswith("test_check.py")
+
+
+def test_repeated_meta_ops_get_the_kernels_answer_and_still_reach_the_contracts():
+    """The hybrid remakes a repeated all-meta op's output from the first answer (hybrid._memo): the
+    same metadata as the meta kernel's, keyed on what the output depends on (2 and 2.0 promote
+    differently, strides differ from shapes), and each repeat is still checked."""
+    from dtype_doctor.checking.hybrid import hybrid
+
+    ints = torch.empty(3, 4, dtype=torch.int64, device="meta")
+    floats = torch.empty(4, 3, device="meta").t()  # non-contiguous
+    ops = [
+        lambda: ints * 2,
+        lambda: ints * 2.0,
+        lambda: ints / ints,  # the default dtype
+        lambda: floats + 1,
+        lambda: floats.contiguous() + 1,
+        lambda: floats.half().sum(0),
+        lambda: torch.cat([floats, floats]),
+        lambda: torch.max(floats, 1),  # a tuple
+    ]
+
+    def meta(out):
+        if isinstance(out, tuple):
+            return tuple(meta(o) for o in out)
+        return (out.shape, out.stride(), out.dtype, out.storage_offset(), out.is_meta)
+
+    expected = [meta(op()) for op in ops]
+    with hybrid():
+        for _ in range(3):
+            assert [meta(op()) for op in ops] == expected
+        torch.set_default_dtype(torch.float64)
+        try:
+            assert (ints / ints).dtype == torch.float64
+        finally:
+            torch.set_default_dtype(torch.float32)
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x.float())
+            return x
+
+    report = dd.check(Twice(), ("2x8", "float32"), dtype="float16")
+    assert sum(f.count for f in report.errors) == 3  # every copy checked, folded into one finding

@@ -48,3 +48,32 @@ def test_emulated_load_gives_every_tensor_the_dtype_of_a_real_load(name, dtype, 
     assert "from_pretrained" in loaded_as and str(dtype).removeprefix("torch.") in loaded_as
     want, got = _dtypes(real), _dtypes(mirror)
     assert {k: got.get(k) for k in want} == want
+
+
+def test_fp32_islands_are_the_modules_whose_parameters_are_all_float32():
+    """convert._fp32_islands reads one bottom-up summary (one walk) instead of each module's
+    parameters(): the same modules, a shared module and a module without parameters included."""
+    from torch import nn
+
+    from dtype_doctor.checking import convert
+
+    shared = nn.Linear(2, 2)
+    model = nn.Sequential(
+        nn.Sequential(nn.Linear(2, 2), shared),  # all fp32 after .float() below: kept as a whole
+        nn.Sequential(shared, nn.Linear(2, 2)),  # half fp16
+        nn.Sequential(nn.ReLU(), nn.Sequential()),  # no parameters: not an island
+        nn.LayerNorm(2),
+    ).half()
+    model[0].float()
+    model[3].float()
+
+    def reference(name: str, module: nn.Module) -> bool:
+        params = [p for p in module.parameters() if p.is_floating_point() and p.element_size() > 1]
+        return bool(params) and all(p.dtype == torch.float32 for p in params)
+
+    summary = convert._all_float32(model)
+    assert {n: summary[id(m)] for n, m in model.named_modules()} == {
+        n: reference(n, m) for n, m in model.named_modules()
+    }
+    assert convert._fp32_islands(model, {}, torch.float16, []) == ["0", "3"]
+    assert convert._fp32_islands(model, {}, torch.float16, ["0"]) == ["3"]

@@ -10,7 +10,6 @@ so code that reads them runs. The user's model is never modified.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import sys
 import time
@@ -35,6 +34,7 @@ from ..watching.provenance import short_path
 from .audit import autocast_findings, autocast_of
 from .convert import convert_like_loader
 from .hybrid import hybrid
+from .tree_copy import deepcopy_tree
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]
 
@@ -162,7 +162,12 @@ def build_on_meta(model_or_factory: nn.Module | Callable[[], Any]) -> nn.Module:
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
     if not (t.is_meta or t.is_floating_point() or t.is_complex() or isinstance(t, nn.Parameter)):
         return t.detach().to("cpu", copy=True)  # ids, positions, masks: small, and the model may read them
-    meta = torch.empty_like(t, device="meta")
+    if (
+        t.is_contiguous()
+    ):  # what empty_like makes of it (dense: the same strides), without its Python meta kernel
+        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    else:
+        meta = torch.empty_like(t, device="meta")
     if isinstance(t, nn.Parameter):
         return nn.Parameter(meta, requires_grad=t.requires_grad)
     return meta
@@ -201,7 +206,7 @@ def mirror_on_meta(model: nn.Module) -> nn.Module:
                 memo[id(value)] = _meta_like(value)
     try:
         with _room_for(model):
-            mirror = copy.deepcopy(model, memo)
+            mirror = deepcopy_tree(model, memo)
     except Exception as exc:  # something in the module tree cannot be copied (a lock, an open file...)
         raise DoctorError(
             f"cannot mirror {type(model).__name__} on meta ({type(exc).__name__}: {exc}); "

@@ -141,10 +141,33 @@ def _fp32_islands(mirror: nn.Module, dtypes: dict[str, torch.dtype], dtype: torc
     if dtype == torch.float32:
         return []
     out: list[str] = []
+    fp32 = _all_float32(mirror)
     for name, module in mirror.named_modules():
         if not name or any(name == k or name.startswith(k + ".") for k in (*kept, *out)):
             continue
-        params = [p for p in module.parameters() if is_compute_float(p)]
-        if params and all(p.dtype == torch.float32 for p in params) and module is not mirror:
+        if fp32[id(module)] and module is not mirror:
             out.append(name)
     return out
+
+
+def _all_float32(root: nn.Module) -> dict[int, bool]:
+    """id(module) -> whether `module.parameters()` has compute-float ones, all float32: one walk,
+    children first, instead of a walk of each module's subtree."""
+    summary: dict[int, tuple[bool, bool]] = {}  # (has a compute-float parameter, all of them float32)
+    todo: list[tuple[nn.Module, bool]] = [(root, False)]
+    while todo:
+        module, ready = todo.pop()
+        if id(module) in summary:
+            continue
+        children = [c for c in module._modules.values() if c is not None]
+        if not ready:
+            todo.append((module, True))
+            todo.extend((c, False) for c in children if id(c) not in summary)
+            continue
+        floats = [p.dtype for p in module._parameters.values() if p is not None and is_compute_float(p)]
+        has, fp32 = bool(floats), all(d == torch.float32 for d in floats)
+        for child in children:
+            child_has, child_fp32 = summary.get(id(child), (False, True))
+            has, fp32 = has or child_has, fp32 and child_fp32
+        summary[id(module)] = (has, fp32)
+    return {key: has and fp32 for key, (has, fp32) in summary.items()}

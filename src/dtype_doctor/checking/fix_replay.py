@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import copy
 import inspect
 import textwrap
 import time
@@ -29,6 +28,7 @@ from ..watching import blame
 from ..watching.names import loaded_names
 from ..watching.provenance import short_path
 from ..watching.snippets import renamed
+from .tree_copy import deepcopy_tree
 
 TRIED = 4
 BUDGET_S = 1.0  # the replays' time, at least (see verify_top)
@@ -168,7 +168,7 @@ def replay(
     cast = getattr(fix, "dd_input", None)
     if cast is not None:  # (input name, dtype): the dry run again with that input in that dtype
         return _verdict(dry_run, mirror, {**kw, cast[0]: kw[cast[0]].to(cast[1])})
-    twin = mirror if last else copy.deepcopy(mirror)
+    twin = mirror if last else deepcopy_tree(mirror)
     ns: dict[str, Any] = {**scope, "torch": torch, "nn": nn, name: twin}
     try:
         with torch.device("meta"), torch.no_grad():

@@ -130,18 +130,104 @@ def _name(func: Any) -> str:
     return _READS.get(name, name)
 
 
+_SCALAR_TYPES = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device,
+                           torch.memory_format, torch.layout})  # fmt: skip
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_pure: dict[Any, bool] = {}  # op -> whether its output is a fresh tensor (no mutation, no alias)
+
+
+def _is_pure(func: Any) -> bool:
+    try:
+        return _pure[func]
+    except KeyError:
+        schema = getattr(func, "_schema", None)
+        pure = (
+            schema is not None
+            and not schema.is_mutable
+            and all(r.alias_info is None for r in schema.returns)
+            and torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ())
+        )
+        _pure[func] = pure
+        return pure
+
+
+def _key_of(x: Any) -> Any:
+    """What a meta kernel's output can depend on in an argument; raises TypeError for anything else."""
+    cls = type(x)
+    if cls in _PLAIN_TENSORS:
+        if not x.is_meta or x.layout is not torch.strided or x.is_conj() or x.is_neg():
+            raise TypeError
+        return (x.shape, x.stride(), x.storage_offset(), x.dtype)
+    if cls in _SCALAR_TYPES:
+        return (cls, x)  # 2 and 2.0 (and True) are equal keys but promote differently
+    if cls is list or cls is tuple or cls is torch.Size:
+        return (cls, tuple(map(_key_of, x)))
+    raise TypeError
+
+
+def _spec_of(out: Any) -> Any:
+    """How to make `out` again (a meta tensor's metadata, or a tuple of them); None if it cannot be."""
+    if type(out) is torch.Tensor:
+        if (
+            not out.is_meta
+            or out.layout is not torch.strided
+            or out.storage_offset()
+            or out.is_conj()
+            or out.is_neg()
+        ):
+            return None
+        return (out.shape, out.stride(), out.dtype)
+    if type(out) is tuple or type(out) is list:
+        specs = [_spec_of(x) for x in out]
+        return None if any(s is None for s in specs) else (type(out), specs)
+    return None
+
+
+def _remade(spec: tuple) -> Any:
+    if len(spec) == 3:
+        return torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=_META)
+    cls, specs = spec
+    return cls(_remade(s) for s in specs)
+
+
 class HybridMode(TorchDispatchMode):
-    """See the module docstring. `log` collects the assumptions made."""
+    """See the module docstring. `log` collects the assumptions made.
+
+    An op whose tensors are all on meta and whose output is a fresh tensor (no in-place write, no
+    view) gets the output's metadata from a meta kernel that is a function of the operands' metadata
+    (shape, strides, dtype) and the other arguments only: met again with the same ones, as in every
+    copy of a repeated block, its output is made from the first answer (`_memo`) instead of running
+    torch's Python shape rules again. The op itself still reaches the contracts each time."""
 
     def __init__(self, log: _Log) -> None:
         super().__init__()
         self.log = log
         self.aside = 0  # > 0 while an op runs all on meta (attention: its causal mask is never read)
+        self._memo: dict[tuple, Any] = {}
+
+    def _memoized(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """The meta kernel's output, made from `_memo` when the same op met the same operands."""
+        if not _is_pure(func):
+            return func(*args, **kwargs)
+        try:
+            key = (func, torch.get_default_dtype(), _key_of(args), _key_of(tuple(kwargs.items())))
+        except TypeError:
+            return func(*args, **kwargs)
+        spec = self._memo.get(key)
+        if spec is not None:
+            return _remade(spec)
+        out = func(*args, **kwargs)
+        spec = _spec_of(out)
+        if spec is not None:
+            self._memo[key] = spec
+        return out
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if self.aside:
-            return func(*args, **kwargs)
+        if self.aside:  # attention's decomposition: its tensors (the causal mask too) are on meta
+            return (
+                self._memoized(func, args, kwargs) if _flat_tensors(args, kwargs) else func(*args, **kwargs)
+            )
         tensors = _flat_tensors(args, kwargs)
         metas = [t for t in tensors if t.is_meta]
         if len(metas) == len(tensors) and metas and func not in _SPECIAL:
@@ -168,7 +254,7 @@ class HybridMode(TorchDispatchMode):
 
     def _all_meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
         try:
-            out = func(*args, **kwargs)
+            out = self._memoized(func, args, kwargs)
         except (NotImplementedError, RuntimeError):
             return self._meta(func, args, kwargs)  # data-dependent, or a dtype meta rejects
         fill = _FILLS.get(func.__name__.split(".")[0])
@@ -202,7 +288,7 @@ class HybridMode(TorchDispatchMode):
         has_real = any(_is_real(t) for t in _flat_tensors(args, kwargs))
         margs, mkwargs = tree_map(_to_meta, (args, kwargs)) if has_real else (args, kwargs)
         try:
-            return func(*margs, **mkwargs)
+            return func(*margs, **mkwargs) if has_real else self._memoized(func, margs, mkwargs)
         except NotImplementedError as exc:
             if "nonzero" not in str(exc) and "data-dependent" not in str(exc):
                 raise

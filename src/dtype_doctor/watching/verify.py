@@ -54,7 +54,13 @@ def _floats(value: Any) -> list[torch.Tensor]:
 
 
 def _size(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters() if not is_lazy(p))
+    sizes = getattr(_replaying, "sizes", None)  # a session's fixes replay the same model: counted once
+    if sizes is not None and id(module) in sizes and sizes[id(module)][0] is module:
+        return sizes[id(module)][1]
+    size = sum(p.numel() for p in module.parameters() if not is_lazy(p))
+    if sizes is not None:
+        sizes[id(module)] = (module, size)
+    return size
 
 
 def _is_meta(module: nn.Module) -> bool:
@@ -269,10 +275,12 @@ def verify_session(session: Any, failed: bool = True) -> None:
         return
     _replaying.on = True
     _replaying.session_type = type(session)  # a meta replay runs under watch (no import of session here)
+    _replaying.sizes = {}  # the replays copy the model: its size holds while they run
     try:
         _verify_session(session)
     finally:
         _replaying.on = False
+        _replaying.sizes = None
         _forget(session)
 
 
