@@ -156,6 +156,46 @@ def test_an_fp32_input_gets_the_input_flag_in_the_model_dtype_verified_and_it_ru
         build().half()(inputs_embeds=torch.randn(1, 8, 64).half())
 
 
+def test_an_fp32_tensor_passed_to_check_from_python_gets_its_own_variable_cast_verified_and_it_runs():
+    import tiny_models
+
+    model = tiny_models.llama(num_hidden_layers=2).eval()
+    embeds = torch.randn(1, 8, 64)  # float32 into a float16 model (check's dtype=)
+    report = dd.check(model, inputs_embeds=embeds, dtype=torch.float16)
+    fix = report.errors[0].fixes[0]
+    assert fix.verified is True and fix.verification == PASSES
+    assert fix.snippet == "embeds = embeds.to(torch.float16)"
+    assert "`embeds`" in fix.title and "inputs_embeds=" in fix.title
+    names = {"embeds": embeds, "torch": torch}  # the caller's own names, nothing else
+    exec(fix.snippet, names)
+    embeds = names["embeds"]
+    assert not dd.check(model, inputs_embeds=embeds, dtype=torch.float16).errors
+    with torch.no_grad():  # and for real, on CPU
+        model.half()(inputs_embeds=embeds)
+
+
+def test_a_positional_fp32_latent_passed_to_check_gets_its_variable_cast_verified_and_it_runs():
+    import tiny_models
+
+    unet = tiny_models.unet(sample_size=8).eval()
+    latents = torch.randn(1, 4, 8, 8)
+    text = torch.randn(1, 4, 32).half()
+    report = dd.check(unet, latents, torch.tensor([10]), encoder_hidden_states=text, dtype=torch.float16)
+    fix = report.errors[0].fixes[0]
+    assert fix.verified is True and fix.snippet == "latents = latents.to(torch.float16)"
+    assert "as input 0" in fix.title
+    names = {"latents": latents, "torch": torch}
+    exec(fix.snippet, names)
+    latents = names["latents"]
+    assert not dd.check(
+        unet, latents, torch.tensor([10]), encoder_hidden_states=text, dtype=torch.float16
+    ).errors
+    with torch.no_grad():  # and for real, on CPU
+        assert (
+            unet.half()(latents, torch.tensor([10]), encoder_hidden_states=text).sample.dtype == torch.float16
+        )
+
+
 def test_no_title_quotes_a_placeholder_as_a_module_name():
     from dtype_doctor import catalog
 

@@ -30,6 +30,7 @@ from ..repair.policy import KeepPattern, select
 from ..report import Evidence, Finding, Location, Report, Severity
 from ..tensors import iter_tensors, map_tensors
 from ..watching import autocast_table
+from ..watching.names import tensor_name, user_frames
 from ..watching.provenance import short_path
 from .audit import autocast_findings, autocast_of
 from .convert import convert_like_loader
@@ -67,6 +68,8 @@ def check(
         raise DoctorError(f"dtype must be a floating dtype, got {dtype_name(to_torch_dtype(dtype))}")
     if autocast is not None and to_torch_dtype(autocast) not in (torch.float16, torch.bfloat16):
         raise DoctorError(f"autocast must be float16 or bfloat16, got {autocast}")
+    # the user's variables for the inputs (before they are mirrored): an input fix is written in them
+    names = _input_names(example_inputs, kwargs) if input_flags is None else {}
     args, kw = meta_inputs(example_inputs), meta_inputs(kwargs)  # a bad spec fails before the build
     model = build_on_meta(model_or_factory)
     keep_fp32 = tuple(keep_fp32)
@@ -97,7 +100,8 @@ def check(
     if autocast is not None:
         report.extend(autocast_findings(mirror, "", autocast))
     started = time.perf_counter()
-    _dry_run(mirror, args, kw, report, autocast, device_type)
+    memo: dict = {}  # the meta kernels' answers, reused by the fix replays' dry runs
+    _dry_run(mirror, args, kw, report, autocast, device_type, memo=memo)
     dry_run_s = time.perf_counter() - started
     if input_flags is not None:
         name_cli_inputs(report, input_flags, _outer_files())
@@ -108,10 +112,11 @@ def check(
         report,
         mirror,
         model_or_factory,
-        lambda m, k, r, mode: _dry_run(m, args, k, r, autocast, device_type, mode),
-        kw,
+        lambda m, k, r, mode: _dry_run(m, *_split_inputs(k), r, autocast, device_type, mode, memo),
+        {**dict(enumerate(args)), **kw},  # positional inputs under their index
         dict(input_flags or {}),
         dry_run_s,
+        names,
     )
     from ..watching import fp32_error
 
@@ -125,6 +130,22 @@ def check(
             "op": first.location.op,
         }
     return report
+
+
+def _input_names(args: tuple, kwargs: dict) -> dict[Any, str]:
+    """The caller's variable holding each tensor input (keyword, or positional by index)."""
+    frames = user_frames(3)  # the frames above check()
+    given = {**dict(enumerate(args)), **kwargs}
+    found = {
+        key: tensor_name(value, frames) for key, value in given.items() if isinstance(value, torch.Tensor)
+    }
+    return {key: name for key, name in found.items() if name is not None}
+
+
+def _split_inputs(inputs: dict) -> tuple[tuple, dict]:
+    """(positional, keyword) inputs from one dict whose integer keys are positions."""
+    positions = sorted(key for key in inputs if isinstance(key, int))
+    return tuple(inputs[i] for i in positions), {k: v for k, v in inputs.items() if not isinstance(k, int)}
 
 
 # ---------------------------------------------------------------- the model on meta
@@ -251,12 +272,15 @@ def _dry_run(
     autocast: Any,
     device_type: str = "cuda",
     mode: str = "fix",
+    memo: dict | None = None,
 ) -> None:
-    """mode "fix" lists every mismatch; "strict" (a fix's replay) stops at the first one, reported."""
+    """mode "fix" lists every mismatch; "strict" (a fix's replay) stops at the first one, reported.
+    memo: the hybrid's meta answers to share with other dry runs of this check."""
     from ..watching import watch
 
     session = watch(model=model, mode=mode, report=report)
     session.blocks.enabled = True  # a mismatch in every layer: built once, counted 32 times
+    session.repeats.assume_clean = mode == "strict"  # a replay asks only what is left: no origins
     # entered after watch, so it sees each call first: the contracts get the autocast dtypes
     emulate = (
         AutocastEmulation(to_torch_dtype(autocast), device_type)
@@ -265,7 +289,7 @@ def _dry_run(
     )
     log = None
     try:
-        with torch.no_grad(), _room_for(model), session, emulate, hybrid() as log:
+        with torch.no_grad(), _room_for(model), session, emulate, hybrid(memo) as log:
             model(*args, **kwargs)
     except Exception as exc:  # the dry run stopped: say where, keep what was found
         if not (mode == "strict" and isinstance(exc, DtypeMismatchError)):

@@ -207,9 +207,23 @@ def _left(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.severity == Severity.ERROR or f.code == CHECK_INCOMPLETE]
 
 
-def input_fixes(finding: Finding, kw: dict, flags: dict[str, str] | None) -> list[Fix]:
-    """An --input given in another dtype than the model needs: the same flag in that dtype."""
+def input_fixes(
+    finding: Finding, kw: dict, flags: dict[str, str] | None, names: dict[Any, str] | None = None
+) -> list[Fix]:
+    """An input given in another dtype than the model needs: the same --input flag in that dtype,
+    or (check called from Python) the user's variable cast before it is passed.
+
+    kw: the inputs, positional ones under their index; names: the user's variable for each (the
+    caller's local holding that tensor), where one does."""
     want = getattr(torch, str(finding.data.get("expected_dtype") or ""), None)
+    if not isinstance(want, torch.dtype):
+        return []
+    if not flags:
+        return [
+            _cast_input(key, var, want)
+            for key, var in (names or {}).items()
+            if _other_float(kw.get(key), want)
+        ]
     out = []
     for key, flag in (flags or {}).items():
         value = kw.get(key)
@@ -218,7 +232,7 @@ def input_fixes(finding: Finding, kw: dict, flags: dict[str, str] | None) -> lis
             isinstance(value, torch.Tensor) and value.is_floating_point() and flag.startswith("--input ")
         ):
             continue
-        if not isinstance(want, torch.dtype) or value.dtype == want or "=" not in text:
+        if value.dtype == want or "=" not in text:
             continue
         shape = text.split("=", 1)[1].split(":")[0]
         fix = Fix(
@@ -232,6 +246,23 @@ def input_fixes(finding: Finding, kw: dict, flags: dict[str, str] | None) -> lis
     return out
 
 
+def _other_float(value: Any, want: torch.dtype) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != want
+
+
+def _cast_input(key: Any, var: str, want: torch.dtype) -> Fix:
+    dtype = str(want)[6:]
+    passed = f"as {key}=" if isinstance(key, str) else f"as input {key}"
+    fix = Fix(
+        title=f"Cast `{var}` to {dtype}, the model's dtype, before you pass it ({passed})",
+        snippet=f"{var} = {var}.to(torch.{dtype})",
+        why=f"the model runs in {dtype}; `{var}` arrives in another dtype and every layer it reaches mixes the two",
+        language="python",
+    )
+    fix.dd_input = (key, want)  # type: ignore[attr-defined]
+    return fix
+
+
 def verify_top(
     report: Report,
     mirror: nn.Module,
@@ -240,6 +271,7 @@ def verify_top(
     kw: dict | None = None,
     flags: dict[str, str] | None = None,
     dry_run_s: float = 0.0,
+    names: dict[Any, str] | None = None,
 ) -> None:
     """Write the first error finding's fixes in the user's names, try them, put the passing ones first.
 
@@ -257,11 +289,13 @@ def verify_top(
     name, where, scope = user_name(factory)
     kw = kw or {}
     island = island_fixes(first, mirror, name, factory)
-    fixes = [*island, *([] if island else input_fixes(first, kw, flags)), *first.fixes]
-    fixes = [renamed(f, name) if f.language == "python" else f for f in fixes]
+    fixes = [*island, *([] if island else input_fixes(first, kw, flags, names)), *first.fixes]
+    # in the factory's names (an input fix is in the caller's own already)
+    in_factory = [f.language == "python" and not hasattr(f, "dd_input") for f in fixes]
+    fixes = [renamed(f, name) if there else f for f, there in zip(fixes, in_factory, strict=True)]
+    fixes = [_with_import(f, scope) if there else f for f, there in zip(fixes, in_factory, strict=True)]
     seen: set[str] = set()
     fixes = [f for f in fixes if not (f.snippet and f.snippet in seen) and not seen.add(f.snippet)]
-    fixes = [_with_import(f, scope) if f.language == "python" else f for f in fixes]
     runnable = [f for f in fixes if (f.language == "python" or hasattr(f, "dd_input")) and f.snippet.strip()]
     tried = runnable[:TRIED]
     started = time.perf_counter()
@@ -283,7 +317,8 @@ def verify_top(
             fix.verified, fix.verification = replay(fix, mirror, name, scope, dry_run, kw, fix is tried[-1])
         except Exception as exc:  # the tool's own trouble: never at the cost of the report
             fix.verified, fix.verification = None, f"not verified ({type(exc).__name__} in the replay)"
-        if fix.verified and where and fix.language == "python" and not getattr(fix, "dd_replaces", False):
+        pasted_there = not (getattr(fix, "dd_replaces", False) or hasattr(fix, "dd_input"))
+        if fix.verified and where and fix.language == "python" and pasted_there:
             fix.title += f" ({where})"
     order = {True: 0, None: 1, False: 2}
     named = [f for f in fixes if not f.verification.startswith("not verified (names ")]

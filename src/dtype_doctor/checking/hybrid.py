@@ -199,11 +199,11 @@ class HybridMode(TorchDispatchMode):
     copy of a repeated block, its output is made from the first answer (`_memo`) instead of running
     torch's Python shape rules again. The op itself still reaches the contracts each time."""
 
-    def __init__(self, log: _Log) -> None:
+    def __init__(self, log: _Log, memo: dict[tuple, Any] | None = None) -> None:
         super().__init__()
         self.log = log
         self.aside = 0  # > 0 while an op runs all on meta (attention: its causal mask is never read)
-        self._memo: dict[tuple, Any] = {}
+        self._memo: dict[tuple, Any] = {} if memo is None else memo
 
     def _memoized(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """The meta kernel's output, made from `_memo` when the same op met the same operands."""
@@ -387,9 +387,10 @@ class _Factories(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def hybrid() -> Iterator[_Log]:
-    """Run the enclosed forward as the hybrid; yields the log of assumptions."""
+def hybrid(memo: dict[tuple, Any] | None = None) -> Iterator[_Log]:
+    """Run the enclosed forward as the hybrid; yields the log of assumptions. memo: the meta
+    kernels' answers of an earlier dry run to reuse (a check's fix replays reuse its own)."""
     log = _Log()
-    mode = HybridMode(log)
+    mode = HybridMode(log, memo)
     with _Factories(mode), mode:
         yield log

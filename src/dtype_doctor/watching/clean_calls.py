@@ -120,6 +120,9 @@ class Repeats:
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled  # fix mode casts as it goes: every call is watched in full
+        # every root call starts as a repeat: a run that only asks whether anything is found (a
+        # fix's replay) tags no origins until it finds something
+        self.assume_clean = False
         self.state = CallState()
         self._partial: set[int] = set()  # id() of the findings made in a repeat (origins missing)
 
@@ -130,7 +133,7 @@ class Repeats:
         state.dirty = False
         sig = signature(module, args, kwargs, autocast)
         state.call = (module, sig, findings)
-        state.lazy = state.repeat = self.enabled and seen_clean(module, sig)
+        state.lazy = state.repeat = self.enabled and (self.assume_clean or seen_clean(module, sig))
 
     def end(self, completed: bool, findings: int) -> None:
         """The root call returned (`completed`) or raised; `findings`: the report's count now."""
