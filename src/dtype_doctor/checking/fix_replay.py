@@ -226,23 +226,20 @@ def input_fixes(
         ]
     out = []
     for key, flag in (flags or {}).items():
-        value = kw.get(key)
-        text = flag.removeprefix("--input ")
-        if not (
-            isinstance(value, torch.Tensor) and value.is_floating_point() and flag.startswith("--input ")
-        ):
+        value, text = kw.get(key), flag.removeprefix("--input ")
+        if not (flag.startswith("--input ") and _other_float(value, want)) or "=" not in text:
             continue
-        if value.dtype == want or "=" not in text:
-            continue
-        shape = text.split("=", 1)[1].split(":")[0]
-        fix = Fix(
-            title=f"Pass `{key}` in {str(want)[6:]}, the model's dtype (in your code: the tensor you pass as {key}=)",
-            snippet=f"--input {key}={shape}:{str(want)[6:]}",
-            why=f"the model runs in {str(want)[6:]}; {key} arrives in {str(value.dtype)[6:]}",
-            language="shell",
+        shape, dtype = text.split("=", 1)[1].split(":")[0], str(want)[6:]
+        out.append(
+            _input_fix(
+                key,
+                want,
+                title=f"Pass `{key}` in {dtype}, the model's dtype (in your code: the tensor you pass as {key}=)",
+                snippet=f"--input {key}={shape}:{dtype}",
+                why=f"the model runs in {dtype}; {key} arrives in {str(value.dtype)[6:]}",
+                language="shell",
+            )
         )
-        fix.dd_input = (key, want)  # type: ignore[attr-defined]
-        out.append(fix)
     return out
 
 
@@ -253,12 +250,19 @@ def _other_float(value: Any, want: torch.dtype) -> bool:
 def _cast_input(key: Any, var: str, want: torch.dtype) -> Fix:
     dtype = str(want)[6:]
     passed = f"as {key}=" if isinstance(key, str) else f"as input {key}"
-    fix = Fix(
+    return _input_fix(
+        key,
+        want,
         title=f"Cast `{var}` to {dtype}, the model's dtype, before you pass it ({passed})",
         snippet=f"{var} = {var}.to(torch.{dtype})",
         why=f"the model runs in {dtype}; `{var}` arrives in another dtype and every layer it reaches mixes the two",
         language="python",
     )
+
+
+def _input_fix(key: Any, want: torch.dtype, **fields: str) -> Fix:
+    """A fix that is the input `key` passed in `want`: replayed as the dry run with that input cast."""
+    fix = Fix(**fields)
     fix.dd_input = (key, want)  # type: ignore[attr-defined]
     return fix
 
