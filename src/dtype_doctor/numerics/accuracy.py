@@ -20,6 +20,7 @@ from torch import nn
 
 from ..tensors import isolate_state, iter_tensors, map_tensors
 from .opscan import OpHit, copy_without_hooks, in_range_parts, rel_l2, scan_ops
+from .shadow import rng_state, set_rng_state
 from .stats import measurable, measured_tensors
 
 THRESHOLD = 0.1  # relative L2 error of a module output vs its float32 re-run
@@ -157,10 +158,7 @@ class AccuracyCheck:
         except Exception:
             return None
         device = next((t.device.type for t in iter_tensors((args, kwargs))), "cpu")
-        cpu, cuda = (
-            torch.get_rng_state(),
-            (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None),
-        )
+        state = rng_state()
         twin.train(module.training)
         try:
             with torch.no_grad(), torch.autocast(device, enabled=False):
@@ -169,9 +167,7 @@ class AccuracyCheck:
         except Exception:
             return None
         finally:
-            torch.set_rng_state(cpu)
-            if cuda is not None:
-                torch.cuda.set_rng_state_all(cuda)
+            set_rng_state(state)
 
     def after(self, path: str, module_type: str, refs: list, output: Any, add_row: Callable) -> None:
         outs = list(measured_tensors(output))

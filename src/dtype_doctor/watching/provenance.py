@@ -214,12 +214,6 @@ class Provenance:
         self._data: dict[int, tuple[weakref.ref, Tag]] = {}
         self._sweep_at = _SWEEP_AT
 
-    def get(self, t: torch.Tensor) -> Tag | None:
-        entry = self._data.get(id(t))
-        if entry is not None and entry[0]() is t:
-            return entry[1]
-        return None
-
     def lookup(self, t: torch.Tensor) -> Tag | None:
         """The tag of `t`, or of the tensor it is a view of (views are not tagged: too many)."""
         data = self._data
