@@ -46,6 +46,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
                 "model = {model_class}.from_pretrained(..., dtype=torch.float16)",
                 "transformers upcasts the listed modules when loading in float16 (T5 keeps 'wo').",
                 when=frozenset({"transformers"}),
+                unless=frozenset({"leaf-not-a-name"}),  # 'layers.0': "0" would name every first item
             ),
             _KEEP_FP32,
             FixTemplate(

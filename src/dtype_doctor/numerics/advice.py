@@ -124,6 +124,8 @@ class Advisor:
             "dtype": f"torch.{p.dtype}",
             "device": _device(module if module is not None else root),
         }
+        if not names["leaf"].isidentifier():  # an index in a list, or the model itself
+            ctx.add("leaf-not-a-name")
         finding = catalog.finding(
             code,
             context=ctx,
