@@ -622,6 +622,13 @@ def test_repeated_meta_ops_get_the_kernels_answer_and_still_reach_the_contracts(
             assert (ints / ints).dtype == torch.float64
         finally:
             torch.set_default_dtype(torch.float32)
+        # a real operand joins the meta ones (a KV cache started from torch.tensor([])): answered
+        # once, then from the memo; a mask made like an activation stays real with its values
+        for _ in range(3):
+            joined = torch.cat([torch.zeros(0), floats.reshape(-1)])
+            assert joined.is_meta and joined.shape == (12,) and joined.dtype == torch.float32
+            ones = torch.ones_like(ints)
+            assert not ones.is_meta and ones.shape == (3, 4) and bool((ones == 1).all())
 
     class Twice(nn.Module):
         def __init__(self):

@@ -77,3 +77,28 @@ def test_fp32_islands_are_the_modules_whose_parameters_are_all_float32():
     }
     assert convert._fp32_islands(model, {}, torch.float16, []) == ["0", "3"]
     assert convert._fp32_islands(model, {}, torch.float16, ["0"]) == ["3"]
+
+
+def test_the_rebuild_skips_initialisers_of_meta_tensors_only():
+    """convert._fresh rebuilds the model without torch.nn.init's fills of meta tensors (no values to
+    set, half the rebuild's time): an initialiser still returns its tensor, and a real tensor is
+    still filled."""
+    from torch.overrides import TorchFunctionMode
+
+    from dtype_doctor.checking.convert import _NoRandomFill
+
+    seen: list = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    with torch.device("meta"), Record(), _NoRandomFill():
+        pos = torch.nn.Parameter(torch.nn.init.trunc_normal_(torch.empty(1, 4), std=0.02))
+        torch.nn.Linear(4, 4)
+    assert pos.is_meta and pos.shape == (1, 4)
+    assert "empty" in seen and not {"uniform_", "normal_", "kaiming_uniform_", "trunc_normal_"} & set(seen)
+    with _NoRandomFill():
+        real = torch.nn.init.uniform_(torch.zeros(1000), 1.0, 2.0)
+    assert real.min() >= 1.0

@@ -19,9 +19,11 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ..dtypes import dtype_name
 from ..repair.fix import convert
@@ -50,10 +52,32 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(old)
 
 
+class _NoRandomFill(TorchFunctionMode):
+    """Initialisers of meta tensors skipped: they set no value, yet run torch's Python decomposition
+    of uniform_/normal_ for each weight (half the rebuild of a Llama-7B). A mode, so other threads
+    building models meanwhile are untouched."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _RANDOM_FILLS:
+            target = args[0] if args else kwargs.get("tensor")  # init functions pass it by keyword
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+# torch.nn.init's in-place initialisers (each hands itself to the mode first) and the fills they use
+_RANDOM_FILLS = {
+    *(getattr(torch.nn.init, n) for n in dir(torch.nn.init) if n.endswith("_") and not n.startswith("_")),
+    torch.Tensor.uniform_,
+    torch.Tensor.normal_,
+}
+
+
 def _fresh(model: nn.Module, loader: str, dtype: torch.dtype) -> nn.Module:
     """The model as the loader builds it, on meta, before weights are loaded."""
     config = copy.deepcopy(model.config)
-    with torch.device("meta"), _default_dtype(dtype):
+    with torch.device("meta"), _default_dtype(dtype), _NoRandomFill():
         if loader == "transformers":
             return type(model)(config)
         return type(model).from_config(config)

@@ -151,6 +151,17 @@ def _is_pure(func: Any) -> bool:
         return pure
 
 
+_fills: dict[Any, Any] = {}  # op -> its _FILLS entry (None for most)
+
+
+def _fill_of(func: Any) -> Any:
+    try:
+        return _fills[func]
+    except KeyError:
+        fill = _fills[func] = _FILLS.get(func.__name__.split(".")[0])
+        return fill
+
+
 def _key_of(x: Any) -> Any:
     """What a meta kernel's output can depend on in an argument; raises TypeError for anything else."""
     cls = type(x)
@@ -199,6 +210,12 @@ class HybridMode(TorchDispatchMode):
     copy of a repeated block, its output is made from the first answer (`_memo`) instead of running
     torch's Python shape rules again. The op itself still reaches the contracts each time."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch would wrap __torch_dispatch__ in dynamo's disable (two frames and four eval-frame
+        # switches per op, ~8% of a dry run); a dry run on meta is never compiled
+        return False
+
     def __init__(self, log: _Log, memo: dict[tuple, Any] | None = None) -> None:
         super().__init__()
         self.log = log
@@ -222,12 +239,32 @@ class HybridMode(TorchDispatchMode):
             self._memo[key] = spec
         return out
 
+    def _known(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """The output of an op met before with the same all-meta operands (every copy of a repeated
+        block), made from the memo with nothing else looked at; None if it is not one."""
+        try:
+            key = (func, torch.get_default_dtype(), _key_of(args), _key_of(tuple(kwargs.items())))
+        except TypeError:  # a real tensor among the operands, or an argument no key is made of
+            return None
+        spec = self._memo.get(key)
+        if spec is None:
+            return None
+        out = _remade(spec)
+        fill = _fill_of(func)
+        if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
+            return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
+        return out
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if self.aside:  # attention's decomposition: its tensors (the causal mask too) are on meta
             return (
                 self._memoized(func, args, kwargs) if _flat_tensors(args, kwargs) else func(*args, **kwargs)
             )
+        if _is_pure(func) and func not in _SPECIAL:
+            out = self._known(func, args, kwargs)
+            if out is not None:
+                return out
         tensors = _flat_tensors(args, kwargs)
         metas = [t for t in tensors if t.is_meta]
         if len(metas) == len(tensors) and metas and func not in _SPECIAL:
@@ -247,7 +284,7 @@ class HybridMode(TorchDispatchMode):
         if func._schema.is_mutable and any(_is_real(t) for t in _mutated(func, args, kwargs)):
             return self._into_real(func, args, kwargs)
         out = self._meta(func, args, kwargs)
-        fill = _FILLS.get(func.__name__.split(".")[0])
+        fill = _fill_of(func)
         if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
             return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
         return out
@@ -257,7 +294,7 @@ class HybridMode(TorchDispatchMode):
             out = self._memoized(func, args, kwargs)
         except (NotImplementedError, RuntimeError):
             return self._meta(func, args, kwargs)  # data-dependent, or a dtype meta rejects
-        fill = _FILLS.get(func.__name__.split(".")[0])
+        fill = _fill_of(func)
         if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
             return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
         return out
@@ -288,7 +325,7 @@ class HybridMode(TorchDispatchMode):
         has_real = any(_is_real(t) for t in _flat_tensors(args, kwargs))
         margs, mkwargs = tree_map(_to_meta, (args, kwargs)) if has_real else (args, kwargs)
         try:
-            return func(*margs, **mkwargs) if has_real else self._memoized(func, margs, mkwargs)
+            return self._memoized(func, margs, mkwargs)
         except NotImplementedError as exc:
             if "nonzero" not in str(exc) and "data-dependent" not in str(exc):
                 raise
