@@ -642,3 +642,40 @@ def test_repeated_meta_ops_get_the_kernels_answer_and_still_reach_the_contracts(
 
     report = dd.check(Twice(), ("2x8", "float32"), dtype="float16")
     assert sum(f.count for f in report.errors) == 3  # every copy checked, folded into one finding
+
+
+def test_the_hybrid_sees_tensor_data_and_attention_before_the_watch_does():
+    """torch.tensor(data, device=meta) never reaches dispatch and attention's meta decomposition
+    would build its mask for real: the check's watch hands both to the hybrid first (hybrid.Fronts).
+    Integer data the model reads stays real, attention runs on meta, and the watch still judges the
+    call: a mask in a third dtype is reported with the line that made it."""
+    import torch.nn.functional as F
+
+    from dtype_doctor.checking.hybrid import hybrid
+
+    class Attend(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+        def forward(self, x):
+            keep = torch.tensor([0, 1, 2], device=x.device)  # ids the model reads
+            if keep.tolist() != [0, 1, 2]:
+                raise ValueError("the ids' values were not kept")
+            q, k, v = self.qkv(x[:, keep]).chunk(3, dim=-1)
+            bias = torch.zeros(3, 3, dtype=torch.bfloat16, device=x.device)  # beside float16 q/k/v
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+    report = dd.check(Attend(), ("1x4x8", "float16"), dtype=torch.float16)
+    (finding,) = report.findings
+    assert finding.code == "attention-dtype-mismatch" and "assumptions" not in report.meta
+    mask = next(o for o in finding.operands if o.role == "mask")
+    assert mask.origin.op == "torch.zeros" and mask.origin.file.endswith("test_check.py")
+
+    with hybrid():  # outside a watch session the fronts are a mode of their own
+        ids = torch.tensor([4, 5], device="meta")
+        floats = torch.tensor([0.5], device="meta")
+        q = torch.empty(1, 3, 8, device="meta")
+        out = F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(3, 3, dtype=torch.bool).tril())
+    assert not ids.is_meta and ids.tolist() == [4, 5] and floats.dtype == torch.float32
+    assert out.is_meta and out.shape == (1, 3, 8)

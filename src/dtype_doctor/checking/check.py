@@ -288,8 +288,9 @@ def _dry_run(
         else contextlib.nullcontext()
     )
     log = None
+    fronted = hybrid(memo, session)  # before the session is entered: it takes the hybrid's fronts
     try:
-        with torch.no_grad(), _room_for(model), session, emulate, hybrid(memo) as log:
+        with torch.no_grad(), _room_for(model), session, emulate, fronted as log:
             model(*args, **kwargs)
     except Exception as exc:  # the dry run stopped: say where, keep what was found
         if not (mode == "strict" and isinstance(exc, DtypeMismatchError)):

@@ -26,7 +26,7 @@ from .compiled import CompileNotice
 from .contracts import LOW_DTYPES, Contract, Mismatch, Scene, Slot, bind, judge, put
 from .failures import hide_own_frames
 from .forks import ForkNotice
-from .mode import CAST, Generic, WatchMode
+from .mode import CAST, Front, FrontedMode, Generic, WatchMode
 from .modules import ModuleStack, Names, roots_of
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, qualified_op_name
 from .scaler_patch import patch_grad_scaler
@@ -87,6 +87,11 @@ class Session:
         self.calls: dict[int, Any] = {}  # id(root) -> its last call, replayed to verify fixes
         self.failed_calls: dict[int, Any] = {}  # id(root) -> its first call that raised a dtype error
         self.fix_contexts: dict[int, findings.FixContext] = {}  # id(finding) -> how its fixes were made
+
+    def hand_first(self, fronts: dict[Any, Front]) -> None:
+        """Before the session is entered: these functions go to their front first, which runs them
+        through the watch (mode.FrontedMode)."""
+        self._mode = FrontedMode(self, fronts)
 
     # ---- context manager -------------------------------------------------------------------
     def __enter__(self) -> Session:
