@@ -259,9 +259,7 @@ class HybridMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if self.aside:  # attention's decomposition: its tensors (the causal mask too) are on meta
-            return (
-                self._memoized(func, args, kwargs) if _flat_tensors(args, kwargs) else func(*args, **kwargs)
-            )
+            return self._memoized(func, args, kwargs)
         if _is_pure(func):  # the memo holds only answers the paths below gave for all-meta operands
             out = self._known(func, args, kwargs)
             if out is not None:
@@ -414,9 +412,10 @@ class Fronts:
 
     def attention(self, watched: Any, func: Any, args: tuple, kwargs: dict) -> Any:
         self.mode.aside += 1  # first: the hybrid would keep a real mask real when moved to meta
-        try:
+        try:  # its arguments are tensors, None and scalars, never nested
             to_meta = lambda x: watched(torch.Tensor.to, (x, _META), {}) if _is_real(x) else x  # noqa: E731
-            args, kwargs = tree_map(to_meta, (args, kwargs))
+            args = tuple(map(to_meta, args))
+            kwargs = {key: to_meta(value) for key, value in kwargs.items()}
             return watched(func, args, kwargs)
         finally:
             self.mode.aside -= 1
