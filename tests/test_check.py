@@ -593,7 +593,7 @@ def test_repeated_meta_ops_get_the_kernels_answer_and_still_reach_the_contracts(
     """The hybrid remakes a repeated all-meta op's output from the first answer (hybrid._memo): the
     same metadata as the meta kernel's, keyed on what the output depends on (2 and 2.0 promote
     differently, strides differ from shapes), and each repeat is still checked."""
-    from dtype_doctor.checking.hybrid import hybrid
+    from dtype_doctor.checking.dry_run_modes import hybrid
 
     ints = torch.empty(3, 4, dtype=torch.int64, device="meta")
     floats = torch.empty(4, 3, device="meta").t()  # non-contiguous
@@ -651,7 +651,7 @@ def test_the_hybrid_sees_tensor_data_and_attention_before_the_watch_does():
     call: a mask in a third dtype is reported with the line that made it."""
     import torch.nn.functional as F
 
-    from dtype_doctor.checking.hybrid import hybrid
+    from dtype_doctor.checking.dry_run_modes import hybrid
 
     class Attend(nn.Module):
         def __init__(self):
@@ -679,3 +679,35 @@ def test_the_hybrid_sees_tensor_data_and_attention_before_the_watch_does():
         out = F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(3, 3, dtype=torch.bool).tril())
     assert not ids.is_meta and ids.tolist() == [4, 5] and floats.dtype == torch.float32
     assert out.is_meta and out.shape == (1, 3, 8)
+
+
+def test_a_repeated_call_is_answered_from_the_memo_only_when_it_made_fresh_tensors(monkeypatch):
+    """function_memo.CallMemo: a torch call met again in a dry run with the same meta operands gets
+    its output from the first call's metadata, no aten op under it run again, unless that first
+    call handed back an operand or a view, wrote into a tensor, or assumed a value read from meta."""
+    from dtype_doctor.checking import hybrid as H
+
+    ops: list[str] = []
+    dispatch = H.HybridMode._dispatch
+    monkeypatch.setattr(
+        H.HybridMode, "_dispatch", lambda self, f, a, k: ops.append(str(f)) or dispatch(self, f, a, k)
+    )
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x):
+            if x.contiguous() is not x:  # an operand handed back must stay that operand
+                raise AssertionError("contiguous() no longer returns its operand")
+            y = self.proj(x)  # fresh: answered from the memo in the 2nd and 3rd block
+            y.add_(1)  # a write: run each time
+            picked = y[y > 0]  # a boolean index read from meta: assumed each time
+            return y + picked.sum()
+
+    report = dd.check(nn.Sequential(Block(), Block(), Block()), ("2x8", "float16"), dtype="float16")
+    assert report.findings == []
+    assert ops.count("aten.addmm.default") == 1 and ops.count("aten.add_.Tensor") == 3
+    (assumed,) = [a for a in report.meta["assumptions"] if a["op"] == "boolean indexing"]
+    assert assumed["count"] == 3

@@ -34,7 +34,7 @@ from ..watching.names import tensor_name, user_frames
 from ..watching.provenance import short_path
 from .audit import autocast_findings, autocast_of
 from .convert import convert_like_loader
-from .hybrid import hybrid
+from .dry_run_modes import hybrid
 from .tree_copy import deepcopy_tree
 
 __all__ = ["build", "build_on_meta", "check", "check_keep_fp32", "meta_inputs", "mirror_on_meta"]

@@ -15,21 +15,17 @@ also recorded: that is a gap of meta, not the user's bug.
 
 from __future__ import annotations
 
-import contextlib
 import traceback
-from collections.abc import Iterator
-from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..dtypes import dtype_name
 
-__all__ = ["Assumption", "HybridMode", "hybrid"]
+__all__ = ["Assumption", "HybridMode", "Recording"]
 
 aten = torch.ops.aten
 _META = torch.device("meta")
@@ -65,8 +61,10 @@ class Assumption:
 @dataclass
 class _Log:
     items: dict[tuple, Assumption] = field(default_factory=dict)
+    version: int = 0  # bumped by each add: a call that assumed something is never memoized
 
     def add(self, op: str, what: str) -> None:
+        self.version += 1
         file, line = _user_line()
         key = (op, what, file, line)
         if key in self.items:
@@ -222,6 +220,7 @@ class HybridMode(TorchDispatchMode):
         self.log = log
         self.aside = 0  # > 0 while an op runs all on meta (attention: its causal mask is never read)
         self._memo: dict[tuple, Any] = {} if memo is None else memo
+        self.recording: Recording | None = None  # what the ops under one torch call did (function_memo)
 
     def _memoized(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """The meta kernel's output, made from `_memo` when the same op met the same operands."""
@@ -257,7 +256,12 @@ class HybridMode(TorchDispatchMode):
         return out
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
+        out = self._dispatch(func, args, kwargs or {})
+        if self.recording is not None:
+            self.recording.saw(func, out)
+        return out
+
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if self.aside:  # attention's decomposition: its tensors (the causal mask too) are on meta
             return self._memoized(func, args, kwargs)
         if _is_pure(func):  # the memo holds only answers the paths below gave for all-meta operands
@@ -366,6 +370,32 @@ class HybridMode(TorchDispatchMode):
         return None
 
 
+class Recording:
+    """The ops under one torch call: whether any wrote into a tensor, and the meta tensors pure ops
+    made (held, so that no other tensor takes their id meanwhile)."""
+
+    __slots__ = ("made", "wrote")
+
+    def __init__(self) -> None:
+        self.made: dict[int, torch.Tensor] = {}
+        self.wrote = False
+
+    def saw(self, func: Any, out: Any) -> None:
+        if func._schema.is_mutable:
+            self.wrote = True
+        elif _is_pure(func):
+            for t in out if type(out) is tuple or type(out) is list else (out,):
+                if type(t) is torch.Tensor and t.is_meta:
+                    self.made[id(t)] = t
+
+    def fresh(self, out: Any) -> bool:
+        """Whether `out` (a tensor, or a tuple/list of them) is only tensors pure ops made, and no op wrote."""
+        if self.wrote:
+            return False
+        outs = out if type(out) is tuple or type(out) is list else (out,)
+        return bool(outs) and all(self.made.get(id(t)) is t for t in outs)
+
+
 def _read_text(t: torch.Tensor) -> str:
     shape = "x".join(map(str, t.shape)) or "scalar"
     typical = "True (finite, all set)" if t.dtype == torch.bool else "1"
@@ -391,75 +421,3 @@ def _mutated(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         if isinstance(value, torch.Tensor):
             out.append(value)
     return out
-
-
-class Fronts:
-    """What the hybrid sees before dispatch: `torch.tensor(data, device=meta)` never reaches it, so
-    integer data is made on CPU instead; attention runs all on meta, its mask included: its
-    decomposition on meta builds a real seq x seq causal mask (ones, tril, where) per layer that no
-    model code reads (0.34 s → 0.71 s for the Llama-7B dry run at seq 2048).
-
-    Each is a front (watching.mode.Front): it gets `watched`, the watch's own handling of a call, and
-    runs what it makes through it, so the watch sees each call as before."""
-
-    def __init__(self, mode: HybridMode) -> None:
-        self.mode = mode
-        self.table = {
-            torch.nn.functional.scaled_dot_product_attention: self.attention,
-            torch.tensor: self.factory,
-            torch.as_tensor: self.factory,
-        }
-
-    def attention(self, watched: Any, func: Any, args: tuple, kwargs: dict) -> Any:
-        self.mode.aside += 1  # first: the hybrid would keep a real mask real when moved to meta
-        try:  # its arguments are tensors, None and scalars, never nested
-            to_meta = lambda x: watched(torch.Tensor.to, (x, _META), {}) if _is_real(x) else x  # noqa: E731
-            args = tuple(map(to_meta, args))
-            kwargs = {key: to_meta(value) for key, value in kwargs.items()}
-            return watched(func, args, kwargs)
-        finally:
-            self.mode.aside -= 1
-
-    def factory(self, watched: Any, func: Any, args: tuple, kwargs: dict) -> Any:
-        if str(kwargs.get("device")) != "meta":
-            return watched(func, args, kwargs)
-        out = watched(func, args, {**kwargs, "device": "cpu"})
-        return out if _carries_values(out.dtype) else watched(torch.Tensor.to, (out, _META), {})
-
-
-class _FrontMode(TorchFunctionMode):
-    """The fronts as a mode of their own, for a hybrid run outside a watch session."""
-
-    def __init__(self, fronts: Fronts) -> None:
-        super().__init__()
-        self.table = fronts.table
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        try:
-            front = self.table.get(func)
-        except TypeError:
-            front = None
-        if front is None:
-            return func(*args, **kwargs)
-        return front(lambda f, a, k: f(*a, **k), func, args, kwargs)
-
-
-def hybrid(memo: dict[tuple, Any] | None = None, session: Any = None) -> ContextManager[_Log]:
-    """A context that runs the enclosed forward as the hybrid; yields the log of assumptions.
-    memo: the meta kernels' answers of an earlier dry run to reuse (a check's fix replays reuse its
-    own). session: the watch session of the dry run, not entered yet: it takes the fronts into its
-    own mode now (Session.hand_first) instead of a TorchFunctionMode of theirs in front of it."""
-    log = _Log()
-    mode = HybridMode(log, memo)
-    fronts = Fronts(mode)
-    if session is not None:
-        session.hand_first(fronts.table)
-        return _entered(log, mode, contextlib.nullcontext())
-    return _entered(log, mode, _FrontMode(fronts))
-
-
-@contextlib.contextmanager
-def _entered(log: _Log, mode: HybridMode, front_mode: Any) -> Iterator[_Log]:
-    with front_mode, mode:
-        yield log

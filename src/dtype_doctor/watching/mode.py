@@ -196,6 +196,8 @@ class WatchMode(TorchFunctionMode):
         self._tag_untagged = session._tagger.tag_untagged  # type: ignore[attr-defined]
         self._share = session.prov.share  # type: ignore[attr-defined]
         self._call = session.call_state  # type: ignore[attr-defined]  # .lazy: a clean call's repeat
+        # runs an op instead of calling it (check's dry run: a repeated call answered from a memo)
+        self._run: Callable[[Any, tuple, dict], Any] | None = None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         try:
@@ -204,6 +206,7 @@ class WatchMode(TorchFunctionMode):
             code = _classified(func, self.session.internal_error)
         if code is _PASS_THROUGH:  # a getter, a size: nothing to see
             return func(*args, **kwargs) if kwargs else func(*args)
+        run = self._run
         if self._call.lazy:
             # a repeat of a root call seen clean (clean_calls): only what is new is looked at, an op
             # whose tensors are in several dtypes or whose rule judges more; the rest runs as is
@@ -227,7 +230,13 @@ class WatchMode(TorchFunctionMode):
             else:
                 if code is _TAG or (code is _TAG_OUTSIDE_AUTOCAST and not _any_autocast()):
                     try:
-                        return func(*args, **kwargs) if kwargs else func(*args)
+                        return (
+                            run(func, args, kwargs or {})
+                            if run
+                            else func(*args, **kwargs)
+                            if kwargs
+                            else func(*args)
+                        )
                     except Exception as exc:
                         self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
                         raise
@@ -273,7 +282,7 @@ class WatchMode(TorchFunctionMode):
         if mixed or (code is not _TAG and (code is _JUDGE or _any_autocast())):
             return self._judged(func, _kind(func), args, kwargs or {})
         try:
-            out = func(*args, **kwargs) if kwargs else func(*args)
+            out = run(func, args, kwargs or {}) if run else func(*args, **kwargs) if kwargs else func(*args)
         except Exception as exc:
             self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
             raise
@@ -309,7 +318,7 @@ class WatchMode(TorchFunctionMode):
         except Exception as exc:
             s.internal_error(exc)
         try:
-            out = func(*args, **kwargs)
+            out = self._run(func, args, kwargs) if self._run else func(*args, **kwargs)
         except Exception as exc:
             s.on_failure(exc, func, kind, args, kwargs, finding)
             raise
@@ -327,12 +336,16 @@ Front = Callable[[Callable[[Any, tuple, dict], Any], Any, tuple, dict], Any]
 
 class FrontedMode(WatchMode):
     """The watch, with a few functions handed to a front first (check's hybrid: attention run all on
-    meta, integer tensors made on CPU). A call more for those: a TorchFunctionMode of the front's own
-    in front of the watch would cost every torch call ~3 µs instead."""
+    meta, integer tensors made on CPU), and each op it judged or tagged run by `run`. A call more for
+    those: a TorchFunctionMode of the front's own in front of the watch, or one under it that runs
+    the ops, would cost every torch call ~3 µs instead, the watch's own getters included."""
 
-    def __init__(self, session: Watcher, fronts: Mapping[Any, Front]) -> None:
+    def __init__(
+        self, session: Watcher, fronts: Mapping[Any, Front], run: Callable[[Any, tuple, dict], Any] | None
+    ) -> None:
         super().__init__(session)
         self._fronts = fronts
+        self._run = run
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         try:

@@ -6,6 +6,7 @@ internal error is recorded in the report and the user's program goes on unchange
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -88,10 +89,12 @@ class Session:
         self.failed_calls: dict[int, Any] = {}  # id(root) -> its first call that raised a dtype error
         self.fix_contexts: dict[int, findings.FixContext] = {}  # id(finding) -> how its fixes were made
 
-    def hand_first(self, fronts: dict[Any, Front]) -> None:
+    def hand_first(
+        self, fronts: dict[Any, Front], run: Callable[[Any, tuple, dict], Any] | None = None
+    ) -> None:
         """Before the session is entered: these functions go to their front first, which runs them
-        through the watch (mode.FrontedMode)."""
-        self._mode = FrontedMode(self, fronts)
+        through the watch, and `run` runs each op the watch judged or tagged (mode.FrontedMode)."""
+        self._mode = FrontedMode(self, fronts, run)
 
     # ---- context manager -------------------------------------------------------------------
     def __enter__(self) -> Session:
