@@ -206,7 +206,6 @@ class WatchMode(TorchFunctionMode):
             code = _classified(func, self.session.internal_error)
         if code is _PASS_THROUGH:  # a getter, a size: nothing to see
             return func(*args, **kwargs) if kwargs else func(*args)
-        run = self._run
         if self._call.lazy:
             # a repeat of a root call seen clean (clean_calls): only what is new is looked at, an op
             # whose tensors are in several dtypes or whose rule judges more; the rest runs as is
@@ -230,13 +229,9 @@ class WatchMode(TorchFunctionMode):
             else:
                 if code is _TAG or (code is _TAG_OUTSIDE_AUTOCAST and not _any_autocast()):
                     try:
-                        return (
-                            run(func, args, kwargs or {})
-                            if run
-                            else func(*args, **kwargs)
-                            if kwargs
-                            else func(*args)
-                        )
+                        if self._run:  # check's dry run (FrontedMode)
+                            return self._run(func, args, kwargs or {})
+                        return func(*args, **kwargs) if kwargs else func(*args)
                     except Exception as exc:
                         self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
                         raise
@@ -282,7 +277,10 @@ class WatchMode(TorchFunctionMode):
         if mixed or (code is not _TAG and (code is _JUDGE or _any_autocast())):
             return self._judged(func, _kind(func), args, kwargs or {})
         try:
-            out = run(func, args, kwargs or {}) if run else func(*args, **kwargs) if kwargs else func(*args)
+            if self._run:
+                out = self._run(func, args, kwargs or {})
+            else:
+                out = func(*args, **kwargs) if kwargs else func(*args)
         except Exception as exc:
             self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
             raise
