@@ -12,7 +12,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .function_memo import CallMemo
-from .hybrid import _META, HybridMode, _carries_values, _is_real, _Log
+from .hybrid import _META, HybridMode, _is_real, _Log
 
 __all__ = ["Fronts", "hybrid"]
 
@@ -45,10 +45,11 @@ class Fronts:
             self.mode.aside -= 1
 
     def factory(self, watched: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+        # made on CPU: integer data carries values the model reads, and the hybrid keeps a small
+        # floating tensor made from nothing real too (a copy to meta would stay real)
         if str(kwargs.get("device")) != "meta":
             return watched(func, args, kwargs)
-        out = watched(func, args, {**kwargs, "device": "cpu"})
-        return out if _carries_values(out.dtype) else watched(torch.Tensor.to, (out, _META), {})
+        return watched(func, args, {**kwargs, "device": "cpu"})
 
 
 class _FrontMode(TorchFunctionMode):

@@ -93,6 +93,19 @@ def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return out
 
 
+def _flat_map(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """fn applied to each tensor among aten arguments (a list deep at most, as in _flat_tensors)."""
+
+    def one(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if type(x) is list or type(x) is tuple:
+            return type(x)(fn(y) if isinstance(y, torch.Tensor) else y for y in x)
+        return x
+
+    return tuple(map(one, args)), {key: one(value) for key, value in kwargs.items()}
+
+
 def _is_meta(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_meta
 
@@ -326,7 +339,7 @@ class HybridMode(TorchDispatchMode):
                 indices.extend(index if isinstance(index, tuple) else (index,))
             args = (args[0], indices, *args[2:])
         has_real = any(_is_real(t) for t in _flat_tensors(args, kwargs))
-        margs, mkwargs = tree_map(_to_meta, (args, kwargs)) if has_real else (args, kwargs)
+        margs, mkwargs = _flat_map(_to_meta, args, kwargs) if has_real else (args, kwargs)
         try:
             return self._memoized(func, margs, mkwargs)
         except NotImplementedError as exc:
