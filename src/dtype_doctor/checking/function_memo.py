@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .hybrid import HybridMode, Recording, _key_of, _remade, _spec_of
+from .hybrid import HybridMode, Recording, _remade, _spec_of, op_key
 
 __all__ = ["CallMemo"]
 
@@ -25,8 +25,8 @@ _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 class CallMemo:
-    """See the module docstring. Shares the hybrid's memo: its keys have five parts, the aten
-    ops' four, so the two never meet."""
+    """See the module docstring. Shares the hybrid's memo: its keys are pairs (the op key, whether
+    autocast is on), the aten ops' keys are op keys, so the two never meet."""
 
     def __init__(self, mode: HybridMode) -> None:
         self.mode = mode
@@ -42,13 +42,7 @@ class CallMemo:
         if hopeless or torch.is_grad_enabled() or self.mode.recording is not None:
             return func(*args, **kwargs)
         try:
-            key = (
-                func,
-                torch.get_default_dtype(),
-                _any_autocast(),
-                _key_of(args),
-                _key_of(tuple(kwargs.items())) if kwargs else (),
-            )
+            key = (op_key(func, args, kwargs), _any_autocast())
         except TypeError:  # a real tensor among the operands, or an argument no key is made of
             return func(*args, **kwargs)
         spec = self.memo.get(key)

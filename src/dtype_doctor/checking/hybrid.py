@@ -174,6 +174,22 @@ def _fill_of(func: Any) -> Any:
         return fill
 
 
+def _filled(func: Any, args: tuple, out: Any) -> Any:
+    """An integer/bool output of a fill op (ones_like, new_zeros...): made real with its values, a
+    mask made like an activation; any other output as it is."""
+    fill = _fill_of(func)
+    if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
+        return torch.full(out.shape, fill(args), dtype=out.dtype)
+    return out
+
+
+def op_key(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """What an op's (or a torch call's) output metadata can depend on: the op, the default dtype and
+    its arguments (_key_of). Raises TypeError where there is no such key (a real tensor)."""
+    kw = _key_of(tuple(kwargs.items())) if kwargs else ()
+    return (func, torch.get_default_dtype(), _key_of(args), kw)
+
+
 def _key_of(x: Any) -> Any:
     """What a meta kernel's output can depend on in an argument; raises TypeError for anything else."""
     cls = type(x)
@@ -240,7 +256,7 @@ class HybridMode(TorchDispatchMode):
         if not _is_pure(func):
             return func(*args, **kwargs)
         try:
-            key = (func, torch.get_default_dtype(), _key_of(args), _key_of(tuple(kwargs.items())))
+            key = op_key(func, args, kwargs)
         except TypeError:
             return func(*args, **kwargs)
         spec = self._memo.get(key)
@@ -256,17 +272,11 @@ class HybridMode(TorchDispatchMode):
         """The output of an op met before with the same all-meta operands (every copy of a repeated
         block), made from the memo with nothing else looked at; None if it is not one."""
         try:
-            key = (func, torch.get_default_dtype(), _key_of(args), _key_of(tuple(kwargs.items())))
+            key = op_key(func, args, kwargs)
         except TypeError:  # a real tensor among the operands, or an argument no key is made of
             return None
         spec = self._memo.get(key)
-        if spec is None:
-            return None
-        out = _remade(spec)
-        fill = _fill_of(func)
-        if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
-            return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
-        return out
+        return None if spec is None else _filled(func, args, _remade(spec))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = self._dispatch(func, args, kwargs or {})
@@ -299,21 +309,14 @@ class HybridMode(TorchDispatchMode):
             return self._real(func, args, kwargs, tensors)
         if func._schema.is_mutable and any(_is_real(t) for t in _mutated(func, args, kwargs)):
             return self._into_real(func, args, kwargs)
-        out = self._meta(func, args, kwargs)
-        fill = _fill_of(func)
-        if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
-            return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
-        return out
+        return _filled(func, args, self._meta(func, args, kwargs))
 
     def _all_meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
         try:
             out = self._memoized(func, args, kwargs)
         except (NotImplementedError, RuntimeError):
             return self._meta(func, args, kwargs)  # data-dependent, or a dtype meta rejects
-        fill = _fill_of(func)
-        if fill is not None and isinstance(out, torch.Tensor) and _carries_values(out.dtype):
-            return torch.full(out.shape, fill(args), dtype=out.dtype)  # a mask made like an activation
-        return out
+        return _filled(func, args, out)
 
     def _real(self, func: Any, args: tuple, kwargs: dict, tensors: list) -> Any:
         out = func(*args, **kwargs)
