@@ -131,9 +131,12 @@ class Repeats:
         state.lazy = state.repeat = False
         state.call = None
         state.dirty = False
+        if self.enabled and self.assume_clean:  # nothing to sign: it is a repeat, and none follows
+            state.lazy = state.repeat = True
+            return
         sig = signature(module, args, kwargs, autocast)
         state.call = (module, sig, findings)
-        state.lazy = state.repeat = self.enabled and (self.assume_clean or seen_clean(module, sig))
+        state.lazy = state.repeat = self.enabled and seen_clean(module, sig)
 
     def end(self, completed: bool, findings: int) -> None:
         """The root call returned (`completed`) or raised; `findings`: the report's count now."""
