@@ -1,11 +1,19 @@
-"""Warnings torch raises from C++ during a watched op are the user's, not the watcher's.
+"""Warnings torch raises during a watched op are the user's, not the watcher's.
 
 torch turns a C++ warning into a Python one attributed to the innermost Python frame: under watch
-that is the mode's `func(*args)` line in mode.py, so `filterwarnings(module=...)`, the `once`/`default`
-registries and pytest's attribution would see dtype_doctor instead of the user's line. While a
-session runs, a filter lets such warnings through to `warnings._showwarnmsg`, which issues them
-again from the frame that called the op, as if the tool were not there. Nothing runs per op.
-torch.compile's warning about global module hooks is about the watcher's own hooks: not shown.
+that is the mode's `func(*args)` line in mode.py; a Python warning with a `stacklevel` (F.softmax
+without `dim`) counts the mode's frames and torch's dispatch to it (`handle_torch_function` and the
+public function's outer call) and lands on them too. So `filterwarnings(module=...)`, the
+`once`/`default` registries and pytest's attribution would see dtype_doctor or torch instead of the
+user's line. While a session runs, a filter lets such warnings through to `warnings._showwarnmsg`,
+which issues them again from the frame python would have named, as if the tool were not there.
+
+That first pass leaves no trace: the mode module has no registry (`__warningregistry__` is None, which
+the warnings machinery reads as "none"), and a `once` it recorded is taken back, so the user's own
+filters and registries decide alone (also after `warnings.resetwarnings()` removed the filter). The
+re-issue passes no `module_globals` (as `warnings.warn` does not): a `__main__` run by the tool, or
+by `-m`, may have a loader that cannot serve it. Nothing runs per op. torch.compile's warning about
+global module hooks is about the watcher's own hooks: not shown.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from . import mode
@@ -34,16 +43,70 @@ _installed = 0
 _original: Any = None
 
 
+def _filename(frame: FrameType) -> str:
+    return os.path.normcase(frame.f_code.co_filename)
+
+
+def _is_dispatch(frame: FrameType) -> bool:
+    """A frame that exists only because a torch function mode is active: the tool's, or torch's
+    `handle_torch_function` (torch/overrides.py) that calls it."""
+    name = _filename(frame)
+    return name.startswith(_TOOL_DIR) or os.path.basename(name) == "overrides.py"
+
+
+def users_frame(start: FrameType | None, lineno: int) -> FrameType | None:
+    """The frame python would name for a warning the watcher's mode frame (at `lineno`) was named
+    for, walking up from `start` (the frame that warned): past the mode and torch's dispatch to it,
+    and past the outer call of the function the mode called again (the same function, one frame in
+    plain python)."""
+    inner, frame = None, start
+    while frame is not None and not (_filename(frame) == _MODE_FILE and frame.f_lineno == lineno):
+        inner, frame = frame, frame.f_back
+    while frame is not None and _is_dispatch(frame):
+        frame = frame.f_back
+    if frame is not None and inner is not None and frame.f_code is inner.f_code:
+        frame = frame.f_back
+    return frame
+
+
+def _matches(pattern: Any, text: str) -> bool:
+    if pattern is None:
+        return True
+    if isinstance(pattern, str):  # the C implementation's plain-text filters match exactly
+        return pattern == text
+    return bool(pattern.match(text))
+
+
+def _action(category: type, text: str, module: str, lineno: int) -> str:
+    """The action the warnings filters take, as `warnings.warn_explicit` finds it."""
+    for action, message, cat, mod, line in warnings.filters:
+        if (
+            _matches(message, text)
+            and issubclass(category, cat)
+            and _matches(mod, module)
+            and (line == 0 or line == lineno)
+        ):
+            return str(action)
+    return str(warnings.defaultaction)
+
+
+def _forget_first_pass(msg: Any) -> None:
+    """Undo what the mode frame's pass recorded, so the user's pass decides as under python."""
+    vars(mode)["__warningregistry__"] = None
+    text = str(msg.message)
+    if _action(msg.category, text, mode.__name__, msg.lineno) == "once":
+        warnings.onceregistry.pop((text, msg.category), None)  # type: ignore[attr-defined]
+
+
 def _reissue(msg: Any) -> None:
     if os.path.normcase(str(getattr(msg, "filename", ""))) != _MODE_FILE:
         _original(msg)
         return
-    frame = sys._getframe(1)
-    while frame is not None and os.path.normcase(frame.f_code.co_filename).startswith(_TOOL_DIR):
-        frame = frame.f_back
+    frame = users_frame(sys._getframe(1), msg.lineno)
     if frame is None:
         _original(msg)
         return
+    _forget_first_pass(msg)
     g = frame.f_globals
     warnings.warn_explicit(
         msg.message,
@@ -52,7 +115,6 @@ def _reissue(msg: Any) -> None:
         frame.f_lineno,
         module=g.get("__name__", "<string>"),
         registry=g.setdefault("__warningregistry__", {}),
-        module_globals=g,
         source=msg.source,
     )
 
@@ -63,6 +125,7 @@ def redirect() -> Callable[[], None]:
     if _installed == 0:
         _original = warnings._showwarnmsg  # type: ignore[attr-defined]
         warnings._showwarnmsg = _reissue  # type: ignore[attr-defined]
+        vars(mode)["__warningregistry__"] = None  # the mode's frame keeps no registry
     _installed += 1
     warnings.filters[:0] = [_OWN_HOOKS, _FILTER]  # type: ignore[list-item]
     warnings._filters_mutated()  # type: ignore[attr-defined]
