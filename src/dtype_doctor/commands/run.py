@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         opts = RunOptions(args.script, list(args.args))
     else:
         raise DoctorError("nothing to run: give a script path or -m MODULE")
-    opts.mode, opts.numerics = args.mode, args.numerics
+    opts.mode, opts.numerics, opts.replace_path0 = args.mode, args.numerics, True
     if wants_patch(args):
         return run_with_patch(opts, args, lambda report, code: _emit(report, args, rank(), code))
     code, _ = run_program(opts, then=lambda code, report: _emit(report, args, rank(), code))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import runpy
@@ -34,6 +35,8 @@ class RunOptions:
     is_module: bool = False
     mode: str = "observe"
     numerics: bool = False
+    # sys.path[0] is the launcher's (the CLI's cwd or script folder): the program's takes its place
+    replace_path0: bool = False
 
 
 def rank() -> int | None:
@@ -192,19 +195,36 @@ def _read_source(path: str) -> bytes:
     return source
 
 
+def _main_namespace(path: str, spec: Any = None) -> dict[str, Any]:
+    """__main__'s names as python makes them: `python -m` (its module's `spec`), `python DIR`
+    (its __main__.py found as module `__main__`), `python -` (stdin) or `python script.py`."""
+    if spec is None and os.path.basename(path) == "__main__.py" and path != "-":
+        spec = importlib.util.spec_from_file_location("__main__", path)
+    if spec is not None:
+        loader, parent = spec.loader, spec.parent
+    elif path == "<stdin>":
+        loader, parent = importlib.machinery.BuiltinImporter, None
+    else:
+        loader, parent = importlib.machinery.SourceFileLoader("__main__", path), None
+    names: dict[str, Any] = dict(
+        __file__=path,
+        __builtins__=builtins,  # the module, as in python's own __main__ (not its dict)
+        __cached__=getattr(spec, "cached", None),
+        __loader__=loader,
+        __package__=parent,
+        __spec__=spec,
+    )
+    if sys.version_info < (3, 14):  # python's __main__ starts with an empty __annotations__ until 3.14
+        names["__annotations__"] = {}
+    return names
+
+
 def _exec_main(code: object, path: str, spec: Any = None) -> None:
     """Run compiled code as __main__, the way `python path` (or `python -m`, with its module's
     `spec`) does; unlike runpy's alter_sys, nothing is restored into sys.argv, which the program
     may have emptied."""
     module = types.ModuleType("__main__")
-    module.__dict__.update(
-        __file__=path,
-        __builtins__=builtins,  # the module, as in python's own __main__ (not its dict)
-        __cached__=getattr(spec, "cached", None),
-        __loader__=getattr(spec, "loader", None),
-        __package__=getattr(spec, "parent", None),
-        __spec__=spec,
-    )
+    module.__dict__.update(_main_namespace(path, spec))
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = module
     try:
@@ -283,16 +303,12 @@ def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, re
     else:
         hook.install()
     try:
-        if opts.is_module:
-            _, spec, code_obj = runpy._get_module_details(opts.target)  # what `python -m` runs
-            sys.argv[0] = spec.origin
-            _exec_main(code_obj, spec.origin, spec)
-        elif script == "-":
-            _exec_main(compile(source, "<stdin>", "exec", dont_inherit=True), "<stdin>")
-        else:
-            path = os.path.abspath(script)  # python >= 3.9: __file__ and tracebacks are absolute
-            # dont_inherit: this file's `from __future__ import annotations` is not the program's
-            _exec_main(compile(source, path, "exec", dont_inherit=True), path)
+        try:
+            _exec_program(opts, source, script)
+        except SystemExit:
+            _await_threads()
+            raise
+        _await_threads()
     except BaseException as exc:
         hook.remove()
         if sessions:
@@ -304,6 +320,32 @@ def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, re
     hook.remove()
     if sessions:
         sessions[0].__exit__(None, None, None)
+
+
+def _exec_program(opts: RunOptions, source: bytes | None, script: str | None) -> None:
+    if opts.is_module:
+        _, spec, code_obj = runpy._get_module_details(opts.target)  # what `python -m` runs
+        sys.argv[0] = spec.origin
+        _exec_main(code_obj, spec.origin, spec)
+    elif script == "-":
+        _exec_main(compile(source or b"", "<stdin>", "exec", dont_inherit=True), "<stdin>")
+    else:
+        path = os.path.abspath(script or "")  # python >= 3.9: __file__ and tracebacks are absolute
+        # dont_inherit: this file's `from __future__ import annotations` is not the program's
+        _exec_main(compile(source or b"", path, "exec", dont_inherit=True), path)
+
+
+def _await_threads() -> None:
+    """What python does at exit once the program's code is done (returned or sys.exit): wait for its
+    non-daemon threads, so that what they do (and how they fail) is in the report. Not after an
+    uncaught exception, whose traceback python shows before it waits."""
+    me = threading.current_thread()
+    while True:
+        running = [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+        if not running:
+            return
+        for thread in running:
+            thread.join()
 
 
 # frames the watcher adds on top of an op (mode, session, contracts): room for them at the deepest point
@@ -339,14 +381,16 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     report.meta["program"] = " ".join([("-m " if opts.is_module else "") + opts.target, *opts.argv])
     saved_argv, saved_path, saved_stderr = sys.argv[:], sys.path[:], sys.stderr
     sys.argv = [opts.target, *opts.argv]
+    if opts.replace_path0 and sys.path:
+        del sys.path[0]
     if opts.is_module:
         sys.path.insert(0, os.getcwd())
     elif script == "-":
         sys.path.insert(0, "")
     else:
         sys.path.insert(
-            0, os.path.dirname(os.path.abspath(script)) if os.path.isfile(script) else os.getcwd()
-        )
+            0, os.path.dirname(os.path.realpath(script)) if os.path.isfile(script) else os.getcwd()
+        )  # as python: the folder of the real file, past symlinks
     pid = os.getpid()
     code = 0
     with signals_deferred(until_exit=False) as defer:

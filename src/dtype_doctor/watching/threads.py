@@ -79,8 +79,9 @@ def _excepthook(args: Any) -> None:
             session = _active[-1] if _active else None
     if session is not None and isinstance(args.exc_value, Exception):
         try:
-            from .failures import on_thread_exit
+            from .failures import hide_own_frames, on_thread_exit
 
+            hide_own_frames(args.exc_value)  # its traceback reads as under python
             name = args.thread.name if args.thread is not None else "?"
             on_thread_exit(session, args.exc_value, name)
         except Exception as exc:
