@@ -145,7 +145,9 @@ def _slice(table: dict, names) -> dict:
 def test_the_cpu_table_is_stamped_with_the_installed_torch():
     cpu = _DATA["cpu"]
     assert cpu["measured"] is True and cpu["device"] == "cpu"
-    assert cpu["torch"] == torch.__version__, "regenerate: python scripts/gen_autocast_table.py"
+    # the release measured: its CPU policies are the same in every build of it (+cpu, +cu130, ...)
+    release = str(torch.__version__).split("+")[0]
+    assert cpu["torch"].split("+")[0] == release, "regenerate: python scripts/gen_autocast_table.py"
     assert _DATA["cuda"]["measured"] is False and "lists" in _DATA["cuda"]["source"]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -194,10 +195,24 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
     return meta
 
 
+# what torch imports on its first meta op (torch._check's symbolic shapes; the decompositions'
+# dynamo-disable wrapper, which imports torch._dynamo and, in a CUDA build, triton)
+_FIRST_OP_IMPORTS = ("torch.fx.experimental.symbolic_shapes", "torch._dynamo")
+
+
+def _import_first_op_modules() -> None:
+    """Made here, at the top of the stack: at a deep model's innermost module the import chain can
+    meet Python 3.12's fixed C recursion limit half-way, leaving a module half-initialised for good."""
+    for name in _FIRST_OP_IMPORTS:
+        with contextlib.suppress(Exception):  # what fails to import fails as before, where torch asks
+            importlib.import_module(name)
+
+
 @contextlib.contextmanager
 def _room_for(model: nn.Module) -> Iterator[None]:
     """deepcopy (and the watched forward) recurse ~10 frames per module level: a model nested a few
     hundred deep that runs fine must not fail to copy or run, so the limit grows with its depth meanwhile."""
+    _import_first_op_modules()
     depth, todo, seen = 0, [(model, 1)], set()
     while todo:
         module, level = todo.pop()
