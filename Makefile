@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench zoo zoo-autocast clean
+.PHONY: demo test test-fast test-matrix lint bench zoo zoo-autocast clean
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
+# Python 3.10, 3.12 and 3.13 (pyenv), each in a venv under .matrix/ with torch 2.13 installed first:
+# the run/watch/warnings/check/explain tests (scripts/test_matrix.py); passed/failed per version
+test-matrix:
+	python3 scripts/test_matrix.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -39,4 +44,4 @@ zoo-autocast: $(STAMP)
 	cd tests && OMP_NUM_THREADS=1 ../$(PY) -m zoo.autocast --out ../zoo-autocast.jsonl
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) .matrix build dist src/*.egg-info
