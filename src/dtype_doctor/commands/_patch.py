@@ -120,8 +120,9 @@ def diff_on_stdout(args: argparse.Namespace) -> bool:
 
 
 def print_diff(proposal: Any, args: argparse.Namespace) -> None:
-    """The proposed diff, byte-exact, on the real stdout (nothing when no change is proposed)."""
-    from ._output import write_stdout_bytes
+    """The proposed diff, byte-exact, on the real stdout (nothing when no change is proposed, nor
+    when stdout is the terminal the report on stderr showed the diff on already)."""
+    from ._output import real_stdout_is_stderrs_terminal, write_stdout_bytes
 
-    if diff_on_stdout(args) and proposal.files:
+    if diff_on_stdout(args) and proposal.files and not real_stdout_is_stderrs_terminal():
         write_stdout_bytes(proposal.diff_bytes())
