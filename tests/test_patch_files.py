@@ -173,3 +173,20 @@ def test_the_re_runs_own_verdict_never_reaches_the_user(tmp_path: Path) -> None:
     assert "re-run of the patched copy: exit 1, 0 dtype errors left" in proc.stderr
     assert "  the data folder is missing" in proc.stderr  # what the patched program said
     assert "no mixed-precision problem seen" not in proc.stderr
+
+
+def test_a_big_folder_still_gets_the_scripts_copy_and_its_siblings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the copy limits, the Python files next to the script are copied (the re-run runs the copy
+    of the script, whose sibling imports must find the patched copies), nothing else."""
+    from dtype_doctor.patching import verify
+
+    user, scratch = tmp_path / "user", tmp_path / "scratch"
+    for name in ("main.py", "helper.py", "data.bin", "pkg/deep.py"):
+        (user / name).parent.mkdir(parents=True, exist_ok=True)
+        (user / name).write_text("x = 1\n")
+    scratch.mkdir()
+    monkeypatch.setattr(verify, "COPY_LIMIT_FILES", 2)
+    placed = verify._copy_small_tree(str(user), str(scratch))
+    assert sorted(os.path.relpath(p, scratch) for p in placed.values()) == ["helper.py", "main.py"]

@@ -1,6 +1,6 @@
 """The replay: run the patched program again in a scratch copy and keep the first candidates that pass.
 
-The script's folder (or, when it is big, its Python files) is copied to a scratch directory and the
+The script's folder (or, when it is big, the Python files at its top) is copied to a scratch directory and the
 patched files are written over their copies, in their own encodings; the program runs the scratch copy
 of the script (so its sibling imports find the patched copies) from the user's working directory with
 the same arguments, as a fresh `dtype-doctor` process under watch. A candidate set passes when the
@@ -146,10 +146,11 @@ def replay(
 
 def _copy_small_tree(anchor: str, scratch: str) -> dict[str, str]:
     """Copy `anchor` into `scratch` when it holds at most COPY_LIMIT_FILES files / COPY_LIMIT_BYTES,
-    else its Python files alone (the script and the modules it imports); {original: copy}."""
-    files = _tree_files(anchor, lambda name: True)
-    if files is None:  # too big
-        files = _tree_files(anchor, lambda name: name.endswith(".py")) or []
+    else the Python files at its top (the script and the modules next to it); {original: copy}."""
+    files = _tree_files(anchor)
+    if files is None:  # too big: walking it again for .py files could take long
+        with os.scandir(anchor) as entries:
+            files = [e.path for e in entries if e.name.endswith(".py") and e.is_file(follow_symlinks=False)]
     placed: dict[str, str] = {}
     for path in files:
         dest = os.path.join(scratch, os.path.relpath(path, anchor))
@@ -162,15 +163,15 @@ def _copy_small_tree(anchor: str, scratch: str) -> dict[str, str]:
     return placed
 
 
-def _tree_files(anchor: str, wanted: Callable[[str], bool]) -> list[str] | None:
-    """The regular files under `anchor` whose name is `wanted`; None past COPY_LIMIT_FILES/_BYTES."""
+def _tree_files(anchor: str) -> list[str] | None:
+    """The regular files under `anchor`; None past COPY_LIMIT_FILES / COPY_LIMIT_BYTES."""
     files: list[str] = []
     size = 0
     for root, dirs, names in os.walk(anchor):
         dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not os.path.islink(os.path.join(root, d))]
         for name in names:
             path = os.path.join(root, name)
-            if not wanted(name) or not os.path.isfile(path) or os.path.islink(path):
+            if not os.path.isfile(path) or os.path.islink(path):
                 continue
             files.append(path)
             size += os.path.getsize(path)
