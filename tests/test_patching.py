@@ -134,7 +134,7 @@ def test_write_refuses_a_file_changed_since_the_run(tmp_path: Path) -> None:
     with pytest.raises(DoctorError, match="changed since the run"):
         write_files({str(path): "a = 0\n"}, {str(path): "a = 2\n"})
     written = write_files({str(path): "a = 1\n"}, {str(path): "a = 2\n"}, backup=False)
-    assert written == [str(path)] and path.read_text() == "a = 2\n"
+    assert [w.path for w in written] == [str(path)] and path.read_text() == "a = 2\n"
     assert not (tmp_path / "a.py.orig").exists()
 
 

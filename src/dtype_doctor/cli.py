@@ -107,11 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     from .commands._output import check_output_paths, json_stdout_guard
+    from .commands._patch import diff_on_stdout
 
     try:
         check_output_paths(args)
-        # with `--json` to stdout, stdout carries the JSON alone: user code's output goes to stderr
-        quiet = getattr(args, "json", None) == "-"
+        # with `--json` to stdout (or `--diff`), stdout carries the JSON (the diff) alone: user code's
+        # output goes to stderr
+        quiet = getattr(args, "json", None) == "-" or diff_on_stdout(args)
         with json_stdout_guard() if quiet else contextlib.nullcontext():
             return int(args._run(args) or 0)
     except DoctorError as exc:

@@ -161,6 +161,29 @@ def write_json_stdout(report: Any) -> None:
     stream.flush()
 
 
+def real_stdout_is_stderrs_terminal() -> bool:
+    """The real stdout (the one json_stdout_guard saved) is the terminal stderr writes to: what goes
+    to stderr is read there already."""
+    stream = _json_stdout[-1] if _json_stdout else sys.stdout
+    try:
+        fd = stream.fileno()
+        return os.isatty(fd) and os.path.samestat(os.fstat(fd), os.fstat(2))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def write_stdout_bytes(data: bytes) -> None:
+    """`data` as is on the real stdout (the one json_stdout_guard saved): a diff in its files' bytes."""
+    stream = _json_stdout[-1] if _json_stdout else sys.stdout
+    stream.flush()
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # stdout closed (the note writes to stderr), or a text-only stream
+        stream.write(data.decode("utf-8", errors="replace"))
+    else:
+        buffer.write(data)
+        buffer.flush()
+
+
 @contextlib.contextmanager
 def json_stdout_guard() -> Iterator[None]:
     """While the command runs, everything written to stdout (print, os.write(1), subprocesses) goes to

@@ -1,5 +1,8 @@
 """`--diff` / `--write` for run and check: propose the verified patch, apply it on request.
 
+`--diff` prints the diff alone on stdout (in each file's own bytes, for `patch -p0`); the report and
+the program's own output go to stderr (cli.main guards stdout), unless `--json` takes stdout.
+
 Exit codes: 0 fixed and verified (or nothing to fix), 1 problems left, 2 usage (DoctorError).
 """
 
@@ -22,7 +25,9 @@ def add_patch_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--no-backup", action="store_true", help="with --write: leave no FILE.orig")
     group.add_argument(
-        "--force", action="store_true", help="with --write: write a file with uncommitted git changes"
+        "--force",
+        action="store_true",
+        help="with --write: write a file with uncommitted git changes, or a read-only one",
     )
 
 
@@ -46,13 +51,13 @@ def attach(report: Any, proposal: Any, args: argparse.Namespace) -> int:
         if section.verified:
             backup = not args.no_backup
             try:
-                section.written = write_files(
-                    proposal.originals, proposal.files, backup=backup, force=args.force
-                )
+                written = write_files(proposal.originals, proposal.files, backup=backup, force=args.force)
             except DoctorError as exc:
                 section.outcome += f"\nnot written: {exc}"
                 report.sections.append(section)
                 return 1
+            section.written = [w.path for w in written]
+            section.outcome += "".join(f"\nbackup of {w.path}: {w.backup}" for w in written if w.backup)
         else:
             section.outcome += "\nnot written: the patch did not pass its re-run"
     report.sections.append(section)
@@ -84,6 +89,7 @@ def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
         proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
     result = attach(report, proposal, args)
     show(report, code)
+    print_diff(proposal, args)
     return result
 
 
@@ -102,4 +108,21 @@ def check_with_patch(report: Any, args: argparse.Namespace) -> int:
     options += [f"--{k}={v}" for k, v in (("dtype", args.dtype), ("autocast", args.autocast)) if v]
     anchor = os.path.dirname(os.path.abspath(path))
     proposal = propose(report, check_command(path, factory, options), anchor, home=path)
-    return attach(report, proposal, args)
+    result = attach(report, proposal, args)
+    print_diff(proposal, args)
+    return result
+
+
+def diff_on_stdout(args: argparse.Namespace) -> bool:
+    """`--diff` (not `--write`) without `--json` to stdout: stdout carries the diff alone."""
+    diff = getattr(args, "diff", False) and not getattr(args, "write", False)
+    return bool(diff) and getattr(args, "json", None) != "-"
+
+
+def print_diff(proposal: Any, args: argparse.Namespace) -> None:
+    """The proposed diff, byte-exact, on the real stdout (nothing when no change is proposed, nor
+    when stdout is the terminal the report on stderr showed the diff on already)."""
+    from ._output import real_stdout_is_stderrs_terminal, write_stdout_bytes
+
+    if diff_on_stdout(args) and proposal.files and not real_stdout_is_stderrs_terminal():
+        write_stdout_bytes(proposal.diff_bytes())

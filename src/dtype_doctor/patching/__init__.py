@@ -7,13 +7,14 @@ verified diff. `propose` ties them together and returns a `sections.SourcePatch`
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..report import Report, Severity
 from ..sections import SourcePatch
 from .plan import Candidate, Cause, Planner, is_user_file, plan
-from .source import unified_diff
+from .source import diff_bytes, unified_diff
 from .verify import Command, Replay, check_command, replay, run_command, search
 
 __all__ = [
@@ -37,6 +38,14 @@ class Proposal:
     section: SourcePatch
     originals: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    encodings: dict[str, str] = field(default_factory=dict)  # path -> the encoding Python reads it in
+
+    def diff_bytes(self) -> bytes:
+        """The diff in each file's own bytes (a latin-1 file's lines in latin-1): what `patch` applies."""
+        return b"".join(
+            diff_bytes(p, self.originals[p], text, self.encodings.get(p, "utf-8"))
+            for p, text in self.files.items()
+        )
 
 
 def propose(
@@ -59,17 +68,18 @@ def propose(
         )
         return Proposal(SourcePatch(verified=None if report.findings else True, outcome=what))
     originals = {path: src.text for path, src in planner.sources.items() if src is not None}
+    encodings = {path: src.encoding for path, src in planner.sources.items() if src is not None}
 
     errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
     warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
 
     def run(files: dict[str, str]) -> Replay:
-        result = replay(files, command, anchor, timeout=timeout)
+        result = replay(files, command, anchor, timeout=timeout, encodings=encodings)
         result.warnings_before = 0 if errors else warnings
         return result
 
     chosen, files, result = search(causes, originals, run)
-    diff = "".join(unified_diff(path, originals[path], text) for path, text in files.items())
+    diff = "".join(unified_diff(p, originals[p], text, encodings[p]) for p, text in files.items())
     changes = []
     for cause in causes:
         cand = next((c for c in chosen if c in cause.candidates), None)
@@ -77,7 +87,7 @@ def propose(
             changes.append({"cause": cause.label, "change": cand.title})
     outcome = result.describe() if result is not None else ""
     if result is not None and not result.passed and result.tail:
-        outcome += "\n" + result.tail
+        outcome += "\nthe patched copy's output ended with:\n" + textwrap.indent(result.tail, "  ")
     section = SourcePatch(
         diff=diff,
         files=list(files),
@@ -85,4 +95,4 @@ def propose(
         verified=result.passed if result is not None else None,
         outcome=outcome,
     )
-    return Proposal(section, {p: originals[p] for p in files}, files)
+    return Proposal(section, {p: originals[p] for p in files}, files, {p: encodings[p] for p in files})

@@ -113,7 +113,7 @@ def import_torch(src: Source) -> Edit:
         at = src.offset((doc.end_lineno or 1) + 1, 0) if doc is not None else 0
     else:
         at = src.offset(first.lineno, 0)
-    return Edit(src.path, at, at, "import torch\n")
+    return Edit(src.path, at, at, f"import torch{src.newline}")
 
 
 def block_of(src: Source, stmt: ast.stmt | None) -> list[ast.stmt] | None:
@@ -144,7 +144,7 @@ def insert_before(src: Source, line: int, statement: str, block_level: bool = Fa
     stmt = scope_statement(src, line, innermost_block=block_level) or src.statement_at(line)
     at = stmt.lineno if stmt is not None else line
     start = src.offset(at, 0)
-    return Edit(src.path, start, start, f"{src.indent(at)}{statement}\n")
+    return Edit(src.path, start, start, f"{src.indent(at)}{statement}{src.newline}")
 
 
 def autocast_with(src: Source, line: int) -> tuple[ast.With, ast.withitem] | None:

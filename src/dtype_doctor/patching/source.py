@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
 import os
+import tokenize
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,12 +28,35 @@ class Edit:
     text: str
 
 
+def python_encoding(raw: bytes) -> str:
+    """The encoding Python reads these bytes of source in: a coding cookie, `utf-8-sig` for a UTF-8 BOM,
+    else UTF-8 (SyntaxError for an unknown cookie)."""
+    return tokenize.detect_encoding(io.BytesIO(raw).readline)[0]
+
+
+def read_python(path: str) -> tuple[str, str]:
+    """(text, encoding) of a source file, decoded as Python decodes it; line ends kept as they are."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    encoding = python_encoding(raw)
+    return raw.decode(encoding), encoding
+
+
+def encoding_of(path: str) -> str:
+    """The encoding of a source file on disk (UTF-8 when it cannot be read)."""
+    try:
+        return read_python(path)[1]
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return "utf-8"
+
+
 class Source:
     """One file's text and tree, with ast positions turned into character offsets."""
 
-    def __init__(self, path: str, text: str) -> None:
+    def __init__(self, path: str, text: str, encoding: str = "utf-8") -> None:
         self.path = path
         self.text = text
+        self.encoding = encoding  # written back in it (a BOM stays, a latin-1 file stays latin-1)
         self.lines = text.splitlines(keepends=True)
         self._starts = [0]
         for line in self.lines:
@@ -39,8 +64,13 @@ class Source:
 
     @classmethod
     def read(cls, path: str) -> Source:
-        with open(path, encoding="utf-8", newline="") as fh:  # line ends kept as they are
-            return cls(path, fh.read())
+        text, encoding = read_python(path)
+        return cls(path, text, encoding)
+
+    @cached_property
+    def newline(self) -> str:
+        """The file's line end (its first line's): what an inserted line ends with."""
+        return "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
 
     @cached_property
     def tree(self) -> ast.Module:
@@ -86,20 +116,30 @@ def apply(text: str, edits: list[Edit]) -> str:
     return text
 
 
-def unified_diff(path: str, before: str, after: str) -> str:
+def unified_diff(path: str, before: str, after: str, encoding: str = "utf-8") -> str:
     """A `patch -p0` / `git apply -p0` diff of one file; a path under the working directory is shown
-    relative to it (patch ignores absolute names), others as given."""
+    relative to it (patch ignores absolute names), others as given; a name with a blank ends with a
+    tab, as GNU diff writes it. A file with a BOM (`encoding` utf-8-sig) shows it on its first line, so
+    the diff's bytes (`diff_bytes`) match the file's."""
     if os.path.isabs(path):
         rel = os.path.relpath(path)
         path = path if rel.startswith(os.pardir) else rel
+    if encoding == "utf-8-sig":
+        before, after = "\ufeff" + before, "\ufeff" + after
+    name = path + "\t" if any(c.isspace() for c in path) else path
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"{path}.orig", path, n=3
+        before.splitlines(keepends=True), after.splitlines(keepends=True), name, name, n=3, lineterm="\n"
     )
     out = []
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    text = "".join(out)
-    return text.replace(f"--- {path}.orig\n", f"--- {path}\n", 1)
+    return "".join(out)
+
+
+def diff_bytes(path: str, before: str, after: str, encoding: str) -> bytes:
+    """`unified_diff` in the file's own bytes (a latin-1 file's diff in latin-1): what `patch` applies."""
+    codec = "utf-8" if encoding == "utf-8-sig" else encoding
+    return unified_diff(path, before, after, encoding).encode(codec, errors="surrogateescape")
 
 
 def call_name(node: ast.expr) -> str:

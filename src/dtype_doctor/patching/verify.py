@@ -1,9 +1,10 @@
 """The replay: run the patched program again in a scratch copy and keep the first candidates that pass.
 
-The patched files are written to a scratch directory laid out like the originals around the script;
-the program runs from the user's working directory with the same arguments, as a fresh
-`dtype-doctor` process under watch, with the script's own directory still importable. A candidate set
-passes when the program exits 0 and watch reports no error. No torch import.
+The script's folder (or, when it is big, the Python files at its top) is copied to a scratch directory and the
+patched files are written over their copies, in their own encodings; the program runs the scratch copy
+of the script (so its sibling imports find the patched copies) from the user's working directory with
+the same arguments, as a fresh `dtype-doctor` process under watch. A candidate set passes when the
+program exits 0 and watch reports no error. No torch import.
 """
 
 from __future__ import annotations
@@ -99,18 +100,24 @@ def check_command(path: str, factory: str, options: Sequence[str]) -> Command:
     return build
 
 
-def replay(files: dict[str, str], command: Command, anchor: str, timeout: float | None = None) -> Replay:
-    """Write `files` (path -> patched text) to a scratch copy and run `command` there.
+def replay(
+    files: dict[str, str],
+    command: Command,
+    anchor: str,
+    timeout: float | None = None,
+    encodings: dict[str, str] | None = None,
+) -> Replay:
+    """Write `files` (path -> patched text, in `encodings[path]`, else UTF-8) to a scratch copy and run
+    `command` there.
 
     `anchor`: the directory the scratch copy mirrors (the script's); files outside it keep their
     absolute layout under the scratch directory, and their directories go first on PYTHONPATH.
     """
     scratch = tempfile.mkdtemp(prefix="dtype-doctor-replay-")
     try:
-        _copy_small_tree(os.path.abspath(anchor), scratch)
-        placed: dict[str, str] = {}
-        extra: list[str] = []
         anchor = os.path.abspath(anchor)
+        placed = _copy_small_tree(anchor, scratch)
+        extra: list[str] = []
         for path, text in files.items():
             real = os.path.abspath(path)
             rel = os.path.relpath(real, anchor)
@@ -119,8 +126,8 @@ def replay(files: dict[str, str], command: Command, anchor: str, timeout: float 
                 extra.append(os.path.dirname(os.path.join(scratch, rel)))
             dest = os.path.join(scratch, rel)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with open(dest, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
+            with open(dest, "wb") as fh:
+                fh.write(text.encode((encodings or {}).get(path, "utf-8")))
             placed[real] = dest
         env = dict(os.environ)
         env[ERROR_ENV] = "1"  # the re-run measures its model's error vs fp32 (watching/fp32_error.py)
@@ -137,8 +144,27 @@ def replay(files: dict[str, str], command: Command, anchor: str, timeout: float 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _copy_small_tree(anchor: str, scratch: str) -> None:
-    """Copy `anchor` into `scratch` when it holds at most COPY_LIMIT_FILES files / COPY_LIMIT_BYTES."""
+def _copy_small_tree(anchor: str, scratch: str) -> dict[str, str]:
+    """Copy `anchor` into `scratch` when it holds at most COPY_LIMIT_FILES files / COPY_LIMIT_BYTES,
+    else the Python files at its top (the script and the modules next to it); {original: copy}."""
+    files = _tree_files(anchor)
+    if files is None:  # too big: walking it again for .py files could take long
+        with os.scandir(anchor) as entries:
+            files = [e.path for e in entries if e.name.endswith(".py") and e.is_file(follow_symlinks=False)]
+    placed: dict[str, str] = {}
+    for path in files:
+        dest = os.path.join(scratch, os.path.relpath(path, anchor))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            shutil.copy2(path, dest)
+        except OSError:
+            continue
+        placed[path] = dest
+    return placed
+
+
+def _tree_files(anchor: str) -> list[str] | None:
+    """The regular files under `anchor`; None past COPY_LIMIT_FILES / COPY_LIMIT_BYTES."""
     files: list[str] = []
     size = 0
     for root, dirs, names in os.walk(anchor):
@@ -150,14 +176,8 @@ def _copy_small_tree(anchor: str, scratch: str) -> None:
             files.append(path)
             size += os.path.getsize(path)
             if len(files) > COPY_LIMIT_FILES or size > COPY_LIMIT_BYTES:
-                return  # too big: only the patched files go to the scratch copy
-    for path in files:
-        dest = os.path.join(scratch, os.path.relpath(path, anchor))
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        try:
-            shutil.copy2(path, dest)
-        except OSError:
-            continue
+                return None
+    return files
 
 
 def _result(proc: subprocess.CompletedProcess, report_path: str) -> Replay:
@@ -171,8 +191,20 @@ def _result(proc: subprocess.CompletedProcess, report_path: str) -> Replay:
         measured = str(report.meta.get("error_vs_fp32") or "")
     except (OSError, ValueError):
         errors = 1 if proc.returncode else 0
-    tail = "\n".join((proc.stderr or "").strip().splitlines()[-6:]) if proc.returncode else ""
+    tail = "\n".join(program_output(proc.stderr or "")[-6:]) if proc.returncode else ""
     return Replay(proc.returncode, errors, warnings, tail, error_vs_fp32=measured)
+
+
+# where the re-run's own report starts in its stderr: its exception note, its summary, its first box
+_REPORT_STARTS = ("dtype-doctor ", "╭─")
+
+
+def program_output(stderr: str) -> list[str]:
+    """The lines the patched program wrote, without the re-run's own report after them (its "no
+    mixed-precision problem seen" is not the user's run's, and must not read as its last word)."""
+    lines = stderr.strip().splitlines()
+    end = next((i for i, line in enumerate(lines) if line.startswith(_REPORT_STARTS)), len(lines))
+    return [line for line in lines[:end] if line.strip()]
 
 
 def combine(causes: list[Cause], choice: list[int]) -> tuple[list[Candidate], list[Edit]]:

@@ -1,8 +1,11 @@
 """`--write`: apply a verified SourcePatch to the user's files, safely.
 
-Refuses a file that changed since the run (its text is not the one the diff was made from) and, in a
-git repository, a file with uncommitted changes unless `force`; leaves `FILE.orig` unless
-`backup=False`. Each file is replaced whole (write to a temporary file, then rename). No torch import.
+Refuses a file that changed since the run (its text is not the one the diff was made from) and,
+unless `force`, a read-only file or one with uncommitted changes in git. Each file is first backed
+up (`FILE.orig`, or `FILE.orig.1`, `.2`, ... when that exists: a backup is never overwritten, unless
+`backup=False`), then rewritten in place: a symlink stays a link (its target is written), a hard link
+stays linked (same inode), and the file keeps its encoding, BOM and line ends outside the edits. A
+write that fails puts the old bytes back. No torch import.
 """
 
 from __future__ import annotations
@@ -10,9 +13,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
+from dataclasses import dataclass
 
 from ..errors import DoctorError
+from .source import python_encoding
+
+MAX_BACKUPS = 1000
+
+
+@dataclass(frozen=True)
+class Written:
+    """A file `--write` changed, and its backup (None with backup=False)."""
+
+    path: str
+    backup: str | None = None
 
 
 def git_dirty(path: str) -> bool:
@@ -32,36 +48,90 @@ def git_dirty(path: str) -> bool:
     return proc.returncode == 0 and bool(proc.stdout.strip())
 
 
+def read_only(path: str) -> bool:
+    """No write permission for its owner, or none for us (by mode bits: root too is refused)."""
+    try:
+        return not os.stat(path).st_mode & stat.S_IWUSR or not os.access(path, os.W_OK)
+    except OSError:
+        return False
+
+
 def write_files(
     originals: dict[str, str], patched: dict[str, str], *, backup: bool = True, force: bool = False
-) -> list[str]:
+) -> list[Written]:
     """Write `patched` (path -> text) over the files whose text is still `originals[path]`.
 
     Every file is checked before any is written: one refusal writes nothing (DoctorError, one line).
     """
+    data: dict[str, tuple[bytes, bytes]] = {}  # path -> (bytes now, bytes patched)
     for path in patched:
         try:
-            with open(path, encoding="utf-8", newline="") as fh:
-                now = fh.read()
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            encoding = python_encoding(raw)
+            now = raw.decode(encoding)
         except OSError as exc:
             raise DoctorError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (SyntaxError, UnicodeDecodeError):
+            now, encoding = None, "utf-8"
         if now != originals[path]:
             raise DoctorError(f"{path} changed since the run: not written (run --diff again)")
+        if not force and read_only(path):
+            raise DoctorError(f"{path} is read-only: not written (give --force to write it anyway)")
         if not force and git_dirty(path):
             raise DoctorError(f"{path} has uncommitted changes in git: commit or stash them, or give --force")
+        data[path] = (raw, patched[path].encode(encoding))
     written = []
-    for path, text in patched.items():
-        if backup:
-            shutil.copy2(path, f"{path}.orig")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            shutil.copymode(path, tmp)
-            os.replace(tmp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
-        written.append(path)
+    for path, (old, new) in data.items():
+        saved = _backup(path, old) if backup else None
+        _rewrite(path, old, new)
+        written.append(Written(path, saved))
     return written
+
+
+def _backup(path: str, old: bytes) -> str:
+    """`old` into the first free name of FILE.orig, FILE.orig.1, ... (made exclusively: never over one)."""
+    for n in range(MAX_BACKUPS):
+        name = f"{path}.orig" + (f".{n}" if n else "")
+        try:
+            with open(name, "xb") as fh:
+                fh.write(old)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise DoctorError(f"cannot write the backup {name}: {exc.strerror or exc}") from None
+        with contextlib.suppress(OSError):
+            shutil.copystat(path, name)
+        return name
+    raise DoctorError(f"{path}.orig .. .orig.{MAX_BACKUPS - 1} all exist: not written (remove some)")
+
+
+def _rewrite(path: str, old: bytes, new: bytes) -> None:
+    """Write `new` into the file itself (through a symlink, same inode), lending the owner write
+    permission for the moment when it lacks it (--force); on failure the old bytes go back."""
+    real = os.path.realpath(path)
+    mode = os.stat(real).st_mode
+    lend = not mode & stat.S_IWUSR
+    try:
+        if lend:
+            os.chmod(real, stat.S_IMODE(mode) | stat.S_IWUSR)
+        try:
+            _overwrite(real, new)
+        except OSError:
+            with contextlib.suppress(OSError):
+                _overwrite(real, old)
+            raise
+    except OSError as exc:
+        raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if lend:
+            with contextlib.suppress(OSError):
+                os.chmod(real, stat.S_IMODE(mode))
+
+
+def _overwrite(real: str, data: bytes) -> None:
+    with open(real, "r+b") as fh:
+        fh.write(data)
+        fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())
