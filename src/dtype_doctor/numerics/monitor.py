@@ -46,6 +46,9 @@ class NumericsMonitor:
     model: the root whose modules are watched (qualified names from it); None: every outermost
         module called while started is adopted as a root.
     every: monitor one step in N (the others cost one hook call per module).
+    underflow_every: of the monitored steps, one in N (the first included) also counts underflow
+        and zeros (several ops per tensor); the others measure each tensor's range only (one
+        fused `aminmax`: inf and NaN show in it).
     backward: also watch gradients (module outputs and parameters) when autograd runs.
     scaler: watch every torch.amp.GradScaler whose update() runs while started.
     shadow: re-run a forward producer in float32 at its next call, to tell range from precision.
@@ -65,6 +68,7 @@ class NumericsMonitor:
         report: Report | None = None,
         model: nn.Module | None = None,
         every: int = 1,
+        underflow_every: int = 100,
         backward: bool = True,
         scaler: bool = True,
         shadow: bool = True,
@@ -72,11 +76,12 @@ class NumericsMonitor:
         accuracy: bool = True,
         accuracy_threshold: float = 0.1,
     ) -> None:
-        if every < 1:
-            raise ValueError("every must be >= 1")
+        if every < 1 or underflow_every < 1:
+            raise ValueError("every and underflow_every must be >= 1")
         self.report = report if report is not None else Report(tool="numerics")
         self.model = model
         self.every = every
+        self.underflow_every = underflow_every
         self.backward = backward
         self.shadow = shadow
         self.step_index = 0
@@ -232,6 +237,7 @@ class NumericsMonitor:
         self._made_by: dict[int, str | None] = {}
         self._token = object()
         self._pending_step: int | None = None
+        self._full = True  # this step counts underflow and zeros (set at its first measurement)
         self._low_precision_step = False
 
     def scan_call(self, call: Callable[[], Any]) -> Any:
@@ -279,11 +285,12 @@ class NumericsMonitor:
     def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
         if self._pending_step is None:
             self._pending_step = self.step_index
+            self._full = (self.step_index // self.every) % self.underflow_every == 0
         dtype = tensor.dtype
         if dtype in _LOW:
             self._low_precision_step = True
             self.low_dtypes.add(dtype)
-        slot = self._rows.add(tensor, signed)
+        slot = self._rows.add(tensor, signed) if self._full else self._rows.add_range(tensor)
         self._infos.append(TensorInfo(short_dtype_name(dtype), tensor.shape, tensor.numel()))
         version = -1 if tensor.is_inference() else tensor._version  # inference tensors keep none
         self._slot_of[id(tensor)] = (weakref.ref(tensor), slot, version)
@@ -406,7 +413,11 @@ class NumericsMonitor:
             self._fail(exc)
 
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
-        slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
+        rows = self._rows
+        if not self._full:
+            slot = rows.add_range(grad)
+        else:
+            slot = rows.add_row(light_stats(grad)) if light else rows.add(grad)
         self._infos.append(TensorInfo(short_dtype_name(grad.dtype), grad.shape, grad.numel()))
         return slot
 
