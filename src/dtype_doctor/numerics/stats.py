@@ -127,6 +127,7 @@ class Rows:
         self._bytes = 0
         # range rows: (slot, min, max), the two 0-d tensors on the measured tensor's device
         self._ranges: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self._aliases: list[tuple[int, int]] = []  # (slot, the earlier slot it repeats)
         self.n = 0
 
     def __len__(self) -> int:
@@ -164,6 +165,12 @@ class Rows:
         self.n += 1
         return self.n - 1
 
+    def alias(self, slot: int) -> int:
+        """A row that repeats `slot`'s (a tensor with the same values: no op)."""
+        self._aliases.append((self.n, slot))
+        self.n += 1
+        return self.n - 1
+
     def add_row(self, row: torch.Tensor) -> int:
         """A row computed elsewhere (a light row, the accuracy check's)."""
         self._chunks.append((row.reshape(1, -1), (self.n,), None, (False,)))
@@ -192,6 +199,8 @@ class Rows:
                         if low != low or low >= _F32_MAX:  # NaN operands; only zeros (or inf)
                             r[MIN_NONZERO] = math.inf
                     out[slot] = r
+        for slot, same in self._aliases:  # in slot order: an alias of an alias is filled already
+            out[slot] = list(out[same])
         return out
 
     def _read_ranges(self, out: list[Any]) -> None:
