@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -13,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import op_counting
 import tiny_models
+from dtype_doctor import cli
 from dtype_doctor.numerics import NumericsMonitor, monitor_numerics
 
 
@@ -64,3 +66,12 @@ def test_an_overflow_in_a_range_only_step_names_its_producer_and_the_operand_as_
     assert operand.shape == [2, 8, 4]  # the view's own shape, though its row is the first output's
     assert operand.name.startswith("abs-max ") and "smallest non-zero" not in operand.name  # not counted
     assert finding.data["inputs"][0]["min_nonzero"] is None
+
+
+@pytest.mark.parametrize("command", ["numerics", "run"])
+def test_the_help_says_which_checks_are_sampled(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps at hyphens
+    assert "one fused min/max" in text and "once per step" in text
+    assert "one in 100" in text and "first low-precision step" in text and "only after a finding" in text
