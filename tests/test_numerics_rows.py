@@ -58,3 +58,33 @@ def test_nan_rows() -> None:
     assert math.isnan(absmax) and math.isnan(top)
     assert (n_tiny, n_zero) == (1.0, 1.0)
     assert min_nonzero == pytest.approx(1e-6) or min_nonzero == math.inf
+
+
+def test_range_rows_give_the_per_tensor_abs_max_and_signed_max() -> None:
+    """A range row (one `aminmax`) carries tensor_stats' abs-max and signed max; inf, -inf and NaN
+    show there; the underflow columns are unknown (NaN), which `is_light` tells."""
+    xs = [
+        *_tensors(),
+        torch.tensor([1.0, -math.inf]).half(),  # an additive mask: abs-max inf, max finite
+        torch.tensor([2.0, math.nan, -3.0]).bfloat16(),
+        torch.tensor([-70000.0, 3.0], dtype=torch.float64),
+    ]
+    rows = Rows()
+    for x in xs:
+        rows.add_range(x)
+    got = rows.read()
+    for x, row in zip(xs, got, strict=True):
+        full = tensor_stats(x, signed=True).tolist()
+        assert stats.is_light(row)
+        for column in (stats.ABSMAX, stats.MAX):
+            assert row[column] == full[column] or (math.isnan(row[column]) and math.isnan(full[column]))
+
+
+def test_range_rows_measure_the_value_at_add_time_without_a_copy() -> None:
+    x = torch.tensor([1.0, -70000.0])
+    rows = Rows()
+    first = rows.add_range(x)
+    x.clamp_(-1, 1)
+    alias = rows.alias(first)  # a view of all of x: the same row, no op
+    for row in (rows.read()[first], rows.read()[alias]):
+        assert (row[stats.ABSMAX], row[stats.MAX]) == (70000.0, 1.0)

@@ -8,7 +8,12 @@ HELP = "find the first module that overflows, underflows or makes NaN (forward a
 DESCRIPTION = (
     "Build a model from PATH_OR_MODULE:FACTORY, run it on random inputs under the numerics "
     "monitor and report: the first producer of inf/NaN (module, op, step, input ranges), values "
-    "close to float16's limits, and what to keep in float32 or run in bfloat16."
+    "close to float16's limits, and what to keep in float32 or run in bfloat16. Cost: every "
+    "monitored step reads each module output once (one fused min/max per tensor, read back once "
+    "per step); the costlier checks are sampled: underflow and zero counts on the first monitored "
+    "step and one in 100 after it, the float32 re-run of every call (finite but wrong) on the "
+    "first low-precision step only, the float32 re-run of a producer and the op-level scan only "
+    "after a finding."
 )
 
 

@@ -24,7 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="observe: change nothing (default); strict: stop at the first mismatch, silent "
         "promotions included; fix: cast the odd operand, record it, go on",
     )
-    parser.add_argument("--numerics", action="store_true", help="also monitor overflow/underflow/NaN")
+    parser.add_argument(
+        "--numerics",
+        action="store_true",
+        help="also monitor overflow/underflow/NaN: each module output's range every step (one "
+        "fused min/max, read once per step); underflow counts on the first step and one in 100; "
+        "a float32 re-run of the first low-precision step; op scans only after a finding",
+    )
     parser.add_argument(
         "-m",
         dest="module",

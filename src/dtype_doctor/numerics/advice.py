@@ -13,6 +13,7 @@ from .. import catalog
 from ..catalog.family_codes import FP16_HEADROOM, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
 from ..report import Evidence, Finding, Fix, Location, Operand, Report, Severity
 from .analysis import Call, Grad, Producer, Sighting, TensorInfo
+from .analysis import Operand as AnalysedOperand
 from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
 
 HEADROOM_FACTOR = 2.0  # float16 outputs within this factor of 65504 are reported
@@ -139,7 +140,7 @@ class Advisor:
                     role=f"input {o.name}",
                     dtype=o.dtype,
                     shape=list(o.shape),
-                    name=f"abs-max {fmt(o.absmax)}, smallest non-zero {fmt(o.min_nonzero)}",
+                    name=_range_text(o),
                 )
                 for o in p.inputs
             ],
@@ -153,7 +154,12 @@ class Advisor:
                 "passed_on_count": len(p.passed_on),
                 "param": p.param,
                 "inputs": [
-                    {"name": o.name, "dtype": o.dtype, "absmax": o.absmax, "min_nonzero": o.min_nonzero}
+                    {
+                        "name": o.name,
+                        "dtype": o.dtype,
+                        "absmax": o.absmax,
+                        "min_nonzero": _measured(o.min_nonzero),
+                    }
                     for o in p.inputs
                 ],
                 "fp32_absmax": None,
@@ -437,12 +443,20 @@ def _message(p: Producer) -> str:
     )
 
 
+def _measured(value: float) -> float | None:
+    """None for a statistic a range-only step did not measure (NaN)."""
+    return None if math.isnan(value) else value
+
+
+def _range_text(o: AnalysedOperand) -> str:
+    """'abs-max X, smallest non-zero Y'; the smallest non-zero only where the step counted it."""
+    if math.isnan(o.min_nonzero):
+        return f"abs-max {fmt(o.absmax)}"
+    return f"abs-max {fmt(o.absmax)}, smallest non-zero {fmt(o.min_nonzero)}"
+
+
 def _evidence(p: Producer) -> list[str]:
-    lines = [
-        f"input {o.name} ({o.dtype} {'x'.join(map(str, o.shape))}): abs-max {fmt(o.absmax)}, "
-        f"smallest non-zero {fmt(o.min_nonzero)}"
-        for o in p.inputs
-    ]
+    lines = [f"input {o.name} ({o.dtype} {'x'.join(map(str, o.shape))}): {_range_text(o)}" for o in p.inputs]
     if p.passed_on:
         lines.append(
             "passed on by: " + ", ".join(p.passed_on[:10]) + (" ..." if len(p.passed_on) > 10 else "")

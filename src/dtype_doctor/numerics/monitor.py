@@ -9,7 +9,6 @@ outermost call starts (so its backward belongs to it), at `step()`, or at `stop(
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +34,7 @@ from .analysis import (
 from .frame import Frame, arg_names, short_dtype_name
 from .opscan import scan_ops
 from .scaler import ScalerMonitor
+from .seen import Seen
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
 
 _LOW = (torch.float16, torch.bfloat16)
@@ -46,6 +46,9 @@ class NumericsMonitor:
     model: the root whose modules are watched (qualified names from it); None: every outermost
         module called while started is adopted as a root.
     every: monitor one step in N (the others cost one hook call per module).
+    underflow_every: of the monitored steps, one in N (the first included) also counts underflow
+        and zeros (several ops per tensor); the others measure each tensor's range only (one
+        fused `aminmax`: inf and NaN show in it).
     backward: also watch gradients (module outputs and parameters) when autograd runs.
     scaler: watch every torch.amp.GradScaler whose update() runs while started.
     shadow: re-run a forward producer in float32 at its next call, to tell range from precision.
@@ -65,6 +68,7 @@ class NumericsMonitor:
         report: Report | None = None,
         model: nn.Module | None = None,
         every: int = 1,
+        underflow_every: int = 100,
         backward: bool = True,
         scaler: bool = True,
         shadow: bool = True,
@@ -72,11 +76,12 @@ class NumericsMonitor:
         accuracy: bool = True,
         accuracy_threshold: float = 0.1,
     ) -> None:
-        if every < 1:
-            raise ValueError("every must be >= 1")
+        if every < 1 or underflow_every < 1:
+            raise ValueError("every and underflow_every must be >= 1")
         self.report = report if report is not None else Report(tool="numerics")
         self.model = model
         self.every = every
+        self.underflow_every = underflow_every
         self.backward = backward
         self.shadow = shadow
         self.step_index = 0
@@ -226,12 +231,12 @@ class NumericsMonitor:
         self._records: list[Call | Sighting] = []
         self._grads: list[Grad] = []
         self._shadow_runs: list[Shadow] = []
-        # id(tensor) → (the tensor, weakly; its slot; its version then, -1 for an inference tensor)
-        self._slot_of: dict[int, tuple[weakref.ref, int, int]] = {}
+        self._seen = Seen()
         self._consumers: dict[int, list[Call]] = {}
         self._made_by: dict[int, str | None] = {}
         self._token = object()
         self._pending_step: int | None = None
+        self._full = True  # this step counts underflow and zeros (set at its first measurement)
         self._low_precision_step = False
 
     def scan_call(self, call: Callable[[], Any]) -> Any:
@@ -277,16 +282,22 @@ class NumericsMonitor:
         self._reset_step()
 
     def _measure(self, tensor: torch.Tensor, signed: bool = False) -> int:
+        """A row for `tensor`: its own, or a copy of its base's (no op) where it views all of a
+        tensor measured this step (reshape, permute, transpose: the same values)."""
         if self._pending_step is None:
             self._pending_step = self.step_index
+            self._full = (self.step_index // self.every) % self.underflow_every == 0
         dtype = tensor.dtype
         if dtype in _LOW:
             self._low_precision_step = True
             self.low_dtypes.add(dtype)
-        slot = self._rows.add(tensor, signed)
+        rows, same = self._rows, self._seen.same_values(tensor)
+        if same >= 0:
+            slot = rows.alias(same)
+        else:
+            slot = rows.add(tensor, signed) if self._full else rows.add_range(tensor)
         self._infos.append(TensorInfo(short_dtype_name(dtype), tensor.shape, tensor.numel()))
-        version = -1 if tensor.is_inference() else tensor._version  # inference tensors keep none
-        self._slot_of[id(tensor)] = (weakref.ref(tensor), slot, version)
+        self._seen.note(tensor, slot)
         if self.backward and tensor.requires_grad and torch.is_grad_enabled():
             tensor.register_hook(functools.partial(self._on_grad, self._token, slot))
         return slot
@@ -336,17 +347,9 @@ class NumericsMonitor:
             self._low_params = any(p.dtype in _LOW for p in params)
         self._scans_waiting = bool(self._op_scans) or (accuracy is not None and bool(accuracy.wrong))
 
-    def _known(self, tensor: torch.Tensor) -> int:
-        """The slot `tensor` was measured into this step, if it has not been changed in place since
-        (`out += residual` between modules, `ReLU(inplace=True)`: then it is measured again); -1."""
-        entry = self._slot_of.get(id(tensor))
-        if entry is None or entry[0]() is not tensor:
-            return -1
-        return entry[1] if entry[2] < 0 or entry[2] == tensor._version else -1
-
     def _input(self, call: Call, name: str, tensor: torch.Tensor) -> bool:
         """Note one floating input of `call` (measured when first seen); True when low precision."""
-        slot = self._known(tensor)
+        slot = self._seen.slot(tensor)
         if slot < 0:
             slot = self._measure(tensor, signed=True)
             self._records.append(Sighting(slot, call.caller, call.path, name))
@@ -365,7 +368,7 @@ class NumericsMonitor:
         call = frame.call
         if call is not None:
             for tensor in measured_tensors(output):
-                slot = self._known(tensor)
+                slot = self._seen.slot(tensor)
                 if slot < 0:
                     slot = self._measure(tensor)
                     if self.backward:  # who made a tensor matters to the backward rule only
@@ -406,7 +409,10 @@ class NumericsMonitor:
             self._fail(exc)
 
     def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
-        slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
+        if not self._full:
+            slot = self._rows.add_range(grad)
+        else:  # a full step: a light row (one fused pass) for a big float32/bfloat16 weight gradient
+            slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
         self._infos.append(TensorInfo(short_dtype_name(grad.dtype), grad.shape, grad.numel()))
         return slot
 

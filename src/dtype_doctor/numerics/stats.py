@@ -2,6 +2,8 @@
 
 One row per tensor: [abs-max, smallest non-zero magnitude, count below the smallest normal
 (non-zero), count of zeros, signed max]. Rows are stacked and read once per step (`Rows.read`).
+A range row (`Rows.add_range`: one fused `aminmax` pass) knows abs-max and max only; its other
+columns are NaN (`is_light`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ _TINY_FOR = {
     torch.float32: FP16_TINY,
     torch.float64: FP16_TINY,
 }
+
+
+_AMINMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # others: in float32
 
 
 def tiny_threshold(dtype: torch.dtype) -> float:
@@ -98,7 +103,10 @@ _CPU_AT_ONCE = 1 << 16  # elements: a CPU tensor this big is measured at once, n
 class Rows:
     """The stats rows of one step, by slot; read back once (`read`).
 
-    A measured tensor is snapshotted (one copy: the user's code may change it in place before
+    A range row (`add_range`) costs one op per tensor, reading it once: `aminmax` runs when the
+    tensor is added (no copy), and its two scalars wait on the device for `read`, which stacks
+    them in one op. The full rows (`add`, underflow and zero counts too) cost more and are for
+    sampled steps: a tensor is snapshotted (one copy: the user's code may change it in place before
     its batch runs) and measured with the others of its batch in a fixed number of ops, instead
     of about ten ops per tensor: on a dispatch-bound model (a GPU forward is mostly kernel
     launches) the per-tensor ops cost more than the model. On an accelerator a batch is the
@@ -117,6 +125,9 @@ class Rows:
         self._pending: dict[tuple, list[tuple[torch.Tensor, int, int, bool]]] = {}
         self._count = 0
         self._bytes = 0
+        # range rows: (slot, min, max), the two 0-d tensors on the measured tensor's device
+        self._ranges: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self._aliases: list[tuple[int, int]] = []  # (slot, the earlier slot it repeats)
         self.n = 0
 
     def __len__(self) -> int:
@@ -145,6 +156,21 @@ class Rows:
             self._run()
         return slot
 
+    @torch.no_grad()  # no autograd record of the reduction (it would add ops and keep x alive)
+    def add_range(self, x: torch.Tensor) -> int:
+        """A row [absmax, NaN, NaN, NaN, max] from x's min and max (one fused pass: NaN anywhere
+        makes both NaN, an inf shows as ±inf), computed now, so x needs no copy."""
+        low, high = torch.aminmax(x if x.dtype in _AMINMAX_DTYPES else x.float())
+        self._ranges.append((self.n, low, high))
+        self.n += 1
+        return self.n - 1
+
+    def alias(self, slot: int) -> int:
+        """A row that repeats `slot`'s (a tensor with the same values: no op)."""
+        self._aliases.append((self.n, slot))
+        self.n += 1
+        return self.n - 1
+
     def add_row(self, row: torch.Tensor) -> int:
         """A row computed elsewhere (a light row, the accuracy check's)."""
         self._chunks.append((row.reshape(1, -1), (self.n,), None, (False,)))
@@ -154,9 +180,10 @@ class Rows:
     def read(self) -> list[list[float]]:
         """Every row as Python floats, in slot order: one device→host transfer per device."""
         self._run()
-        if not self._chunks:
+        if not self._chunks and not self._ranges:
             return []
         out: list[Any] = [None] * self.n
+        self._read_ranges(out)
         for device in {c[0].device for c in self._chunks}:
             chunks = [c for c in self._chunks if c[0].device == device]
             values = iter(torch.cat([c[0] for c in chunks]).tolist())
@@ -172,7 +199,20 @@ class Rows:
                         if low != low or low >= _F32_MAX:  # NaN operands; only zeros (or inf)
                             r[MIN_NONZERO] = math.inf
                     out[slot] = r
+        for slot, same in self._aliases:  # in slot order: an alias of an alias is filled already
+            out[slot] = list(out[same])
         return out
+
+    def _read_ranges(self, out: list[Any]) -> None:
+        """The range rows into `out`: one stack and one device→host transfer per device."""
+        for device in {low.device for _, low, _ in self._ranges}:
+            entries = [e for e in self._ranges if e[1].device == device]
+            values = torch.stack([e[1] for e in entries] + [e[2] for e in entries]).tolist()
+            k = len(entries)
+            for j, (slot, _, _) in enumerate(entries):
+                low, high = values[j], values[k + j]
+                absmax = math.nan if low != low else max(-low, high)
+                out[slot] = [absmax, math.nan, math.nan, math.nan, high]
 
     def _run(self) -> None:
         for items in self._pending.values():
