@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-matrix lint bench zoo zoo-autocast clean
+.PHONY: demo test test-fast test-matrix lint bench gpu-check zoo zoo-autocast clean
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -34,6 +34,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py benchmarks/integrations.py; do $(PY) $$f || exit 1; done
+
+# on a CUDA machine, its own python and torch (not .venv's CPU build): tests/gpu, the CUDA benchmarks and
+# the CUDA autocast table in <= 5 min; summary in out/gpu-check/ (docs/benchmarks.md, "make gpu-check")
+PYTHON ?= python3
+gpu-check:
+	PYTHONPATH=src $(PYTHON) scripts/gpu_check.py
 
 # every architecture the pinned transformers/diffusers build from a tiny config (long: ~30 min on 2 cores)
 zoo: $(STAMP)

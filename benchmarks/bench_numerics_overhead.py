@@ -1,6 +1,7 @@
 """Overhead of numerics monitoring on a GPT-2-124M-shape model (CPU), as ratios to the plain run.
 
     PYTHONPATH=src python benchmarks/bench_numerics_overhead.py [--reps 7] [--threads 1] [--dtype float32]
+        [--device cpu]
 
 Measured in one process, modes interleaved round by round (median per mode), so the ratios
 share the same machine load. For comparison, transformers' DebugUnderflowOverflow runs on a
@@ -37,15 +38,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--no-lm-head", action="store_true", help="GPT2Model: without the 50257-way head")
+    parser.add_argument("--device", default="cpu", help="cuda: synchronized after each step")
     args = parser.parse_args()
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
     config = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
-    model = (GPT2Model if args.no_lm_head else GPT2LMHeadModel)(config).to(dtype).eval()
+    model = (GPT2Model if args.no_lm_head else GPT2LMHeadModel)(config).to(args.device, dtype).eval()
     hf_model = copy.deepcopy(model)
     DebugUnderflowOverflow(hf_model)  # permanent hooks: on its own copy
-    ids = torch.randint(0, config.vocab_size, (1, args.seq))
+    ids = torch.randint(0, config.vocab_size, (1, args.seq), device=args.device)
 
     def fwd(m: torch.nn.Module) -> Callable[[], None]:
         def run() -> None:
@@ -99,14 +102,14 @@ def main() -> None:
     cpus: dict[str, list[float]] = {name: [] for name in modes}
     for _ in range(args.reps):
         for name, run in modes.items():
-            wall, cpu = _timed(run)
+            wall, cpu = _timed(lambda run=run: (run(), sync()))
             walls[name].append(wall / 2)
             cpus[name].append(cpu / 2)
     wall_min = {name: min(t) for name, t in walls.items()}
     cpu_med = {name: statistics.median(t) for name, t in cpus.items()}
     per_step = {name: measured.get(id(run)) for name, run in modes.items()}
     print(
-        f"{type(model).__name__}, GPT-2-124M shape, batch 1, seq {args.seq}, {args.dtype}, {args.threads} thread(s), "
+        f"{type(model).__name__}, GPT-2-124M shape, batch 1, seq {args.seq}, {args.dtype}, {args.device}, {args.threads} thread(s), "
         f"{args.reps} rounds, torch {torch.__version__}"
     )
     print("| mode | CPU ms/step (median) | ratio | wall ms/step (min) | ratio | tensors measured/step |")

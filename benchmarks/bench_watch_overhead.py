@@ -5,7 +5,10 @@ and a small diffusers UNet, both fp32 on CPU with random weights. Plain and watc
 are interleaved (plain, watched, plain, watched, ...) so that machine noise hits both alike;
 the figures are medians. Budget (DESIGN.md): ≤ 1.10× for GPT-2-124M.
 
-    PYTHONPATH=src python benchmarks/bench_watch_overhead.py [--reps 15] [--threads 1]
+    PYTHONPATH=src python benchmarks/bench_watch_overhead.py [--reps 15] [--threads 1] [--device cpu]
+
+--device cuda: the same models on the GPU in --dtype (default float16), synchronized per forward; the
+UNet is skipped where diffusers is not installed.
 
 One thread by default: on a shared 2-core machine, two threads per process mostly measure
 the neighbours. CPU time (process_time) is reported beside wall time for the same reason.
@@ -14,6 +17,7 @@ the neighbours. CPU time (process_time) is reported beside wall time for the sam
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import statistics
 import sys
@@ -28,26 +32,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the ti
 import tiny_models
 
 
-def gpt2_124m():
+def _placed(model: torch.nn.Module, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The model on `device` in `dtype` (as built on CPU fp32: untouched, diffusers warns on .to)."""
+    return model if (device, dtype) == ("cpu", torch.float32) else model.to(device, dtype)
+
+
+def gpt2_124m(device: str, dtype: torch.dtype):
     from transformers import GPT2Config, GPT2Model
 
     model = GPT2Model(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257))
-    return model, (torch.randint(0, 50257, (1, 128)),), {}
+    return _placed(model, device, dtype), (torch.randint(0, 50257, (1, 128), device=device),), {}
 
 
-def small_unet():
-    model = tiny_models.unet(sample_size=32, seed=None)
+def small_unet(device: str, dtype: torch.dtype):
+    model = _placed(tiny_models.unet(sample_size=32, seed=None), device, dtype)
     return (
         model,
-        (torch.randn(2, 4, 32, 32), torch.tensor([10, 500])),
-        {"encoder_hidden_states": torch.randn(2, 8, 32)},
+        (torch.randn(2, 4, 32, 32, device=device, dtype=dtype), torch.tensor([10, 500], device=device)),
+        {"encoder_hidden_states": torch.randn(2, 8, 32, device=device, dtype=dtype)},
     )
 
 
-def measure(make, reps: int) -> dict[str, float]:
+def measure(make, reps: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, float]:
     torch.manual_seed(0)
-    model, args, kwargs = make()
+    model, args, kwargs = make(device, dtype)
     model.eval()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     wall: dict[str, list[float]] = {"plain": [], "watch": []}
     cpu: dict[str, list[float]] = {"plain": [], "watch": []}
 
@@ -58,6 +68,7 @@ def measure(make, reps: int) -> dict[str, float]:
                 model(*args, **kwargs)
         else:
             model(*args, **kwargs)
+        sync()
         wall[kind].append(time.perf_counter() - w)
         cpu[kind].append(time.process_time() - c)
 
@@ -81,17 +92,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default=None, help="default: float32 on cpu, float16 elsewhere")
     opts = parser.parse_args()
+    dtype = getattr(torch, opts.dtype or ("float32" if opts.device == "cpu" else "float16"))
     if opts.threads:
         torch.set_num_threads(opts.threads)
     logging.getLogger("diffusers").setLevel(logging.ERROR)
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {opts.reps} interleaved reps, medians"
+        f"torch {torch.__version__}, {opts.device}, {str(dtype)[6:]}, {torch.get_num_threads()} threads, "
+        f"{opts.reps} interleaved reps, medians"
     )
     print("wall: elapsed time; cpu: this process's CPU time (steadier on a shared machine)")
     print(f"{'model':<22}{'plain ms':>10}{'watch ms':>10}{'wall ratio':>12}{'cpu ratio':>11}")
-    for name, make in (("GPT-2-124M seq128", gpt2_124m), ("UNet tiny 2x32x32", small_unet)):
-        r = measure(make, opts.reps)
+    models = [("GPT-2-124M seq128", gpt2_124m)]
+    if importlib.util.find_spec("diffusers") is not None:
+        models.append(("UNet tiny 2x32x32", small_unet))
+    else:
+        print("UNet skipped: diffusers is not installed")
+    for name, make in models:
+        r = measure(make, opts.reps, opts.device, dtype)
         print(
             f"{name:<22}{r['wall_plain']:>10.1f}{r['wall_watch']:>10.1f}"
             f"{r['wall_ratio']:>11.3f}x{r['cpu_ratio']:>10.3f}x"

@@ -28,6 +28,7 @@ import argparse
 import collections
 import contextlib
 import json
+import os
 import sys
 import types
 import unittest
@@ -40,10 +41,14 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from dtype_doctor.watching.autocast_table import aten_op_name  # the table's key
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import isolated  # scripts/isolated.py: the worker processes
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "dtype_doctor" / "watching" / "autocast_ops.json"
 LOWS = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 MAX_SAMPLES = 8
+ABORT_HOOK = "DTYPE_DOCTOR_TABLE_ABORT_OP"  # tests: the worker aborts when it reaches this op
 # ops whose run is not a dtype question (RNG state, process state, printing, huge allocations)
 SKIP = {"set_", "resize_", "resize_as_", "storage", "untyped_storage", "share_memory_", "record_stream",
         "backward", "register_hook", "retain_grad", "data_ptr", "tolist", "numpy", "item", "pin_memory",
@@ -297,16 +302,20 @@ def measure(funcs: list[Any], samples: list[tuple], device: str, low: torch.dtyp
     return {"policy": policy, "varies": len(seen) > 1, "mixed_raises": mixed_raises}
 
 
-def generate(device: str, wanted: set[str] | None = None) -> dict[str, Any]:
+def measure_op(funcs: list[Any], samples: list[tuple], device: str) -> dict[str, Any]:
+    """One op measured under each low dtype: low dtype name → measure's result."""
+    return {lname: measure(funcs, samples, device, low) for lname, low in LOWS.items()}
+
+
+def assemble(results: dict[str, dict[str, Any]], left_out: dict[str, str] | None = None) -> dict[str, Any]:
     """Per low dtype name: {"policies": {op: policy}, "varies": [...], "mixed_raises": [...],
-    "no_sample_ran": [...]}, measured on `device`. An op absent from policies: autocast leaves it alone."""
-    torch.manual_seed(0)
-    ops = candidates(wanted, device)
+    "no_sample_ran": [...]}, plus "left_out": {op: why} for the ops an isolated run could not measure
+    (one killed its worker, hung, or the budget ran out first)."""
     result: dict[str, Any] = {}
-    for lname, low in LOWS.items():
+    for lname in LOWS:
         out: dict[str, Any] = {"policies": {}, "varies": [], "mixed_raises": [], "no_sample_ran": []}
-        for name in sorted(ops):
-            got = measure(*ops[name], device, low)
+        for name in sorted(results):
+            got = results[name][lname]
             if got["policy"] == "?":
                 out["no_sample_ran"].append(name)
                 continue
@@ -315,8 +324,18 @@ def generate(device: str, wanted: set[str] | None = None) -> dict[str, Any]:
             for key in ("varies", "mixed_raises"):
                 if got[key]:
                     out[key].append(name)
+        if left_out:
+            out["left_out"] = dict(sorted(left_out.items()))
         result[lname] = out
     return result
+
+
+def generate(device: str, wanted: set[str] | None = None) -> dict[str, Any]:
+    """The table measured on `device` in this process (see assemble). An op absent from policies:
+    autocast leaves it alone."""
+    torch.manual_seed(0)
+    ops = candidates(wanted, device)
+    return assemble({name: measure_op(*ops[name], device) for name in sorted(ops)})
 
 
 # ---------------------------------------------------------------- the data file
@@ -370,6 +389,24 @@ def write(device: str, table: dict[str, Any], path: Path = OUT, measured: bool =
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+def work(device: str, wanted: set[str] | None, skip: set[str], log: Path) -> None:
+    """The isolated worker: measure each op not in `skip`, appending to `log` a line before it runs
+    ({"start": op}) and one with its result, so that the parent can name the op a crash killed."""
+    torch.manual_seed(0)
+    ops = candidates(wanted, device)
+    abort = os.environ.get(ABORT_HOOK)  # the tests' crash: this op aborts the worker
+    todo = sorted(set(ops) - skip)
+    with log.open("a") as f:
+        f.write(json.dumps({"ops": todo}) + "\n")
+        for name in todo:
+            f.write(json.dumps({"start": name}) + "\n")
+            f.flush()
+            if name == abort:
+                os.abort()
+            f.write(json.dumps({"op": name, "result": measure_op(*ops[name], device)}) + "\n")
+            f.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "xpu", "mps"])
@@ -377,7 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print", action="store_true", help="print instead of writing the data file")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--from-lists", action="store_true", help="cuda without a GPU: from torch's lists")
+    parser.add_argument("--budget", type=float, default=270.0, help="seconds for the whole measurement")
+    parser.add_argument("--in-process", action="store_true", help="no worker process (a crash ends the run)")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # isolated.run's child
+    parser.add_argument("--skip", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    wanted = set(args.ops) if args.ops else None
+    if args.worker is not None:
+        work(args.device, wanted, set(args.skip), args.worker)
+        return 0
     if args.from_lists:
         if args.device != "cuda":
             print("--from-lists is for --device cuda", file=sys.stderr)
@@ -390,7 +435,10 @@ def main(argv: list[str] | None = None) -> int:
             f"no {args.device} device here (--device cuda --from-lists writes torch's lists)", file=sys.stderr
         )
         return 2
-    measured = generate(args.device, set(args.ops) if args.ops else None)
+    if args.in_process:
+        measured = generate(args.device, wanted)
+    else:
+        measured = _isolated(args.device, args.ops or [], args.budget)
     if args.print:
         print(json.dumps(measured, indent=1, sort_keys=True))
     else:
@@ -398,6 +446,21 @@ def main(argv: list[str] | None = None) -> int:
         n = {k: len(v["policies"]) for k, v in measured.items()}
         print(f"{args.out}: {args.device} policies {n}, torch {torch.__version__}")
     return 0
+
+
+def _isolated(device: str, ops: list[str], budget: float) -> dict[str, Any]:
+    """The table measured in worker processes: an op that kills its worker is left out, named."""
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--device",
+        device,
+        *(["--ops", *ops] if ops else []),
+    ]
+    results, left_out = isolated.run(argv, budget)
+    for name, why in sorted(left_out.items()):
+        print(f"gen_autocast_table: {name} {why}; left out of the table", file=sys.stderr)
+    return assemble(results, left_out)
 
 
 if __name__ == "__main__":

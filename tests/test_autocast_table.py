@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import types
 import unittest
@@ -202,3 +203,19 @@ def test_the_cuda_table_regenerates_from_torchs_lists(tmp_path, capsys):
     if not torch.cuda.is_available():  # measuring needs the GPU: one line, exit 2
         assert script.main(["--device", "cuda", "--out", str(out)]) == 2
         assert "no cuda device here" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two worker processes, each loading torch's OpInfo database (~10 s of CPU each)
+def test_an_op_that_kills_its_worker_costs_that_op_named_not_the_run(tmp_path):
+    # a CUDA kernel's segfault, made on CPU: the worker aborts when it reaches `abs`
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DTYPE_DOCTOR_TABLE_ABORT_OP": "abs"}
+    run = subprocess.run(
+        [sys.executable, str(_SCRIPT), "--ops", "mm", "abs", "cdist", "--print"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "abs killed its measuring process (SIGABRT); left out of the table" in run.stderr
+    table = json.loads(run.stdout)
+    for low in ("bfloat16", "float16"):
+        assert table[low]["policies"] == {"mm": "low", "cdist": "fp32"}  # measured before and after it
+        assert table[low]["left_out"] == {"abs": "killed its measuring process (SIGABRT)"}

@@ -546,7 +546,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Run attention in fp16/bf16: cast query/key/value (or the model) to one half dtype",
-                "q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))",
+                "q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)",
             ),
             FixTemplate(
                 "Or fall back to the math/SDPA path for fp32",

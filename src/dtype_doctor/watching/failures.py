@@ -23,6 +23,8 @@ Session = Any  # watch.session.Session, not imported: no import circle
 
 TENSOR_REPR_DTYPE = re.compile(r"dtype=torch\.\w+")
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
+# a GPU library's status (cuBLAS, cuDNN) names no dtype: explain's rules tell a dtype refusal from the rest
+LIBRARY_STATUS = re.compile(r"CUBLAS_STATUS_|CUDNN_STATUS_|cuDNN error")
 
 
 def code_for_message(text: str) -> str:
@@ -31,6 +33,22 @@ def code_for_message(text: str) -> str:
         return family_of(text) or family_codes.SCALAR_TYPE_MISMATCH
     except Exception:  # the tool never replaces the user's error with its own
         return family_codes.SCALAR_TYPE_MISMATCH
+
+
+def dtype_failure(text: str, operands: tuple = ()) -> bool:
+    """Does this error message say an op failed on its operands' dtypes? A GPU library's status
+    counts when explain names its family and an operand is in a reduced-precision dtype."""
+    if DTYPE_TEXT.search(text):
+        return True
+    if LIBRARY_STATUS.search(text) is None:
+        return False
+    reduced = any(
+        isinstance(t, torch.Tensor) and t.is_floating_point() and t.element_size() < 4 for t in operands
+    )
+    try:
+        return reduced and family_of(text) is not None
+    except Exception:  # the tool never replaces the user's error with its own
+        return False
 
 
 def _noted(exc: BaseException) -> bool:
@@ -49,7 +67,7 @@ def on_failure(
     if finding is None or finding.severity.value != "error":
         # no finding, or only a warning (a promotion at a fused op whose kernel then failed):
         # the crash itself is the error the user must read
-        if not DTYPE_TEXT.search(str(exc)):
+        if not dtype_failure(str(exc), (*args, *kwargs.values())):
             return
         finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
     if finding is not None:

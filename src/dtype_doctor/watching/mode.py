@@ -25,8 +25,9 @@ _SCALARS = frozenset(
 )  # fmt: skip
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 # contract rules that never object when every tensor operand has one dtype ("list" too, outside
-# autocast); any other rule (integer indices, a rule registered later) judges every call
-_ONE_DTYPE_PASSES = frozenset({"same", "indexed", "norm", "attention", "setitem"})
+# autocast); any other rule (integer indices, attention's backend restriction, a rule registered
+# later) judges every call
+_ONE_DTYPE_PASSES = frozenset({"same", "indexed", "norm", "setitem"})
 
 
 class Watcher(Protocol):
