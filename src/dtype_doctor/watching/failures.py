@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..catalog import family_codes
+from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..report import Location
 from . import findings
@@ -120,6 +121,11 @@ def on_exit(session: Session, exc: BaseException) -> None:
     errors = [f for f in session.report.errors if f.code != family_codes.TOOL_INTERNAL_ERROR]
     # a tensor's repr (`assert tensor(4., dtype=torch.float16) == 5`) does not make a dtype crash
     said = TENSOR_REPR_DTYPE.sub("", str(exc))
+    carried = carried_findings(exc)  # the tool's own exception: its findings, not its words
+    if not errors and carried:
+        for finding in carried:
+            session.report.add(finding)
+        return  # its message already shows them: no note repeating them
     if not errors and DTYPE_TEXT.search(said) and not isinstance(exc, KeyboardInterrupt):
         _crash_finding(session, exc)
     if _noted(exc):
