@@ -103,3 +103,17 @@ def test_lightning_numerics_logs_the_fp16_overflow():
     trainer.fit(model, DataLoader(data, batch_size=4))
     assert trainer.callback_metrics["dtype_doctor/fp16-overflow"] >= 1
     assert any(f.code == "fp16-overflow" and f.location.module == "head" for f in callback.report.findings)
+
+
+def test_lightning_note_leads_with_the_fix_the_replay_verified():
+    """Issue 32: the note was written when the op raised, before the fixes were replayed, and led
+    with a fix the replay never passed; it is rewritten with the report's verified ranking."""
+    callback = DtypeDoctorCallback(mode="observe", summary=False)
+    with pytest.raises(RuntimeError, match="mat1 and mat2") as info:
+        _fit(callback, torch.float32)
+    (finding,) = [f for f in callback.report.findings if f.code == "matmul-dtype-mismatch"]
+    first = finding.fixes[0]
+    assert first.verified is True and first.verification.startswith("verified: passes")
+    (note,) = [n for n in info.value.__notes__ if n.startswith("dtype-doctor [matmul-dtype-mismatch]")]
+    fixes = [line.strip()[len("fix: ") :] for line in note.splitlines() if line.strip().startswith("fix: ")]
+    assert fixes[0] == first.title and f"({first.verification})" in note

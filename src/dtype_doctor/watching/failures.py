@@ -20,6 +20,8 @@ from . import findings
 from .contracts import Contract, Slot, bind
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
 
+EARLIER = "  earlier: "  # the note's lines on silent promotions seen before the failure
+
 Session = Any  # watch.session.Session, not imported: no import circle
 
 TENSOR_REPR_DTYPE = re.compile(r"dtype=torch\.\w+")
@@ -81,7 +83,7 @@ def _earlier(session: Session, finding: Any) -> str:
     for f in session.report.findings:
         if f.code == family_codes.SILENT_PROMOTION and f is not finding and len(lines) < 3:
             loc = f.location
-            lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
+            lines.append(f"{EARLIER}[silent-promotion] {f.message} at {loc.file}:{loc.line}")
     return "\n" + "\n".join(lines) if lines else ""
 
 
@@ -118,6 +120,7 @@ def _failure_finding(
 def on_exit(session: Session, exc: BaseException) -> None:
     """The `with` block ends with the user's exception: count it, and make a dtype crash a finding."""
     session.report.meta["raised"] = type(exc).__name__
+    _renote(session, exc)
     errors = [f for f in session.report.errors if f.code != family_codes.TOOL_INTERNAL_ERROR]
     # a tensor's repr (`assert tensor(4., dtype=torch.float16) == 5`) does not make a dtype crash
     said = TENSOR_REPR_DTYPE.sub("", str(exc))
@@ -133,6 +136,20 @@ def on_exit(session: Session, exc: BaseException) -> None:
     errors = [f for f in session.report.findings if f.code != family_codes.TOOL_INTERNAL_ERROR]
     if errors and hasattr(exc, "add_note"):
         exc.add_note("\n".join(findings.note_text(f) for f in errors[-2:]))
+
+
+def _renote(session: Session, exc: BaseException) -> None:
+    """The note written when the op raised, written again now that its fixes are verified and
+    ranked (verify runs at the session's end): the note and the report give one ranking."""
+    finding = session._failed.get(id(exc))
+    notes = getattr(exc, "__notes__", None)
+    if finding is None or not isinstance(notes, list):
+        return
+    for i, note in enumerate(notes):
+        if isinstance(note, str) and note.startswith(f"dtype-doctor [{finding.code}]"):
+            at = note.find(EARLIER)
+            notes[i] = findings.note_text(finding) + (note[at - 1 :] if at > 0 else "")
+            return
 
 
 def on_thread_exit(session: Session, exc: BaseException, thread: str) -> None:

@@ -395,6 +395,8 @@ def note_text(finding: Finding) -> str:
             lines.extend(f"  {'':<34}{'  ' * depth}<- {c.describe()}" for depth, c in _chain(o.origin))
     for fix in finding.fixes[:2]:
         lines.append(f"  fix: {fix.title}")
+        if fix.verification:
+            lines.append(f"       ({fix.verification})")
         if fix.snippet:
             lines.extend(f"       {s}" for s in fix.snippet.splitlines()[:3])
     return "\n".join(lines)
