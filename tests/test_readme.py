@@ -73,12 +73,57 @@ def checkout(tmp_path_factory) -> Path:
     return dest
 
 
+WIDTH = 80  # COLUMNS for every command: no line of the tool's output may be wider (issue 32)
+_TRACEBACK_END = re.compile(r"^(\w+\.)*\w*(Error|Exception|Interrupt|Exit)\b|^\w+Warning\b")
+
+
+def too_wide(output: str, width: int = WIDTH) -> list[str]:
+    """The lines of a command's output wider than `width` terminal cells, leaving out what is not
+    the tool's to wrap: a Python traceback of the user's program (up to its exception line) and the
+    body of a unified diff (a patch must stay byte-exact)."""
+    from rich.cells import cell_len
+
+    wide, in_traceback, in_diff = [], False, False
+    for line in output.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            in_traceback = True
+        elif in_traceback and _TRACEBACK_END.match(line):
+            in_traceback = False
+            continue
+        if line.startswith("--- ") or line.startswith("+++ ") or line.startswith("@@ "):
+            in_diff = True
+        elif in_diff and line[:1] not in ("+", "-", " ", "\\"):
+            in_diff = False
+        if not (in_traceback or in_diff) and cell_len(line) > width:
+            wide.append(line)
+    return wide
+
+
+def test_the_width_check_leaves_out_tracebacks_and_diffs_only():
+    long = "x" * 90
+    output = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            f'  File "{long}", line 1',
+            "RuntimeError: mat1 and mat2",
+            f"dtype-doctor [matmul-dtype-mismatch] {long}",
+            "--- a.py",
+            "+++ a.py",
+            "@@ -1 +1 @@",
+            f"-{long}",
+            f"+{long}",
+            f"│ {long}",
+        ]
+    )
+    assert too_wide(output) == [f"dtype-doctor [matmul-dtype-mismatch] {long}", f"│ {long}"]
+
+
 def _run(checkout: Path, commands: list[str]) -> list[str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(checkout / "src"),
         "OMP_NUM_THREADS": "1",
-        "COLUMNS": "100",
+        "COLUMNS": str(WIDTH),
         "DTYPE_DOCTOR_PY": sys.executable,
         "DTYPE_DOCTOR_SRC": str(checkout / "src"),
     }
@@ -100,6 +145,10 @@ def _run(checkout: Path, commands: list[str]) -> list[str]:
         # a script that cannot import its own modules fails as written, whatever run's exit code
         if done.returncode > 1 or "ModuleNotFoundError" in done.stderr:
             failures.append(f"{command}\n  exit {done.returncode}: {done.stderr.strip()[-400:]}")
+        for stream, text in (("stdout", done.stdout), ("stderr", done.stderr)):
+            failures += [
+                f"{command}\n  {stream} line wider than {WIDTH}: {line!r}" for line in too_wide(text)
+            ]
     return failures
 
 

@@ -8,6 +8,7 @@ adds notes and unlinks its own frames.
 from __future__ import annotations
 
 import re
+from itertools import takewhile
 from typing import Any
 
 import torch
@@ -150,6 +151,23 @@ def _renote(session: Session, exc: BaseException) -> None:
             at = note.find(EARLIER)
             notes[i] = findings.note_text(finding) + (note[at - 1 :] if at > 0 else "")
             return
+
+
+def noted_in(exc: BaseException) -> list[str]:
+    """The findings whose diagnosis `exc`'s notes show, as `CODE at WHERE` (the note's headline and
+    `at` line: findings.note_text); the console then leaves them out of the same stream."""
+    shown = []
+    for note in getattr(exc, "__notes__", None) or ():
+        lines = str(note).splitlines()
+        head = re.match(r"dtype-doctor \[([\w-]+)\]", lines[0]) if lines else None
+        at = next((i for i, line in enumerate(lines[:6]) if line.startswith("  at ")), None)
+        where = ""
+        if at is not None:  # the `at` line and its folded continuation (note_text folds long lines)
+            rest = takewhile(lambda line: line.startswith("      "), lines[at + 1 :])
+            where = " ".join([lines[at][len("  at ") :], *(line.strip() for line in rest)])
+        if head:
+            shown.append(f"{head.group(1)} at {where}")
+    return shown
 
 
 def on_thread_exit(session: Session, exc: BaseException, thread: str) -> None:
