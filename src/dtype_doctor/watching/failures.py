@@ -16,6 +16,7 @@ import torch
 from ..catalog import family_codes
 from ..errors import carried_findings
 from ..explaining.family import family_of
+from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location
 from . import findings
 from .contracts import Contract, Slot, bind
@@ -80,11 +81,18 @@ def _withdraw(session: Session, finding: Any) -> None:
 
 def _earlier(session: Session, finding: Any) -> str:
     """Silent promotions seen before a failure: often where the wrong dtype came in."""
-    lines = []
-    for f in session.report.findings:
-        if f.code == family_codes.SILENT_PROMOTION and f is not finding and len(lines) < 3:
-            loc = f.location
-            lines.append(f"{EARLIER}[silent-promotion] {f.message} at {loc.file}:{loc.line}")
+    earlier = [
+        f for f in session.report.findings if f.code == family_codes.SILENT_PROMOTION and f is not finding
+    ]
+    lines = [
+        folded
+        for f in earlier[:3]
+        for folded in fold_prose_line(
+            f"{EARLIER}[silent-promotion] {f.message} at {f.location.file}:{f.location.line}",
+            terminal_width(),
+            hang=len(EARLIER) - 2,
+        )
+    ]
     return "\n" + "\n".join(lines) if lines else ""
 
 
