@@ -117,3 +117,36 @@ def test_lightning_note_leads_with_the_fix_the_replay_verified():
     (note,) = [n for n in info.value.__notes__ if n.startswith("dtype-doctor [matmul-dtype-mismatch]")]
     fixes = [line.strip()[len("fix: ") :] for line in note.splitlines() if line.strip().startswith("fix: ")]
     assert fixes[0] == first.title and f"({first.verification})" in note
+
+
+class HalfAdamW(Regressor):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.head(self.encoder(x)).float(), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+def test_lightning_sees_fp16_parameters_trained_without_master_weights():
+    """Issue 32: `.half()` + AdamW runs without a dtype mismatch anywhere, and the callback said 0
+    findings; the optimizer's first step is where it shows."""
+    callback = DtypeDoctorCallback(summary=False)
+    torch.manual_seed(0)
+    model = HalfAdamW().half()
+    data = TensorDataset(torch.randn(8, 6, dtype=torch.float16), torch.randn(8, 1))
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        enable_checkpointing=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(model, DataLoader(data, batch_size=4))
+    assert trainer.callback_metrics["dtype_doctor/optimizer-state-dtype"] == 1  # once per optimizer
+    (finding,) = [f for f in callback.report.findings if f.code == "optimizer-state-dtype"]
+    assert finding.message.startswith("AdamW updates 4 of 4 parameters in float16 (encoder.0.weight")
+    assert finding.location.op == "AdamW.step"
+    assert finding.fixes[0].snippet.startswith("model = model.to(torch.float32)")
