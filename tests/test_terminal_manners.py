@@ -83,7 +83,7 @@ def test_run_shows_the_noted_diagnosis_once_on_stderr(tmp_path):
     assert err.count("dtype-doctor [matmul-dtype-mismatch]") == 1  # the note, under the traceback
     assert "ERROR matmul-dtype-mismatch" not in err.replace("1. ERROR matmul-dtype-mismatch at", "")
     assert (
-        "1. ERROR matmul-dtype-mismatch at F.linear in '0' (Linear) at train.py:7: in the note"
+        "1. ERROR matmul-dtype-mismatch at F.linear in '0' (Linear) at train.py:7: in the exception's note"
         in " ".join(err.split())
     )
     assert "dtype-doctor run: 1 error; raised RuntimeError" in err

@@ -75,7 +75,7 @@ def renderables(report: Report, verbose: bool = False, noted: Collection[str] = 
     for index, (cause, findings) in enumerate(shown, 1):
         if not verbose and noted_key(findings[0]) in noted:
             yield Text(
-                f"{index}. {findings[0].severity.value.upper()} {noted_key(findings[0])}: in the note above"
+                f"{index}. {findings[0].severity.value.upper()} {noted_key(findings[0])}: in the exception's note"
             )
             continue
         yield finding_panel(findings[0], index, verbose, cause=cause, folded=findings[1:])
