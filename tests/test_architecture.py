@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -254,3 +255,46 @@ def test_no_module_rewrites_a_module_class():
     assert rewriting <= KNOWN_CLASS_REWRITE, f"modules that rewrite a module's class: {sorted(rewriting)}"
     if rewriting:
         pytest.xfail(f"until the re-layout removes {sorted(rewriting)}")
+
+
+ARCHITECTURE = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def _layers(doc: str) -> list[set[str]]:
+    """docs/architecture.md's layer list, top first: one level per line, `→` splitting a line into
+    levels too; a comment after two spaces and `(`, or in parentheses, is not a name."""
+    block = re.search(r"\*\*Layers\*\*.*?```\n(.*?)```", doc, re.S)
+    assert block, "docs/architecture.md has no **Layers** block"
+    levels = []
+    for line in block.group(1).splitlines():
+        names = re.sub(r"\([^)]*\)", "", re.split(r"\s{2,}\(", line.strip())[0])
+        levels += [set(re.findall(r"\w+", part)) for part in names.split("→")]
+    return [level for level in levels if level]
+
+
+def _top(module: str) -> str | None:
+    """The package or top-level module of dtype_doctor that `module` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_the_layer_list_names_every_package_and_module():
+    named = set().union(*_layers(ARCHITECTURE))
+    tops = {_top(m) for m in MODULES} - {None, "__init__"}
+    assert tops - named == set(), f"docs/architecture.md's layer list does not name {sorted(tops - named)}"
+
+
+def test_the_layer_list_reads_the_imports_right():
+    level = {name: i for i, names in enumerate(_layers(ARCHITECTURE)) for name in names}
+    upward = sorted(
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if _top(module) in level and _top(target) in level and level[_top(target)] < level[_top(module)]
+    )
+    assert not upward, "docs/architecture.md's layers say these imports go up:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_bites():
+    doc = "**Layers**\n```\n a, b  (a comment)\n c → d (x)\n```\n"
+    assert _layers(doc) == [{"a", "b"}, {"c"}, {"d"}]

@@ -79,3 +79,15 @@ def test_make_demo_tells_the_five_cases_in_150_lines(capsys):
     assert "image_embeds = image_embeds.to(torch.float16)" in text  # XComposer: the fix at the root
     # the cases that run live under watch show the fix the tool replayed, before the demo applies one
     assert text.count("verified: passes, max rel. error") >= 4, text
+
+
+def test_the_demo_says_the_norm_dtypes_it_measured():
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.GroupNorm(2, 4)).half()
+    assert seed_cases.norm_dtypes(model) == "float16"
+    model[1].float()
+    assert seed_cases.norm_dtypes(model) == "float16 and float32"
+    assert seed_cases.norm_dtypes(nn.Linear(2, 2)) == "no norms"
+    result = seed_cases.cogvlm()
+    assert "(norms: float16)" in result.fix and "fp32 on purpose" not in result.fix

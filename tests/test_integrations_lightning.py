@@ -68,7 +68,10 @@ def test_lightning_failure_keeps_the_error_and_adds_the_diagnosis(capsys):
         _fit(callback, torch.float32)
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "matmul-dtype-mismatch" in notes and "encoder.0" in notes
-    assert "matmul-dtype-mismatch" in capsys.readouterr().err  # the summary printed on the way out
+    err = " ".join(capsys.readouterr().err.split())  # the summary printed on the way out
+    # the note carries the diagnosis to the same stream: the summary names it once, not as a panel
+    assert "1. ERROR matmul-dtype-mismatch at F.linear in 'encoder.0' (Linear)" in err
+    assert "in the exception's note" in err and "Matrix multiply operands have different dtypes" not in err
     assert not callback._loop.active
 
 
@@ -103,3 +106,50 @@ def test_lightning_numerics_logs_the_fp16_overflow():
     trainer.fit(model, DataLoader(data, batch_size=4))
     assert trainer.callback_metrics["dtype_doctor/fp16-overflow"] >= 1
     assert any(f.code == "fp16-overflow" and f.location.module == "head" for f in callback.report.findings)
+
+
+def test_lightning_note_leads_with_the_fix_the_replay_verified():
+    """Issue 32: the note was written when the op raised, before the fixes were replayed, and led
+    with a fix the replay never passed; it is rewritten with the report's verified ranking."""
+    callback = DtypeDoctorCallback(mode="observe", summary=False)
+    with pytest.raises(RuntimeError, match="mat1 and mat2") as info:
+        _fit(callback, torch.float32)
+    (finding,) = [f for f in callback.report.findings if f.code == "matmul-dtype-mismatch"]
+    first = finding.fixes[0]
+    assert first.verified is True and first.verification.startswith("verified: passes")
+    (note,) = [n for n in info.value.__notes__ if n.startswith("dtype-doctor [matmul-dtype-mismatch]")]
+    fixes = [line.strip()[len("fix: ") :] for line in note.splitlines() if line.strip().startswith("fix: ")]
+    assert fixes[0] == first.title and f"({first.verification})" in note
+
+
+class HalfAdamW(Regressor):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.head(self.encoder(x)).float(), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+def test_lightning_sees_fp16_parameters_trained_without_master_weights():
+    """Issue 32: `.half()` + AdamW runs without a dtype mismatch anywhere, and the callback said 0
+    findings; the optimizer's first step is where it shows."""
+    callback = DtypeDoctorCallback(summary=False)
+    torch.manual_seed(0)
+    model = HalfAdamW().half()
+    data = TensorDataset(torch.randn(8, 6, dtype=torch.float16), torch.randn(8, 1))
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        enable_checkpointing=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(model, DataLoader(data, batch_size=4))
+    assert trainer.callback_metrics["dtype_doctor/optimizer-state-dtype"] == 1  # once per optimizer
+    (finding,) = [f for f in callback.report.findings if f.code == "optimizer-state-dtype"]
+    assert finding.message.startswith("AdamW updates 4 of 4 parameters in float16 (encoder.0.weight")
+    assert finding.location.op == "AdamW.step"
+    assert finding.fixes[0].snippet.startswith("model = model.to(torch.float32)")

@@ -210,3 +210,27 @@ def test_dtype_doctor_option_keeps_a_tests_warning_filter_result(tmp_path):
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
         outcomes.append((p.returncode, "1 failed" in p.stdout))
     assert outcomes[0] == outcomes[1] == (1, True)
+
+
+def test_summary_names_the_code_assert_dtype_consistent_found_not_words_of_its_text(pytester):
+    """Issue 32: the summary took its family from the words of the tool's own message and fix text
+    (the watch around the test read the AssertionError as text); it is the finding's code."""
+    masked = (Path(__file__).parent / "data" / "masked_model.py").read_text(encoding="utf-8")
+    pytester.makepyfile(
+        masked_model=masked,
+        test_consistent="""
+import torch
+from dtype_doctor import assert_dtype_consistent
+from masked_model import Masked
+
+def test_masked_is_consistent():
+    assert_dtype_consistent(Masked(), "2x4:float16", dtype=torch.float16)
+""",
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest(*_plugin_args(), "--dtype-doctor", "-rf", "-vv")
+    result.assert_outcomes(failed=1)
+    summary = [line for line in result.stdout.lines if line.startswith("FAILED")]
+    assert summary and "dtype-doctor silent-promotion " in summary[0], summary
+    section = result.stdout.str().split("- dtype-doctor -", 1)[1]
+    assert "silent-promotion" in section and "scalar-type-mismatch" not in section

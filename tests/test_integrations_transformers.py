@@ -79,3 +79,17 @@ def test_log_history_still_ends_with_the_trainers_summary(tmp_path):
     trainer.train()
     last = trainer.state.log_history[-1]
     assert "train_loss" in last and "dtype_doctor/findings" in last
+
+
+def test_trainer_sees_fp16_parameters_trained_without_master_weights(tmp_path):
+    """Issue 32: a Trainer on a `.half()` model (AdamW, no fp32 master copy) logged 0 findings every
+    step while grad_norm went NaN; the optimizer's step shows it, with audit's family."""
+    callback = DtypeDoctorCallback(summary=False)
+    trainer = _trainer(tmp_path, callback, torch.float16)
+    trainer.model.half()
+    trainer.train()
+    step_logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert step_logs and all(h["dtype_doctor/optimizer-state-dtype"] == 1 for h in step_logs)
+    (finding,) = [f for f in callback.report.findings if f.code == "optimizer-state-dtype"]
+    assert " parameters in float16 (transformer.wte.weight" in finding.message
+    assert "no float32 master copy" in finding.message

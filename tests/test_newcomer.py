@@ -13,8 +13,9 @@ from dtype_doctor.report import Finding, Fix, Report
 LONG = "mask = torch.zeros(..., dtype=torch.float16)  # the same call, with dtype= (or .to(torch.float16))"
 
 
-def test_code_in_a_box_is_never_wrapped_onto_an_unindented_line():
-    """Pasted, a code line wrapped at the box's edge is a syntax error: the box widens instead."""
+def test_code_in_a_box_is_never_wrapped_onto_an_unindented_line(monkeypatch):
+    """Pasted, a code line wrapped at the box's edge is a syntax error; a box as wide as its longest
+    code line is wider than the terminal (issue 32): the rest of the line goes on marked lines."""
     report = Report(
         tool="watch",
         findings=[Finding(code="silent-promotion", title="t", fixes=[Fix("Make it", snippet=LONG)])],
@@ -22,9 +23,13 @@ def test_code_in_a_box_is_never_wrapped_onto_an_unindented_line():
     buf = io.StringIO()
     render(report, console=Console(file=buf, width=80, no_color=True, highlight=False))
     lines = buf.getvalue().splitlines()
-    (line,) = [line for line in lines if "torch.zeros" in line]
-    assert line.strip("│ ") == LONG
+    assert max(len(line) for line in lines) <= 80
+    start = next(i for i, line in enumerate(lines) if "torch.zeros" in line)
+    pieces = [lines[start].strip("│ ")]
+    pieces += [line.strip("│ ")[2:] for line in lines[start + 1 :] if line.strip("│ ").startswith("↪ ")]
+    assert "".join(pieces) == LONG
     assert not any(line.strip("│ ").startswith(".to(") for line in lines)
+    monkeypatch.setenv("COLUMNS", "200")  # print(report) is drawn at the terminal's width
     assert LONG in str(report)
 
 

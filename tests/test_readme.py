@@ -73,15 +73,65 @@ def checkout(tmp_path_factory) -> Path:
     return dest
 
 
+WIDTH = 80  # COLUMNS for every command: no line of the tool's output may be wider (issue 32)
+_TRACEBACK_END = re.compile(r"^(\w+\.)*\w*(Error|Exception|Interrupt|Exit)\b|^\w+Warning\b")
+
+
+def too_wide(output: str, width: int = WIDTH) -> list[str]:
+    """The lines of a command's output wider than `width` terminal cells, leaving out what is not
+    the tool's to wrap: a Python traceback of the user's program (up to its exception line) and the
+    body of a unified diff (a patch must stay byte-exact)."""
+    from rich.cells import cell_len
+
+    wide, in_traceback, in_diff = [], False, False
+    for line in output.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            in_traceback = True
+        elif in_traceback and _TRACEBACK_END.match(line):
+            in_traceback = False
+            continue
+        if line.startswith("--- ") or line.startswith("+++ ") or line.startswith("@@ "):
+            in_diff = True
+        elif in_diff and line[:1] not in ("+", "-", " ", "\\"):
+            in_diff = False
+        if not (in_traceback or in_diff) and cell_len(line) > width:
+            wide.append(line)
+    return wide
+
+
+def test_the_width_check_leaves_out_tracebacks_and_diffs_only():
+    long = "x" * 90
+    output = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            f'  File "{long}", line 1',
+            "RuntimeError: mat1 and mat2",
+            f"dtype-doctor [matmul-dtype-mismatch] {long}",
+            "--- a.py",
+            "+++ a.py",
+            "@@ -1 +1 @@",
+            f"-{long}",
+            f"+{long}",
+            f"│ {long}",
+        ]
+    )
+    assert too_wide(output) == [f"dtype-doctor [matmul-dtype-mismatch] {long}", f"│ {long}"]
+
+
 def _run(checkout: Path, commands: list[str]) -> list[str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(checkout / "src"),
         "OMP_NUM_THREADS": "1",
-        "COLUMNS": "100",
+        "COLUMNS": str(WIDTH),
         "DTYPE_DOCTOR_PY": sys.executable,
+        "DTYPE_DOCTOR_SRC": str(checkout / "src"),
     }
-    prelude = 'dtype-doctor() { "$DTYPE_DOCTOR_PY" -m dtype_doctor "$@"; }\n'
+    # this checkout's package first, before any PYTHONPATH a command sets itself
+    prelude = (
+        'dtype-doctor() { PYTHONPATH="$DTYPE_DOCTOR_SRC${PYTHONPATH:+:$PYTHONPATH}" '
+        '"$DTYPE_DOCTOR_PY" -m dtype_doctor "$@"; }\n'
+    )
     failures = []
     for command in commands:
         done = subprocess.run(
@@ -92,8 +142,13 @@ def _run(checkout: Path, commands: list[str]) -> list[str]:
             text=True,
             timeout=300,
         )
-        if done.returncode > 1:
+        # a script that cannot import its own modules fails as written, whatever run's exit code
+        if done.returncode > 1 or "ModuleNotFoundError" in done.stderr:
             failures.append(f"{command}\n  exit {done.returncode}: {done.stderr.strip()[-400:]}")
+        for stream, text in (("stdout", done.stdout), ("stderr", done.stderr)):
+            failures += [
+                f"{command}\n  {stream} line wider than {WIDTH}: {line!r}" for line in too_wide(text)
+            ]
     return failures
 
 
@@ -113,3 +168,63 @@ def test_every_readme_command_runs_from_a_fresh_checkout(checkout):
         for blocks in phases:
             failures += [f for found in pool.map(lambda block: _run(checkout, block), blocks) for f in found]
     assert not failures, "\n".join(failures)
+
+
+PACKAGE = ROOT / "src" / "dtype_doctor"
+
+
+def _tree_entries(readme: str) -> dict[str, str]:
+    """The README's source tree: {first column: the entry's whole text}, an entry being a line
+    indented two spaces and the deeper lines after it."""
+    tree = next((body for _, body in FENCE.findall(readme) if body.startswith("src/dtype_doctor/")), None)
+    assert tree, "the README has no source tree block starting with src/dtype_doctor/"
+    entries: dict[str, str] = {}
+    key = ""
+    for line in tree.splitlines()[1:]:
+        if re.match(r"  \S", line):
+            key = line.split("  ")[1].strip()
+            entries[key] = line
+        elif key:
+            entries[key] += "\n" + line
+    return entries
+
+
+def _unnamed_modules(readme: str) -> list[str]:
+    """Modules under src/dtype_doctor that the tree does not name: a top-level module in an entry's
+    first column, a package's module as `name.py` in its package's entry (a subpackage named there
+    as `sub/` with its modules)."""
+    entries = _tree_entries(readme)
+    first_columns = {name.strip() for key in entries for name in key.split(",")}
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) == 1:
+            if parts[0] not in first_columns:
+                missing.append(parts[0])
+            continue
+        entry = entries.get(f"{parts[0]}/", "")
+        needed = [f"{part}/" for part in parts[1:-1]] + ([] if parts[-1] == "__init__.py" else [parts[-1]])
+        if not entry or any(not re.search(rf"(?<![\w/]){re.escape(n)}", entry) for n in needed):
+            missing.append("/".join(parts))
+    return missing
+
+
+def test_the_readme_source_tree_names_every_module():
+    missing = _unnamed_modules(README)
+    assert not missing, f"the README's source tree does not name: {missing}"
+
+
+def test_the_source_tree_check_bites():
+    readme = "```\nsrc/dtype_doctor/\n  cli.py           the CLI\n  render/          console.py\n```\n"
+    missing = _unnamed_modules(readme)
+    assert "cli.py" not in missing and "render/console.py" not in missing
+    assert "render/html.py" in missing and "report.py" in missing and "patching/plan.py" in missing
+
+
+def test_the_install_block_pins_versions_and_names_chromium():
+    install = README[README.index("## Install") :]
+    block = FENCE.search(install).group(2)
+    pips = [line for line in block.splitlines() if re.match(r"pip install -e\b|pip install .*-e ", line)]
+    assert pips and all("-c constraints.txt" in line for line in pips), pips
+    assert "scripts/install-chromium.sh" in block
+    assert (ROOT / "scripts" / "install-chromium.sh").is_file()

@@ -42,16 +42,18 @@ def assert_dtype_consistent(
     allowed = set(allow)
     bad = [f for f in report.findings if f.severity in levels and f.code not in allowed]
     if bad:
+        from ..errors import DtypeAssertionError
         from ..render.text import render_plain
 
         shown = Report(findings=bad, tool="check", meta=report.meta)
-        raise AssertionError(
+        raise DtypeAssertionError(
             f"{len(bad)} dtype problem{'s' if len(bad) != 1 else ''} in {type(model).__name__}: "
             + "; ".join(
                 f.code + (f" in '{f.location.module}'" if f.location and f.location.module else "")
                 for f in bad
             )
             + "\n"
-            + render_plain(shown.findings)
+            + render_plain(shown.findings),
+            shown.findings,
         )
     return report

@@ -44,6 +44,9 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     )
     out.add_argument("-v", "--verbose", action="store_true", help="show all evidence")
     out.add_argument("--no-color", action="store_true", help="plain text output")
+    out.add_argument(
+        "-q", "--quiet", action="store_true", help="only one line per finding (the exit code says the rest)"
+    )
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
@@ -235,7 +238,7 @@ def emit(
     of "no problems found" when the report has no findings.
     """
     from ..processors import present
-    from ..render.console import make_console, render
+    from ..render.console import make_console, render, render_quiet
 
     report = present(report)  # the processors every output shares, once; the renderers only read
     json_target = getattr(args, "json", None)
@@ -246,12 +249,16 @@ def emit(
 
         write(path(json_target), render_json(report))
     if json_target != "-" or console is not None:
-        color = not getattr(args, "no_color", False)
+        color = False if getattr(args, "no_color", False) else None  # None: rich reads NO_COLOR, FORCE_COLOR
         console = console or make_console(color=color)
-        if empty is not None and not report.findings:
+        if getattr(args, "quiet", False):
+            render_quiet(report, console)
+        elif empty is not None and not report.findings:
             console.print(empty)
         else:
-            render(report, console=console, verbose=getattr(args, "verbose", False), color=color)
+            # a diagnosis the exception note showed on this stream already is not repeated as a panel
+            noted = report.meta.get("noted", ()) if console.stderr else ()
+            render(report, console=console, verbose=getattr(args, "verbose", False), color=color, noted=noted)
     html_target = getattr(args, "html", None)
     if html_target:
         from ..render.html import render_html

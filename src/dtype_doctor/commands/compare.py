@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import textwrap
+from typing import Any
 
 from . import EXIT_FINDINGS, EXIT_OK
 from ._output import add_output_options, emit
@@ -81,6 +82,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser)
 
 
+def _log_progress(args: argparse.Namespace) -> Any:
+    """Progress lines for a stderr that is no terminal (a CI log), throttled; the bar on a terminal."""
+    if args.no_progress or args.quiet or sys.stderr.isatty():
+        return None
+    from ..comparing.progress import line_progress
+
+    return line_progress(sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import DoctorError
     from ..inputs import split_inputs
@@ -120,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         attribution=not args.no_attribution,
         seed=args.seed,
         progress=not args.no_progress and sys.stderr.isatty(),
+        on_progress=_log_progress(args),
     )
     if args.plot:
         from ..render.png import plot_compare
@@ -134,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         if not console.is_terminal and not os.environ.get("COLUMNS"):
             console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
     emit(report, args, console=console)
-    if args.plot and args.json != "-":
+    if args.plot and args.json != "-" and not args.quiet:
         print(f"plot written to {args.plot}", file=sys.stderr)
     problems = [f for f in report.findings if f.severity.value != "info"]
     return EXIT_FINDINGS if problems else EXIT_OK

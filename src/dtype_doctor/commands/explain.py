@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ..catalog.family_codes import UNKNOWN
 from ..errors import DoctorError
+from ..render.fold import fold_prose_line, terminal_width
 
 if TYPE_CHECKING:
     from ..explaining.stream import Source
@@ -72,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         if args.text == "-":
             sources.append(("<stdin>", _Reader(sys.stdin.buffer, "standard input")))
         elif read_as_file:
-            print(f"dtype-doctor explain: reading the file {args.text} (as --file would)", file=sys.stderr)
+            said = f"dtype-doctor explain: reading the file {args.text} (as --file would)"
+            print("\n".join(fold_prose_line(said, terminal_width())), file=sys.stderr)
             sources.append((args.text, _open(args.text, stack)))
         elif args.text is not None:
             # the bytes of the argument: undecodable ones (surrogates in argv) are decoded like a log's

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,23 @@ def rich_progress() -> Iterator[OnProgress]:
             )
 
         yield show
+
+
+def line_progress(
+    stream: Any, every: float = 5.0, clock: Callable[[], float] = time.monotonic, label: str = "compare"
+) -> OnProgress:
+    """An `on_progress` callback for a stream that is no terminal (a CI log): one plain line per step
+    (`dtype-doctor compare: 2/7 fp16: timing`), at most one each `every` seconds, the last step always."""
+    last: list[float] = []
+
+    def show(event: ProgressEvent) -> None:
+        now = clock()
+        step = min(event.done + 1, event.total)  # the step under way; the last event is "done"
+        if last and now - last[0] < every and step < event.total:
+            return
+        last[:] = [now]
+        print(f"dtype-doctor {label}: {step}/{event.total} {event.variant}: {event.stage}", file=stream)
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+    return show

@@ -65,7 +65,7 @@ class LoopWatch:
                 session.__exit__(None, None, None)
             else:
                 session.__exit__(type(exc), exc, exc.__traceback__)
-            self._finish()
+            self._finish(exc)
         return self.report
 
     def metrics(self) -> dict[str, float]:
@@ -91,7 +91,8 @@ class LoopWatch:
         self._announced = len(self.report.findings)
         return lines
 
-    def _finish(self) -> None:
+    def _finish(self, exc: BaseException | None = None) -> None:
+        """The summary on stderr (a finding the exception's note shows there as one line), files."""
         from ..processors import present
         from ..sections import DtypeMap
 
@@ -108,7 +109,10 @@ class LoopWatch:
             try:
                 from rich.console import Console
 
-                render(present(self.report), console=Console(file=sys.stderr, highlight=False))
+                from ..watching.failures import noted_in
+
+                noted = noted_in(exc) if exc is not None else ()
+                render(present(self.report), console=Console(file=sys.stderr, highlight=False), noted=noted)
             except Exception as exc:  # a summary we cannot print must not fail the run's end
                 log.warning("dtype-doctor: cannot print the summary: %s", exc)
         # a file that cannot be written is reported, never raised: training has finished by now

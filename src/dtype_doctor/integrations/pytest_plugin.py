@@ -105,6 +105,14 @@ def _close_quietly(holder: _Watched, exc: BaseException | None) -> None:
         holder.close(exc)
 
 
+def _carried(exc: BaseException) -> list:
+    """The findings the tool's own exception carries (assert_dtype_consistent's): their codes are
+    the diagnosis, the words of the message (the tool's own fix text among them) are not read."""
+    from dtype_doctor.errors import carried_findings
+
+    return carried_findings(exc)
+
+
 def _explain(excinfo: pytest.ExceptionInfo) -> list:
     """Findings from the error text alone, when no live session saw the failure."""
     try:
@@ -163,7 +171,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     try:
         findings = holder.findings if holder is not None else []
         if report.failed and call.excinfo is not None and not findings:
-            findings = _explain(call.excinfo)
+            findings = _carried(call.excinfo.value) or _explain(call.excinfo)
         if not findings:
             return report
         from dtype_doctor.render.text import render_plain

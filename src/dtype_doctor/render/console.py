@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -16,6 +16,7 @@ from ..causes import by_cause
 from ..report import Finding, Report, Severity
 from ..sections import CompareResult, EnvFacts, SourcePatch
 from ..sections import Table as SectionTable
+from .fold import fold_code_line
 from .patch import DiffText, patch_renderables
 
 MAX_PANELS = 50  # the console shows this many findings; the JSON and HTML reports hold them all
@@ -30,14 +31,25 @@ class _Console(Console):
         raise BrokenPipeError
 
 
-def make_console(color: bool = True, stderr: bool = False, **kwargs: Any) -> Console:
-    """A console for the tool's output; a reader that closes the pipe raises BrokenPipeError."""
-    return _Console(no_color=not color, highlight=False, stderr=stderr, **kwargs)
+def make_console(color: bool | None = None, stderr: bool = False, **kwargs: Any) -> Console:
+    """A console for the tool's output; a reader that closes the pipe raises BrokenPipeError.
+
+    `color=False` (`--no-color`) turns colour off; otherwise rich decides as it does for any program:
+    a terminal, `NO_COLOR`, `FORCE_COLOR`, `TERM=dumb`."""
+    return _Console(no_color=True if color is False else None, highlight=False, stderr=stderr, **kwargs)
 
 
-def render(report: Report, console: Console | None = None, verbose: bool = False, color: bool = True) -> None:
+def render(
+    report: Report,
+    console: Console | None = None,
+    verbose: bool = False,
+    color: bool | None = None,
+    noted: Collection[str] = (),
+) -> None:
+    """`noted`: findings (`CODE at WHERE`) whose diagnosis this stream showed already (an exception
+    note): a one-line reference instead of their panel."""
     console = console or make_console(color=color, soft_wrap=False)
-    for item in renderables(report, verbose):
+    for item in renderables(report, verbose, noted):
         console.print(item, crop=False, soft_wrap=isinstance(item, DiffText))  # a wide box is not cut
 
 
@@ -46,9 +58,9 @@ def renderable(report: Report, verbose: bool = False) -> Group:
     return Group(*renderables(report, verbose))
 
 
-def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
+def renderables(report: Report, verbose: bool = False, noted: Collection[str] = ()) -> Iterator[Any]:
     """The sections' tables first (dispatched on their type), then the findings and a summary, of a
-    presented report (processors.present)."""
+    presented report (processors.present); a finding in `noted` as one line (see render)."""
     for note in report.meta.get("notes", ()):  # how check loaded the model, what values it assumed
         yield Text(str(note), style="dim")
     for section in report.sections:
@@ -61,12 +73,22 @@ def renderables(report: Report, verbose: bool = False) -> Iterator[Any]:
     groups = by_cause(report)
     shown = groups if verbose else groups[:MAX_PANELS]
     for index, (cause, findings) in enumerate(shown, 1):
+        if not verbose and noted_key(findings[0]) in noted:
+            yield Text(
+                f"{index}. {findings[0].severity.value.upper()} {noted_key(findings[0])}: in the exception's note"
+            )
+            continue
         yield finding_panel(findings[0], index, verbose, cause=cause, folded=findings[1:])
     hidden = sum(len(findings) for _, findings in groups[len(shown) :])
     if hidden:
         yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
     yield summary_line(report)
     yield from patches  # the diff last: what the user acts on
+
+
+def noted_key(finding: Finding) -> str:
+    """How an exception note names its finding (watching.failures.noted_in): `CODE at WHERE`."""
+    return f"{finding.code} at {finding.location.describe() if finding.location else ''}"
 
 
 def section_renderables(section: Any, wide: bool = False) -> list[Any]:
@@ -117,6 +139,16 @@ def render_brief(report: Report, console: Console) -> None:
             if f.fixes[0].snippet:
                 console.print(_code(f.fixes[0].snippet), crop=False)
     console.print(summary_line(report))
+
+
+def render_quiet(report: Report, console: Console) -> None:
+    """`--quiet`: one line per finding, most important first (`ERROR code at where`); nothing when
+    there is none."""
+    for finding in report.findings:
+        count = f" ×{finding.count}" if finding.count > 1 else ""
+        where = finding.location.describe() if finding.location else ""
+        line = f"{finding.severity.value.upper()} {finding.code}{count}" + (f" at {where}" if where else "")
+        console.print(Text(line, style=_STYLE[finding.severity]))
 
 
 def summary_line(report: Report) -> Text:
@@ -197,21 +229,26 @@ def finding_panel(
     panel = Panel(
         Group(*parts), title=title, title_align="left", border_style=_STYLE[finding.severity].split()[-1]
     )
-    code = [
-        line for part in parts if isinstance(part, Text) and part.no_wrap for line in part.plain.splitlines()
-    ]
-    return _AtLeast(panel, max(map(len, code), default=0) + 4)
+    return panel
 
 
-class _AtLeast:
-    """A renderable drawn at least `width` columns wide: a box holding a code line is widened to the
-    line rather than the line wrapped (a wrapped line, pasted, is a syntax error)."""
+class _Code:
+    """A fix's code, indented, folded at the width it is drawn in (fold_code_line), never wrapped
+    at a space (a wrapped line, pasted, is a syntax error; a marked continuation is visibly one)."""
 
-    def __init__(self, inner: Any, width: int) -> None:
-        self.inner, self.width = inner, width
+    def __init__(self, snippet: str) -> None:
+        self.lines = _indent(snippet).splitlines()
 
     def __rich_console__(self, console: Console, options: Any) -> Iterator[Any]:
-        yield from console.render(self.inner, options.update(width=max(options.max_width, self.width)))
+        for line in self.lines:
+            for piece in fold_code_line(line, options.max_width):
+                yield Text(piece, style="cyan", no_wrap=True, overflow="ignore")
+
+    def __rich_measure__(self, console: Console, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        widest = max(map(len, self.lines), default=0)
+        return Measurement(min(widest, 8), min(widest, options.max_width))
 
 
 def _operands_table(finding: Finding, verbose: bool) -> Table:
@@ -234,6 +271,6 @@ def _indent(snippet: str) -> str:
     return "\n".join("    " + line for line in snippet.splitlines())
 
 
-def _code(snippet: str) -> Text:
-    """A fix's code, indented, never wrapped."""
-    return Text(_indent(snippet), style="cyan", no_wrap=True, overflow="ignore")
+def _code(snippet: str) -> _Code:
+    """A fix's code, indented, folded to the width it is drawn in."""
+    return _Code(snippet)

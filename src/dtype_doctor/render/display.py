@@ -5,6 +5,7 @@ imports a renderer. Each presents the report (processors.present) and hands it t
 from __future__ import annotations
 
 import io
+import shutil
 from typing import Any
 
 from ..processors import present
@@ -14,9 +15,11 @@ from .html import fragment, style
 
 
 def text(report: Report) -> str:
-    """The console report as plain text, 110 columns, no colour."""
+    """The console report as plain text at the terminal's width (`COLUMNS`, else the terminal's, else
+    110 columns for a file or pipe), no colour."""
     buf = io.StringIO()
-    render(present(report), console=make_console(color=False, file=buf, width=110, force_terminal=False))
+    width = shutil.get_terminal_size((110, 24)).columns
+    render(present(report), console=make_console(color=False, file=buf, width=width, force_terminal=False))
     return buf.getvalue().rstrip("\n")
 
 

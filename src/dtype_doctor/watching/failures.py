@@ -8,16 +8,21 @@ adds notes and unlinks its own frames.
 from __future__ import annotations
 
 import re
+from itertools import takewhile
 from typing import Any
 
 import torch
 
 from ..catalog import family_codes
+from ..errors import carried_findings
 from ..explaining.family import family_of
+from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location
 from . import findings
 from .contracts import Contract, Slot, bind
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
+
+EARLIER = "  earlier: "  # the note's lines on silent promotions seen before the failure
 
 Session = Any  # watch.session.Session, not imported: no import circle
 
@@ -94,11 +99,18 @@ def _withdraw(session: Session, finding: Any) -> None:
 
 def _earlier(session: Session, finding: Any) -> str:
     """Silent promotions seen before a failure: often where the wrong dtype came in."""
-    lines = []
-    for f in session.report.findings:
-        if f.code == family_codes.SILENT_PROMOTION and f is not finding and len(lines) < 3:
-            loc = f.location
-            lines.append(f"  earlier: [silent-promotion] {f.message} at {loc.file}:{loc.line}")
+    earlier = [
+        f for f in session.report.findings if f.code == family_codes.SILENT_PROMOTION and f is not finding
+    ]
+    lines = [
+        folded
+        for f in earlier[:3]
+        for folded in fold_prose_line(
+            f"{EARLIER}[silent-promotion] {f.message} at {f.location.file}:{f.location.line}",
+            terminal_width(),
+            hang=len(EARLIER) - 2,
+        )
+    ]
     return "\n" + "\n".join(lines) if lines else ""
 
 
@@ -135,9 +147,15 @@ def _failure_finding(
 def on_exit(session: Session, exc: BaseException) -> None:
     """The `with` block ends with the user's exception: count it, and make a dtype crash a finding."""
     session.report.meta["raised"] = type(exc).__name__
+    _renote(session, exc)
     errors = [f for f in session.report.errors if f.code != family_codes.TOOL_INTERNAL_ERROR]
     # a tensor's repr (`assert tensor(4., dtype=torch.float16) == 5`) does not make a dtype crash
     said = TENSOR_REPR_DTYPE.sub("", str(exc))
+    carried = carried_findings(exc)  # the tool's own exception: its findings, not its words
+    if not errors and carried:
+        for finding in carried:
+            session.report.add(finding)
+        return  # its message already shows them: no note repeating them
     if not errors and DTYPE_TEXT.search(said) and not isinstance(exc, KeyboardInterrupt):
         _crash_finding(session, exc)
     if _noted(exc):
@@ -145,6 +163,37 @@ def on_exit(session: Session, exc: BaseException) -> None:
     errors = [f for f in session.report.findings if f.code != family_codes.TOOL_INTERNAL_ERROR]
     if errors and hasattr(exc, "add_note"):
         exc.add_note("\n".join(findings.note_text(f) for f in errors[-2:]))
+
+
+def _renote(session: Session, exc: BaseException) -> None:
+    """The note written when the op raised, written again now that its fixes are verified and
+    ranked (verify runs at the session's end): the note and the report give one ranking."""
+    finding = session._failed.get(id(exc))
+    notes = getattr(exc, "__notes__", None)
+    if finding is None or not isinstance(notes, list):
+        return
+    for i, note in enumerate(notes):
+        if isinstance(note, str) and note.startswith(f"dtype-doctor [{finding.code}]"):
+            at = note.find(EARLIER)
+            notes[i] = findings.note_text(finding) + (note[at - 1 :] if at > 0 else "")
+            return
+
+
+def noted_in(exc: BaseException) -> list[str]:
+    """The findings whose diagnosis `exc`'s notes show, as `CODE at WHERE` (the note's headline and
+    `at` line: findings.note_text); the console then leaves them out of the same stream."""
+    shown = []
+    for note in getattr(exc, "__notes__", None) or ():
+        lines = str(note).splitlines()
+        head = re.match(r"dtype-doctor \[([\w-]+)\]", lines[0]) if lines else None
+        at = next((i for i, line in enumerate(lines[:6]) if line.startswith("  at ")), None)
+        where = ""
+        if at is not None:  # the `at` line and its folded continuation (note_text folds long lines)
+            rest = takewhile(lambda line: line.startswith("      "), lines[at + 1 :])
+            where = " ".join([lines[at][len("  at ") :], *(line.strip() for line in rest)])
+        if head:
+            shown.append(f"{head.group(1)} at {where}")
+    return shown
 
 
 def on_thread_exit(session: Session, exc: BaseException, thread: str) -> None:

@@ -14,6 +14,7 @@ from torch import nn
 from .. import catalog, causes
 from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
+from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
 from . import blame, snippets
@@ -393,8 +394,14 @@ def note_text(finding: Finding) -> str:
         lines.append(f"  {o.role:<8} {o.dtype or '?':<9} {shape:<14} <- {origin}")
         if o.origin:
             lines.extend(f"  {'':<34}{'  ' * depth}<- {c.describe()}" for depth, c in _chain(o.origin))
+    width = terminal_width()
+    folded = [piece for line in lines for piece in fold_prose_line(line, width, hang=4)]
     for fix in finding.fixes[:2]:
-        lines.append(f"  fix: {fix.title}")
+        folded += fold_prose_line(f"  fix: {fix.title}", width, hang=5)
+        if fix.verification:
+            folded += fold_prose_line(f"       ({fix.verification})", width)
         if fix.snippet:
-            lines.extend(f"       {s}" for s in fix.snippet.splitlines()[:3])
-    return "\n".join(lines)
+            folded += [
+                piece for s in fix.snippet.splitlines()[:3] for piece in fold_code_line(f"       {s}", width)
+            ]
+    return "\n".join(folded)

@@ -150,6 +150,17 @@ def _user_traceback(exc: BaseException) -> Any:
     return tb
 
 
+def _record_noted(report: Report, exc: BaseException) -> None:
+    """The findings the traceback just printed on stderr shows in its notes (report.meta["noted"]):
+    a console on stderr shows each of them once, not as a panel again."""
+    if "torch" in sys.modules:  # no torch, no watch: no note
+        from .failures import noted_in
+
+        noted = noted_in(exc)
+        if noted:
+            report.meta["noted"] = noted
+
+
 def _print_user_traceback(exc: BaseException) -> None:
     """What Python does with an uncaught exception: the program's own sys.excepthook if it set one."""
     tb = _user_traceback(exc)
@@ -418,6 +429,7 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
             except BaseException as exc:
                 _print_user_traceback(exc)
                 code = 1
+                _record_noted(report, exc)
             finally:
                 defer()  # from here on SIGINT/SIGTERM wait until the report is written
                 sys.argv, sys.path[:] = saved_argv, saved_path

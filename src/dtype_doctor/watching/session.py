@@ -29,6 +29,7 @@ from .failures import hide_own_frames
 from .forks import ForkNotice
 from .mode import CAST, Front, FrontedMode, Generic, WatchMode
 from .modules import ModuleStack, Names, roots_of
+from .optimizer_steps import watch_optimizer_steps
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, qualified_op_name
 from .scaler_patch import patch_grad_scaler
 from .tagging import Tagger
@@ -106,6 +107,7 @@ class Session:
         self.stack.start()
         self._unpatch.append(self.prov.sweep_on_gc())
         self._unpatch.append(warning_origin.redirect())  # torch's C++ warnings stay the user's
+        self._unpatch.append(watch_optimizer_steps(self))  # fp16 parameters trained without fp32 masters
         undo = patch_grad_scaler(self)
         if undo is not None:
             self._unpatch.append(undo)

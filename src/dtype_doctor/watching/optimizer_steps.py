@@ -1,0 +1,66 @@
+"""float16 parameters an optimizer updates in place, with no float32 master copy (`model.half()`
+then AdamW): seen at each optimizer's first step while watching, through torch's global optimizer
+step pre-hook, as the finding `audit` gives for an optimizer handed to it (optimizer-state-dtype).
+The update is tiny against the weight, rounds away in float16, and Adam's state over- or underflows:
+the loss stalls or `grad_norm` turns NaN with no op ever mixing dtypes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from .. import catalog
+from ..catalog.family_codes import OPTIMIZER_STATE_DTYPE
+from ..numerics.frames import user_line
+from ..report import Finding, Location, Operand, Severity
+from .provenance import short_path
+
+SHOWN = 3  # parameters named in the message
+
+
+def fp16_without_master_weights(
+    optimizer: torch.optim.Optimizer, names: dict[int, str], file: str | None = None, line: int | None = None
+) -> Finding | None:
+    """The finding for `optimizer` when it trains float16 parameters itself (None when it does not:
+    fp32 parameters, or an fp32 master copy being what it holds)."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    half = [p for p in params if p.dtype == torch.float16]
+    if not half:
+        return None
+    shown = [names.get(id(p), f"param {i}") for i, p in enumerate(half[:SHOWN])]
+    more = ", ..." if len(half) > SHOWN else ""
+    return catalog.finding(
+        OPTIMIZER_STATE_DTYPE,
+        names={"dtype": "torch.float32", "device": half[0].device.type},
+        severity=Severity.WARNING,
+        message=(
+            f"{type(optimizer).__name__} updates {len(half)} of {len(params)} parameters in float16 "
+            f"({', '.join(shown)}{more}) with no float32 master copy: small updates round away and "
+            "its state under- or overflows in float16"
+        ),
+        location=Location(op=f"{type(optimizer).__name__}.step", file=file and short_path(file), line=line),
+        operands=[Operand(role="parameter", dtype="float16", name=shown[0])],
+    )
+
+
+def watch_optimizer_steps(session: Any) -> Callable[[], None]:
+    """Look at each optimizer's first step while `session` runs; returns the hook's removal."""
+    seen: set[int] = set()
+
+    def before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if id(optimizer) in seen:
+            return
+        seen.add(id(optimizer))
+        try:
+            names = {id(p): n for root in session._explicit for n, p in root.named_parameters()}
+            finding = fp16_without_master_weights(optimizer, names, *user_line())
+            if finding is not None:
+                session.report.add(finding)
+        except Exception as exc:  # the tool never breaks the user's training step
+            session.internal_error(exc)
+
+    handle = register_optimizer_step_pre_hook(before_step)
+    return handle.remove
