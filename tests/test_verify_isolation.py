@@ -187,6 +187,33 @@ def test_a_kv_cache_passed_in_is_not_appended_to_by_replays():
     _verified_some(session)
 
 
+def test_without_fork_a_library_model_is_replayed_in_process_sealed(monkeypatch):
+    monkeypatch.setenv("DTYPE_DOCTOR_VERIFY_IN_PROCESS", "1")  # as when CUDA is initialised
+    model = nn.Sequential(nn.Dropout(0.5), nn.Linear(8, 8)).to(torch.bfloat16)  # dropout draws
+    fired = []
+    model.register_forward_pre_hook(lambda m, a: fired.append("pre"))
+    x = torch.ones(2, 8)
+    _seeded()
+    _plain(lambda: model(x))
+    plain = _draws(), list(fired)
+    fired.clear()
+    _seeded()
+    session = _watched(lambda: model(x), model)
+    assert (_draws(), fired) == plain
+    _verified_some(session)
+
+
+def test_without_fork_the_users_own_code_is_not_replayed(monkeypatch, capfd):
+    monkeypatch.setenv("DTYPE_DOCTOR_VERIFY_IN_PROCESS", "1")
+    model = Net(lambda x: print("forward ran"))
+    x = torch.randn(2, 8)
+    session = _watched(lambda: model(x), model)
+    assert capfd.readouterr().out == "forward ran\n"
+    labels = [t for _, _, t in _labels(session)]
+    assert any(t.startswith("not verified (the call runs code of yours") for t in labels), labels
+    assert not any(v for _, v, _ in _labels(session))
+
+
 ZERO = """
 import torch
 import dtype_doctor as dd

@@ -91,7 +91,7 @@ def _run(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: lis
 
 def reference(call: Call) -> list[torch.Tensor] | None:
     """The call's floating outputs in float32 (None on meta or when fp32 does not run)."""
-    if _is_meta(call.module) or _size(call.module) > MAX_ELEMENTS:
+    if _is_meta(call.module) or _size(call.module) > MAX_ELEMENTS or _not_in_process(call):
         return None
     memo: dict[int, Any] = {}
     module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs), memo)
@@ -277,8 +277,8 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
         if why_not:
             fix.verified, fix.verification = None, why_not
             continue
-        state = torch.random.get_rng_state()
         try:
+            _same_draws()
             v = replay(
                 fix.snippet,
                 env,
@@ -290,8 +290,6 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
             )
         except Exception as exc:  # the tool's own trouble: say so, never fail the user's program
             v = Verdict(None, f"not verified ({type(exc).__name__} in the replay)")
-        finally:
-            torch.random.set_rng_state(state)
         fix.verified, fix.verification = v.passes, v.text
         tried.append(fix)
     finding.fixes = sorted(finding.fixes, key=lambda x: RANK[x.verified])
@@ -409,9 +407,19 @@ def _targets(session: Any) -> list[tuple[Finding, Call, Any]]:
     return out
 
 
+def _same_draws() -> None:
+    """The fp32 reference and every replay draw the same random numbers (dropout: same inputs).
+    The user's generators are not these: the replays run apart (verifying/isolation.py)."""
+    start = getattr(_replaying, "rng", None)
+    if start is not None:
+        torch.random.set_rng_state(start)
+
+
 def _verify_targets(targets: list[tuple[Finding, Call, Any]]) -> None:
     refs: dict[int, Any] = {}
+    _replaying.rng = torch.random.get_rng_state()
     for f, call, context in targets:
         if id(call.module) not in refs:
+            _same_draws()
             refs[id(call.module)] = reference(call)
         verify(f, call, context, refs[id(call.module)])
