@@ -300,3 +300,21 @@ def test_run_diff_leaves_the_users_folder_and_stdin_alone(tmp_path):
     assert (tmp_path / "out.txt").read_text() == "first\n", done.stdout + done.stderr
     assert sorted(os.listdir(tmp_path)) == sorted([*before, "out.txt"])
     assert "not verified (the call reads input)" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_a_patch_that_changes_only_comments_is_never_rerun_nor_verified():
+    from dtype_doctor.patching import search
+    from dtype_doctor.patching.plan import Candidate, Cause
+    from dtype_doctor.patching.source import Edit
+
+    text = "x = 1\n"
+    comment = Edit("train.py", 0, 0, "# upcast every operand with .float()\n")
+    runs = []
+    _, _, result = search(
+        [Cause("c", [Candidate("upcast", [comment])])], {"train.py": text}, lambda f: runs.append(f)
+    )
+    assert runs == [] and not result.passed
+    assert (
+        result.describe()
+        == "re-run of the patched copy: not verified (the patch changes no code: nothing to run)"
+    )
