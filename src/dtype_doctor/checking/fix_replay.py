@@ -5,7 +5,8 @@ before its `return`), or `model` where the factory is called (`model = build()`)
 is applied to a copy of the meta mirror (the factory's own globals in scope, under
 `torch.device("meta")`) and the dry run is run again, in strict mode: it stops at the first error
 left, so a failing fix costs little; it passes when no error is left. Meta has no values, so the error
-against float32 cannot be measured: the verdict says so.
+against float32 cannot be measured: the verdict says so. This is the meta back-end of the verifier
+(verifying/): the replays run in a forked child, or in-process only for library code.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from torch import nn
 
 from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..report import Finding, Fix, Report, Severity
+from ..verifying import isolation
+from ..verifying.contract import NO_CODE, NOT_PYTHON, RANK, has_code, not_verified
 from ..watching import blame
 from ..watching.names import loaded_names
 from ..watching.provenance import short_path
@@ -279,7 +282,8 @@ def verify_top(
 ) -> None:
     """Write the first error finding's fixes in the user's names, try them, put the passing ones first.
 
-    The mirror is given away: the last replay applies its fix to it, not to a copy. dry_run_s: how
+    The mirror is given away: the last replay applies its fix to it, not to a copy (in a forked
+    child: a copy of its own). dry_run_s: how
     long the check's own dry run took. The first fix is always replayed; another only while the time
     spent so far plus one more dry run stays within max(BUDGET_S, dry_run_s) (a failing fix fails
     fast, a passing one costs a whole dry run): on a huge model only the first fix is replayed."""
@@ -300,31 +304,74 @@ def verify_top(
     fixes = [_with_import(f, scope) if there else f for f, there in zip(fixes, in_factory, strict=True)]
     seen: set[str] = set()
     fixes = [f for f in fixes if not (f.snippet and f.snippet in seen) and not seen.add(f.snippet)]
-    runnable = [f for f in fixes if (f.language == "python" or hasattr(f, "dd_input")) and f.snippet.strip()]
-    tried = runnable[:TRIED]
-    started = time.perf_counter()
+    runnable = [
+        f for f in fixes if (f.language == "python" or hasattr(f, "dd_input")) and has_code(f.snippet)
+    ]
     for fix in fixes:
         if not any(fix is f for f in runnable):
-            fix.verification = fix.verification or "not verified (not Python code to replay)"
-            continue
-        if not any(fix is f for f in tried):
-            fix.verification = "not verified (only the first fixes are)"
-            continue
-        spent = time.perf_counter() - started
-        if fix is not tried[0] and spent + dry_run_s > max(BUDGET_S, dry_run_s):
-            fix.verified = None
-            fix.verification = unreplayable(fix, name, scope) or (
-                "not verified (budget: each replay is a dry run of the whole model)"
-            )
-            continue
-        try:
-            fix.verified, fix.verification = replay(fix, mirror, name, scope, dry_run, kw, fix is tried[-1])
-        except Exception as exc:  # the tool's own trouble: never at the cost of the report
-            fix.verified, fix.verification = None, f"not verified ({type(exc).__name__} in the replay)"
-        pasted_there = not (getattr(fix, "dd_replaces", False) or hasattr(fix, "dd_input"))
-        if fix.verified and where and fix.language == "python" and pasted_there:
-            fix.title += f" ({where})"
-    order = {True: 0, None: 1, False: 2}
+            code = fix.language == "python" or hasattr(fix, "dd_input")
+            fix.verification = fix.verification or (NO_CODE if code else NOT_PYTHON)
+    trial = _Trial(runnable[:TRIED], mirror, name, where, scope, dry_run, kw, dry_run_s)
+    if isolation.can_fork():
+        outcome = isolation.in_child(trial.labels)
+        labels = outcome.value or [
+            (None, not_verified(outcome.stopped or "").text, f.title) for f in trial.tried
+        ]
+    elif all(isolation.library_code(m) for m in mirror.modules()):
+        with isolation.sealed([mirror]):
+            labels = trial.labels()
+    else:
+        why = f"the model runs code of yours, replayed only in a separate process: {isolation.why_no_fork()}"
+        labels = [(None, not_verified(why).text, f.title) for f in trial.tried]
+    for fix, (verified, text, title) in zip(trial.tried, labels, strict=True):
+        fix.verified, fix.verification, fix.title = verified, text, title
+    for fix in runnable[TRIED:]:
+        fix.verification = "not verified (only the first fixes are)"
     named = [f for f in fixes if not f.verification.startswith("not verified (names ")]
     fixes = named or fixes  # a snippet naming what the factory does not have goes, unless it is all
-    first.fixes = sorted(fixes, key=lambda x: order[x.verified])
+    first.fixes = sorted(fixes, key=lambda x: RANK[x.verified])
+
+
+class _Trial:
+    """The first fixes replayed one after another, within the time budget (verify_top)."""
+
+    def __init__(
+        self,
+        tried: list[Fix],
+        mirror: nn.Module,
+        name: str,
+        where: str,
+        scope: dict[str, Any],
+        dry_run: DryRun,
+        kw: dict,
+        dry_run_s: float,
+    ) -> None:
+        self.tried, self.mirror, self.name, self.where, self.scope = tried, mirror, name, where, scope
+        self.dry_run, self.kw, self.dry_run_s = dry_run, kw, dry_run_s
+
+    def labels(self) -> list[tuple[bool | None, str, str]]:
+        """(verified, verification, title) of each fix tried: plain data, sent back from a child."""
+        started = time.perf_counter()
+        out = []
+        for fix in self.tried:
+            out.append(self._one(fix, time.perf_counter() - started))
+        return out
+
+    def _one(self, fix: Fix, spent: float) -> tuple[bool | None, str, str]:
+        if fix is not self.tried[0] and spent + self.dry_run_s > max(BUDGET_S, self.dry_run_s):
+            why = unreplayable(fix, self.name, self.scope)
+            return (
+                None,
+                why or "not verified (budget: each replay is a dry run of the whole model)",
+                fix.title,
+            )
+        try:
+            last = fix is self.tried[-1]
+            verified, text = replay(fix, self.mirror, self.name, self.scope, self.dry_run, self.kw, last)
+        except Exception as exc:  # the tool's own trouble: never at the cost of the report
+            verified, text = None, f"not verified ({type(exc).__name__} in the replay)"
+        pasted_there = not (getattr(fix, "dd_replaces", False) or hasattr(fix, "dd_input"))
+        title = fix.title
+        if verified and self.where and fix.language == "python" and pasted_there:
+            title += f" ({self.where})"
+        return verified, text, title

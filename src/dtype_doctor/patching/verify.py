@@ -2,22 +2,25 @@
 
 The script's folder (or, when it is big, the Python files at its top) is copied to a scratch directory and the
 patched files are written over their copies, in their own encodings; the program runs the scratch copy
-of the script (so its sibling imports find the patched copies) from the user's working directory with
-the same arguments, as a fresh `dtype-doctor` process under watch. A candidate set passes when the
-program exits 0 and watch reports no error. No torch import.
+of the script (so its sibling imports find the patched copies) with the same arguments, as a fresh
+`dtype-doctor` process under watch, isolated by verifying/rerun.py (scratch working directory, no
+standard input, the guard). A candidate set passes when the program exits 0 and watch reports no
+error; a patch that changes no code is not run. This is the re-run back-end of the verifier
+(verifying/). No torch import.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..report import Report, Severity
+from ..verifying import rerun
+from ..verifying.contract import same_code
 from .plan import Candidate, Cause
 from .source import Edit, apply
 
@@ -47,11 +50,14 @@ class Replay:
     errors: int
     warnings: int
     tail: str = ""  # the end of what the program wrote, when it failed
+    stopped: str = ""  # not run, or stopped by the guard: why (verifying/guard.py)
     warnings_before: int = 0  # a run with warnings only: the patch must leave fewer
     error_vs_fp32: str = ""  # what the re-run measured (watching/fp32_error.py), or why not
 
     @property
     def passed(self) -> bool:
+        if self.stopped:
+            return False
         fewer = self.warnings_before == 0 or self.warnings < self.warnings_before
         return self.code == 0 and self.errors == 0 and fewer
 
@@ -63,6 +69,8 @@ class Replay:
         return (self.passed, -self.errors, self.code == 0, -self.warnings)
 
     def describe(self) -> str:
+        if self.stopped:
+            return f"re-run of the patched copy: not verified ({self.stopped})"
         if self.passed:
             left = (
                 f"; {self.warnings} warning{'s' if self.warnings != 1 else ''} left" if self.warnings else ""
@@ -82,7 +90,7 @@ def run_command(script: str, argv: Sequence[str], options: Sequence[str] = ()) -
     """`dtype-doctor run --json=REPORT OPTIONS SCRIPT ARGV` on the scratch copy of SCRIPT."""
 
     def build(scratch: str, placed: dict[str, str]) -> list[str]:
-        target = placed.get(os.path.abspath(script), script)
+        target = placed.get(os.path.abspath(script), os.path.abspath(script))
         report = os.path.join(scratch, REPORT_NAME)
         return [sys.executable, "-m", "dtype_doctor", "run", f"--json={report}", *options, target, *argv]
 
@@ -93,7 +101,7 @@ def check_command(path: str, factory: str, options: Sequence[str]) -> Command:
     """`dtype-doctor check --json=REPORT COPY:FACTORY OPTIONS` on the scratch copy of the factory's file."""
 
     def build(scratch: str, placed: dict[str, str]) -> list[str]:
-        target = f"{placed.get(os.path.abspath(path), path)}:{factory}"
+        target = f"{placed.get(os.path.abspath(path), os.path.abspath(path))}:{factory}"
         report = os.path.join(scratch, REPORT_NAME)
         return [sys.executable, "-m", "dtype_doctor", "check", f"--json={report}", target, *options]
 
@@ -134,12 +142,10 @@ def replay(
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         paths = [*extra, scratch, anchor, here, env.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        cmd = command(scratch, placed)
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
+        ran = rerun.run(command(scratch, placed), scratch, anchor, env, timeout)
+        if ran.code == 124 and not ran.stdout:
             return Replay(code=124, errors=0, warnings=0, tail="the replay timed out")
-        return _result(proc, os.path.join(scratch, REPORT_NAME))
+        return _result(ran, os.path.join(scratch, REPORT_NAME))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -180,7 +186,7 @@ def _tree_files(anchor: str) -> list[str] | None:
     return files
 
 
-def _result(proc: subprocess.CompletedProcess, report_path: str) -> Replay:
+def _result(proc: rerun.Ran, report_path: str) -> Replay:
     errors = warnings = 0
     measured = ""
     try:
@@ -190,9 +196,9 @@ def _result(proc: subprocess.CompletedProcess, report_path: str) -> Replay:
         warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
         measured = str(report.meta.get("error_vs_fp32") or "")
     except (OSError, ValueError):
-        errors = 1 if proc.returncode else 0
-    tail = "\n".join(program_output(proc.stderr or "")[-6:]) if proc.returncode else ""
-    return Replay(proc.returncode, errors, warnings, tail, error_vs_fp32=measured)
+        errors = 1 if proc.code else 0
+    tail = "\n".join(program_output(proc.stderr or "")[-6:]) if proc.code else ""
+    return Replay(proc.code, errors, warnings, tail, error_vs_fp32=measured, stopped=proc.stopped or "")
 
 
 # where the re-run's own report starts in its stderr: its exception note, its summary, its first box
@@ -240,6 +246,17 @@ def patched(originals: dict[str, str], edits: list[Edit]) -> dict[str, str]:
     return out
 
 
+def _code_only(run: Callable[[dict[str, str]], Replay], originals: dict[str, str]) -> Callable:
+    """`run`, except for a patch that changes no code (comments, layout): never run, never passes."""
+
+    def checked(files: dict[str, str]) -> Replay:
+        if all(same_code(originals.get(p, ""), text) for p, text in files.items()):
+            return Replay(code=0, errors=0, warnings=0, stopped="the patch changes no code: nothing to run")
+        return run(files)
+
+    return checked
+
+
 def search(
     causes: list[Cause],
     originals: dict[str, str],
@@ -250,6 +267,7 @@ def search(
     keep the first set whose replay passes, else the best seen. Returns (chosen, files, replay)."""
     if not causes:
         return [], {}, None
+    run = _code_only(run, originals)
     choice = [0] * len(causes)
     chosen, edits = combine(causes, choice)
     best_files = patched(originals, edits)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..verifying.isolation import sealed
 from .verify import MAX_ELEMENTS, Call, _floats, _is_meta, _run, _size, max_relative_error, reference
 
 ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"
@@ -33,15 +34,15 @@ def measure(session: Any) -> str:
         return "not measured (a meta model has no values)"
     if _size(call.module) > MAX_ELEMENTS:
         return "not measured (the model is too large to copy for a replay)"
-    state = torch.random.get_rng_state()
     try:
-        module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs))
-        got = _floats(_run(call, module, args, kwargs, []))
-        ref = reference(call)
+        with sealed([call.module]):  # the program's generators and hooks as they were
+            state = torch.random.get_rng_state()
+            module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs))
+            got = _floats(_run(call, module, args, kwargs, []))
+            torch.random.set_rng_state(state)  # float32 draws what the call drew: the same inputs
+            ref = reference(call)
     except Exception as exc:
         return f"not measured ({what} raised {type(exc).__name__})"
-    finally:
-        torch.random.set_rng_state(state)
     if ref is None:
         return f"not measured ({what} does not run in float32)"
     err = max_relative_error(got, ref)

@@ -1,9 +1,10 @@
-"""Counterfactual verification: try a fix before offering it first.
+"""The live back-end of the verifier (verifying/): try a fix before offering it first.
 
-The failing call (the outermost module call the user made, with its arguments) is replayed on deep
-copies of the user's objects with the fix's snippet applied to them, exactly as pasted; the result
-is compared with the same call in float32. On meta (`check`) the replay runs under `watch` and passes
-when it reports no error. The user's objects, outputs and random state are left as they were.
+The failing call (the outermost module call the user made, with its recorded arguments) is replayed
+on deep copies of the user's objects with the fix's snippet applied to them, exactly as pasted; the
+result is compared with the same call, on the same inputs, in float32 (verifying/contract.py). On
+meta (`check`) the replay runs under `watch` and passes when it reports no error. The replays run in
+a forked child, or in-process only for library code (verifying/isolation.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import copy
 import itertools
 import threading
+import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,17 @@ from torch.nn.parameter import is_lazy
 
 from ..report import Finding, Fix
 from ..tensors import iter_tensors, map_tensors
+from ..verifying import isolation
+from ..verifying.contract import (
+    NO_CODE,
+    NOT_PYTHON,
+    RANK,
+    Verdict,
+    has_code,
+    label_rest,
+    not_verified,
+    on_error,
+)
 
 if TYPE_CHECKING:
     from .findings import FixContext
@@ -39,12 +52,6 @@ class Call:
     args: tuple
     kwargs: dict
     autocast: tuple = ()  # (device, dtype) pairs in force at the call
-
-
-@dataclass
-class Verdict:
-    passes: bool | None  # None: not verified
-    text: str
 
 
 def _floats(value: Any) -> list[torch.Tensor]:
@@ -84,7 +91,7 @@ def _run(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: lis
 
 def reference(call: Call) -> list[torch.Tensor] | None:
     """The call's floating outputs in float32 (None on meta or when fp32 does not run)."""
-    if _is_meta(call.module) or _size(call.module) > MAX_ELEMENTS:
+    if _is_meta(call.module) or _size(call.module) > MAX_ELEMENTS or _not_in_process(call):
         return None
     memo: dict[int, Any] = {}
     module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs), memo)
@@ -170,8 +177,8 @@ def replay(
         )
     objs = {n: env[n] for n in names | stored | used if n in env}  # rebound ones too: the call sees them
     memo: dict[int, Any] = {}
-    for v in objs.values():  # modules, functions, classes: shared, never copied
-        if not isinstance(v, (torch.Tensor, nn.Module, list, tuple, dict)) and not hasattr(v, "components"):
+    for v in objs.values():  # Python modules, functions, classes: shared; the user's objects copied
+        if isinstance(v, _SHARED):
             memo[id(v)] = v
     copies, module, args, kwargs = copy.deepcopy((objs, call.module, call.args, call.kwargs), memo)
     ns: dict[str, Any] = {"torch": torch, "nn": nn, **copies}
@@ -188,10 +195,8 @@ def replay(
         return Verdict(False, f"fails: the fix itself raised {type(exc).__name__}: {str(exc)[:120]}")
     subst = {id(copies[n]): ns[n] for n in copies if ns.get(n) is not copies[n]}
     module = subst.get(id(module), module)
-    if call_src is not None:  # the user's argument expressions, evaluated again after the fix
-        with contextlib.suppress(Exception):
-            args = tuple(eval(x, ns) for x in call_src[0])
-            kwargs = {k: eval(x, ns) for k, x in call_src[1].items()}
+    if call_src is not None:  # an argument passed as a name the fix rebinds: the new value
+        args, kwargs = _rebound(call_src, args, kwargs, ns, copies)
     if root_expr:  # the fix may have put a new module where the user's code reaches the model
         with contextlib.suppress(Exception):
             again = eval(root_expr, ns)
@@ -208,12 +213,39 @@ def replay(
         return Verdict(True, "verified: passes (the module is made anew: no comparison with fp32)")
     if got and got[0].is_meta:
         return Verdict(True, "verified: the replayed call passes (dtypes only, on meta)")
-    err = max_relative_error(got, ref or [])
-    if err is None:
-        return Verdict(True, "verified: the replayed call passes")
-    if err != err or err == float("inf"):
-        return Verdict(False, "fails: replayed, the output is not finite")
-    return Verdict(True, f"verified: passes, max rel. error {err:.0e} vs fp32")
+    return on_error(max_relative_error(got, ref or []))
+
+
+_SHARED = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+
+
+def _rebound(
+    call_src: tuple[list[str], dict[str, str]], args: tuple, kwargs: dict, ns: dict, copies: dict
+) -> tuple[tuple, dict]:
+    """The recorded arguments, except one the user wrote as a plain read of names the fix rebinds
+    (`x`, `batch.x`, `inputs["ids"]`), read again from the fixed copies. An expression that calls
+    anything is never evaluated again: `vae(get_batch())` calls get_batch once."""
+
+    def new(src: str, old: Any) -> Any:
+        try:
+            tree = ast.parse(src, mode="eval")
+        except SyntaxError:
+            return old
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        if not names or not names <= set(copies) or not all(isinstance(n, _READS) for n in ast.walk(tree)):
+            return old
+        try:
+            return eval(compile(tree, "<argument>", "eval"), ns)
+        except Exception:
+            return old
+
+    if len(call_src[0]) == len(args):
+        args = tuple(new(src, a) for src, a in zip(call_src[0], args, strict=True))
+    kwargs = {k: new(call_src[1][k], v) if k in call_src[1] else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+_READS = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Load, ast.Slice)
 
 
 def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tensor] | None) -> None:
@@ -235,11 +267,18 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
             )
             fix.verification = f"not verified ({where})"
             continue
-        if fix.language != "python" or not fix.snippet.strip():
-            fix.verification = "not verified (not Python code to replay)"
+        if fix.language != "python":
+            fix.verification = NOT_PYTHON
             continue
-        state = torch.random.get_rng_state()
+        if not has_code(fix.snippet):
+            fix.verified, fix.verification = None, NO_CODE
+            continue
+        why_not = _not_in_process(call)
+        if why_not:
+            fix.verified, fix.verification = None, why_not
+            continue
         try:
+            _same_draws()
             v = replay(
                 fix.snippet,
                 env,
@@ -251,12 +290,19 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
             )
         except Exception as exc:  # the tool's own trouble: say so, never fail the user's program
             v = Verdict(None, f"not verified ({type(exc).__name__} in the replay)")
-        finally:
-            torch.random.set_rng_state(state)
         fix.verified, fix.verification = v.passes, v.text
         tried.append(fix)
-    order = {True: 0, None: 1, False: 2}
-    finding.fixes = sorted(finding.fixes, key=lambda x: order[x.verified])
+    finding.fixes = sorted(finding.fixes, key=lambda x: RANK[x.verified])
+
+
+def _not_in_process(call: Call) -> str | None:
+    """Why the call cannot be replayed here (the in-process fallback runs library code only)."""
+    if not getattr(_replaying, "in_process", False) or _is_meta(call.module):
+        return None
+    if all(isolation.library_code(m) for m in call.module.modules()):
+        return None
+    why = isolation.why_no_fork()
+    return not_verified(f"the call runs code of yours, replayed only in a separate process: {why}").text
 
 
 _replaying = threading.local()  # a replay's own watch (on meta) verifies nothing again
@@ -277,11 +323,53 @@ def verify_session(session: Any, failed: bool = True) -> None:
     _replaying.session_type = type(session)  # a meta replay runs under watch (no import of session here)
     _replaying.sizes = {}  # the replays copy the model: its size holds while they run
     try:
-        _verify_session(session)
+        _verify_apart(session)
+        for f in session.report.findings:  # the findings past the first few: said, not left blank
+            label_rest(f.fixes, "only the first findings' fixes are replayed")
     finally:
         _replaying.on = False
         _replaying.sizes = None
         _forget(session)
+
+
+def _verify_apart(session: Any) -> None:
+    """The replays in a forked child (their labels sent back), else in-process, sealed."""
+    targets = _targets(session)
+    if not targets:
+        return
+    if not isolation.can_fork():
+        _replaying.in_process = True
+        modules = [t[1].module for t in targets]
+        try:
+            with isolation.sealed(modules):
+                _verify_targets(targets)
+        finally:
+            _replaying.in_process = False
+        return
+    findings = [t[0] for t in targets]
+    before = [list(f.fixes) for f in findings]
+
+    def labels() -> list[list[tuple[int, bool | None, str]]]:
+        _verify_targets(targets)
+        return [
+            [
+                (next(i for i, g in enumerate(old) if g is fix), fix.verified, fix.verification)
+                for fix in f.fixes
+            ]
+            for f, old in zip(findings, before, strict=True)
+        ]
+
+    outcome = isolation.in_child(labels)
+    for f, old, got in zip(findings, before, outcome.value or [None] * len(findings), strict=True):
+        if got is None:
+            for fix in old:
+                code = fix.language == "python" and has_code(fix.snippet)
+                fix.verified = None
+                fix.verification = not_verified(outcome.stopped or "").text if code else fix.verification
+            continue
+        for i, verified, text in got:
+            old[i].verified, old[i].verification = verified, text
+        f.fixes = [old[i] for i, _, _ in got]
 
 
 def _forget(session: Any) -> None:
@@ -290,14 +378,15 @@ def _forget(session: Any) -> None:
     session.fix_contexts.clear()  # no frames or tensors kept past the session
 
 
-def _verify_session(session: Any) -> None:
+def _targets(session: Any) -> list[tuple[Finding, Call, Any]]:
+    """(finding, the call to replay, the context its fixes were made in) for the first error findings."""
     rank = {"error": 0, "warning": 1}
     made = {id(f): session.fix_contexts.get(id(f)) for f in session.report.findings}
     errors = [f for f in session.report.findings if made[id(f)] is not None and made[id(f)].scope is not None]
     errors = sorted((f for f in errors if f.severity.value in rank), key=lambda f: rank[f.severity.value])
     if not any(f.severity.value == "error" for f in errors):
-        errors = []  # nothing failed: no replay to run
-    refs: dict[int, Any] = {}
+        return []  # nothing failed: no replay to run
+    out = []
     for f in errors[:6]:
         context = made[id(f)]
         calls = {**session.calls, **session.failed_calls}  # the call that failed, where one did
@@ -314,6 +403,23 @@ def _verify_session(session: Any) -> None:
             reached = expression_for(call.module, [scope])
             context.root_expr = reached[0] if reached else None
             context.call_src = call_source(scope, call.module)
+        out.append((f, call, context))
+    return out
+
+
+def _same_draws() -> None:
+    """The fp32 reference and every replay draw the same random numbers (dropout: same inputs).
+    The user's generators are not these: the replays run apart (verifying/isolation.py)."""
+    start = getattr(_replaying, "rng", None)
+    if start is not None:
+        torch.random.set_rng_state(start)
+
+
+def _verify_targets(targets: list[tuple[Finding, Call, Any]]) -> None:
+    refs: dict[int, Any] = {}
+    _replaying.rng = torch.random.get_rng_state()
+    for f, call, context in targets:
         if id(call.module) not in refs:
+            _same_draws()
             refs[id(call.module)] = reference(call)
         verify(f, call, context, refs[id(call.module)])

@@ -1,0 +1,141 @@
+"""The audit-hook guard a replay runs under: it stops the replay at the first thing that would reach
+past its own process and scratch directory (a file written, a process spawned, a socket, a read of
+standard input). No torch import: the patched-program re-run installs it before anything else runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any
+
+WRITES = "the call writes files"
+SPAWNS = "the call spawns processes"
+SOCKETS = "the call opens sockets"
+READS_INPUT = "the call reads input"
+MARKER = "dtype-doctor-guard: stopped: "  # the re-run's stderr line saying why the guard stopped it
+
+_SPAWN_EVENTS = {
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "pty.spawn",
+}
+_SOCKET_EVENTS = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}
+_PATH_EVENTS = {  # event -> the positions of its arguments that are paths it changes
+    "os.remove": (0,),
+    "os.rename": (0, 1),
+    "os.replace": (0, 1),
+    "os.rmdir": (0,),
+    "os.mkdir": (0,),
+    "os.truncate": (0,),
+    "os.chmod": (0,),
+    "os.link": (0, 1),
+    "os.symlink": (0, 1),
+    "os.utime": (0,),
+    "shutil.rmtree": (0,),
+    "shutil.copyfile": (1,),
+    "shutil.move": (0, 1),
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+class Stopped(PermissionError):
+    """Raised into the replayed code when it reaches outside its sandbox."""
+
+
+class Guard:
+    """Once installed (an audit hook cannot be removed: install it only in a process of the tool's
+    own), every event below stops the replay; `tripped` keeps the first reason even if the replayed
+    code catches the exception."""
+
+    def __init__(self, scratch: str) -> None:
+        self.scratch = os.path.realpath(scratch)
+        self.tripped: str | None = None
+        self.on = False
+
+    def install(self) -> None:
+        sys.addaudithook(self._hook)
+        sys.stdin = _RefusingInput(self)
+        self.on = True
+
+    def stop(self, why: str) -> None:
+        if self.tripped is None:
+            self.tripped = why
+            with contextlib.suppress(OSError):
+                os.write(2, (MARKER + why + "\n").encode())
+        raise Stopped(f"dtype-doctor's verification stopped this: {why}")
+
+    def _inside(self, path: Any) -> bool:
+        if isinstance(path, int):
+            return path in (1, 2)  # standard streams: /dev/null in a replay
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        return real == os.devnull or real == self.scratch or real.startswith(self.scratch + os.sep)
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if not self.on:
+            return
+        if event == "open":
+            path, mode, flags = (*tuple(args), None, None, 0)[:3]
+            writing = bool((flags or 0) & _WRITE_FLAGS) or any(c in (mode or "") for c in "wax+")
+            if writing and not self._inside(path):
+                self.stop(WRITES)
+        elif event in _PATH_EVENTS:
+            if not all(self._inside(args[i]) for i in _PATH_EVENTS[event] if i < len(args)):
+                self.stop(WRITES)
+        elif event in _SPAWN_EVENTS:
+            self.stop(SPAWNS)
+        elif event in _SOCKET_EVENTS:
+            self.stop(SOCKETS)
+        elif event == "builtins.input":
+            self.stop(READS_INPUT)
+
+
+class _RefusingInput:
+    """sys.stdin in a replay: any read stops it."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._guard = guard
+
+    def __getattr__(self, name: str) -> Any:  # readlines, buffer, fileno, ...: all reads
+        self._guard.stop(READS_INPUT)
+
+    def read(self, *args: Any) -> str:
+        self._guard.stop(READS_INPUT)
+        return ""
+
+    def readline(self, *args: Any) -> str:
+        self._guard.stop(READS_INPUT)
+        return ""
+
+    def __iter__(self) -> Any:
+        self._guard.stop(READS_INPUT)
+        return iter(())
+
+    def isatty(self) -> bool:
+        return False
+
+
+def reason(stderr: str) -> str | None:
+    """Why the guard stopped a re-run, from its standard error (None: it did not)."""
+    for line in (stderr or "").splitlines():
+        if line.startswith(MARKER):
+            return line[len(MARKER) :].strip()
+    return None
+
+
+def bootstrap(scratch: str, module: str, argv: list[str]) -> None:
+    """`python -c` entry of the patched-program re-run: the guard first, then `python -m module argv`."""
+    import runpy
+
+    Guard(scratch).install()
+    sys.argv = [module, *argv]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

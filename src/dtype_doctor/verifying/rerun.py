@@ -1,0 +1,60 @@
+"""The patched-program re-run's process, isolated: a scratch working directory (where the user's
+working directory sits in the scratch copy, else the scratch root), standard input from /dev/null,
+its output captured (never shown after the user's own), no bytecode written next to the user's files,
+and the guard (guard.py) installed by a `-c` bootstrap before the program's first line. No torch import.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from .guard import reason
+
+_BOOT = "import sys; from dtype_doctor.verifying.guard import bootstrap; bootstrap(sys.argv[1], sys.argv[2], sys.argv[3:])"
+
+
+@dataclass
+class Ran:
+    code: int
+    stdout: str
+    stderr: str
+    stopped: str | None = None  # why the guard stopped it (guard.py), or None
+
+
+def guarded(cmd: list[str], scratch: str) -> list[str]:
+    """`python -m MODULE ARGS` as `python -c BOOT SCRATCH MODULE ARGS` (the guard first)."""
+    if len(cmd) >= 3 and cmd[0] == sys.executable and cmd[1] == "-m":
+        return [cmd[0], "-c", _BOOT, scratch, cmd[2], *cmd[3:]]
+    return cmd
+
+
+def workdir(scratch: str, anchor: str) -> str:
+    """The user's working directory's place in the scratch copy of `anchor` (else the scratch root)."""
+    here, anchor = os.path.realpath(os.getcwd()), os.path.realpath(anchor)
+    if here == anchor or here.startswith(anchor + os.sep):
+        place = os.path.join(scratch, os.path.relpath(here, anchor))
+        os.makedirs(place, exist_ok=True)
+        return place
+    return scratch
+
+
+def run(cmd: list[str], scratch: str, anchor: str, env: dict[str, str], timeout: float | None) -> Ran:
+    """Run `cmd` isolated in `scratch`; code 124 when it did not finish within `timeout`."""
+    env = {**env, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": scratch}
+    try:
+        proc = subprocess.run(
+            guarded(cmd, scratch),
+            cwd=workdir(scratch, anchor),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Ran(124, "", "the replay timed out")
+    return Ran(proc.returncode, proc.stdout or "", proc.stderr or "", reason(proc.stderr or ""))

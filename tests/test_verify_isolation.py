@@ -1,0 +1,320 @@
+"""Issue 30 item 1 / issue 29 item 4: verifying a fix is invisible to the user's program, and its
+label tells the truth. Each test runs the same block with and without `watch()` (or the same script
+under plain python and `run --diff`) and compares what the user can observe."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import dtype_doctor as dd
+
+
+class Net(nn.Module):
+    """A bfloat16 layer behind a forward with side effects; fed float32, it fails."""
+
+    def __init__(self, effect=None) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8).to(torch.bfloat16)
+        self.effect = effect or (lambda x: None)
+
+    def forward(self, x, cache=None):
+        self.effect(x)
+        if cache is not None:
+            cache.entries.append(x.shape)
+        return self.lin(x)
+
+    def decode(self, z):
+        return self.lin(torch.tanh(z))
+
+
+def _watched(block, model):
+    """Run block() under watch; the session (its fixes verified)."""
+    with pytest.raises(RuntimeError, match="dtype"), dd.watch(model=model) as session:
+        block()
+    return session
+
+
+def _plain(block):
+    with pytest.raises(RuntimeError, match="dtype"):
+        block()
+
+
+def _labels(session):
+    return [(f.snippet, f.verified, f.verification) for f in session.report.errors[0].fixes]
+
+
+def _verified_some(session):
+    assert any(v for _, v, _ in _labels(session)), _labels(session)
+
+
+def test_a_forward_that_prints_and_counts_runs_once(capfd):
+    counter = {"n": 0}
+
+    def effect(x):
+        print("forward ran")
+        counter["n"] += 1
+
+    model = Net(effect)
+    x = torch.randn(2, 8)
+    _plain(lambda: model(x))
+    plain = capfd.readouterr().out, counter["n"]
+    counter["n"] = 0
+    session = _watched(lambda: model(x), model)
+    assert (capfd.readouterr().out, counter["n"]) == plain == ("forward ran\n", 1)
+    _verified_some(session)  # the replays ran: in a child of their own
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_a_forward_that_appends_to_a_file_appends_once(tmp_path, monkeypatch, absolute):
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "calls.log"
+
+    def effect(x):
+        with open(log if absolute else "calls.log", "a") as fh:
+            fh.write("call\n")
+
+    model = Net(effect)
+    x = torch.randn(2, 8)
+    _plain(lambda: model(x))
+    plain = log.read_text()
+    log.unlink()
+    session = _watched(lambda: model(x), model)
+    assert log.read_text() == plain == "call\n"
+    assert sorted(os.listdir(tmp_path)) == ["calls.log"]
+    if absolute:  # outside the replay's scratch directory: the guard stops the replay
+        labels = [t for _, _, t in _labels(session)]
+        assert "not verified (the call writes files)" in labels, labels
+        assert not any(v for _, v, _ in _labels(session))
+    else:  # a relative path lands in the replay's scratch directory
+        _verified_some(session)
+
+
+def _draws():
+    return torch.randn(3).tolist(), random.random(), np.random.rand()
+
+
+def _seeded():
+    torch.manual_seed(1)
+    random.seed(1)
+    np.random.seed(1)
+
+
+def test_random_streams_after_a_watch_equal_plain():
+    def effect(x):  # a forward that draws from all three generators
+        torch.nn.functional.dropout(x, 0.5, training=True)
+        random.random()
+        np.random.rand()
+
+    model = Net(effect)
+    x = torch.ones(2, 8)
+    _seeded()
+    _plain(lambda: model(x))
+    plain = _draws()
+    _seeded()
+    session = _watched(lambda: model(x), model)
+    assert _draws() == plain
+    _verified_some(session)
+
+
+def test_a_call_site_expression_is_evaluated_once():
+    calls = []
+
+    def get_batch():
+        calls.append(1)
+        return torch.randn(2, 8)
+
+    vae = Net()
+    _plain(lambda: vae(get_batch()))
+    assert calls == [1]
+    with pytest.raises(RuntimeError, match="dtype"), dd.watch(model=vae) as session:
+        vae(get_batch())
+    assert calls == [1, 1]
+    _verified_some(session)
+
+
+class Batch:
+    def __init__(self) -> None:
+        self.x = torch.randn(2, 8)
+
+
+def test_a_non_tensor_batch_is_not_converted_by_a_fix():
+    batch = Batch()
+    model = Net()
+    with pytest.raises(RuntimeError, match="dtype"), dd.watch(model=model) as session:
+        model(batch.x)
+    assert batch.x.dtype == torch.float32
+    labels = _labels(session)
+    assert any(s.startswith("batch.x = ") and v for s, v, _ in labels), labels  # it ran, on a copy
+
+
+def test_the_users_forward_hooks_fire_once():
+    fired = []
+    model = Net()
+    x = torch.randn(2, 8)
+    handle = model.register_forward_pre_hook(lambda m, a: fired.append("pre"))
+    _plain(lambda: model(x))
+    plain = list(fired)
+    fired.clear()
+    session = _watched(lambda: model(x), model)
+    handle.remove()
+    assert fired == plain == ["pre"]
+    _verified_some(session)
+
+
+class Cache:
+    def __init__(self) -> None:
+        self.entries: list = []
+
+
+def test_a_kv_cache_passed_in_is_not_appended_to_by_replays():
+    model = Net()
+    x = torch.randn(2, 8)
+    plain = Cache()
+    _plain(lambda: model(x, cache=plain))
+    cache = Cache()
+    session = _watched(lambda: model(x, cache=cache), model)
+    assert len(cache.entries) == len(plain.entries) == 1
+    _verified_some(session)
+
+
+def test_without_fork_a_library_model_is_replayed_in_process_sealed(monkeypatch):
+    monkeypatch.setenv("DTYPE_DOCTOR_VERIFY_IN_PROCESS", "1")  # as when CUDA is initialised
+    model = nn.Sequential(nn.Dropout(0.5), nn.Linear(8, 8)).to(torch.bfloat16)  # dropout draws
+    fired = []
+    model.register_forward_pre_hook(lambda m, a: fired.append("pre"))
+    x = torch.ones(2, 8)
+    _seeded()
+    _plain(lambda: model(x))
+    plain = _draws(), list(fired)
+    fired.clear()
+    _seeded()
+    session = _watched(lambda: model(x), model)
+    assert (_draws(), fired) == plain
+    _verified_some(session)
+
+
+def test_without_fork_the_users_own_code_is_not_replayed(monkeypatch, capfd):
+    monkeypatch.setenv("DTYPE_DOCTOR_VERIFY_IN_PROCESS", "1")
+    model = Net(lambda x: print("forward ran"))
+    x = torch.randn(2, 8)
+    session = _watched(lambda: model(x), model)
+    assert capfd.readouterr().out == "forward ran\n"
+    labels = [t for _, _, t in _labels(session)]
+    assert any(t.startswith("not verified (the call runs code of yours") for t in labels), labels
+    assert not any(v for _, v, _ in _labels(session))
+
+
+ZERO = """
+import torch
+import dtype_doctor as dd
+
+model = torch.nn.Linear(8, 8).to(torch.bfloat16)
+try:
+    with dd.watch(model=model) as session:
+        model(torch.randn(2, 8))  # a new batch each time it is evaluated: replayed as recorded
+except RuntimeError:
+    pass
+for fix in session.report.errors[0].fixes:
+    print(repr(fix.snippet.split("#")[0].strip()), fix.verified, fix.verification)
+"""
+
+
+def test_a_fix_whose_output_is_fp32s_reports_error_zero(tmp_path):
+    (tmp_path / "zero.py").write_text(ZERO)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "zero.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("'model = model.float()'")), "")
+    assert "True verified: passes, max rel. error 0e+00 vs fp32 (threshold 5e-02)" in line, done
+
+
+def test_a_comment_only_fix_is_never_run_nor_verified():
+    from dtype_doctor.report import Fix
+    from dtype_doctor.watching import verify
+
+    model = Net()
+    x = torch.randn(2, 8)
+    with pytest.raises(RuntimeError, match="dtype"), dd.watch(model=model) as session:
+        model(x)
+    finding = session.report.errors[0]
+    comment = Fix("Upcast every operand", "# upcast every operand with .float() before the op\npass", "")
+    finding.fixes.insert(0, comment)
+
+    made = types.SimpleNamespace(  # the context the fixes were made in: this frame's names
+        scope=sys._getframe(), inner={}, root_expr=None, call_src=(["x"], {})
+    )
+    verify.verify(finding, verify.Call(model, "forward", (x,), {}), made, None)
+    assert comment.verified is None and comment.verification.startswith("not verified (a comment"), comment
+    assert finding.fixes[0] is not comment and finding.fixes[0].verified is True, _labels(session)
+
+
+SCRIPT = """
+import sys
+import torch
+
+line = sys.stdin.readline()
+with open("out.txt", "a") as fh:
+    fh.write(line)
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 4).to(torch.bfloat16)
+x = torch.randn(2, 4)
+print(model(x).sum())
+"""
+
+
+def test_run_diff_leaves_the_users_folder_and_stdin_alone(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    plain = subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        input="first\nsecond\n",
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert plain.returncode != 0 and (tmp_path / "out.txt").read_text() == "first\n"
+    (tmp_path / "out.txt").unlink()
+    before = sorted(os.listdir(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", "run", "--diff", "train.py"],
+        cwd=tmp_path,
+        input="first\nsecond\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert (tmp_path / "out.txt").read_text() == "first\n", done.stdout + done.stderr
+    assert sorted(os.listdir(tmp_path)) == sorted([*before, "out.txt"])
+    assert "not verified (the call reads input)" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_a_patch_that_changes_only_comments_is_never_rerun_nor_verified():
+    from dtype_doctor.patching import search
+    from dtype_doctor.patching.plan import Candidate, Cause
+    from dtype_doctor.patching.source import Edit
+
+    text = "x = 1\n"
+    comment = Edit("train.py", 0, 0, "# upcast every operand with .float()\n")
+    runs = []
+    _, _, result = search(
+        [Cause("c", [Candidate("upcast", [comment])])], {"train.py": text}, lambda f: runs.append(f)
+    )
+    assert runs == [] and not result.passed
+    assert (
+        result.describe()
+        == "re-run of the patched copy: not verified (the patch changes no code: nothing to run)"
+    )
