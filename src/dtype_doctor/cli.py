@@ -106,14 +106,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_USAGE
-    from .commands._output import check_output_paths, json_stdout_guard
+    from .commands import exit_status
+    from .commands._output import check_output_paths, json_stdout_guard, stdout_taken
 
     try:
         check_output_paths(args)
-        # with `--json` to stdout, stdout carries the JSON alone: user code's output goes to stderr
-        quiet = getattr(args, "json", None) == "-"
-        with json_stdout_guard() if quiet else contextlib.nullcontext():
-            return int(args._run(args) or 0)
+        # with JSON (SARIF, annotations) on stdout, stdout carries it alone: user code's output goes to stderr
+        with json_stdout_guard() if stdout_taken(args) else contextlib.nullcontext():
+            code = int(args._run(args) or 0)
+        shown = getattr(args, "shown_report", None)
+        return exit_status(code, shown, getattr(args, "fail_on", None), own_code=args.command == "run")
     except DoctorError as exc:
         print(f"dtype-doctor {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -42,7 +42,7 @@ def assert_dtype_consistent(
     allowed = set(allow)
     bad = [f for f in report.findings if f.severity in levels and f.code not in allowed]
     if bad:
-        from ..render.text import render_plain
+        from ..render.registry import render
 
         shown = Report(findings=bad, tool="check", meta=report.meta)
         raise AssertionError(
@@ -52,6 +52,6 @@ def assert_dtype_consistent(
                 for f in bad
             )
             + "\n"
-            + render_plain(shown.findings)
+            + str(render("text", shown))
         )
     return report

@@ -92,7 +92,8 @@ class LoopWatch:
         return lines
 
     def _finish(self) -> None:
-        from ..processors import present
+        from ..render.outputs import Output
+        from ..render.registry import RenderOptions
         from ..sections import DtypeMap
 
         if self._model is not None and self.report.section(DtypeMap) is None:
@@ -103,25 +104,26 @@ class LoopWatch:
             except Exception as exc:  # the map is a nicety; never fail the run's end for it
                 log.warning("dtype-doctor: cannot map the model's dtypes: %s", exc)
         if self.summary:
-            from ..render.console import render
-
             try:
                 from rich.console import Console
 
-                render(present(self.report), console=Console(file=sys.stderr, highlight=False))
+                console = Console(file=sys.stderr, highlight=False)
+                self._emit(Output("console"), RenderOptions(console=console))
             except Exception as exc:  # a summary we cannot print must not fail the run's end
                 log.warning("dtype-doctor: cannot print the summary: %s", exc)
         # a file that cannot be written is reported, never raised: training has finished by now
-        if self.json_path:
-            self._write(self.json_path, lambda: present(self.report).to_json() + "\n")
-        if self.html_path:
-            from ..render.html import render_html
+        for name, path in (("json", self.json_path), ("html", self.html_path)):
+            if path:
+                self._write(path, Output(name, str(path)))
 
-            self._write(self.html_path, lambda: render_html(present(self.report)))
+    def _emit(self, output: Any, options: Any = None) -> None:
+        from ..render.outputs import emit
 
-    def _write(self, path: str | Path, text: Any) -> None:
+        emit(self.report, [output], options)
+
+    def _write(self, path: str | Path, output: Any) -> None:
         try:
-            Path(path).write_text(text(), encoding="utf-8")
+            self._emit(output)
         except Exception as exc:
             message = f"dtype-doctor: cannot write the report to {path}: {exc}"
             log.warning(message)

@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import Any
 
-from ..report import Finding
+from ..processors import present
+from ..report import Finding, Report
+
+
+class TextRenderer:
+    """The findings' panels as plain text, of a presented report (the pytest plugin's section,
+    IPython's text display, `assert_dtype_consistent`'s message)."""
+
+    name = "text"
+    extension = ".txt"
+    processors = (present,)
+    to_stdout = True
+
+    def render(self, report: Report, options: Any) -> str:
+        return render_plain(report.findings, options.width or 110)
 
 
 def render_plain(findings: Sequence[Finding], width: int = 110) -> str:
