@@ -102,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_USAGE
     parser = build_parser(only=first if first and first == args_list[0] else None)
+    try:
+        _project_defaults(parser)
+    except DoctorError as exc:
+        print(f"dtype-doctor: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(json_value_guard(parser, args_list))
     if not getattr(args, "_run", None):
         parser.print_help()
@@ -138,6 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+
+
+def _project_defaults(parser: argparse.ArgumentParser) -> None:
+    """`[tool.dtype-doctor]` of the nearest pyproject.toml as every command's defaults (flags override)."""
+    from .commands._config import apply, find
+
+    found = find()
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    for command in sub.choices.values() if sub is not None and found is not None else ():
+        apply(command, found)
 
 
 def _silence_stdout() -> None:
