@@ -157,7 +157,7 @@ def test_fail_on_decides_the_exit_code(capsys):
     assert main(["explain", "--fail-on", "error", "--ignore", "matmul-dtype-mismatch", MISMATCH]) == 0
 
 
-def test_fail_on_in_run_the_scripts_own_failure_wins(tmp_path):
+def test_fail_on_in_run_the_scripts_own_failure_wins(tmp_path, capsys):
     script = tmp_path / "mix.py"
     script.write_text(
         "import sys, torch\n"
@@ -165,9 +165,9 @@ def test_fail_on_in_run_the_scripts_own_failure_wins(tmp_path):
         "try:\n    torch.mm(a, torch.ones(2, 2))\nexcept RuntimeError:\n    pass\n"
         "sys.exit(int(sys.argv[1]))\n"
     )
-    assert _cli("run", str(script), "0", cwd=tmp_path).returncode == 0
-    assert _cli("run", "--fail-on", "error", str(script), "0", cwd=tmp_path).returncode == 1
-    assert _cli("run", "--fail-on", "error", str(script), "3", cwd=tmp_path).returncode == 3
+    assert main(["run", str(script), "0"]) == 0
+    assert main(["run", "--fail-on", "error", str(script), "0"]) == 1
+    assert main(["run", "--fail-on", "error", str(script), "3"]) == 3
 
 
 CODES_RENDERER = """

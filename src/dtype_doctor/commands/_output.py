@@ -101,7 +101,8 @@ def requested_outputs(args: argparse.Namespace) -> list[tuple[str, Output]]:
 
 def plot_path(args: argparse.Namespace) -> str:
     """Where `compare --plot PNG` writes: a name without extension gets `.png`, as savefig would."""
-    return args.plot if os.path.splitext(args.plot)[1] else f"{args.plot}.png"
+    keep = os.path.splitext(args.plot)[1] or os.path.isdir(args.plot)  # a folder is refused as it is
+    return args.plot if keep else f"{args.plot}.png"
 
 
 def stdout_taken(args: argparse.Namespace) -> bool:
@@ -229,7 +230,7 @@ def emit(
     if not any(o.format == "console" for o in wanted) and (
         console is not None or not outputs.to_stdout(wanted)
     ):
-        wanted.insert(1 if wanted and not wanted[0].to_file else 0, Output("console"))
+        wanted.insert(0, Output("console"))
     if any(o.format == "console" and not o.to_file for o in wanted):
         console = console or make_console(color=color)
     options = RenderOptions(
