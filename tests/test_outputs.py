@@ -202,3 +202,14 @@ def test_sarif_is_that_one_file_and_line():
     assert [
         line for line in (src / "render" / "registry.py").read_text().splitlines() if "sarif" in line
     ] == ['    "sarif": ".sarif:SarifRenderer",']
+
+
+def test_a_bare_path_picks_the_format_with_the_longest_matching_extension():
+    found = {p: registry.for_extension(p) for p in ("ci.github.txt", "notes.txt", "r.SARIF", "r.json", "r")}
+    assert found == {
+        "ci.github.txt": "github",
+        "notes.txt": "text",
+        "r.SARIF": "sarif",
+        "r.json": "json",
+        "r": None,
+    }

@@ -67,12 +67,11 @@ def get(name: str) -> Renderer:
 
 
 def for_extension(path: str) -> str | None:
-    """The format whose file extension `path` ends in (`merged.json` → json), or None."""
+    """The format whose file extension `path` ends in (`merged.json` → json), the longest one
+    (`a.github.txt` → github, not text), or None."""
     lowered = path.lower()
-    for name in _RENDERERS:
-        if lowered.endswith(get(name).extension):
-            return name
-    return None
+    found = [(len(ext), name) for name in _RENDERERS if lowered.endswith(ext := get(name).extension)]
+    return max(found)[1] if found else None
 
 
 def prepare(renderer: Renderer, report: Report, done: dict[tuple, Report] | None = None) -> Report:
