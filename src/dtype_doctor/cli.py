@@ -102,20 +102,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_USAGE
     parser = build_parser(only=first if first and first == args_list[0] else None)
+    try:
+        _project_defaults(parser)
+    except DoctorError as exc:
+        print(f"dtype-doctor: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(json_value_guard(parser, args_list))
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_USAGE
-    from .commands._output import check_output_paths, json_stdout_guard
+    from .commands import exit_status
+    from .commands._output import check_output_paths, json_stdout_guard, stdout_taken
     from .commands._patch import diff_on_stdout
 
     try:
         check_output_paths(args)
-        # with `--json` to stdout (or `--diff`), stdout carries the JSON (the diff) alone: user code's
+        # with JSON (SARIF, annotations) on stdout, or `--diff`, stdout carries it alone: user code's
         # output goes to stderr
-        quiet = getattr(args, "json", None) == "-" or diff_on_stdout(args)
+        quiet = stdout_taken(args) or diff_on_stdout(args)
         with json_stdout_guard() if quiet else contextlib.nullcontext():
-            return int(args._run(args) or 0)
+            code = int(args._run(args) or 0)
+        shown = getattr(args, "shown_report", None)
+        return exit_status(code, shown, getattr(args, "fail_on", None), own_code=args.command == "run")
     except DoctorError as exc:
         print(f"dtype-doctor {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -138,6 +146,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+
+
+def _project_defaults(parser: argparse.ArgumentParser) -> None:
+    """`[tool.dtype-doctor]` of the nearest pyproject.toml as every command's defaults (flags override)."""
+    from .commands._config import apply, find
+
+    found = find()
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    for command in sub.choices.values() if sub is not None and found is not None else ():
+        apply(command, found)
 
 
 def _silence_stdout() -> None:

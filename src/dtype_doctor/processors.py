@@ -52,6 +52,12 @@ def present(report: Report) -> Report:
     return group_by_cause(lift_meta_sections(report))
 
 
+def drop_codes(report: Report, codes: Sequence[str]) -> Report:
+    """The report less the findings whose family code is one of `codes` (`--ignore`, the config)."""
+    unwanted = set(codes)
+    return _with_findings(report, [f for f in report.findings if f.code not in unwanted])
+
+
 def _own(f: Finding) -> Finding:
     """A copy of `f` that a processor may change (count, data, location, message) without touching
     the input report; the operands, fixes and evidence, which no processor changes, are shared."""

@@ -21,6 +21,14 @@ SCHEMA_VERSION = 2  # 2: typed `sections` (schema 1 kept them in meta; still rea
 READABLE_SCHEMAS = (1, 2)
 
 
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of the report this version writes (package data:
+    schema/report.schema.json, whose `schema_version` is `SCHEMA_VERSION`)."""
+    from importlib.resources import files
+
+    return json.loads(files(__package__).joinpath("schema", "report.schema.json").read_text(encoding="utf-8"))
+
+
 class Severity(str, Enum):
     ERROR = "error"
     WARNING = "warning"

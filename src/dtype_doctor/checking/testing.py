@@ -43,7 +43,7 @@ def assert_dtype_consistent(
     bad = [f for f in report.findings if f.severity in levels and f.code not in allowed]
     if bad:
         from ..errors import DtypeAssertionError
-        from ..render.text import render_plain
+        from ..render.registry import render
 
         shown = Report(findings=bad, tool="check", meta=report.meta)
         raise DtypeAssertionError(
@@ -53,7 +53,7 @@ def assert_dtype_consistent(
                 for f in bad
             )
             + "\n"
-            + render_plain(shown.findings),
+            + str(render("text", shown)),
             shown.findings,
         )
     return report

@@ -1,7 +1,7 @@
-"""The one way a command shows its report: console, JSON (stdout or file), HTML.
-
-Also the output options every report-producing command shares, their checks, and the stdout
-guard that keeps `--json` on stdout pure JSON while user code runs.
+"""The command line's side of the one emit (render/outputs.py): the output options every
+report-producing command shares (`--output FORMAT[=PATH]`, its aliases `--json`, `--html`,
+`compare --plot`; `--fail-on`, `--ignore`), their checks, and the stdout guard that keeps a
+machine format on stdout pure while user code runs.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
-from ..errors import DoctorError
+from ..render.outputs import Output
+from . import FAIL_ON
 
 
 class _Once(argparse.Action):
@@ -30,23 +30,89 @@ class _Once(argparse.Action):
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     """Options every report-producing command shares."""
+    from ..render.registry import names
+
     out = parser.add_argument_group("output")
+    out.add_argument(
+        "-o",
+        "--output",
+        dest="outputs",
+        action="append",
+        metavar="FORMAT[=PATH]",
+        help=f"write the report as FORMAT ({', '.join(names())}) to PATH, or to stdout (json, sarif, "
+        "github) when no PATH is given; a PATH alone picks the format by its extension; repeatable",
+    )
     out.add_argument(
         "--json",
         nargs="?",
         const="-",
         action=_Once,
         metavar="PATH",
-        help="write the report as JSON to PATH, or to stdout when no PATH is given",
+        help="write the report as JSON to PATH, or to stdout when no PATH is given (--output json[=PATH])",
     )
     out.add_argument(
-        "--html", action=_Once, metavar="PATH", help="write a self-contained HTML report to PATH"
+        "--html",
+        action=_Once,
+        metavar="PATH",
+        help="write a self-contained HTML report to PATH (--output html=PATH)",
     )
     out.add_argument("-v", "--verbose", action="store_true", help="show all evidence")
     out.add_argument("--no-color", action="store_true", help="plain text output")
     out.add_argument(
         "-q", "--quiet", action="store_true", help="only one line per finding (the exit code says the rest)"
     )
+    out.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        help="exit 1 when a finding of this severity or worse is shown (error: errors only; warning: "
+        "warnings too; never: exit 0 whatever is found); for run, the script's own failure wins",
+    )
+    out.add_argument(
+        "--ignore",
+        action="append",
+        metavar="CODE",
+        help="leave findings of this family code out of every output and of the exit code (repeatable)",
+    )
+
+
+def without_ignored(report: Any, args: argparse.Namespace) -> Any:
+    """The report less the findings whose code `--ignore` (or the config's `ignore`) names."""
+    from ..processors import drop_codes
+
+    codes = getattr(args, "ignore", None)
+    return drop_codes(report, codes) if codes else report
+
+
+def requested_outputs(args: argparse.Namespace) -> list[tuple[str, Output]]:
+    """(the option as the user gave it, the output) for every output the command line asks for;
+    the console's own output is left to `emit`."""
+    from ..render.outputs import parse_output
+
+    found: list[tuple[str, Output]] = []
+    json_target = getattr(args, "json", None)
+    if json_target:
+        found.append(("--json", Output("json", json_target)))
+    for text in getattr(args, "outputs", None) or ():
+        found.append((f"--output {text}", parse_output(text)))
+    html_target = getattr(args, "html", None)
+    if html_target:
+        found.append(("--html", Output("html", html_target)))
+    if getattr(args, "plot", None):
+        found.append(("--plot", Output("png", plot_path(args))))
+    return found
+
+
+def plot_path(args: argparse.Namespace) -> str:
+    """Where `compare --plot PNG` writes: a name without extension gets `.png`, as savefig would."""
+    keep = os.path.splitext(args.plot)[1] or os.path.isdir(args.plot)  # a folder is refused as it is
+    return args.plot if keep else f"{args.plot}.png"
+
+
+def stdout_taken(args: argparse.Namespace) -> bool:
+    """Whether a machine-readable output (JSON, SARIF, GitHub annotations) goes to stdout."""
+    from ..render.outputs import to_stdout
+
+    return to_stdout([o for _, o in requested_outputs(args)]) is not None
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
@@ -75,67 +141,15 @@ def input_paths(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _same_file(a: str, b: str) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)  # hard links, bind mounts
-    except (OSError, ValueError):
-        return False
-
-
 def check_output_paths(args: argparse.Namespace, inputs: Sequence[str] = ()) -> None:
-    """Refuse output paths that would clobber each other or one of the command's inputs (by real
-    path, so a symlink or `./name` to an input is refused too)."""
-    given = [(opt, getattr(args, opt.lstrip("-"), None)) for opt in ("--json", "--html", "--output")]
-    targets = [(opt, p) for opt, p in given if p and p != "-"]
-    seen: dict[str, str] = {}
-    sources = [*inputs, *input_paths(args)]
-    for option, path in targets:
-        real = os.path.realpath(path)
-        if real in seen:
-            raise DoctorError(f"{seen[real]} and {option} name the same file {path}: give two paths")
-        seen[real] = option
-        for source in sources:
-            if _same_file(source, path) and os.path.isfile(source):
-                raise DoctorError(f"{option} {path} is one of the inputs ({source}): it would be overwritten")
+    """Refuse output paths that would clobber each other or one of the command's inputs, and two
+    outputs that both want stdout."""
+    from ..render.outputs import check_paths, to_stdout
 
-
-def _in_place(path: str) -> bool:
-    """A character device, FIFO, socket or /dev/fd/N: written where it is, never replaced."""
-    if path.startswith(("/dev/", "/proc/")):
-        return True
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return False  # a new file
-    return not stat.S_ISREG(mode)
-
-
-def write(path: str, text: str) -> None:
-    """Write `text` to `path` whole or not at all (a signal mid-write leaves no half report).
-
-    Only a regular file is replaced atomically (a temporary file renamed onto it, through a symlink
-    to the file it points at); a device, a FIFO or /dev/fd/N (`--json=>(jq .)`) is written in place.
-    """
-    # backslashreplace: undecodable bytes of the user's text (surrogates) are shown, not fatal
-    if _in_place(path):
-        try:
-            with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
-        return
-    real = os.path.realpath(path)
-    tmp = f"{real}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as fh:
-            fh.write(text)
-        os.replace(tmp, real)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+    given = requested_outputs(args)
+    labels = {id(o): label for label, o in given}
+    to_stdout([o for _, o in given])
+    check_paths([o for _, o in given], [*inputs, *input_paths(args)], lambda o: f"{labels[id(o)]} {o.path}")
 
 
 class _ClosedStdoutNote:
@@ -154,14 +168,6 @@ class _ClosedStdoutNote:
 
 # Where `--json` (no PATH) writes: the real stdout, saved while user code's output goes to stderr.
 _json_stdout: list[TextIO] = []
-
-
-def write_json_stdout(report: Any) -> None:
-    from ..render.json import render_json
-
-    stream = _json_stdout[-1] if _json_stdout else sys.stdout
-    stream.write(render_json(report))
-    stream.flush()
 
 
 def real_stdout_is_stderrs_terminal() -> bool:
@@ -231,36 +237,37 @@ def emit(
     path: Callable[[str], str] = str,
     empty: str | None = None,
 ) -> None:
-    """Show a report the way the user asked: console, JSON (stdout or file), HTML.
+    """Show a report the way the user asked: every `--output` (and `--json`, `--html`, `--plot`)
+    through its renderer, and the console unless a machine format holds stdout.
 
-    `console`: where the console report goes (default stdout; skipped for `--json` on stdout unless
+    `console`: where the console report goes (default stdout; shown even with JSON on stdout when
     given). `path` maps the user's paths (run: one file per rank). `empty`: the line shown instead
-    of "no problems found" when the report has no findings.
+    of "no problems found" when the report has no findings. The report shown is kept for
+    `exit_status` (`--fail-on`).
     """
-    from ..processors import present
-    from ..render.console import make_console, render, render_quiet
+    from ..render import outputs
+    from ..render.console import make_console
+    from ..render.registry import RenderOptions
 
-    report = present(report)  # the processors every output shares, once; the renderers only read
-    json_target = getattr(args, "json", None)
-    if json_target == "-":
-        write_json_stdout(report)
-    elif json_target:
-        from ..render.json import render_json
-
-        write(path(json_target), render_json(report))
-    if json_target != "-" or console is not None:
-        color = False if getattr(args, "no_color", False) else None  # None: rich reads NO_COLOR, FORCE_COLOR
+    report = without_ignored(report, args)
+    args.shown_report = report
+    wanted = [o for _, o in requested_outputs(args)]
+    color = False if getattr(args, "no_color", False) else None  # None: rich reads NO_COLOR, FORCE_COLOR
+    if not any(o.format == "console" for o in wanted) and (
+        console is not None or not outputs.to_stdout(wanted)
+    ):
+        wanted.insert(0, Output("console"))
+    if any(o.format == "console" and not o.to_file for o in wanted):
         console = console or make_console(color=color)
-        if getattr(args, "quiet", False):
-            render_quiet(report, console)
-        elif empty is not None and not report.findings:
-            console.print(empty)
-        else:
-            # a diagnosis the exception note showed on this stream already is not repeated as a panel
-            noted = report.meta.get("noted", ()) if console.stderr else ()
-            render(report, console=console, verbose=getattr(args, "verbose", False), color=color, noted=noted)
-    html_target = getattr(args, "html", None)
-    if html_target:
-        from ..render.html import render_html
-
-        write(path(html_target), render_html(report))
+    # a diagnosis the exception note showed on this stream already is not repeated as a panel
+    noted = tuple(report.meta.get("noted", ())) if console is not None and console.stderr else ()
+    options = RenderOptions(
+        verbose=getattr(args, "verbose", False),
+        color=color,
+        console=console,
+        empty=empty,
+        quiet=getattr(args, "quiet", False),
+        noted=noted,
+    )
+    stream = _json_stdout[-1] if _json_stdout else sys.stdout
+    outputs.emit(report, wanted, options, stdout=stream, path=path)

@@ -114,9 +114,11 @@ def check_with_patch(report: Any, args: argparse.Namespace) -> int:
 
 
 def diff_on_stdout(args: argparse.Namespace) -> bool:
-    """`--diff` (not `--write`) without `--json` to stdout: stdout carries the diff alone."""
+    """`--diff` (not `--write`) without a machine output on stdout: stdout carries the diff alone."""
+    from ._output import stdout_taken
+
     diff = getattr(args, "diff", False) and not getattr(args, "write", False)
-    return bool(diff) and getattr(args, "json", None) != "-"
+    return bool(diff) and not stdout_taken(args)
 
 
 def print_diff(proposal: Any, args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@ import textwrap
 from typing import Any
 
 from . import EXIT_FINDINGS, EXIT_OK
-from ._output import add_output_options, emit
+from ._output import add_output_options, emit, plot_path, stdout_taken
 
 HELP = "run a model in fp32/fp16/bf16/autocast side by side: speed, memory, error, per-layer error"
 DESCRIPTION = (
@@ -76,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-attribution", action="store_true", help="skip the per-module error")
     parser.add_argument("--seed", type=_seed, default=0, help="seed for the random inputs and the factory")
     parser.add_argument(
-        "--plot", metavar="PNG", help="also write a plot of the comparison (needs matplotlib)"
+        "--plot",
+        metavar="PNG",
+        help="also write a plot of the comparison (needs matplotlib; --output png=PNG)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_output_options(parser)
@@ -98,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.input:
         raise DoctorError("give the model's inputs with --input SHAPE[:DTYPE] (e.g. --input 1x3x224x224)")
-    if args.plot and os.path.isdir(args.plot):
-        raise DoctorError(f"cannot write {args.plot}: it is a directory (give a .png path)")
     if not (args.tolerance > 0 and math.isfinite(args.tolerance)):
         raise DoctorError(f"--tolerance must be a positive number, got {args.tolerance}")
     if args.top_k < 0:
@@ -132,21 +132,16 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress and sys.stderr.isatty(),
         on_progress=_log_progress(args),
     )
-    if args.plot:
-        from ..render.png import plot_compare
-        from ..sections import CompareResult
-
-        args.plot = plot_compare(report.section(CompareResult), args.plot)
     console = None
-    if args.json != "-":
+    if not stdout_taken(args):
         from ..render.console import make_console
 
         console = make_console(color=not args.no_color)
         if not console.is_terminal and not os.environ.get("COLUMNS"):
             console.width = max(console.width, 120)  # logs and files: no need to squeeze the table
     emit(report, args, console=console)
-    if args.plot and args.json != "-" and not args.quiet:
-        print(f"plot written to {args.plot}", file=sys.stderr)
+    if args.plot and console is not None and not args.quiet:
+        print(f"plot written to {plot_path(args)}", file=sys.stderr)
     problems = [f for f in report.findings if f.severity.value != "info"]
     return EXIT_FINDINGS if problems else EXIT_OK
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import DoctorError
 from . import EXIT_FINDINGS, EXIT_OK
-from ._output import add_output_options, check_output_paths, emit, write
+from ._output import add_output_options, check_output_paths, emit
 
 HELP = "merge per-rank reports (report.rank*.json) of a distributed run into one"
 DESCRIPTION = (
@@ -25,7 +25,6 @@ _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT", help="per-rank JSON reports (globs allowed)")
-    parser.add_argument("-o", "--output", metavar="PATH", help="write the merged report as JSON to PATH")
     add_output_options(parser)
 
 
@@ -74,8 +73,7 @@ def load_rank_report(path: Path, index: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..processors import merge_ranks, present
-    from ..render.json import render_json
+    from ..processors import merge_ranks
 
     paths = _expand(args.reports)
     check_output_paths(args, [str(p) for p in paths])  # never write over an input
@@ -85,7 +83,5 @@ def run(args: argparse.Namespace) -> int:
         raise DoctorError(f"two reports claim the same rank (ranks {ranks}); pass one report per rank")
     merged = merge_ranks([rep for _, rep in loaded], ranks)
     merged.meta["merged_from"] = [str(p) for p in paths]
-    if args.output:
-        write(args.output, render_json(present(merged)))
-    emit(merged, args)
+    emit(merged, args)  # `-o merged.json` is `--output json=merged.json`
     return EXIT_FINDINGS if merged.findings else EXIT_OK

@@ -80,14 +80,13 @@ def run_cell_under_watch(shell: Any, options: argparse.Namespace, code: str) -> 
         report = session.report
         report.tool = "notebook"
         if options.html:
-            from ..processors import present
-            from ..render.html import render_html
+            from ..errors import DoctorError
+            from ..render.outputs import Output, emit
 
             try:
-                with open(options.html, "w", encoding="utf-8") as fh:
-                    fh.write(render_html(present(report)))
-            except OSError as exc:  # never replace the cell's own outcome
-                print(f"%%{_NAME}: cannot write {options.html}: {exc.strerror or exc}")
+                emit(report, [Output("html", options.html)])
+            except DoctorError as exc:  # never replace the cell's own outcome
+                print(f"%%{_NAME}: {exc}")
         if report.findings or not options.quiet:
             display(report)
     return session
@@ -130,10 +129,10 @@ def _register_text_formatter(shell: Any) -> None:
     from ..report import Report
 
     def as_text(report: Report, printer: Any, cycle: bool) -> None:
-        from ..render.text import render_plain
+        from ..render.registry import render
 
         printer.text(
-            render_plain(report.findings)
+            str(render("text", report))
             if report.findings
             else f"dtype-doctor {report.tool}: no problems found."
         )

@@ -93,7 +93,8 @@ class LoopWatch:
 
     def _finish(self, exc: BaseException | None = None) -> None:
         """The summary on stderr (a finding the exception's note shows there as one line), files."""
-        from ..processors import present
+        from ..render.outputs import Output
+        from ..render.registry import RenderOptions
         from ..sections import DtypeMap
 
         if self._model is not None and self.report.section(DtypeMap) is None:
@@ -104,28 +105,29 @@ class LoopWatch:
             except Exception as exc:  # the map is a nicety; never fail the run's end for it
                 log.warning("dtype-doctor: cannot map the model's dtypes: %s", exc)
         if self.summary:
-            from ..render.console import render
-
             try:
                 from rich.console import Console
 
                 from ..watching.failures import noted_in
 
-                noted = noted_in(exc) if exc is not None else ()
-                render(present(self.report), console=Console(file=sys.stderr, highlight=False), noted=noted)
+                noted = tuple(noted_in(exc)) if exc is not None else ()
+                console = Console(file=sys.stderr, highlight=False)
+                self._emit(Output("console"), RenderOptions(console=console, noted=noted))
             except Exception as exc:  # a summary we cannot print must not fail the run's end
                 log.warning("dtype-doctor: cannot print the summary: %s", exc)
         # a file that cannot be written is reported, never raised: training has finished by now
-        if self.json_path:
-            self._write(self.json_path, lambda: present(self.report).to_json() + "\n")
-        if self.html_path:
-            from ..render.html import render_html
+        for name, path in (("json", self.json_path), ("html", self.html_path)):
+            if path:
+                self._write(path, Output(name, str(path)))
 
-            self._write(self.html_path, lambda: render_html(present(self.report)))
+    def _emit(self, output: Any, options: Any = None) -> None:
+        from ..render.outputs import emit
 
-    def _write(self, path: str | Path, text: Any) -> None:
+        emit(self.report, [output], options)
+
+    def _write(self, path: str | Path, output: Any) -> None:
         try:
-            Path(path).write_text(text(), encoding="utf-8")
+            self._emit(output)
         except Exception as exc:
             message = f"dtype-doctor: cannot write the report to {path}: {exc}"
             log.warning(message)

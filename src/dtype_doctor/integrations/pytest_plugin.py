@@ -174,9 +174,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             findings = _carried(call.excinfo.value) or _explain(call.excinfo)
         if not findings:
             return report
-        from dtype_doctor.render.text import render_plain
+        from dtype_doctor.render.registry import render
+        from dtype_doctor.report import Report
 
-        report.sections.append(("dtype-doctor", render_plain(findings)))
+        report.sections.append(
+            ("dtype-doctor", str(render("text", Report(findings=list(findings), tool="pytest"))))
+        )
         crash = getattr(report.longrepr, "reprcrash", None)
         lead = _leading(findings, call.excinfo)
         if report.failed and crash is not None and lead is not None:

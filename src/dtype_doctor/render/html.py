@@ -14,6 +14,7 @@ from typing import Any
 
 from ..causes import by_cause
 from ..dtype_map import report_map
+from ..processors import present
 from ..report import Finding, Operand, Origin, Report, Severity
 from ..sections import SourcePatch
 from .patch import PATCH_CSS, patch_html
@@ -101,6 +102,16 @@ def render_html(report: Report) -> str:
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+class HtmlRenderer:
+    name = "html"
+    extension = ".html"
+    processors = (present,)
+    to_stdout = False
+
+    def render(self, report: Report, options: Any) -> str:
+        return render_html(report)
 
 
 def style() -> str:

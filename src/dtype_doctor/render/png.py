@@ -5,12 +5,14 @@ matplotlib is optional (`pip install dtype-doctor[plot]`); it is imported only h
 
 from __future__ import annotations
 
+import io
 import math
-import os
 import textwrap
 from typing import Any
 
 from ..errors import DoctorError
+from ..processors import present
+from ..report import Report
 from ..sections import CompareResult
 from .compare_rows import finite, memory_method, variant_rows, worst_layers
 from .svg import shorten
@@ -18,19 +20,34 @@ from .svg import shorten
 _COLORS = {"ok": "#4C72B0", "overflows": "#DD8452", "fails": "#C44E52", "out-of-memory": "#C44E52"}
 
 
-def plot_compare(section: CompareResult, path: str) -> str:
-    """Write the comparison to `path` as PNG; return the path written."""
+class PngRenderer:
+    """The plot of a comparison (`compare --plot`, `--output png=PATH`): a report with no
+    comparison has nothing to plot and is refused with one line."""
+
+    name = "png"
+    extension = ".png"
+    processors = (present,)
+    to_stdout = False
+
+    def render(self, report: Report, options: Any) -> bytes:
+        section = report.section(CompareResult)
+        if section is None:
+            raise DoctorError(
+                f"a {report.tool or 'this'} report has no comparison to plot (png is for compare)"
+            )
+        return compare_png(section)
+
+
+def compare_png(section: CompareResult) -> bytes:
+    """The comparison drawn as PNG bytes."""
     plt = _pyplot()
     fig = compare_figure(section)
-    if not os.path.splitext(str(path))[1]:
-        path = f"{path}.png"  # what savefig would write anyway; say the real name
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise DoctorError(f"cannot write {path}: {exc.strerror or exc}") from None
+        fig.savefig(buf, format="png", dpi=110)
     finally:
         plt.close(fig)
-    return path
+    return buf.getvalue()
 
 
 def _pyplot() -> Any:

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import Any
 
-from ..report import Finding
+from ..processors import present
+from ..report import Finding, Report
 from .fold import terminal_width
+
+
+class TextRenderer:
+    """The findings' panels as plain text, of a presented report (the pytest plugin's section,
+    IPython's text display, `assert_dtype_consistent`'s message)."""
+
+    name = "text"
+    extension = ".txt"
+    processors = (present,)
+    to_stdout = True
+
+    def render(self, report: Report, options: Any) -> str:
+        return render_plain(report.findings, options.width)
 
 
 def render_plain(findings: Sequence[Finding], width: int | None = None) -> str:

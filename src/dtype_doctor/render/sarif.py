@@ -1,0 +1,178 @@
+"""SARIF 2.1.0, the format code-scanning services read (GitHub code scanning, IDE viewers).
+
+One run of the `dtype-doctor` tool: a rule per family code in the report (from the catalog: its
+title, cause and ranked fixes), a result per finding (level from severity, message, the finding's
+file:line and its operands' origins as locations, relative to the working folder), and, where the
+report holds a source edit (`run --diff`), that edit as the result's SARIF `fixes`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from .. import catalog
+from ..processors import present
+from ..report import Finding, Report, Severity
+from ..sections import SourcePatch
+from .places import Place, places, relative
+from .registry import RenderOptions
+
+SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+_ROOT = "SRCROOT"
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+
+
+class SarifRenderer:
+    name = "sarif"
+    extension = ".sarif"
+    processors = (present,)
+    to_stdout = True
+
+    def render(self, report: Report, options: RenderOptions) -> str:
+        return json.dumps(sarif_log(report, options.base), indent=2) + "\n"
+
+
+def sarif_log(report: Report, base: str | None = None) -> dict[str, Any]:
+    from .. import __version__
+
+    base = os.path.abspath(base or os.getcwd())
+    codes = list(dict.fromkeys(f.code for f in report.findings))
+    edits = _edits(report)
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "dtype-doctor",
+                "version": __version__,
+                "informationUri": "https://pypi.org/project/dtype-doctor/",
+                "rules": [_rule(code, report) for code in codes],
+            }
+        },
+        "originalUriBaseIds": {_ROOT: {"uri": Path(base).as_uri() + "/"}},
+        "results": [_result(f, codes.index(f.code), base, edits) for f in report.findings],
+    }
+    if report.tool:
+        run["automationDetails"] = {"id": f"dtype-doctor/{report.tool}/"}
+    return {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def _rule(code: str, report: Report) -> dict[str, Any]:
+    try:
+        family = catalog.family(code)
+    except KeyError:  # a code no catalog of this version knows (an older report): its finding's words
+        first = next(f for f in report.findings if f.code == code)
+        return {"id": code, "shortDescription": {"text": first.title}}
+    fixes = "\n".join(f"{i}. {fix.title}" for i, fix in enumerate(catalog.fixes_for(code), 1))
+    help_text = family.cause + (f"\n\nFixes, best first:\n{fixes}" if fixes else "")
+    return {
+        "id": code,
+        "name": "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", code) if part),
+        "shortDescription": {"text": family.title},
+        "fullDescription": {"text": family.cause or family.title},
+        "help": {"text": help_text},
+        "defaultConfiguration": {"level": _LEVEL.get(Severity(family.severity), "warning")},
+    }
+
+
+def _artifact(path: str, base: str) -> dict[str, Any] | None:
+    rel = relative(path, base)
+    if rel is not None:
+        return {"uri": quote(rel), "uriBaseId": _ROOT}
+    if os.path.isabs(path):
+        return {"uri": Path(path).as_uri()}
+    return None  # <stdin>, <string>: no file to point at
+
+
+def _location(place: Place, base: str) -> dict[str, Any] | None:
+    artifact = _artifact(place.file, base)
+    if artifact is None:
+        return None
+    physical: dict[str, Any] = {"artifactLocation": artifact}
+    if place.line is not None:
+        physical["region"] = {"startLine": place.line}
+    return {"physicalLocation": physical, "message": {"text": place.what}}
+
+
+def _result(f: Finding, rule_index: int, base: str, edits: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    text = f.message or f.title
+    if f.fixes:
+        text += f"\nFix: {f.fixes[0].title}"
+    result: dict[str, Any] = {
+        "ruleId": f.code,
+        "ruleIndex": rule_index,
+        "level": _LEVEL.get(f.severity, "warning"),
+        "message": {"text": text},
+    }
+    located = [loc for p in places(f) if (loc := _location(p, base)) is not None]
+    if located:
+        result["locations"] = located[:1]
+        if located[1:]:
+            result["relatedLocations"] = [{"id": i, **loc} for i, loc in enumerate(located[1:], 1)]
+    if f.location is not None and f.location.module is not None:
+        logical = {"fullyQualifiedName": f.location.module or "<root>", "kind": "module"}
+        result.setdefault("locations", [{}])[0]["logicalLocations"] = [logical]
+    files = {p.file for p in places(f)}
+    fixes = [fix for path, fix_list in edits.items() if _same(path, files, base) for fix in fix_list]
+    if fixes:
+        result["fixes"] = fixes
+    result["properties"] = {"count": f.count, "confidence": f.confidence}
+    return result
+
+
+def _same(path: str, files: set[str], base: str) -> bool:
+    full = os.path.abspath(os.path.join(base, path))
+    return any(os.path.abspath(os.path.join(base, other)) == full for other in files)
+
+
+def _edits(report: Report) -> dict[str, list[dict[str, Any]]]:
+    """A SARIF fix per patched file of the report's source patch, keyed by that file's path."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for patch in (s for s in report.sections if isinstance(s, SourcePatch)):
+        what = (
+            "; ".join(c.get("change", "") for c in patch.changes if c.get("change")) or "the fix as a patch"
+        )
+        for path, replacements in _diff_replacements(patch.diff).items():
+            change = {
+                "artifactLocation": {"uri": quote(path.replace(os.sep, "/")), "uriBaseId": _ROOT},
+                "replacements": replacements,
+            }
+            out.setdefault(path, []).append({"description": {"text": what}, "artifactChanges": [change]})
+    return out
+
+
+def _diff_replacements(diff: str) -> dict[str, list[dict[str, Any]]]:
+    """Each file's hunks of a unified diff as SARIF replacements: the hunk's old lines (context
+    included) replaced by its new lines."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    path: str | None = None
+    hunk: dict[str, Any] | None = None
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            path = line[4:].split("\t")[0].strip()
+            hunk = None
+            continue
+        if line.startswith("--- "):
+            hunk = None
+            continue
+        head = _HUNK.match(line)
+        if head and path is not None:
+            start, length = int(head.group(1)), int(head.group(2) if head.group(2) is not None else 1)
+            hunk = {"start": start, "length": length, "new": []}
+            out.setdefault(path, []).append(hunk)
+        elif hunk is not None and line[:1] in (" ", "+"):
+            hunk["new"].append(line[1:])
+    return {p: [_replacement(h) for h in hunks] for p, hunks in out.items()}
+
+
+def _replacement(hunk: dict[str, Any]) -> dict[str, Any]:
+    new = "\n".join(hunk["new"])
+    if hunk["length"] == 0:  # a pure insertion after line `start`: an empty region at the next line
+        region = {"startLine": hunk["start"] + 1, "startColumn": 1, "endColumn": 1}
+        return {"deletedRegion": region, "insertedContent": {"text": new + "\n"}}
+    region = {"startLine": hunk["start"], "endLine": hunk["start"] + hunk["length"] - 1}
+    return {"deletedRegion": region, "insertedContent": {"text": new}}
