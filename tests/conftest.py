@@ -1,5 +1,6 @@
 """The fast lane (`make test-fast`, `pytest -m fast`): the tests that drive each command's main path
-(explain, run, check, audit, numerics, compare, env, merge), the report and its outputs, the catalog
+(explain, run, check, audit, numerics, compare, env, merge; compare's through
+test_terminal_manners.py), the report and its outputs, the catalog
 codes and the terminal manners, marked `fast` here by file so that no test file changes for it.
 A test of these files that is marked `slow` stays out of the lane."""
 
@@ -14,7 +15,6 @@ FAST_FILES = {
     "test_check.py",
     "test_audit.py",
     "test_numerics_cli.py",
-    "test_compare_cpu_output.py",
     "test_env.py",
     "test_merge.py",
     "test_report.py",
