@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 WRITES = "the call writes files"
@@ -60,15 +61,17 @@ class Guard:
         self.on = False
 
     def install(self) -> None:
+        global _installed
         sys.addaudithook(self._hook)
         sys.stdin = _RefusingInput(self)
         self.on = True
+        _installed = self
 
-    def stop(self, why: str) -> None:
+    def stop(self, why: str, what: object = "") -> None:
         if self.tripped is None:
             self.tripped = why
-            with contextlib.suppress(OSError):
-                os.write(2, (MARKER + why + "\n").encode())
+            with contextlib.suppress(OSError):  # what: for the one who debugs, after " | "
+                os.write(2, f"{MARKER}{why} | {what}\n".encode(errors="replace"))
         raise Stopped(f"dtype-doctor's verification stopped this: {why}")
 
     def _inside(self, path: Any) -> bool:
@@ -87,16 +90,42 @@ class Guard:
             path, mode, flags = (*tuple(args), None, None, 0)[:3]
             writing = bool((flags or 0) & _WRITE_FLAGS) or any(c in (mode or "") for c in "wax+")
             if writing and not self._inside(path):
-                self.stop(WRITES)
+                self.stop(WRITES, path)
+        elif event == "os.mkdir" and args and _exists(args[0]):
+            return  # makedirs(exist_ok=True) of a folder already there (a library's cache): no change
         elif event in _PATH_EVENTS:
             if not all(self._inside(args[i]) for i in _PATH_EVENTS[event] if i < len(args)):
-                self.stop(WRITES)
+                self.stop(WRITES, args)
         elif event in _SPAWN_EVENTS:
-            self.stop(SPAWNS)
+            self.stop(SPAWNS, args)
         elif event in _SOCKET_EVENTS:
             self.stop(SOCKETS)
         elif event == "builtins.input":
             self.stop(READS_INPUT)
+
+
+def _exists(path: Any) -> bool:
+    try:
+        return os.path.isdir(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return False
+
+
+_installed: Guard | None = None  # the guard of this process, if any
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The tool's own fork for a nested replay (in a re-run under the guard): let it through; the
+    child installs a guard of its own."""
+    guard, was = _installed, _installed is not None and _installed.on
+    if guard is not None:
+        guard.on = False
+    try:
+        yield
+    finally:
+        if guard is not None:
+            guard.on = was
 
 
 class _RefusingInput:
@@ -128,7 +157,7 @@ def reason(stderr: str) -> str | None:
     """Why the guard stopped a re-run, from its standard error (None: it did not)."""
     for line in (stderr or "").splitlines():
         if line.startswith(MARKER):
-            return line[len(MARKER) :].strip()
+            return line[len(MARKER) :].partition(" | ")[0].strip()
     return None
 
 

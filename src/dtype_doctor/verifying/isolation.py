@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .guard import Guard
+from .guard import Guard, paused
 
 TIMEOUT_S = 300.0
 FORCE_IN_PROCESS = "DTYPE_DOCTOR_VERIFY_IN_PROCESS"  # "1": never fork (tests the fallback)
@@ -58,8 +58,8 @@ def in_child(work: Callable[[], Any], timeout: float = TIMEOUT_S) -> Outcome:
     scratch = tempfile.mkdtemp(prefix="dtype-doctor-verify-")
     read_end, write_end = os.pipe()
     try:
-        with warnings.catch_warnings():  # 3.12: "use of fork() may lead to deadlocks" is ours, not the user's
-            warnings.simplefilter("ignore", DeprecationWarning)
+        with warnings.catch_warnings(), paused():  # paused: a re-run's guard lets the tool's own fork by
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12's fork warning: ours, not the user's
             pid = os.fork()
         if pid == 0:  # pragma: no cover - the child; measured through what it sends back
             os.close(read_end)
