@@ -16,7 +16,8 @@ from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import blame, snippets
+from . import blame, intent, snippets
+from .births import BirthTag
 from .modules import Names
 from .names import (
     call_argument,
@@ -87,10 +88,12 @@ def _root_method_input(t: torch.Tensor) -> Origin | None:
 
 def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     known = names.tensor(t)
+    tag = prov.lookup(t)
     if known is not None:
+        if isinstance(tag, BirthTag) and tag.dtype == t.dtype:  # where it was made or converted
+            return tag_to_origin(tag, names.module)
         kind, qual, owner = known
         return Origin(kind=kind, name=qual, module=names.module(owner), dtype=canonical(t.dtype))
-    tag = prov.lookup(t)
     if tag is not None:
         return tag_to_origin(tag, names.module)
     found = _root_method_input(t)
@@ -164,6 +167,11 @@ def build(
             for s in floats:  # no parameter decides: the models' dtype does, not the first operand
                 s.odd = s.tensor.dtype != want
             expected = want
+    asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
+    if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
+        for s in operands:
+            s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
+        expected = asked
     ops, odd = _operands(operands, names, prov)
     blamed = odd.operand
     ctx = set(context or ())

@@ -1,0 +1,95 @@
+"""Dtype births of what the model holds (issue 29, item 1): a parameter or buffer made while the model
+is built under the watch (as under `run`, where the watch starts with the script) has the line that
+made it; a module-wide cast is a new birth, its earlier one as parent; never "untracked"."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+import tiny_models
+from dtype_doctor import watch
+
+UNTRACKED = "untracked (created before watch() started)"
+HERE = "tests/test_births.py"
+
+
+def here() -> int:
+    return inspect.currentframe().f_back.f_lineno
+
+
+def _operand(finding, dtype):
+    return next(o for o in finding.operands if o.dtype == dtype)
+
+
+class PatchTokens(nn.Module):
+    """A ViT front whose learned register token is concatenated to the patch tokens."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 4, 4)
+        self.register_token = nn.Parameter(torch.randn(1, 1, width) * 0.02)
+        self.token_line = here() - 1
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        tokens = self.stem(images).flatten(2).transpose(1, 2)
+        return torch.cat([self.register_token.expand(len(tokens), -1, -1), tokens], dim=1)
+
+
+def test_a_parameter_made_in_init_under_the_watch_has_its_line_not_untracked():
+    with watch() as s:
+        front = PatchTokens()
+        front.stem.half()  # only the stem was converted
+        front(torch.randn(2, 3, 8, 8, dtype=torch.float16))
+    (finding,) = s.report.findings
+    origin = _operand(finding, "float32").origin
+    assert origin.name != UNTRACKED
+    assert (origin.kind, origin.name, origin.file, origin.line) == (
+        "parameter",
+        "register_token",
+        HERE,
+        front.token_line,
+    )
+
+
+def test_a_module_wide_cast_is_a_new_birth_whose_parent_is_where_the_parameter_was_made():
+    with watch() as s:
+        mlp = nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 6))
+        built = here() - 1
+        mlp.to(torch.bfloat16)
+        cast = here() - 1
+        mlp[2].bias = nn.Parameter(torch.zeros(6))  # a loader that left one bias in float32
+        loaded = here() - 1
+        with pytest.raises(RuntimeError):
+            mlp(torch.randn(1, 6, dtype=torch.bfloat16))
+    finding = s.report.errors[0]
+    weight = next(o for o in finding.operands if o.role == "weight").origin
+    assert (weight.kind, weight.name, weight.file, weight.line, weight.dtype) == (
+        "parameter",
+        "2.weight",
+        HERE,
+        cast,
+        "bfloat16",
+    )
+    born = next(c for c in weight.chain if c.kind != "call")
+    assert (born.file, born.line, born.dtype) == (HERE, built, "float32")
+    bias = next(o for o in finding.operands if o.role == "bias").origin
+    assert (bias.name, bias.file, bias.line, bias.dtype) == ("2.bias", HERE, loaded, "float32")
+
+
+def test_a_free_parameter_keeps_the_birth_of_the_tensor_it_wraps_in_a_real_gpt2():
+    with watch() as s:
+        model = tiny_models.gpt2(head=False).half()
+        soft_prompt = nn.Parameter(torch.randn(1, 2, model.config.n_embd))  # tuned in float32
+        made = here() - 1
+        ids = torch.tensor([[5, 6, 7]])
+        embeds = torch.cat([soft_prompt, model.wte(ids)], dim=1)
+        with pytest.raises(RuntimeError):
+            model(inputs_embeds=embeds)
+    seen = [o.origin for f in s.report.findings for o in f.operands if o.dtype == "float32"]
+    assert seen and not any(o.name == UNTRACKED for o in seen)
+    lines = {(c.file, c.line) for o in seen for c in [o, *o.chain]}
+    assert (HERE, made) in lines
