@@ -12,6 +12,7 @@ from torch import nn
 
 import tiny_models
 from dtype_doctor import watch
+from dtype_doctor.causes import group_by_cause
 
 UNTRACKED = "untracked (created before watch() started)"
 HERE = "tests/test_births.py"
@@ -93,3 +94,21 @@ def test_a_free_parameter_keeps_the_birth_of_the_tensor_it_wraps_in_a_real_gpt2(
     assert seen and not any(o.name == UNTRACKED for o in seen)
     lines = {(c.file, c.line) for o in seen for c in [o, *o.chain]}
     assert (HERE, made) in lines
+
+
+def test_a_lone_float32_bias_is_the_root_and_its_fix_casts_that_real_path_once():
+    with watch() as s:
+        head = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).to(torch.bfloat16)
+        for key, value in {"2.bias": torch.zeros(4)}.items():  # a restore that splits weight and bias
+            owner, attr = key.rsplit(".", 1)
+            setattr(head.get_submodule(owner), attr, nn.Parameter(value))
+            loaded = here() - 1
+        x = torch.randn(3, 8, dtype=torch.bfloat16)
+        with pytest.raises(RuntimeError):
+            head(x)
+    (finding,) = group_by_cause(s.report).errors
+    assert finding.root_cause == f"float32 `2.bias` ({HERE}:{loaded})"
+    first = finding.fixes[0]
+    assert first.snippet == "head[2].bias.data = head[2].bias.data.to(torch.bfloat16)"
+    exec(first.snippet, {"torch": torch, "head": head})  # pasted after the restore, as the title says
+    assert head(x).dtype == torch.bfloat16

@@ -17,6 +17,7 @@ import torch
 from torch.nn.modules import module as torch_module
 
 from ..patches import patch_method
+from ..report import Fix, Origin
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames
 
@@ -138,3 +139,37 @@ class Births:
         attribute = before._attribute if isinstance(before, BirthTag) else None
         owner = before._owner if isinstance(before, BirthTag) else None
         self.prov.set(target, BirthTag(self.names, target, kind, attribute, owner, frames, op, parents))
+
+
+def attribute_path(model: str, qual: str, kind: str) -> str:
+    """`model.blocks[0].bias` for `blocks.0.bias`; `model.get_parameter("…")` when a part is no name."""
+    parts = qual.split(".")
+    if all(p.isidentifier() or p.isdigit() for p in parts):
+        return model + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+    getter = "get_buffer" if kind == "buffer" else "get_parameter"
+    return f'{model}.{getter}("{qual}")'
+
+
+def held_fix(
+    origin: Origin, root: torch.nn.Module, model: str, want: torch.dtype, call: str | None
+) -> Fix | None:
+    """Cast the one parameter or buffer born in another dtype, once, after the model is built: a path
+    the model really has (checked), never a cast inside forward on every call."""
+    if origin.kind not in ("parameter", "buffer") or not origin.name or not origin.file:
+        return None
+    qual = origin.name
+    try:
+        held = root.get_buffer(qual) if origin.kind == "buffer" else root.get_parameter(qual)
+    except (AttributeError, TypeError):
+        return None  # named relative to another model: no path to write
+    if not held.is_floating_point() or held.dtype == want:
+        return None
+    path = attribute_path(model, qual, origin.kind)
+    dt = str(want)[6:]
+    place = f" before your call ({call})" if call else " before the model is called"
+    return Fix(
+        title=f"Cast {origin.kind} `{path}` to {dt} once, after the model is built and{place}",
+        snippet=f"{path}.data = {path}.data.to(torch.{dt})",
+        why=f"it was made {origin.dtype} at {origin.file}:{origin.line}; the rest runs in {dt}",
+        language="python",
+    )

@@ -16,8 +16,7 @@ from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import blame, intent, snippets
-from .births import BirthTag
+from . import births, blame, intent, snippets
 from .modules import Names
 from .names import (
     call_argument,
@@ -28,7 +27,7 @@ from .names import (
     user_frames,
     visible,
 )
-from .provenance import Provenance, caller_frames, tag_to_origin, where
+from .provenance import Provenance, caller_frames, short_path, tag_to_origin, where
 
 
 def torch_name(dtype: torch.dtype | None) -> str | None:
@@ -90,7 +89,7 @@ def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     known = names.tensor(t)
     tag = prov.lookup(t)
     if known is not None:
-        if isinstance(tag, BirthTag) and tag.dtype == t.dtype:  # where it was made or converted
+        if isinstance(tag, births.BirthTag) and tag.dtype == t.dtype:  # where it was made or converted
             return tag_to_origin(tag, names.module)
         kind, qual, owner = known
         return Origin(kind=kind, name=qual, module=names.module(owner), dtype=canonical(t.dtype))
@@ -284,6 +283,11 @@ def _better_fixes(
         at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
             finding.fixes = [at_root, *finding.fixes]
+    if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:
+        call = f"{short_path(rooted[1].f_code.co_filename)}:{rooted[1].f_lineno}"
+        held = births.held_fix(odd.origin, root, rooted[0], expected, call) if root is not None else None
+        if held is not None:
+            finding.fixes = [held, *finding.fixes]
     if island is None and rooted is not None and want is not None and root is not None:
         passed = blame.input_fix(rooted[1], root, rooted[0], want)
         if passed is not None:
