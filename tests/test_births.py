@@ -112,3 +112,66 @@ def test_a_lone_float32_bias_is_the_root_and_its_fix_casts_that_real_path_once()
     assert first.snippet == "head[2].bias.data = head[2].bias.data.to(torch.bfloat16)"
     exec(first.snippet, {"torch": torch, "head": head})  # pasted after the restore, as the title says
     assert head(x).dtype == torch.bfloat16
+
+
+class SlopeBias(nn.Module):
+    """Adds per-channel slopes kept as a plain tensor attribute (not a buffer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.slopes = torch.linspace(0.5, 1.0, 8)
+        self.slopes_line = here() - 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) + self.slopes
+
+
+def test_a_plain_tensor_attribute_a_module_wide_cast_skipped_is_the_root_and_becomes_a_buffer():
+    with watch() as s:
+        layer = SlopeBias().half()
+        layer(torch.randn(2, 8, dtype=torch.float16))
+    (finding,) = group_by_cause(s.report).findings
+    assert finding.root_cause == f"float32 `slopes` ({HERE}:{layer.slopes_line})"
+    first = finding.fixes[0]
+    assert first.snippet == 'self.register_buffer("slopes", torch.linspace(0.5, 1.0, 8), persistent=False)'
+    assert f"({HERE}:{layer.slopes_line})" in first.title
+
+    class Registered(SlopeBias):  # the fix pasted where the attribute is set
+        def __init__(self) -> None:
+            super().__init__()
+            del self.slopes
+            exec(first.snippet, {"torch": torch, "self": self})
+
+    assert Registered().half()(torch.randn(2, 8, dtype=torch.float16)).dtype == torch.float16
+
+
+class PrefixMemory(nn.Module):
+    """Queries attend to a learned key/value memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query = nn.Linear(8, 8)
+        self.mem_key = nn.Parameter(torch.randn(1, 4, 8))
+        self.mem_value = nn.Parameter(torch.randn(1, 4, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.scaled_dot_product_attention(self.query(x), self.mem_key, self.mem_value)
+
+
+def test_both_float32_operands_of_one_attention_are_cast_by_the_first_fix():
+    with watch() as s:
+        memory = PrefixMemory().half()
+        restored = {"mem_key": torch.randn(1, 4, 8), "mem_value": torch.randn(1, 4, 8)}
+        for name, value in restored.items():  # a checkpoint of the memory, restored in float32
+            setattr(memory, name, nn.Parameter(value))
+        x = torch.randn(1, 3, 8, dtype=torch.float16)
+        with pytest.raises(RuntimeError):
+            memory(x)
+    first = s.report.errors[0].fixes[0]
+    assert first.snippet.splitlines() == [
+        "memory.mem_key.data = memory.mem_key.data.to(torch.float16)",
+        "memory.mem_value.data = memory.mem_value.data.to(torch.float16)",
+    ]
+    exec(first.snippet, {"torch": torch, "memory": memory})
+    assert memory(x).dtype == torch.float16

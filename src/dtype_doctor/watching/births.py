@@ -151,25 +151,32 @@ def attribute_path(model: str, qual: str, kind: str) -> str:
 
 
 def held_fix(
-    origin: Origin, root: torch.nn.Module, model: str, want: torch.dtype, call: str | None
+    origins: list[Origin], root: torch.nn.Module, model: str, want: torch.dtype, call: str | None
 ) -> Fix | None:
-    """Cast the one parameter or buffer born in another dtype, once, after the model is built: a path
-    the model really has (checked), never a cast inside forward on every call."""
-    if origin.kind not in ("parameter", "buffer") or not origin.name or not origin.file:
+    """Cast each parameter or buffer born in another dtype (every odd one: a key and a value alike),
+    once, after the model is built: paths the model really has (checked), never a cast in forward."""
+    paths: list[str] = []
+    born: list[str] = []
+    for origin in origins:
+        if origin.kind not in ("parameter", "buffer") or not origin.name or not origin.file:
+            continue
+        try:
+            qual = origin.name
+            held = root.get_buffer(qual) if origin.kind == "buffer" else root.get_parameter(qual)
+        except (AttributeError, TypeError):
+            continue  # named relative to another model: no path to write
+        path = attribute_path(model, qual, origin.kind)
+        if held.is_floating_point() and held.dtype != want and path not in paths:
+            paths.append(path)
+            born.append(f"`{path}` {origin.dtype} at {origin.file}:{origin.line}")
+    if not paths:
         return None
-    qual = origin.name
-    try:
-        held = root.get_buffer(qual) if origin.kind == "buffer" else root.get_parameter(qual)
-    except (AttributeError, TypeError):
-        return None  # named relative to another model: no path to write
-    if not held.is_floating_point() or held.dtype == want:
-        return None
-    path = attribute_path(model, qual, origin.kind)
     dt = str(want)[6:]
     place = f" before your call ({call})" if call else " before the model is called"
+    named = ", ".join(f"`{p}`" for p in paths)
     return Fix(
-        title=f"Cast {origin.kind} `{path}` to {dt} once, after the model is built and{place}",
-        snippet=f"{path}.data = {path}.data.to(torch.{dt})",
-        why=f"it was made {origin.dtype} at {origin.file}:{origin.line}; the rest runs in {dt}",
+        title=f"Cast {named} to {dt} once, after the model is built and{place}",
+        snippet="\n".join(f"{p}.data = {p}.data.to(torch.{dt})" for p in paths),
+        why=f"made in another dtype: {'; '.join(born)}; the rest runs in {dt}",
         language="python",
     )

@@ -16,7 +16,7 @@ from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import births, blame, intent, snippets
+from . import attributes, births, blame, intent, snippets
 from .modules import Names
 from .names import (
     call_argument,
@@ -171,7 +171,7 @@ def build(
         for s in operands:
             s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
         expected = asked
-    ops, odd = _operands(operands, names, prov)
+    ops, odd = _operands(operands, names, prov, root)
     blamed = odd.operand
     ctx = set(context or ())
     lib = library_of(root) or library_of(module)
@@ -234,17 +234,24 @@ def build(
         fix_context.root_expr = rooted[0] if rooted else None
         fix_context.call_src = call_source(rooted[1], root) if rooted else None
         finding.fixes = refine(finding.fixes, fix_context)
+        # pasted where the attribute is set, whose own names it reuses: not checked in the call's frame
+        registered = attributes.buffer_fix(blamed.origin) if blamed and blamed.origin and not island else None
+        finding.fixes = [registered, *finding.fixes] if registered else finding.fixes
     except Exception:
         fix_context.scope = None
     return finding, fix_context
 
 
-def _operands(operands: list[Seen], names: Names, prov: Provenance) -> tuple[list[Operand], _Odd]:
+def _operands(
+    operands: list[Seen], names: Names, prov: Provenance, root: nn.Module | None
+) -> tuple[list[Operand], _Odd]:
     """The operands as the report shows them (with their origins), and the first odd one."""
     ops: list[Operand] = []
     odd = _Odd()
     for s in operands:
         origin = s.origin or origin_of(s.tensor, names, prov)
+        if s.odd and origin.kind not in ("parameter", "buffer"):  # a plain attribute: born where set
+            origin = _safe(lambda: attributes.attribute_origin(s.tensor, root, origin)) or origin  # noqa: B023
         name = origin.name if origin.kind in ("parameter", "buffer", "input") else None
         if origin.kind == "parameter" and odd.param is None:
             odd.param = origin.name
@@ -285,7 +292,8 @@ def _better_fixes(
             finding.fixes = [at_root, *finding.fixes]
     if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:
         call = f"{short_path(rooted[1].f_code.co_filename)}:{rooted[1].f_lineno}"
-        held = births.held_fix(odd.origin, root, rooted[0], expected, call) if root is not None else None
+        held_odd = [o.origin for o in finding.operands if o.origin and o.dtype != canonical(expected)]
+        held = births.held_fix(held_odd, root, rooted[0], expected, call) if root is not None else None
         if held is not None:
             finding.fixes = [held, *finding.fixes]
     if island is None and rooted is not None and want is not None and root is not None:
