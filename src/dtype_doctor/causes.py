@@ -64,6 +64,8 @@ def _root_origin(origin: Origin) -> Origin:
         parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
         if current.kind in ("input", "output") and not (parents and parents[0].kind == "promotion"):
             return current  # a named tensor the user handed over: the place to act
+        if current.kind in ("parameter", "buffer", "attribute") and current.file:
+            return current  # a parameter's birth: where its dtype entered the model
         if not parents:
             return current
         current = parents[0]

@@ -17,7 +17,7 @@ from ..dtypes import canonical
 from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import blame, snippets
+from . import attributes, births, blame, intent, snippets
 from .modules import Names
 from .names import (
     call_argument,
@@ -28,7 +28,7 @@ from .names import (
     user_frames,
     visible,
 )
-from .provenance import Provenance, caller_frames, tag_to_origin, where
+from .provenance import Provenance, caller_frames, short_path, tag_to_origin, where
 
 
 def torch_name(dtype: torch.dtype | None) -> str | None:
@@ -88,10 +88,12 @@ def _root_method_input(t: torch.Tensor) -> Origin | None:
 
 def origin_of(t: torch.Tensor, names: Names, prov: Provenance) -> Origin:
     known = names.tensor(t)
+    tag = prov.lookup(t)
     if known is not None:
+        if isinstance(tag, births.BirthTag) and tag.dtype == t.dtype:  # where it was made or converted
+            return tag_to_origin(tag, names.module)
         kind, qual, owner = known
         return Origin(kind=kind, name=qual, module=names.module(owner), dtype=canonical(t.dtype))
-    tag = prov.lookup(t)
     if tag is not None:
         return tag_to_origin(tag, names.module)
     found = _root_method_input(t)
@@ -165,7 +167,12 @@ def build(
             for s in floats:  # no parameter decides: the models' dtype does, not the first operand
                 s.odd = s.tensor.dtype != want
             expected = want
-    ops, odd = _operands(operands, names, prov)
+    asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
+    if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
+        for s in operands:
+            s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
+        expected = asked
+    ops, odd = _operands(operands, names, prov, root)
     blamed = odd.operand
     ctx = set(context or ())
     lib = library_of(root) or library_of(module)
@@ -228,17 +235,24 @@ def build(
         fix_context.root_expr = rooted[0] if rooted else None
         fix_context.call_src = call_source(rooted[1], root) if rooted else None
         finding.fixes = refine(finding.fixes, fix_context)
+        # pasted where the attribute is set, whose own names it reuses: not checked in the call's frame
+        registered = attributes.buffer_fix(blamed.origin) if blamed and blamed.origin and not island else None
+        finding.fixes = [registered, *finding.fixes] if registered else finding.fixes
     except Exception:
         fix_context.scope = None
     return finding, fix_context
 
 
-def _operands(operands: list[Seen], names: Names, prov: Provenance) -> tuple[list[Operand], _Odd]:
+def _operands(
+    operands: list[Seen], names: Names, prov: Provenance, root: nn.Module | None
+) -> tuple[list[Operand], _Odd]:
     """The operands as the report shows them (with their origins), and the first odd one."""
     ops: list[Operand] = []
     odd = _Odd()
     for s in operands:
         origin = s.origin or origin_of(s.tensor, names, prov)
+        if s.odd and origin.kind not in ("parameter", "buffer"):  # a plain attribute: born where set
+            origin = _safe(lambda: attributes.attribute_origin(s.tensor, root, origin)) or origin  # noqa: B023
         name = origin.name if origin.kind in ("parameter", "buffer", "input") else None
         if origin.kind == "parameter" and odd.param is None:
             odd.param = origin.name
@@ -277,6 +291,12 @@ def _better_fixes(
         at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
             finding.fixes = [at_root, *finding.fixes]
+    if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:
+        call = f"{short_path(rooted[1].f_code.co_filename)}:{rooted[1].f_lineno}"
+        held_odd = [o.origin for o in finding.operands if o.origin and o.dtype != canonical(expected)]
+        held = births.held_fix(held_odd, root, rooted[0], expected, call) if root is not None else None
+        if held is not None:
+            finding.fixes = [held, *finding.fixes]
     if island is None and rooted is not None and want is not None and root is not None:
         passed = blame.input_fix(rooted[1], root, rooted[0], want)
         if passed is not None:

@@ -38,12 +38,14 @@ class Watcher(Protocol):
     def check_contract(self, func: Any, c: Contract, args: tuple, kwargs: dict) -> tuple: ...
     def scan(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> tuple: ...
     def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None: ...
+    def rebound(self, target: Any, value: Any) -> None: ...
     def on_failure(
         self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
     ) -> None: ...
 
 
 _GETTER = type(torch.Tensor.dtype.__get__)
+_DATA_SETTER = torch.Tensor.data.__set__  # `param.data = t`: how a module-wide cast converts a parameter
 
 
 class Generic:
@@ -107,6 +109,7 @@ _VIEWS = 1  # views share their base's origin
 _TAG = 2  # operands in one dtype: nothing can fail, the output is only tagged
 _TAG_OUTSIDE_AUTOCAST = 3  # a list rule: as _TAG, except under autocast
 _JUDGE = 4  # casts (a new origin when the dtype changes), rules that judge more than dtypes
+_REBIND = 5  # `param.data = t`: the parameter takes t's dtype where t was made
 _CODES: dict[Any, int] = {}
 _KINDS: dict[Any, Any] = {}
 _CLASSIFIED_BY: list = [None]  # (classify, number of contracts) the two tables were filled by
@@ -144,7 +147,7 @@ def _classified(func: Any, on_error: Any) -> int:
     except Exception as exc:  # an exotic callable: let it through unwatched
         on_error(exc)
         kind = PASS
-    code = _code_of(kind)
+    code = _REBIND if kind is PASS and func == _DATA_SETTER else _code_of(kind)
     try:
         _KINDS[func] = kind
         _CODES[func] = code
@@ -207,6 +210,11 @@ class WatchMode(TorchFunctionMode):
             code = _classified(func, self.session.internal_error)
         if code is _PASS_THROUGH:  # a getter, a size: nothing to see
             return func(*args, **kwargs) if kwargs else func(*args)
+        if code is _REBIND:
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            if len(args) == 2:
+                self.session.rebound(args[0], args[1])
+            return out
         if self._call.lazy:
             # a repeat of a root call seen clean (clean_calls): only what is new is looked at, an op
             # whose tensors are in several dtypes or whose rule judges more; the rest runs as is

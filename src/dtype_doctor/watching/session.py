@@ -22,6 +22,7 @@ from ..errors import DtypeMismatchError
 from ..report import Finding, Report
 from ..signatures import argument_names
 from . import call_memo, clean_calls, failures, findings, threads, warning_origin
+from .births import Births
 from .blocks import RepeatedBlocks
 from .compiled import CompileNotice
 from .contracts import LOW_DTYPES, Contract, Mismatch, Scene, Slot, bind, judge, put
@@ -72,6 +73,8 @@ class Session:
             nested_ids=self._explicit_ids,
         )
         self._tagger = Tagger(self.prov, self.names, self.stack)
+        self._births = Births(self.prov, self.names, self.internal_error)
+        self.rebound = self._births.rebound  # `param.data = t` (mode.py): a new birth
         self.repeats = clean_calls.Repeats(enabled=mode != "fix")
         self.call_state = self.repeats.state
         self._scene = Scene(_autocast_dtype, self.stack.param_dtype, self._in_user_code)
@@ -106,6 +109,7 @@ class Session:
         self._forks = ForkNotice(self)
         self.stack.start()
         self._unpatch.append(self.prov.sweep_on_gc())
+        self._unpatch.append(self._births.start())  # parameters and buffers born from now on
         self._unpatch.append(warning_origin.redirect())  # torch's C++ warnings stay the user's
         self._unpatch.append(watch_optimizer_steps(self))  # fp16 parameters trained without fp32 masters
         undo = patch_grad_scaler(self)

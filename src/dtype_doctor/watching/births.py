@@ -1,0 +1,182 @@
+"""Where a parameter or buffer got its dtype: its birth, seen while the model is built or converted.
+
+Under `run` the watch starts with the script, so the model is built under it: each parameter and
+buffer registered on a module (`__init__`, `load_state_dict(assign=True)`, a `Parameter` set as an
+attribute) is born at the line that registered it, in the dtype it had then. A module-wide
+`.to()/.half()/.float()` rebinds each parameter's `.data` to a cast copy: the parameter is born
+again there, with its earlier birth as parent. Plain tensor attributes need nothing here: the op
+that made them tagged them already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.modules import module as torch_module
+
+from ..patches import patch_method
+from ..report import Fix, Origin
+from .modules import Names
+from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames
+
+
+class BirthTag(ParamTag):
+    """A parameter's or buffer's birth: the line that made (or converted) it, its qualified name
+    and owner read from the model when a finding needs them; the attribute name when the tensor is
+    under no watched model (an EMA copy, a model never called)."""
+
+    __slots__ = ("_attribute", "_owner")
+
+    def __init__(
+        self,
+        names: Names,
+        t: torch.Tensor,
+        kind: str,
+        attribute: str | None,
+        owner: Any,
+        frames: tuple[Frame | None, Frame | None],
+        op: str | None = None,
+        parents: tuple[Tag, ...] = (),
+    ) -> None:
+        super().__init__(names, t, t.dtype)
+        self.kind = kind
+        self.frame, self.user = frames
+        self.op = op
+        self.parents = parents
+        self._attribute = attribute
+        self._owner = owner
+
+    def _resolve(self) -> None:
+        kind = self.kind
+        super()._resolve()
+        if Tag.name.__get__(self) is None:  # under no watched model: known by its attribute
+            owner = self._owner
+            prefix = type(owner).__name__ if owner is not None else None
+            self.kind = kind
+            Tag.name.__set__(self, ".".join(p for p in (prefix, self._attribute) if p) or None)
+            Tag.module.__set__(self, owner)
+
+
+class Births:
+    """Tags parameters and buffers at their birth; `start()` returns the undo."""
+
+    def __init__(self, prov: Provenance, names: Names, on_error: Callable[[BaseException], None]) -> None:
+        self.prov = prov
+        self.names = names
+        self.on_error = on_error
+
+    def start(self) -> Callable[[], None]:
+        handles = [
+            torch_module.register_module_parameter_registration_hook(self._on_parameter),
+            torch_module.register_module_buffer_registration_hook(self._on_buffer),
+        ]
+        unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
+
+        def undo() -> None:
+            unpatch()
+            for h in handles:
+                h.remove()
+
+        return undo
+
+    def _around_new_parameter(
+        self, call_next: Callable[..., Any], cls: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        """`nn.Parameter(t)` (torch sees no op: a new tensor object on t's storage) takes t's origin:
+        a free parameter, an EMA or deep copy's, keeps the birth of the tensor it was made from."""
+        param = call_next(cls, *args, **kwargs)
+        try:
+            data = args[0] if args else kwargs.get("data")
+            if isinstance(data, torch.Tensor) and param is not data and param.dtype == data.dtype:
+                made = self.prov.lookup(data)
+                if made is not None:
+                    self.prov.set(param, made)
+        except Exception as exc:
+            self.on_error(exc)
+        return param
+
+    def _on_parameter(self, module: Any, name: str, value: Any) -> None:
+        self._born(module, name, value, "parameter")
+
+    def _on_buffer(self, module: Any, name: str, value: Any) -> None:
+        self._born(module, name, value, "buffer")
+
+    def _born(self, module: Any, name: str, value: Any, kind: str) -> None:
+        try:
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                made = self.prov.lookup(value)  # the tensor it was made from, in its dtype
+                parents = (made,) if made is not None and made.dtype == value.dtype else ()
+                if parents and isinstance(made, BirthTag):
+                    parents = made.parents  # registered again (a loader's setattr): one birth
+                tag = BirthTag(self.names, value, kind, name, module, caller_frames(4), parents=parents)
+                self.prov.set(value, tag)
+        except Exception as exc:  # never let the tool's bookkeeping fail the user's model
+            self.on_error(exc)
+
+    def rebound(self, target: Any, value: Any) -> None:
+        """`target.data = value` (a module-wide cast, or the user's own): the parameter is born
+        again in the value's dtype, where the value was made, its earlier birth as parent."""
+        try:
+            self._rebound(target, value)
+        except Exception as exc:  # never let the tool's bookkeeping fail the user's model
+            self.on_error(exc)
+
+    def _rebound(self, target: Any, value: Any) -> None:
+        if not isinstance(target, torch.Tensor) or not isinstance(value, torch.Tensor):
+            return
+        if not target.is_floating_point():
+            return
+        before = self.prov.lookup(target)
+        made = self.prov.lookup(value)
+        if before is not None and before.dtype == target.dtype and made is before:
+            return  # rebound to itself (`.float()` of a float32 parameter): nothing changed
+        frames = (made.frame, made.user) if made is not None and made.frame is not None else caller_frames(4)
+        op = made.op if made is not None and made.kind in ("cast", "op") else None
+        parents = tuple(t for t in (before,) if t is not None and t.dtype != target.dtype)
+        kind = before.kind if isinstance(before, BirthTag) else "parameter"
+        attribute = before._attribute if isinstance(before, BirthTag) else None
+        owner = before._owner if isinstance(before, BirthTag) else None
+        self.prov.set(target, BirthTag(self.names, target, kind, attribute, owner, frames, op, parents))
+
+
+def attribute_path(model: str, qual: str, kind: str) -> str:
+    """`model.blocks[0].bias` for `blocks.0.bias`; `model.get_parameter("…")` when a part is no name."""
+    parts = qual.split(".")
+    if all(p.isidentifier() or p.isdigit() for p in parts):
+        return model + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+    getter = "get_buffer" if kind == "buffer" else "get_parameter"
+    return f'{model}.{getter}("{qual}")'
+
+
+def held_fix(
+    origins: list[Origin], root: torch.nn.Module, model: str, want: torch.dtype, call: str | None
+) -> Fix | None:
+    """Cast each parameter or buffer born in another dtype (every odd one: a key and a value alike),
+    once, after the model is built: paths the model really has (checked), never a cast in forward."""
+    paths: list[str] = []
+    born: list[str] = []
+    for origin in origins:
+        if origin.kind not in ("parameter", "buffer") or not origin.name or not origin.file:
+            continue
+        try:
+            qual = origin.name
+            held = root.get_buffer(qual) if origin.kind == "buffer" else root.get_parameter(qual)
+        except (AttributeError, TypeError):
+            continue  # named relative to another model: no path to write
+        path = attribute_path(model, qual, origin.kind)
+        if held.is_floating_point() and held.dtype != want and path not in paths:
+            paths.append(path)
+            born.append(f"`{path}` {origin.dtype} at {origin.file}:{origin.line}")
+    if not paths:
+        return None
+    dt = str(want)[6:]
+    place = f" before your call ({call})" if call else " before the model is called"
+    named = ", ".join(f"`{p}`" for p in paths)
+    return Fix(
+        title=f"Cast {named} to {dt} once, after the model is built and{place}",
+        snippet="\n".join(f"{p}.data = {p}.data.to(torch.{dt})" for p in paths),
+        why=f"made in another dtype: {'; '.join(born)}; the rest runs in {dt}",
+        language="python",
+    )
