@@ -156,11 +156,17 @@ class Rows:
             self._run()
         return slot
 
-    @torch.no_grad()  # no autograd record of the reduction (it would add ops and keep x alive)
     def add_range(self, x: torch.Tensor) -> int:
         """A row [absmax, NaN, NaN, NaN, max] from x's min and max (one fused pass: NaN anywhere
         makes both NaN, an inf shows as ±inf), computed now, so x needs no copy."""
-        low, high = torch.aminmax(x if x.dtype in _AMINMAX_DTYPES else x.float())
+        grad = torch.is_grad_enabled()  # no autograd record (it would add ops and keep x alive);
+        if grad:  # cheaper than `torch.no_grad()` around every call
+            torch._C._set_grad_enabled(False)
+        try:
+            low, high = torch.aminmax(x if x.dtype in _AMINMAX_DTYPES else x.float())
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
         self._ranges.append((self.n, low, high))
         self.n += 1
         return self.n - 1
