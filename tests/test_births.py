@@ -4,7 +4,9 @@ made it; a module-wide cast is a new birth, its earlier one as parent; never "un
 
 from __future__ import annotations
 
+import gc
 import inspect
+import weakref
 
 import pytest
 import torch
@@ -175,3 +177,12 @@ def test_both_float32_operands_of_one_attention_are_cast_by_the_first_fix():
     ]
     exec(first.snippet, {"torch": torch, "memory": memory})
     assert memory(x).dtype == torch.float16
+
+
+def test_a_model_built_under_the_watch_is_freed_when_the_program_drops_it():
+    with watch():
+        model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).to(torch.bfloat16)
+        gone = weakref.ref(model[0])  # the module that owns parameters
+        del model
+        gc.collect()
+        assert gone() is None, "a birth tag kept the dropped model alive"

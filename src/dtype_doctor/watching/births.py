@@ -10,6 +10,7 @@ that made them tagged them already.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,15 @@ from ..patches import patch_method
 from ..report import Fix, Origin
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    if obj is None:
+        return lambda: None
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 class BirthTag(ParamTag):
@@ -46,13 +56,13 @@ class BirthTag(ParamTag):
         self.op = op
         self.parents = parents
         self._attribute = attribute
-        self._owner = owner
+        self._owner = _weak(owner)  # a tag must not keep a discarded model alive
 
     def _resolve(self) -> None:
         kind = self.kind
         super()._resolve()
         if Tag.name.__get__(self) is None:  # under no watched model: known by its attribute
-            owner = self._owner
+            owner = self._owner()
             prefix = type(owner).__name__ if owner is not None else None
             self.kind = kind
             Tag.name.__set__(self, ".".join(p for p in (prefix, self._attribute) if p) or None)
@@ -137,7 +147,7 @@ class Births:
         parents = tuple(t for t in (before,) if t is not None and t.dtype != target.dtype)
         kind = before.kind if isinstance(before, BirthTag) else "parameter"
         attribute = before._attribute if isinstance(before, BirthTag) else None
-        owner = before._owner if isinstance(before, BirthTag) else None
+        owner = before._owner() if isinstance(before, BirthTag) else None
         self.prov.set(target, BirthTag(self.names, target, kind, attribute, owner, frames, op, parents))
 
 
