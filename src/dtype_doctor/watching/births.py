@@ -10,6 +10,7 @@ that made them tagged them already.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -83,13 +84,55 @@ class Births:
             torch_module.register_module_buffer_registration_hook(self._on_buffer),
         ]
         unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
+        unload = self._watch_load()
 
         def undo() -> None:
+            unload()
             unpatch()
             for h in handles:
                 h.remove()
 
         return undo
+
+    def _watch_load(self) -> Callable[[], None]:
+        """`torch.load`: what a checkpoint holds (a pickled model's parameters, a state dict's
+        tensors) is born at the user's load line, in the dtype it was saved in."""
+        original = torch.load
+
+        @functools.wraps(original)
+        def load(*args: Any, **kwargs: Any) -> Any:
+            loaded = original(*args, **kwargs)
+            try:
+                self._loaded(loaded, caller_frames(2), 0)
+            except Exception as exc:
+                self.on_error(exc)
+            return loaded
+
+        torch.load = load
+
+        def undo() -> None:
+            if torch.load is load:
+                torch.load = original
+
+        return undo
+
+    def _loaded(self, obj: Any, frames: tuple[Frame | None, Frame | None], depth: int) -> None:
+        if isinstance(obj, torch.nn.Module):
+            for module in obj.modules():
+                for kind, table in (("parameter", module._parameters), ("buffer", module._buffers)):
+                    for name, t in table.items():
+                        if t is not None and t.is_floating_point():
+                            tag = BirthTag(self.names, t, kind, name, module, frames, "torch.load")
+                            self.prov.set(t, tag)
+        elif isinstance(obj, torch.Tensor):
+            if obj.is_floating_point():
+                self.prov.set(obj, Tag("op", obj.dtype, "torch.load", None, None, *frames))
+        elif depth < 3 and isinstance(obj, dict):
+            for value in list(obj.values())[:4096]:
+                self._loaded(value, frames, depth + 1)
+        elif depth < 3 and isinstance(obj, (list, tuple)):
+            for value in obj[:4096]:
+                self._loaded(value, frames, depth + 1)
 
     def _around_new_parameter(
         self, call_next: Callable[..., Any], cls: Any, *args: Any, **kwargs: Any
