@@ -4,7 +4,10 @@ made it; a module-wide cast is a new birth, its earlier one as parent; never "un
 
 from __future__ import annotations
 
+import gc
 import inspect
+import io
+import weakref
 
 import pytest
 import torch
@@ -175,3 +178,32 @@ def test_both_float32_operands_of_one_attention_are_cast_by_the_first_fix():
     ]
     exec(first.snippet, {"torch": torch, "memory": memory})
     assert memory(x).dtype == torch.float16
+
+
+def test_a_model_built_under_the_watch_is_freed_when_the_program_drops_it():
+    with watch():
+        model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).to(torch.bfloat16)
+        gone = weakref.ref(model[0])  # the module that owns parameters
+        del model
+        gc.collect()
+        assert gone() is None, "a birth tag kept the dropped model alive"
+
+
+def test_what_a_checkpoint_holds_is_born_at_the_users_load_line():
+    saved = io.BytesIO()
+    torch.save({"net": nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).half()}, saved)
+    saved.seek(0)
+    with watch() as s:
+        net = torch.load(saved, weights_only=False)["net"]
+        loaded = here() - 1
+        with pytest.raises(RuntimeError):
+            net(torch.rand(1, 3, 8, 8))
+    weight = next(o for o in s.report.errors[0].operands if o.role == "weight").origin
+    assert (weight.kind, weight.name, weight.op, weight.file, weight.line, weight.dtype) == (
+        "parameter",
+        "0.weight",
+        "torch.load",
+        HERE,
+        loaded,
+        "float16",
+    )

@@ -10,6 +10,8 @@ that made them tagged them already.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +22,15 @@ from ..patches import patch_method
 from ..report import Fix, Origin
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    if obj is None:
+        return lambda: None
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 class BirthTag(ParamTag):
@@ -46,13 +57,13 @@ class BirthTag(ParamTag):
         self.op = op
         self.parents = parents
         self._attribute = attribute
-        self._owner = owner
+        self._owner = _weak(owner)  # a tag must not keep a discarded model alive
 
     def _resolve(self) -> None:
         kind = self.kind
         super()._resolve()
         if Tag.name.__get__(self) is None:  # under no watched model: known by its attribute
-            owner = self._owner
+            owner = self._owner()
             prefix = type(owner).__name__ if owner is not None else None
             self.kind = kind
             Tag.name.__set__(self, ".".join(p for p in (prefix, self._attribute) if p) or None)
@@ -73,13 +84,55 @@ class Births:
             torch_module.register_module_buffer_registration_hook(self._on_buffer),
         ]
         unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
+        unload = self._watch_load()
 
         def undo() -> None:
+            unload()
             unpatch()
             for h in handles:
                 h.remove()
 
         return undo
+
+    def _watch_load(self) -> Callable[[], None]:
+        """`torch.load`: what a checkpoint holds (a pickled model's parameters, a state dict's
+        tensors) is born at the user's load line, in the dtype it was saved in."""
+        original = torch.load
+
+        @functools.wraps(original)
+        def load(*args: Any, **kwargs: Any) -> Any:
+            loaded = original(*args, **kwargs)
+            try:
+                self._loaded(loaded, caller_frames(2), 0)
+            except Exception as exc:
+                self.on_error(exc)
+            return loaded
+
+        torch.load = load
+
+        def undo() -> None:
+            if torch.load is load:
+                torch.load = original
+
+        return undo
+
+    def _loaded(self, obj: Any, frames: tuple[Frame | None, Frame | None], depth: int) -> None:
+        if isinstance(obj, torch.nn.Module):
+            for module in obj.modules():
+                for kind, table in (("parameter", module._parameters), ("buffer", module._buffers)):
+                    for name, t in table.items():
+                        if t is not None and t.is_floating_point():
+                            tag = BirthTag(self.names, t, kind, name, module, frames, "torch.load")
+                            self.prov.set(t, tag)
+        elif isinstance(obj, torch.Tensor):
+            if obj.is_floating_point():
+                self.prov.set(obj, Tag("op", obj.dtype, "torch.load", None, None, *frames))
+        elif depth < 3 and isinstance(obj, dict):
+            for value in list(obj.values())[:4096]:
+                self._loaded(value, frames, depth + 1)
+        elif depth < 3 and isinstance(obj, (list, tuple)):
+            for value in obj[:4096]:
+                self._loaded(value, frames, depth + 1)
 
     def _around_new_parameter(
         self, call_next: Callable[..., Any], cls: Any, *args: Any, **kwargs: Any
@@ -137,7 +190,7 @@ class Births:
         parents = tuple(t for t in (before,) if t is not None and t.dtype != target.dtype)
         kind = before.kind if isinstance(before, BirthTag) else "parameter"
         attribute = before._attribute if isinstance(before, BirthTag) else None
-        owner = before._owner if isinstance(before, BirthTag) else None
+        owner = before._owner() if isinstance(before, BirthTag) else None
         self.prov.set(target, BirthTag(self.names, target, kind, attribute, owner, frames, op, parents))
 
 
