@@ -27,7 +27,7 @@ _SPAWN_EVENTS = {
     "os.forkpty",
     "pty.spawn",
 }
-_SOCKET_EVENTS = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}
+_SOCKET_EVENTS = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}  # reaching out
 _PATH_EVENTS = {  # event -> the positions of its arguments that are paths it changes
     "os.remove": (0,),
     "os.rename": (0, 1),
