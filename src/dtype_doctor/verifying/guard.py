@@ -27,7 +27,7 @@ _SPAWN_EVENTS = {
     "os.forkpty",
     "pty.spawn",
 }
-_SOCKET_EVENTS = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"}  # reaching out
+_SOCKET_EVENTS = {"socket.connect", "socket.sendto", "socket.sendmsg"}  # reaching out
 _PATH_EVENTS = {  # event -> the positions of its arguments that are paths it changes
     "os.remove": (0,),
     "os.rename": (0, 1),
@@ -98,10 +98,16 @@ class Guard:
                 self.stop(WRITES, args)
         elif event in _SPAWN_EVENTS:
             self.stop(SPAWNS, args)
-        elif event in _SOCKET_EVENTS:
-            self.stop(SOCKETS)
+        elif event in _SOCKET_EVENTS or (event == "socket.bind" and _a_port(args)):
+            self.stop(SOCKETS, args[1:])
         elif event == "builtins.input":
             self.stop(READS_INPUT)
+
+
+def _a_port(args: tuple) -> bool:
+    """A bind to a real port (urllib3's IPv6 probe binds ('::1', 0): no one can reach it)."""
+    address = args[1] if len(args) > 1 else None
+    return not (isinstance(address, tuple) and len(address) > 1 and address[1] == 0)
 
 
 def _exists(path: Any) -> bool:
