@@ -9,6 +9,7 @@ are skipped; `$ ` lines of output blocks and the examples of the commands table 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -77,12 +78,23 @@ WIDTH = 80  # COLUMNS for every command: no line of the tool's output may be wid
 _TRACEBACK_END = re.compile(r"^(\w+\.)*\w*(Error|Exception|Interrupt|Exit)\b|^\w+Warning\b")
 
 
+# what a library's own logger prints while the tool runs the user's model: the user sees it as without
+# the tool (diffusers' `.to()` note in compare)
+_LIBRARY_LOG = re.compile(r"^There are modules in \w+ that should be kept in float32")
+
+
 def too_wide(output: str, width: int = WIDTH) -> list[str]:
     """The lines of a command's output wider than `width` terminal cells, leaving out what is not
-    the tool's to wrap: a Python traceback of the user's program (up to its exception line) and the
-    body of a unified diff (a patch must stay byte-exact)."""
+    the tool's to wrap: a Python traceback of the user's program (up to its exception line), the
+    body of a unified diff (a patch must stay byte-exact), a JSON document (machine output: a
+    reader parses it, a terminal does not lay it out) and a library's own log line."""
     from rich.cells import cell_len
 
+    try:
+        json.loads(output)
+        return []
+    except ValueError:
+        pass
     wide, in_traceback, in_diff = [], False, False
     for line in output.splitlines():
         if line.startswith("Traceback (most recent call last):"):
@@ -94,7 +106,7 @@ def too_wide(output: str, width: int = WIDTH) -> list[str]:
             in_diff = True
         elif in_diff and line[:1] not in ("+", "-", " ", "\\"):
             in_diff = False
-        if not (in_traceback or in_diff) and cell_len(line) > width:
+        if not (in_traceback or in_diff or _LIBRARY_LOG.match(line)) and cell_len(line) > width:
             wide.append(line)
     return wide
 

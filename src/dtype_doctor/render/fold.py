@@ -34,7 +34,7 @@ def fold_code_line(line: str, width: int) -> list[str]:
 
 def fold_prose_line(line: str, width: int, hang: int = 2) -> list[str]:
     """A line of prose wrapped at spaces to `width`, the lines after the first indented `hang` more
-    than it; a word longer than the width is cut."""
+    than it; a word longer than the width (a path, a URL) is kept whole: cut, it could not be copied."""
     if len(line) <= width:
         return [line]
     indent = " " * (len(line) - len(line.lstrip()))
@@ -44,4 +44,5 @@ def fold_prose_line(line: str, width: int, hang: int = 2) -> list[str]:
         initial_indent=indent,
         subsequent_indent=indent + " " * hang,
         break_on_hyphens=False,
+        break_long_words=False,
     ) or [line]
