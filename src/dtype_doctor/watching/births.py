@@ -33,6 +33,9 @@ def _weak(obj: Any) -> Callable[[], Any]:
         return lambda: obj
 
 
+BIRTH_RANK = 3  # after an op's (RANKS in provenance.py): see BirthTag
+
+
 class BirthTag(ParamTag):
     """A parameter's or buffer's birth: the line that made (or converted) it, its qualified name
     and owner read from the model when a finding needs them; the attribute name when the tensor is
@@ -52,6 +55,10 @@ class BirthTag(ParamTag):
         parents: tuple[Tag, ...] = (),
     ) -> None:
         super().__init__(names, t, t.dtype)
+        # an output shares a birth only when no other operand in its dtype has an origin: the
+        # activation through `self.weight * hidden` is the activation, not the norm weight's birth
+        # (a parameter is tagged from the start now; ranked as before, it took over every stream)
+        self.rank = BIRTH_RANK
         self.kind = kind
         self.frame, self.user = frames
         self.op = op

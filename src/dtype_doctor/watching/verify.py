@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import inspect
 import itertools
+import re
 import threading
 import types
 from dataclasses import dataclass
@@ -196,7 +198,7 @@ def replay(
     subst = {id(copies[n]): ns[n] for n in copies if ns.get(n) is not copies[n]}
     module = subst.get(id(module), module)
     if call_src is not None:  # an argument passed as a name the fix rebinds: the new value
-        args, kwargs = _rebound(call_src, args, kwargs, ns, copies)
+        args, kwargs = _rebound(_by_name(call_src, call, args), args, kwargs, ns, copies)
     if root_expr:  # the fix may have put a new module where the user's code reaches the model
         with contextlib.suppress(Exception):
             again = eval(root_expr, ns)
@@ -216,15 +218,38 @@ def replay(
     return on_error(max_relative_error(got, ref or []))
 
 
+def _by_name(
+    call_src: tuple[list[str], dict[str, str]], call: Call, args: tuple
+) -> tuple[list[str], dict[str, str]]:
+    """The call's source with the positional expressions the recording holds as keywords (a
+    method's arguments recorded by name: `vae.decode(latents / s)` is `decode(z=...)`) named."""
+    positional, keywords = call_src
+    if len(positional) <= len(args):
+        return call_src
+    try:
+        params = list(inspect.signature(getattr(call.module, call.method)).parameters.values())
+    except (TypeError, ValueError, AttributeError):
+        return call_src
+    named = dict(keywords)
+    for i, src in enumerate(positional[len(args) :], start=len(args)):
+        if i >= len(params) or params[i].kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            return call_src
+        named.setdefault(params[i].name, src)
+    return positional[: len(args)], named
+
+
 _SHARED = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
 
 def _rebound(
     call_src: tuple[list[str], dict[str, str]], args: tuple, kwargs: dict, ns: dict, copies: dict
 ) -> tuple[tuple, dict]:
-    """The recorded arguments, except one the user wrote as a plain read of names the fix rebinds
-    (`x`, `batch.x`, `inputs["ids"]`), read again from the fixed copies. An expression that calls
-    anything is never evaluated again: `vae(get_batch())` calls get_batch once."""
+    """The recorded arguments, except one the user wrote as an expression of names the fix rebinds,
+    evaluated again on the fixed copies: plain reads (`x`, `batch.x`, `inputs["ids"]`), arithmetic
+    (`latents / vae.config.scaling_factor`) and torch's own deterministic functions and tensor
+    methods (`torch.cat([latents, mask], dim=1)`, `x.to(dtype)`), so that the snippet's cast reaches
+    the call. Any other call (one of the user's, one that draws random numbers) is never evaluated
+    again: `vae(get_batch())` calls get_batch once."""
 
     def new(src: str, old: Any) -> Any:
         try:
@@ -232,7 +257,7 @@ def _rebound(
         except SyntaxError:
             return old
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        if not names or not names <= set(copies) or not all(isinstance(n, _READS) for n in ast.walk(tree)):
+        if not names & set(copies) or not names <= set(ns) or not all(_replayable(n) for n in ast.walk(tree)):
             return old
         try:
             return eval(compile(tree, "<argument>", "eval"), ns)
@@ -245,7 +270,47 @@ def _rebound(
     return args, kwargs
 
 
-_READS = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Load, ast.Slice)
+_READS = (
+    ast.Expression,
+    ast.Name,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Constant,
+    ast.Load,
+    ast.Slice,
+    ast.BinOp,  # arithmetic on reads (`latents / scale`, `-x`): deterministic, calls nothing of the user's
+    ast.UnaryOp,
+    ast.operator,
+    ast.unaryop,
+    ast.List,
+    ast.Tuple,
+    ast.keyword,
+)
+_TORCH_ROOTS = {"torch", "F"}  # torch.cat, torch.nn.functional.pad, F.pad
+_TENSOR_METHODS = {
+    "to", "float", "half", "bfloat16", "double", "type", "contiguous", "clone", "detach",
+    "permute", "reshape", "view", "unsqueeze", "squeeze", "transpose", "flatten", "expand", "repeat",
+}  # fmt: skip
+_DRAWS = re.compile(r"rand|normal|bernoulli|multinomial|poisson|dropout|uniform|exponential|seed|empty")
+
+
+def _replayable(node: ast.AST) -> bool:
+    """A node of an argument expression that may be evaluated again: a read, arithmetic, or a call
+    of torch's (no random draw, no uninitialised memory) or of a tensor's cast/shape methods."""
+    if isinstance(node, _READS):
+        return True
+    if not isinstance(node, ast.Call):
+        return False
+    parts: list[str] = []
+    func = node.func
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if any(_DRAWS.search(p) for p in parts) or (isinstance(func, ast.Name) and _DRAWS.search(func.id)):
+        return False
+    if isinstance(func, ast.Name) and func.id in _TORCH_ROOTS and parts:
+        return True
+    return isinstance(node.func, ast.Attribute) and node.func.attr in _TENSOR_METHODS
 
 
 def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tensor] | None) -> None:
