@@ -39,6 +39,7 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes (PEP 678) are Python 3.11+")
 def test_a_failing_script_keeps_its_traceback_and_gets_the_diagnosis(script, tmp_path, capsys):
     report = tmp_path / "report.json"
     code = main(["run", "--json", str(report), str(script), "0", "--lr", "3"])

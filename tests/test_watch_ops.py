@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ def roles(finding):
     return {o.role: o for o in finding.operands}
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes (PEP 678) are Python 3.11+")
 def test_linear_fp32_input_into_fp16_layer_names_module_roles_and_origin():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).half()
     with pytest.raises(RuntimeError, match="mat1 and mat2") as err, watch(model=model) as s:
@@ -201,6 +203,7 @@ def test_autocast_casts_are_not_reported():
     assert s.report.findings == []
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes (PEP 678) are Python 3.11+")
 def test_half_model_under_the_other_autocast_is_reported_before_the_norm_fails():
     model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)).half()
     bf16_autocast = torch.autocast("cpu", dtype=torch.bfloat16)
@@ -233,6 +236,7 @@ class LoRALinear(nn.Module):
         return self.base(x) + self.lora_B(self.lora_A(x))
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes (PEP 678) are Python 3.11+")
 def test_grad_scaler_fp16_gradients_names_the_adapter_parameters():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).half().requires_grad_(False)
     model[2] = LoRALinear(model[2])
