@@ -318,3 +318,45 @@ def test_a_patch_that_changes_only_comments_is_never_rerun_nor_verified():
         result.describe()
         == "re-run of the patched copy: not verified (the patch changes no code: nothing to run)"
     )
+
+
+def test_the_rerun_resolves_a_relative_pythonpath_against_the_users_cwd(tmp_path, monkeypatch):
+    """`PYTHONPATH=tests dtype-doctor run --diff ...`: the re-run's cwd is a scratch copy, so a
+    relative entry is made absolute against the user's cwd; one inside the copied folder comes first
+    as its (patched) copy."""
+    from dtype_doctor.verifying.rerun import pythonpath
+
+    anchor, scratch = tmp_path / "proj", tmp_path / "scratch"
+    (anchor / "pkg").mkdir(parents=True)
+    (scratch / "pkg").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    got = pythonpath(os.pathsep.join(["tests", "proj/pkg", str(tmp_path / "abs")]), str(scratch), str(anchor))
+    assert got == [str(tmp_path / "tests"), str(scratch / "pkg"), str(anchor / "pkg"), str(tmp_path / "abs")]
+    assert pythonpath("", str(scratch), str(anchor)) == []
+
+
+def test_the_guard_lets_a_loopback_port_probe_through_but_no_reachable_socket(tmp_path):
+    """urllib3's IPv6 probe (diffusers' import) binds ('::1', 0); any other bind, or a connect, stops."""
+    code = textwrap.dedent(
+        f"""
+        import socket
+        from dtype_doctor.verifying.guard import Guard, Stopped
+        Guard({str(tmp_path)!r}).install()
+        s = socket.socket(socket.AF_INET)
+        s.bind(("127.0.0.1", 0))
+        for address in [("0.0.0.0", 0), ("", 0), ("127.0.0.1", 8765)]:
+            try:
+                socket.socket(socket.AF_INET).bind(address)
+                print("through", address)
+            except Stopped:
+                print("stopped")
+        try:
+            s.connect(("127.0.0.1", 9))
+            print("through connect")
+        except Stopped:
+            print("stopped")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert proc.stdout.split() == ["stopped"] * 4, proc.stdout + proc.stderr

@@ -140,8 +140,8 @@ def replay(
         env = dict(os.environ)
         env[ERROR_ENV] = "1"  # the re-run measures its model's error vs fp32 (watching/fp32_error.py)
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        paths = [*extra, scratch, anchor, here, env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        user = rerun.pythonpath(env.get("PYTHONPATH", ""), scratch, anchor)  # its cwd is not the user's
+        env["PYTHONPATH"] = os.pathsep.join([*extra, scratch, anchor, here, *user])
         ran = rerun.run(command(scratch, placed), scratch, anchor, env, timeout)
         if ran.code == 124 and not ran.stdout:
             return Replay(code=124, errors=0, warnings=0, tail="the replay timed out")

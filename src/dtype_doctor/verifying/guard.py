@@ -104,10 +104,16 @@ class Guard:
             self.stop(READS_INPUT)
 
 
+_LOOPBACK = {"::1", "127.0.0.1", "localhost"}
+
+
 def _a_port(args: tuple) -> bool:
-    """A bind to a real port (urllib3's IPv6 probe binds ('::1', 0): no one can reach it)."""
+    """A bind anyone could reach: all but an unused port on the loopback interface (urllib3's IPv6
+    probe, run by diffusers' import, binds ('::1', 0) and closes). A port 0 on every interface (''),
+    a real port, or a Unix socket's path (a file) is stopped."""
     address = args[1] if len(args) > 1 else None
-    return not (isinstance(address, tuple) and len(address) > 1 and address[1] == 0)
+    probe = isinstance(address, tuple) and len(address) > 1 and address[1] == 0 and address[0] in _LOOPBACK
+    return not probe
 
 
 def _exists(path: Any) -> bool:

@@ -41,6 +41,24 @@ def workdir(scratch: str, anchor: str) -> str:
     return scratch
 
 
+def pythonpath(value: str, scratch: str, anchor: str) -> list[str]:
+    """The user's PYTHONPATH for a re-run whose working directory is in `scratch`: a relative (or
+    empty) entry meant the user's working directory, so it is made absolute against it; an entry
+    inside `anchor` goes first as its scratch copy (the patched files), then as itself (what the
+    copy left out)."""
+    here, anchor = os.getcwd(), os.path.realpath(anchor)
+    out: list[str] = []
+    for entry in value.split(os.pathsep) if value else []:
+        path = os.path.abspath(os.path.join(here, entry or os.curdir))
+        real = os.path.realpath(path)
+        if real == anchor or real.startswith(anchor + os.sep):
+            copy = os.path.normpath(os.path.join(scratch, os.path.relpath(real, anchor)))
+            if os.path.isdir(copy):
+                out.append(copy)
+        out.append(path)
+    return out
+
+
 def run(cmd: list[str], scratch: str, anchor: str, env: dict[str, str], timeout: float | None) -> Ran:
     """Run `cmd` isolated in `scratch`; code 124 when it did not finish within `timeout`."""
     env = {**env, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": scratch}
