@@ -360,3 +360,27 @@ def test_the_guard_lets_a_loopback_port_probe_through_but_no_reachable_socket(tm
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert proc.stdout.split() == ["stopped"] * 4, proc.stdout + proc.stderr
+
+
+def test_the_guard_lets_a_library_read_the_linker_cache_but_no_other_process(tmp_path):
+    """ctypes.util.find_library runs `ldconfig -p` (torch's import on Python 3.10): a read, not a
+    side effect; any other program stops the replay."""
+    code = textwrap.dedent(
+        f"""
+        import subprocess
+        from dtype_doctor.verifying.guard import Guard, Stopped
+        Guard({str(tmp_path)!r}).install()
+        for argv in (["ldconfig", "-p"], ["touch", {str(tmp_path.parent / "outside")!r}]):
+            try:
+                subprocess.run(argv, capture_output=True)
+                print("through")
+            except Stopped:
+                print("stopped")
+            except OSError:
+                print("through")  # no ldconfig on PATH: it was let through all the same
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert proc.stdout.split() == ["through", "stopped"], proc.stdout + proc.stderr
+    assert not (tmp_path.parent / "outside").exists()

@@ -96,7 +96,7 @@ class Guard:
         elif event in _PATH_EVENTS:
             if not all(self._inside(args[i]) for i in _PATH_EVENTS[event] if i < len(args)):
                 self.stop(WRITES, args)
-        elif event in _SPAWN_EVENTS:
+        elif event in _SPAWN_EVENTS and not _a_lookup(event, args):
             self.stop(SPAWNS, args)
         elif event in _SOCKET_EVENTS or (event == "socket.bind" and _a_port(args)):
             self.stop(SOCKETS, args[1:])
@@ -105,6 +105,22 @@ class Guard:
 
 
 _LOOPBACK = {"::1", "127.0.0.1", "localhost"}
+
+
+# programs a library runs only to read a fact of the system as it loads (ctypes.util.find_library asks
+# the linker cache `ldconfig -p`, on Python 3.10 at torch's import): they change nothing
+_LOOKUPS = {"ldconfig", "uname"}
+
+
+def _a_lookup(event: str, args: tuple) -> bool:
+    if event != "subprocess.Popen" or len(args) < 2:
+        return False
+    argv = args[1] if isinstance(args[1], list | tuple) else [args[1]]
+    try:
+        program = os.path.basename(os.fsdecode(args[0] or argv[0]))
+    except (TypeError, ValueError, IndexError):
+        return False
+    return program in _LOOKUPS
 
 
 def _a_port(args: tuple) -> bool:
