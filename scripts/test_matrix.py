@@ -1,7 +1,8 @@
 """`make test-matrix`: the run/watch/warnings/check/explain tests on every Python dtype-doctor supports.
 
 For each version, a venv under .matrix/ (git-ignored) gets torch first, pinned (TORCH), then
-dtype-doctor with the `models` and `dev` extras under constraints.txt; the tests run with this
+dtype-doctor's requirements with the `models` and `dev` extras under constraints.txt (where its pins
+do not install on that Python, numpy's on 3.10, the newest versions for it); the tests run with this
 checkout's src/ first on the path. MATRIX_VENVS=DIR keeps the venvs elsewhere. The interpreter comes from pyenv (`pyenv prefix X`) or `pythonX`
 on PATH. Prints passed/failed/skipped per version; exits 1 if any version failed or could not be set up.
 
@@ -22,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MATRIX = Path(os.environ.get("MATRIX_VENVS", ROOT / ".matrix"))  # where the venvs live
 TORCH = "torch==2.13.0"
 VERSIONS = ("3.10", "3.12", "3.13")
-# run (as python), watch, torch's warnings, check, explain: the parts that touch the interpreter
+# run (as python), watch, torch's warnings, check, explain, verification's isolation and file writes:
+# the parts that touch the interpreter
 TESTS = (
     "tests/test_run.py",
     "tests/test_run_like_python.py",
@@ -35,6 +37,8 @@ TESTS = (
     "tests/test_explain_torch.py",
     "tests/test_demo.py",
     "tests/test_autocast_table.py",
+    "tests/test_verify_isolation.py",
+    "tests/test_patch_files.py",
 )
 
 
@@ -58,11 +62,25 @@ def venv(version: str, python: str) -> Path:
     subprocess.run([python, "-m", "venv", "--clear", str(where)], check=True)
     pip = [str(where / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, TORCH], check=True)  # first: nothing else may pick another torch
-    # the matrix tries versions beyond what requires-python declares: that is how it is found out
-    project = [f"{ROOT}[models,dev]", "--ignore-requires-python"]
-    subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"), *project], check=True)
+    # the tests import this checkout's src/ (PYTHONPATH), so only the requirements are installed: the
+    # matrix tries versions beyond what requires-python declares, which is how it is found out
+    needs = requirements()
+    try:
+        subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"), *needs], check=True)
+    except subprocess.CalledProcessError:
+        print(f"Python {version}: constraints.txt's pins do not install; the newest versions for it instead")
+        subprocess.run([*pip, *needs], check=True)
     stamp.touch()
     return where
+
+
+def requirements() -> list[str]:
+    """pyproject.toml's dependencies with the `models` and `dev` extras (what the tests import)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    return [*project["dependencies"], *extras["models"], *extras["dev"]]
 
 
 def run_tests(where: Path, tests: list[str], keyword: str | None) -> tuple[int, str]:
