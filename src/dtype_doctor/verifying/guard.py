@@ -113,7 +113,7 @@ _LOOKUPS = {"ldconfig", "uname"}
 
 
 def _a_lookup(event: str, args: tuple) -> bool:
-    if event != "subprocess.Popen" or len(args) < 2:
+    if event not in ("subprocess.Popen", "os.posix_spawn") or len(args) < 2:  # both: (program, argv, ...)
         return False
     argv = args[1] if isinstance(args[1], list | tuple) else [args[1]]
     try:
