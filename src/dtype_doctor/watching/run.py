@@ -314,12 +314,13 @@ def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, re
     else:
         hook.install()
     try:
+        before = set(threading.enumerate())  # `run` called in a process with threads of its own
         try:
             _exec_program(opts, source, script)
         except SystemExit:
-            _await_threads()
+            _await_threads(before)
             raise
-        _await_threads()
+        _await_threads(before)
     except BaseException as exc:
         hook.remove()
         if sessions:
@@ -346,17 +347,29 @@ def _exec_program(opts: RunOptions, source: bytes | None, script: str | None) ->
         _exec_main(compile(source or b"", path, "exec", dont_inherit=True), path)
 
 
-def _await_threads() -> None:
+def _await_threads(before: set[threading.Thread]) -> None:
     """What python does at exit once the program's code is done (returned or sys.exit): wait for its
     non-daemon threads, so that what they do (and how they fail) is in the report. Not after an
-    uncaught exception, whose traceback python shows before it waits."""
+    uncaught exception, whose traceback python shows before it waits. Only the program's own threads
+    (not those alive before it started), and not a thread pool's workers: python's exit tells those to
+    stop before it joins them, so they would wait here for ever."""
     me = threading.current_thread()
     while True:
-        running = [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+        running = [
+            t
+            for t in threading.enumerate()
+            if t is not me and t not in before and not t.daemon and t.is_alive() and not _pool_worker(t)
+        ]
         if not running:
             return
         for thread in running:
             thread.join()
+
+
+def _pool_worker(thread: threading.Thread) -> bool:
+    from concurrent.futures import thread as pool
+
+    return getattr(thread, "_target", None) is pool._worker
 
 
 # frames the watcher adds on top of an op (mode, session, contracts): room for them at the deepest point
