@@ -2,7 +2,8 @@
 (explain, run, check, audit, numerics, compare, env, merge, precommit, completion), the JSON, SARIF
 and GitHub outputs, the report, the catalog codes and the terminal manners, marked `fast` here so
 that no test file changes for it. Left out: the edge cases that cost a fresh interpreter or a
-library build each (a hanging apex, `python -m dtype_doctor`, every bad-option spelling of check);
+library build each (planted or hanging apex installs, `python -m dtype_doctor`, every bad-option
+spelling of check);
 `make test` runs them. With `-m fast` alone, the files outside the lane are not even collected.
 A test of the lane's files that is marked `slow` stays out of it.
 """
@@ -22,6 +23,7 @@ WHOLE = {
     "test_merge.py",
     "test_config.py",  # [tool.dtype-doctor] and `precommit`
     "test_completion.py",
+    "test_fast_lane.py",
     "test_outputs.py",  # --output, SARIF, GitHub annotations, --fail-on
     "test_report.py",
     "test_catalog_codes.py",
@@ -38,16 +40,19 @@ ONLY = {
         "test_api_check_rejects_what_the_cli_rejects",
     },
     "test_compare.py": {"test_cli_json_and_plot"},
+    "test_env.py": {  # this process's environment; the planted-library tests each start an interpreter
+        "test_clean_environment_reports_facts_and_no_library_hazards",
+        "test_gpu_facts_match_torch",
+        "test_environment_api_and_console",
+        "test_an_apex_that_crashes_on_import_does_not_break_env",
+        "test_package_info_does_not_import",
+    },
 }
 # every test of these files but these
 EXCEPT = {
     "test_run.py": {
         "test_python_dash_m_dtype_doctor_run_in_a_subprocess",
         "test_fp16_parameters_trained_without_master_weights_are_named_by_their_module_path",
-    },
-    "test_env.py": {
-        "test_pypi_apex_is_named_as_the_wrong_package",
-        "test_an_apex_that_hangs_or_exits_at_import_does_not_take_env_with_it",
     },
     "test_terminal_manners.py": {"test_run_shows_the_noted_diagnosis_once_on_stderr"},
 }
