@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from cli_process import dtype_doctor
+from dtype_doctor.cli import main
 from dtype_doctor.patching.write import write_files
 
 # an fp16 Linear fed a float32 tensor: the fix makes `x` float16 where it is made
@@ -47,11 +48,22 @@ def _python(script: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def _run_here(cwd: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture, *args: str):
+    """`dtype-doctor ARGS` in this process from `cwd`: (exit code, stdout, stderr). For the tests whose
+    output a fresh interpreter would not change (it still re-runs the patched copy in one)."""
+    monkeypatch.chdir(cwd)
+    code = main(list(args))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
 def _patched(text: str) -> str:
     return text.replace(SCRIPT.splitlines()[4], FIXED_LINE)
 
 
-def test_write_goes_through_a_symlink_keeps_hard_links_and_never_overwrites_a_backup(tmp_path: Path) -> None:
+def test_write_goes_through_a_symlink_keeps_hard_links_and_never_overwrites_a_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
     real = tmp_path / "src" / "train.py"
     real.parent.mkdir()
     real.write_text(SCRIPT)
@@ -63,26 +75,28 @@ def test_write_goes_through_a_symlink_keeps_hard_links_and_never_overwrites_a_ba
     users_backup.write_text("the user's own backup\n")
     inode = real.stat().st_ino
 
-    proc = dtype_doctor("run", "--write", "--no-color", "train.py", cwd=tmp_path)
+    code, _, err = _run_here(tmp_path, monkeypatch, capfd, "run", "--write", "--no-color", "train.py")
 
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert code == 0, err[-3000:]
     assert link.is_symlink() and os.readlink(link) == str(real)  # the link stays a link
     assert real.read_text() == _patched(SCRIPT)  # its target is patched
     assert real.stat().st_ino == inode and twin.read_text() == _patched(SCRIPT)  # same inode: still linked
     assert users_backup.read_text() == "the user's own backup\n"  # never overwritten
     assert (tmp_path / "train.py.orig.1").read_text() == SCRIPT
-    assert "backup of train.py: train.py.orig.1" in " ".join(proc.stderr.split())
+    assert "backup of train.py: train.py.orig.1" in " ".join(err.split())
     assert _python("train.py", tmp_path).stdout == "out torch.float16\n"
 
 
-def test_write_refuses_a_read_only_script(tmp_path: Path) -> None:
+def test_write_refuses_a_read_only_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     script.chmod(0o444)
-    proc = dtype_doctor("run", "--write", "--no-color", "train.py", cwd=tmp_path)
-    assert proc.returncode == 1
+    code, _, err = _run_here(tmp_path, monkeypatch, capfd, "run", "--write", "--no-color", "train.py")
+    assert code == 1
     refusal = "not written: train.py is read-only: not written (give --force to write it anyway)"
-    assert refusal in " ".join(proc.stderr.split())
+    assert refusal in " ".join(err.split())
     assert script.read_text() == SCRIPT and not (tmp_path / "train.py.orig").exists()
 
 
