@@ -19,7 +19,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# the fast lane: each command's main path (tests/conftest.py marks it `fast`), ~2 min on 2 cores
+# the fast lane: each command's main path (tests/conftest.py marks it `fast`), under 1 min of CPU on 2 cores
+# (docs/benchmarks.md, "test lanes")
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m fast
 
