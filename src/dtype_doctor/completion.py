@@ -5,10 +5,12 @@ fall behind the CLI. Words that are not options complete as file names (scripts,
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
 PROG = "dtype-doctor"
+WIDTH = 80  # no line of a script wider (issue 32: no command's output is wider than the terminal)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def bash(parser: argparse.ArgumentParser) -> str:
         ]
         path_flags = [f for o in valued if not o.choices for f in o.flags]
         if path_flags:
-            choice_cases.append(f"                {'|'.join(path_flags)}) return ;;  # a value: files")
+            choice_cases.append(f"                {'|'.join(path_flags)}) return ;;")  # a value: file names
         flags = " ".join(f for o in command.options for f in o.flags)
         cases.append(
             f"        {command.name})\n"
@@ -90,10 +92,11 @@ def bash(parser: argparse.ArgumentParser) -> str:
             + f'            opts="{flags}" words="{" ".join(command.words)}" ;;'
         )
     top_flags = " ".join(f for o in top for f in o.flags)
-    return f"""\
-# {PROG} completion for bash (generated from its parser: `{PROG} completion bash`)
+    return _fold_shell(f"""\
+# {PROG} completion for bash, made from its parser
 _dtype_doctor() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" cmd="" opts words i
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}"
+    local cmd="" opts="" words="" i
     for ((i = 1; i < COMP_CWORD; i++)); do
         case "${{COMP_WORDS[i]}}" in
             {"|".join(c.name for c in found)}) cmd="${{COMP_WORDS[i]}}"; break ;;
@@ -111,13 +114,29 @@ _dtype_doctor() {{
     fi  # anything else: bash's own file names (-o default)
 }}
 complete -o default -F _dtype_doctor {PROG}
-"""
+""")
+
+
+def _fold_shell(script: str, width: int = WIDTH) -> str:
+    """Each line longer than `width` continued on the next with a backslash-newline, split at a space
+    or after a `|` (a word list in double quotes, a case pattern): the shell reads it unchanged."""
+    out = []
+    for line in script.splitlines():
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        while len(line) > width and not line.lstrip().startswith("#"):  # a comment: not continued
+            cut = max(line.rfind(" ", len(indent), width - 2), line.rfind("|", len(indent), width - 3) + 1)
+            if cut <= len(indent):
+                break
+            out.append(line[:cut].rstrip() + " \\")
+            line = indent + line[cut:].lstrip()
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def zsh(parser: argparse.ArgumentParser) -> str:
     """zsh runs the bash script through its bashcompinit."""
     return (
-        f"# {PROG} completion for zsh (generated from its parser: `{PROG} completion zsh`)\n"
+        f"# {PROG} completion for zsh, made from its parser\n"
         "(( $+functions[compdef] )) || { autoload -U +X compinit && compinit }\n"
         "autoload -U +X bashcompinit && bashcompinit\n" + bash(parser).split("\n", 1)[1]
     )
@@ -127,34 +146,59 @@ def _fish_quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _fish_line(parts: list[str], description: str = "") -> str:
+    """One `complete` call, continued on indented lines where it would pass WIDTH; the description
+    shortened to fit its own line (fish shows it cut to the pager's width anyway)."""
+    if description:
+        room = WIDTH - 4 - len("-d ''")
+        parts = [*parts, "-d " + _fish_quote(textwrap.shorten(description, room, placeholder="..."))]
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 1 + len(part) + 2 > WIDTH:
+            lines[-1] += " \\"
+            lines.append("    " + part)
+        else:
+            lines[-1] += " " + part
+    return "\n".join(lines)
+
+
 def _fish_option(condition: str, option: Option) -> str:
-    parts = [f"complete -c {PROG} -n {_fish_quote(condition)}"]
+    parts = [f"complete -c {PROG}", f"-n {_fish_quote(condition)}"]
     for flag in option.flags:
         parts.append(f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}")
     if option.choices:
         parts.append(f"-x -a {_fish_quote(' '.join(option.choices))}")
     elif option.takes_value:
         parts.append("-r -F")
-    if option.help:
-        parts.append(f"-d {_fish_quote(option.help)}")
-    return " ".join(parts)
+    return _fish_line(parts, option.help)
 
 
 def fish(parser: argparse.ArgumentParser) -> str:
     top, found = commands(parser)
-    names = " ".join(c.name for c in found)
-    lines = [f"# {PROG} completion for fish (generated from its parser: `{PROG} completion fish`)"]
-    lines += [_fish_option(f"not __fish_seen_subcommand_from {names}", o) for o in top]
+    lines = [
+        f"# {PROG} completion for fish, made from its parser",
+        "function __dtype_doctor_no_command\n    not __fish_seen_subcommand_from \\\n"
+        + _fold_shell("        " + " ".join(c.name for c in found)).rstrip("\n")
+        + "\nend",
+    ]
+    lines += [_fish_option("__dtype_doctor_no_command", o) for o in top]
     for command in found:
+        seen = f"__fish_seen_subcommand_from {command.name}"
         lines.append(
-            f"complete -c {PROG} -f -n {_fish_quote(f'not __fish_seen_subcommand_from {names}')} "
-            f"-a {command.name} -d {_fish_quote(command.help)}"
+            _fish_line(
+                [f"complete -c {PROG} -f", "-n __dtype_doctor_no_command", f"-a {command.name}"], command.help
+            )
         )
-        lines += [_fish_option(f"__fish_seen_subcommand_from {command.name}", o) for o in command.options]
+        lines += [_fish_option(seen, o) for o in command.options]
         if command.words:
             lines.append(
-                f"complete -c {PROG} -f -n {_fish_quote(f'__fish_seen_subcommand_from {command.name}')} "
-                f"-a {_fish_quote(' '.join(command.words))}"
+                _fish_line(
+                    [
+                        f"complete -c {PROG} -f",
+                        f"-n {_fish_quote(seen)}",
+                        f"-a {_fish_quote(' '.join(command.words))}",
+                    ]
+                )
             )
     return "\n".join(lines) + "\n"
 
