@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import build_parser
     from ..completion import script
+    from .parser import build_parser
 
     sys.stdout.write(script(args.shell, build_parser()))
     return EXIT_OK
