@@ -36,7 +36,7 @@ bench: $(STAMP)
 	for f in benchmarks/bench_*.py benchmarks/integrations.py; do $(PY) $$f || exit 1; done
 
 # on a CUDA machine, its own python and torch (not .venv's CPU build): tests/gpu, the CUDA benchmarks and
-# the CUDA autocast table in <= 5 min; summary in out/gpu-check/ (docs/benchmarks.md, "make gpu-check")
+# the CUDA autocast table in <= 6.5 min; summary in out/gpu-check/ (docs/benchmarks.md, "make gpu-check")
 PYTHON ?= python3
 gpu-check:
 	PYTHONPATH=src $(PYTHON) scripts/gpu_check.py

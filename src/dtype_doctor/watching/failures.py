@@ -8,16 +8,18 @@ adds notes and unlinks its own frames.
 from __future__ import annotations
 
 import re
+import traceback
 from itertools import takewhile
 from typing import Any
 
 import torch
 
 from ..catalog import family_codes
+from ..dtypes import canonical
 from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
-from ..report import Location
+from ..report import Location, Operand
 from . import findings
 from .contracts import Contract, Slot, bind
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
@@ -221,18 +223,72 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
             code = tb.tb_frame.f_code
             file, line, function = short_path(code.co_filename), tb.tb_lineno, code.co_name
         tb = tb.tb_next
-    module = session.names.module(session._root) if session._root is not None else None
+    raiser, args = _innermost_module(exc.__traceback__)
+    known = raiser if raiser is not None else session._root
+    module = session.names.module(known) if known is not None else None
     where = Location(module=module, file=file, line=line, function=function)
-    finding = _read_as_explain_does(str(exc), where)
+    # the frames too: a library in them (apex's fused kernels) decides the family, as explain decides it
+    finding = _read_as_explain_does(_traceback_text(exc), where)
     if finding is None:
         finding = catalog.finding(
             code_for_message(text), message=f"{type(exc).__name__}: {text}", location=where
         )
+    if raiser is not None:
+        operands = _safe_operands(session, raiser, args)
+        if operands:
+            finding.operands = operands
     finding.data["raised"] = type(exc).__name__
     from ..report import Severity
 
     finding.severity = Severity.ERROR
     return session.report.add(finding)
+
+
+def _traceback_text(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:  # a broken __str__ or frame: the message alone
+        return str(exc)
+
+
+def _innermost_module(tb: Any) -> tuple[torch.nn.Module | None, list[torch.Tensor]]:
+    """The innermost module whose `forward` is on the traceback, and the tensors it was called with:
+    a kernel no watched op ran (a compiled extension) raised inside it."""
+    found: tuple[torch.nn.Module | None, list[torch.Tensor]] = (None, [])
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+        if isinstance(owner, torch.nn.Module):
+            code = frame.f_code
+            names = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]
+            given = [frame.f_locals.get(n) for n in names]
+            found = (owner, [t for t in given if isinstance(t, torch.Tensor) and t.is_floating_point()])
+        tb = tb.tb_next
+    return found
+
+
+def _safe_operands(session: Session, module: torch.nn.Module, args: list[torch.Tensor]) -> list:
+    """The module's floating inputs and its own parameters, with their origins, when their dtypes
+    disagree: which tensor is the odd one, and where it got its dtype."""
+    try:
+        own = list(module.named_parameters(recurse=False))
+        seen = [(f"input{i}" if len(args) > 1 else "input", t) for i, t in enumerate(args)]
+        seen += [(n, p) for n, p in own if p.is_floating_point()]
+        if len({t.dtype for _, t in seen}) < 2:
+            return []
+        return [
+            Operand(
+                role=role,
+                dtype=canonical(t.dtype),
+                shape=list(t.shape),
+                name=origin.name if origin.kind in ("parameter", "buffer", "input") else None,
+                origin=origin,
+            )
+            for role, t in seen
+            for origin in [findings.origin_of(t, session.names, session.prov)]
+        ]
+    except Exception:  # the tool never replaces the user's error with its own
+        return []
 
 
 def _read_as_explain_does(text: str, where: Location) -> Any:
