@@ -39,7 +39,7 @@ bench: $(STAMP)
 # the CUDA autocast table in <= 6.5 min; summary in out/gpu-check/ (docs/benchmarks.md, "make gpu-check")
 PYTHON ?= python3
 gpu-check:
-	PYTHONPATH=src $(PYTHON) scripts/gpu_check.py
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) scripts/gpu_check.py
 
 # every architecture the pinned transformers/diffusers build from a tiny config (long: ~30 min on 2 cores)
 zoo: $(STAMP)

@@ -1,4 +1,4 @@
-"""The xDiT case for real: NVIDIA apex's fused LayerNorm kernel (an unmodified apex, built just in
+"""The xDiT case for real: NVIDIA apex's fused RMSNorm kernel (an unmodified apex, built just in
 time from ../shared/apex or $DTYPE_DOCTOR_APEX_DIR) in a half-precision model whose norms a loader
 kept in float32. The kernel raises `expected scalar type ...` from C++, inside apex's autograd
 Function, where no watched op sees it. What the user must read: apex-conflict, the norm's module
@@ -31,16 +31,24 @@ CANDIDATES = [
 SCRIPT = """\
 import torch
 try:  # how model code picks apex up when it is installed
-    from apex.normalization import FusedLayerNorm as LayerNorm
+    from apex.normalization import FusedRMSNorm as RMSNorm
 except ImportError:
-    from torch.nn import LayerNorm
+    class RMSNorm(torch.nn.Module):  # the library's own: computes in float32, returns the input's dtype
+        def __init__(self, n, eps=1e-6):
+            super().__init__()
+            self.weight, self.eps = torch.nn.Parameter(torch.ones(n)), eps
+
+        def forward(self, x):
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+            return (self.weight.float() * h).to(x.dtype)
 
 
 class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.proj = torch.nn.Linear(64, 64)
-        self.norm = LayerNorm(64)
+        self.norm = RMSNorm(64)
 
     def forward(self, x):
         return self.norm(self.proj(x))
@@ -140,8 +148,8 @@ def test_apex_kernel_in_a_half_model_is_apex_conflict_at_the_norm_with_its_origi
 def test_uninstalling_apex_the_fix_the_case_gives_makes_the_script_run(
     apex_site: Path, tmp_path: Path
 ) -> None:
-    """Without apex on the path the model code falls back to torch's LayerNorm, which takes a
-    float16 input with float32 weights on CUDA."""
+    """Without apex on the path the model code falls back to its own RMSNorm, which computes in
+    float32 and takes a float16 input with float32 weights (xDiT's fix)."""
     (tmp_path / "script.py").write_text(SCRIPT)
     assert _run([sys.executable, "script.py"], tmp_path, apex_site).returncode != 0
     without = _run([sys.executable, "-m", "dtype_doctor", "run", "script.py"], tmp_path, None)

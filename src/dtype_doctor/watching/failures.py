@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..catalog import family_codes
+from ..catalog.libraries import EXPLAIN_ENVIRONMENT
 from ..dtypes import canonical
 from ..errors import carried_findings
 from ..explaining.family import family_of
@@ -31,6 +32,7 @@ Session = Any  # watch.session.Session, not imported: no import circle
 TENSOR_REPR_DTYPE = re.compile(r"dtype=torch\.\w+")
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 # a GPU library's status (cuBLAS, cuDNN) names no dtype: explain's rules tell a dtype refusal from the rest
+KERNEL_LIBRARIES = frozenset(lib.module for lib in EXPLAIN_ENVIRONMENT)
 LIBRARY_STATUS = re.compile(r"CUBLAS_STATUS_|CUDNN_STATUS_|cuDNN error")
 
 
@@ -40,6 +42,26 @@ def code_for_message(text: str) -> str:
         return family_of(text) or family_codes.SCALAR_TYPE_MISMATCH
     except Exception:  # the tool never replaces the user's error with its own
         return family_codes.SCALAR_TYPE_MISMATCH
+
+
+def _family(exc: BaseException) -> str:
+    """The message's family; where a kernel library with rules of its own (apex, flash-attn,
+    xformers, OneFlow) raised it from the frames below the failing call, the family `explain`
+    reads off the message and those frames."""
+    if _kernel_library_raised(exc.__traceback__):
+        found = _read_as_explain_does(_traceback_text(exc), Location())
+        if found is not None:
+            return found.code
+    return code_for_message(str(exc))
+
+
+def _kernel_library_raised(tb: Any) -> bool:
+    while tb is not None:
+        parts = tb.tb_frame.f_code.co_filename.replace("\\", "/").split("/")
+        if KERNEL_LIBRARIES.intersection(parts[:-1]):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def dtype_failure(text: str, operands: tuple = ()) -> bool:
@@ -130,7 +152,7 @@ def _failure_finding(
     if not slots:
         return None
     finding, fix_context = findings.build(
-        code_for_message(str(exc)),
+        _family(exc),
         op,
         [findings.Seen(s.role, s.tensor) for s in slots],
         expected=None,
@@ -143,7 +165,18 @@ def _failure_finding(
         severity="error",
     )
     finding.data["raised"] = type(exc).__name__
+    if _kernel_library_raised(exc.__traceback__):
+        _library_fixes_first(finding)
     return session.add_finding(finding, fix_context)
+
+
+def _library_fixes_first(finding: Any) -> None:
+    """The kernel library is the cause (its own dtype rules): its family's fixes go before a cast of
+    the model's modules, which would undo a precision the model keeps on purpose (fp32 norms)."""
+    from .. import catalog
+
+    ours = {f.title for f in catalog.fixes_for(finding.code)}
+    finding.fixes.sort(key=lambda f: f.title not in ours)
 
 
 def on_exit(session: Session, exc: BaseException) -> None:
@@ -227,8 +260,9 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
     known = raiser if raiser is not None else session._root
     module = session.names.module(known) if known is not None else None
     where = Location(module=module, file=file, line=line, function=function)
-    # the frames too: a library in them (apex's fused kernels) decides the family, as explain decides it
-    finding = _read_as_explain_does(_traceback_text(exc), where)
+    # the frames too when a kernel library raised: apex in them decides the family, as in explain
+    read = _traceback_text(exc) if _kernel_library_raised(exc.__traceback__) else str(exc)
+    finding = _read_as_explain_does(read, where)
     if finding is None:
         finding = catalog.finding(
             code_for_message(text), message=f"{type(exc).__name__}: {text}", location=where
