@@ -15,6 +15,7 @@ from torch import nn
 
 import tiny_models
 from dtype_doctor import catalog, remedies, watch
+from dtype_doctor.catalog import shared_remedies
 from dtype_doctor.catalog.shared_remedies import CAST_HELD, KEEP_MODULE
 from dtype_doctor.causes import group_by_cause
 from dtype_doctor.report import Report
@@ -100,7 +101,7 @@ def test_a_fix_at_the_callers_inputs_says_where_it_goes_and_runs_there():
 def test_alternatives_give_the_first_the_evidence_meets_and_a_place_only_when_known():
     layer = nn.Linear(4, 4).half()
     layer.bias = nn.Parameter(torch.zeros(4))  # restored apart from its weight, in float32
-    evidence = {"paths": ["layer.bias"], "born": ["`layer.bias` float32 at load.py:3"], "want": "float16"}
+    evidence = {"held": ["layer.bias"], "born": ["`layer.bias` float32 at load.py:3"], "want": "float16"}
     placed = remedies.make(CAST_HELD, file="train.py", line=12, **evidence)
     unplaced = remedies.make(CAST_HELD, **evidence)
     assert placed.title.endswith("before your call (train.py:12)")
@@ -108,7 +109,7 @@ def test_alternatives_give_the_first_the_evidence_meets_and_a_place_only_when_kn
     assert unplaced.title.endswith("before the model is called")
     assert (unplaced.file, unplaced.line) == (None, None)
     assert placed.why == "made in another dtype: `layer.bias` float32 at load.py:3; the rest runs in float16"
-    assert remedies.make(CAST_HELD, want="float16", paths=[]) is None  # no odd tensor: no remedy
+    assert remedies.make(CAST_HELD, want="float16", held=[]) is None  # no odd tensor: no remedy
     exec(placed.snippet, {"torch": torch, "layer": layer})
     assert layer(torch.randn(2, 4, dtype=torch.float16)).dtype == torch.float16
 
@@ -125,3 +126,41 @@ def test_a_family_remedy_for_a_context_comes_first_and_is_not_repeated():
     assert env[0].title == "Uninstall apex and use PyTorch's native AMP (the xDiT fix)"
     assert [f.snippet for f in env].count("pip uninstall -y apex") == 1
     assert catalog.fixes_for("apex-conflict")[0].title == "Uninstall apex and fall back to PyTorch native AMP"
+
+
+EVIDENCE = {
+    "command": "dtype-doctor run train.py",
+    "name": "mask",
+    "want": "float16",
+    "have": "float32",
+    "file": "train.py",
+    "line": 3,
+    "value": "torch.linspace(0.5, 1.0, 8)",
+    "model": "model",
+    "paths": ["encoder.proj", "blocks.0", "h.0.ln_1", "head"],
+    "what": "`encoder.proj`",
+    "made": "self.proj = nn.Linear(4, 4, dtype=torch.float16)",
+    "passed": ["pixels", "mask"],
+    "held": ["model.head.bias", 'model.get_parameter("h.0.w")'],
+    "born": ["`model.head.bias` float32 at load.py:9"],
+    "keep": ["blocks.0.norm"],
+    "finite": True,
+    "path": "blocks.0.norm",
+    "before": 0.3,
+    "after": 0.01,
+    "where": "'blocks.0.norm'",
+    "named": "'blocks.0.norm.weight'",
+    "limit": "65504",
+}
+
+
+@pytest.mark.parametrize("name", [n for n in dir(shared_remedies) if n.isupper() and not n.startswith("_")])
+def test_every_shared_remedy_is_made_from_evidence_and_its_python_parses(name):
+    template = getattr(shared_remedies, name)
+    for one in template if isinstance(template, tuple) else (template,):
+        fix = remedies.make(one, **EVIDENCE)
+        assert fix is not None and fix.title and "{" not in fix.title, name
+        assert fix.language in ("python", "shell")
+        if fix.language == "python":
+            ast.parse(fix.snippet)
+        assert remedies.make(one) is None  # no evidence: no remedy, never a placeholder

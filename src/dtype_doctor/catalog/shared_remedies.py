@@ -58,16 +58,16 @@ CAST_PASSED = FixTemplate(
 _HELD_WHY = "made in another dtype: {born:semi}; the rest runs in {want}"
 CAST_HELD = (
     FixTemplate(
-        "Cast {paths:code} to {want} once, after the model is built and before your call ({file}:{line})",
+        "Cast {held:code} to {want} once, after the model is built and before your call ({file}:{line})",
         why=_HELD_WHY,
-        needs=("paths", "want", "file"),
+        needs=("held", "want", "file"),
         build="cast_held",
         language="python",
     ),
     FixTemplate(
-        "Cast {paths:code} to {want} once, after the model is built and before the model is called",
+        "Cast {held:code} to {want} once, after the model is built and before the model is called",
         why=_HELD_WHY,
-        needs=("paths", "want"),
+        needs=("held", "want"),
         build="cast_held",
         language="python",
     ),

@@ -165,8 +165,7 @@ def _symptom(
         related=[c for c in ranked if c != code],
         data={"symptom": said, "nearest": ranked, "context": ["symptom"]},
     )
-    confirmed = remedies.make(CONFIRM, command=confirm)
-    finding.fixes = [confirmed, *finding.fixes] if confirmed else finding.fixes
+    finding.fixes = remedies.first(finding.fixes, remedies.make(CONFIRM, command=confirm))
     return finding
 
 

@@ -174,4 +174,4 @@ def _find_fp32(result: NumericsRun, model: nn.Module, forward: Callable) -> None
         if finding.data.get("phase") == "forward" and finding.data.get("kind") in ("module", "inline"):
             finding.data["keep_fp32"] = chosen
             searched = remedies.make(KEEP_SEARCHED, keep=chosen, finite=True if verified else None)
-            finding.fixes = [searched, *finding.fixes] if searched else finding.fixes
+            finding.fixes = remedies.first(finding.fixes, searched)

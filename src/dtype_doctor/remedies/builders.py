@@ -31,9 +31,8 @@ def convert_modules(names: Mapping[str, Any]) -> str | None:
 
 
 def cast_held(names: Mapping[str, Any]) -> str | None:
-    """Each parameter or buffer, by the path the model really has, cast once in place."""
-    paths = list(names["paths"])
-    return "\n".join(f"{p}.data = {p}.data.to(torch.{names['want']})" for p in paths) or None
+    """Each parameter or buffer (`held`: expressions of the paths the model really has) cast once."""
+    return "\n".join(f"{p}.data = {p}.data.to(torch.{names['want']})" for p in names["held"]) or None
 
 
 def cast_passed(names: Mapping[str, Any]) -> str | None:

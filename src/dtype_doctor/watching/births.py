@@ -233,4 +233,4 @@ def held_fix(
             born.append(f"`{path}` {origin.dtype} at {origin.file}:{origin.line}")
     file, _, line = (call or "").rpartition(":")
     at = {"file": file, "line": int(line)} if file and line.isdigit() else {}
-    return remedies.make(CAST_HELD, **at, paths=paths, born=born, want=str(want)[6:])
+    return remedies.make(CAST_HELD, **at, held=paths, born=born, want=str(want)[6:])
