@@ -154,4 +154,5 @@ def renamed(fix: Fix, model: str) -> Fix:
     for line in fix.snippet.splitlines():
         code, sep, comment = line.partition("#")
         lines.append(_MODEL.sub(model, code) + sep + comment)
-    return remedies.revise(fix, snippet="\n".join(lines))
+    # a new snippet is not the one any replay tried: no label carried over
+    return remedies.revise(fix, snippet="\n".join(lines), verified=None, verification="")
