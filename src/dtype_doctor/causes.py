@@ -185,21 +185,10 @@ def group_by_cause(report: Report) -> Report:
         for i in members:
             causes[i] = text
     findings = [
-        replace(f, root_cause=causes.get(i), fixes=_with_root_fix(f.fixes, root_fixes.get(i)))
+        replace(f, root_cause=causes.get(i), fixes=remedies.behind_verified(f.fixes, root_fixes.get(i)))
         for i, f in enumerate(report.findings)
     ]
     return replace(report, findings=findings, meta=dict(report.meta))
-
-
-def _with_root_fix(fixes: list[Fix], root: Fix | None) -> list[Fix]:
-    """The root fix first; a catalog fix with the same snippet gives way to it (no repeat)."""
-    if root is None:
-        return fixes
-    if any(x.snippet.strip() == root.snippet for x in fixes):
-        return fixes  # already offered (and possibly verified) by the producer
-    rest = fixes
-    ahead = next((i for i, x in enumerate(rest) if not x.verified), len(rest))  # verified ones stay first
-    return [*rest[:ahead], root, *rest[ahead:]]
 
 
 def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:

@@ -12,6 +12,6 @@ from __future__ import annotations
 
 from .model import FixTemplate
 from .names import module_ref
-from .processor import first, literal, make, ranked, revise
+from .processor import behind_verified, first, literal, make, ranked, revise
 
-__all__ = ["FixTemplate", "first", "literal", "make", "module_ref", "ranked", "revise"]
+__all__ = ["FixTemplate", "behind_verified", "first", "literal", "make", "module_ref", "ranked", "revise"]

@@ -2,7 +2,8 @@
 
 Producers give a template (a family's, or a shared one of `catalog/shared_remedies.py`) and their evidence;
 `make` writes it in the user's names, with the place its snippet is pasted; `ranked` gives a
-family's applicable remedies best first; `first` puts remedies at the cause ahead of the others;
+family's applicable remedies best first; `first` puts remedies at the cause ahead of the others,
+`behind_verified` right after those a replay verified (a root cause's fix, added after the replay);
 `revise` rewrites a made fix (the user's name for the model, an import the place lacks).
 """
 
@@ -95,6 +96,15 @@ def first(fixes: list[Fix], *ahead: Fix | None) -> list[Fix]:
     new = [f for f in ahead if f is not None]
     taken = {f.snippet.strip() for f in new}
     return [*new, *(f for f in fixes if f.snippet.strip() not in taken)]
+
+
+def behind_verified(fixes: list[Fix], fix: Fix | None) -> list[Fix]:
+    """`fix` first but behind the fixes a replay verified; not added when one has its snippet already
+    (offered, and possibly verified, by the producer)."""
+    if fix is None or any(x.snippet.strip() == fix.snippet.strip() for x in fixes):
+        return fixes
+    ahead = next((i for i, x in enumerate(fixes) if not x.verified), len(fixes))
+    return [*fixes[:ahead], fix, *fixes[ahead:]]
 
 
 def revise(fix: Fix, **changes: Any) -> Fix:
