@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from . import remedies
+from .catalog.shared_remedies import CAST_AT_BIRTH
 from .report import Finding, Fix, Operand, Origin, Report
 
 OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
@@ -95,14 +97,9 @@ def root_fix(root: Origin, expected: str | None) -> Fix | None:
     if root.kind == "input":
         made = next((c for c in root.chain if c.kind != "call"), root)
     name = made.name if made.kind in ("output", "op", "cast") else None
-    if not (name and name.isidentifier() and expected and made.file):
+    if not (name and name.isidentifier()):
         return None
-    return Fix(
-        title=f"Cast `{name}` to {expected} where it is made ({made.file}:{made.line})",
-        snippet=f"{name} = {name}.to(torch.{expected})",
-        why="every finding of this cause starts from that tensor",
-        language="python",
-    )
+    return remedies.make(CAST_AT_BIRTH, file=made.file, line=made.line, name=name, want=expected)
 
 
 def _autocast_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
@@ -188,21 +185,10 @@ def group_by_cause(report: Report) -> Report:
         for i in members:
             causes[i] = text
     findings = [
-        replace(f, root_cause=causes.get(i), fixes=_with_root_fix(f.fixes, root_fixes.get(i)))
+        replace(f, root_cause=causes.get(i), fixes=remedies.behind_verified(f.fixes, root_fixes.get(i)))
         for i, f in enumerate(report.findings)
     ]
     return replace(report, findings=findings, meta=dict(report.meta))
-
-
-def _with_root_fix(fixes: list[Fix], root: Fix | None) -> list[Fix]:
-    """The root fix first; a catalog fix with the same snippet gives way to it (no repeat)."""
-    if root is None:
-        return fixes
-    if any(x.snippet.strip() == root.snippet for x in fixes):
-        return fixes  # already offered (and possibly verified) by the producer
-    rest = fixes
-    ahead = next((i for i, x in enumerate(rest) if not x.verified), len(rest))  # verified ones stay first
-    return [*rest[:ahead], root, *rest[ahead:]]
 
 
 def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:

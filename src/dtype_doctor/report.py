@@ -110,6 +110,8 @@ class Fix:
     verified: True when the tool replayed the failing call with this fix applied and it passed,
     False when that replay still failed, None when it was not tried. verification: what the replay
     found, as shown (`verified: passes, max rel. error 2e-03 vs fp32`, `fails: ...`, `not verified (why)`).
+    file, line: the place the snippet is pasted at (or replaces), where the remedy knows one.
+    Built only by the remedy processor (`remedies/processor.py`) and by `from_json`.
     """
 
     title: str
@@ -118,6 +120,8 @@ class Fix:
     language: str = ""
     verified: bool | None = None
     verification: str = ""
+    file: str | None = None
+    line: int | None = None
 
     def __post_init__(self) -> None:
         if not self.language:

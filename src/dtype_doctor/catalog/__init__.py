@@ -2,19 +2,32 @@
 
 Data only, no torch import. Every producer (explain, watch, check, audit, numerics,
 env) names a family code; the catalog supplies the plain-words cause and the ranked
-fixes, made concrete with the names a producer knows (`module`, `param`, ...).
+fixes, made concrete with the names a producer knows (`module`, `param`, ...) by the
+remedy processor (`remedies/`); `shared_remedies.py` holds the remedies producers make at a
+cause they found (a tensor's birth, a module island, the caller's inputs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import ClassVar
 
+from .. import remedies
+from ..remedies.names import Names, module_ref
 from ..report import Finding, Fix, Severity
 from .families import FAMILIES
 from .model import Family, FixTemplate, MessagePattern
 
-__all__ = ["FAMILIES", "Family", "FixTemplate", "MessagePattern", "codes", "family", "finding", "fixes_for"]
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "FixTemplate",
+    "MessagePattern",
+    "codes",
+    "family",
+    "finding",
+    "fixes_for",
+    "module_ref",
+]
 
 _BY_CODE = {f.code: f for f in FAMILIES}
 
@@ -30,87 +43,10 @@ def family(code: str) -> Family:
         raise KeyError(f"unknown family code {code!r}") from None
 
 
-def module_ref(path: object, model: str = "model") -> str:
-    """`model.encoder.norm`, or `model.get_submodule("h.0.ln_1")` where attribute access is not Python."""
-    if not isinstance(path, str) or path in ("", "<root>"):
-        return model
-    if path == "self" or path.startswith("self."):
-        return path  # an expression from the forward that raised: valid there, not under `model`
-    if all(part.isidentifier() for part in path.split(".")):
-        return f"{model}.{path}"
-    return f'{model}.get_submodule("{path}")'
-
-
-class _Names(dict):
-    """format_map mapping that fills a missing name with a readable placeholder."""
-
-    _DEFAULTS: ClassVar[dict[str, str]] = {
-        "module": "the module",
-        "module_class": "nn.Module",
-        "param": "the parameter",
-        "input": "the input",
-        "model": "model",
-        "dtype": "torch.float16",
-        "other_dtype": "torch.float32",
-        "file": "your code",
-        "line": "?",
-        "tensor": "x",
-        "array": "array",
-        "op": "the op",
-        "modules": '["the module"]',
-        "device": "cuda",
-        "made_op": "torch.zeros",
-        "leaf": "the module",
-        "model_class": "MyModel",
-        "where": "A module",
-        "scale": "scale",
-        "input_absmax": "a large value",
-        "factor": "small",
-        "detail": "",
-        "ranks": "?",
-    }
-
-    def __missing__(self, key: str) -> str:
-        if key == "module_ref":  # the module as a Python expression the user can paste
-            return module_ref(self.get("module"), self.get("model") or "model")
-        if key == "at":  # "at file.py:12" when the producer knows the place, else a neutral phrase
-            return f"at {self['file']}:{self['line']}" if "file" in self else "in your code"
-        return self._DEFAULTS.get(key, f"the {key.replace('_', ' ')}")
-
-
-def _in_comment(line: str, old: str, new: str) -> str:
-    code, sep, comment = line.partition("#")
-    return code + sep + comment.replace(old, new)
-
-
 def fixes_for(code: str, context: Iterable[str] = (), **names: object) -> list[Fix]:
-    """Ranked fixes of a family for a context.
-
-    A template with `when` tags applies only if one of them is in `context`; one with
-    `unless` tags is dropped if any is present. Context-specific fixes come first,
-    in catalog order, then the general ones.
-    """
-    ctx = set(context)
-    fam = family(code)
-    specific: list[Fix] = []
-    general: list[Fix] = []
-    mapping = _Names({k: v for k, v in names.items() if v is not None})
-    for t in fam.fixes:
-        if t.unless and ctx & t.unless:
-            continue
-        if t.when and not (ctx & t.when):
-            continue
-        title = t.title.format_map(mapping)
-        snippet = t.snippet.format_map(mapping)
-        if "module" not in mapping:  # no module known: say so, never quote a placeholder as a name
-            title = title.replace("'the module'", "the module that raised")
-        elif mapping["module"] == "<root>":  # the model itself: the user's name for it
-            model = str(mapping.get("model") or "model")
-            title = title.replace("'<root>'", f"`{model}`").replace("<root>", f"the whole model `{model}`")
-            snippet = "\n".join(_in_comment(line, "<root>", model) for line in snippet.splitlines())
-        fix = Fix(title=title, snippet=snippet, why=t.why)
-        (specific if t.when else general).append(fix)
-    return specific + general
+    """Ranked fixes of a family for a context, made by the remedy processor (`remedies.ranked`):
+    those whose `when` tags are in `context` first, in catalog order, then the general ones."""
+    return remedies.ranked(family(code).fixes, context, **names)
 
 
 def finding(
@@ -129,7 +65,7 @@ def finding(
         "code": code,
         "title": fam.title,
         "severity": Severity(fam.severity),
-        "cause": fam.cause.format_map(_Names({k: v for k, v in names.items() if v is not None})),
+        "cause": fam.cause.format_map(Names.known(names)),
         "fixes": fixes_for(code, context, **names),
         "related": list(fam.related),
     }

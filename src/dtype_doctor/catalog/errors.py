@@ -1134,9 +1134,16 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         fixes=(
             FixTemplate(
+                "Uninstall apex and use PyTorch's native AMP (the xDiT fix)",
+                "pip uninstall -y apex",
+                "torch.autocast + torch.amp.GradScaler replace apex.amp; torch's norms follow the weight dtype rules.",
+                when=frozenset({"env"}),
+            ),
+            FixTemplate(
                 "Uninstall apex and fall back to PyTorch native AMP",
                 "pip uninstall -y apex",
                 "Without apex, transformers/xfuser use the PyTorch norms that follow the model's dtype.",
+                unless=frozenset({"env"}),
             ),
             FixTemplate(
                 "Check library versions: apex must be built for this exact torch/CUDA "

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..remedies.model import FixTemplate
 
-@dataclass(frozen=True)
-class FixTemplate:
-    """A remedy. Text may use {module}, {param}, {input}, {dtype}, {other_dtype}, {file}, {line}..."""
-
-    title: str
-    snippet: str = ""
-    why: str = ""
-    when: frozenset[str] = frozenset()  # applies only in these contexts (empty: always)
-    unless: frozenset[str] = frozenset()  # never in these contexts
+__all__ = ["ContextSignal", "Family", "FixTemplate", "MessagePattern", "Refinement"]
 
 
 @dataclass(frozen=True)

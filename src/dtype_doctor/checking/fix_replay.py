@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import remedies
 from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..report import Finding, Fix, Report, Severity
 from ..verifying import isolation
@@ -117,9 +118,7 @@ def _with_import(fix: Fix, scope: dict[str, Any]) -> Fix:
     needs = "torch" in (loaded_names(fix.snippet) or set())
     if not needs or "torch" in scope or fix.snippet.startswith("import torch"):
         return fix
-    return Fix(
-        fix.title, "import torch\n" + fix.snippet, fix.why, fix.language, fix.verified, fix.verification
-    )
+    return remedies.revise(fix, snippet="import torch\n" + fix.snippet)
 
 
 @contextlib.contextmanager
@@ -265,7 +264,7 @@ def _cast_input(key: Any, var: str, want: torch.dtype) -> Fix:
 
 def _input_fix(key: Any, want: torch.dtype, **fields: str) -> Fix:
     """A fix that is the input `key` passed in `want`: replayed as the dry run with that input cast."""
-    fix = Fix(**fields)
+    fix = remedies.literal(**fields)
     fix.dd_input = (key, want)  # type: ignore[attr-defined]
     return fix
 

@@ -27,7 +27,7 @@ from ..catalog.family_codes import (
     PYPI_APEX_CLASH,
 )
 from ..catalog.libraries import APEX_CONSUMERS, ONEFLOW_STACK, PRECISION_LIBRARIES
-from ..report import Evidence, Finding, Fix, Severity
+from ..report import Evidence, Finding, Severity
 
 _APEX_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+apex[\s.]|import[ \t]+apex\b)", re.M)
 _VERSION_ASSIGN = re.compile(
@@ -394,12 +394,6 @@ def _apex_findings(apex: dict[str, Any]) -> list[Finding]:
             "cuda_ext": apex.get("cuda_ext"),
         },
     )
-    uninstall = Fix(
-        title="Uninstall apex and use PyTorch's native AMP (the xDiT fix)",
-        snippet="pip uninstall -y apex",
-        why="torch.autocast + torch.amp.GradScaler replace apex.amp; torch's norms follow the weight dtype rules.",
-    )
-    f.fixes = [uninstall, *(x for x in f.fixes if x.snippet != uninstall.snippet)]
     f.severity = Severity.WARNING if consumers else Severity.INFO
     out.append(f)
     if apex.get("fused_norms") and apex.get("cuda_ext") is False:

@@ -13,12 +13,13 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from .. import catalog
+from .. import catalog, remedies
 from ..catalog.errors import ERROR_FAMILIES
 from ..catalog.family_codes import GRAD_SCALER_OVERFLOW, SCALAR_TYPE_MISMATCH, UNKNOWN
 from ..catalog.model import Family
+from ..catalog.shared_remedies import CONFIRM
 from ..catalog.symptoms import CHECK_COMMAND, DTYPE_EVIDENCE, NUMERICS, SETUP_FAMILIES, SYMPTOMS, Symptom
-from ..report import Evidence, Finding, Fix
+from ..report import Evidence, Finding
 from .normalize import view
 from .stream import Sample
 
@@ -164,7 +165,7 @@ def _symptom(
         related=[c for c in ranked if c != code],
         data={"symptom": said, "nearest": ranked, "context": ["symptom"]},
     )
-    finding.fixes.insert(0, Fix(title="Confirm it: run the code under dtype-doctor", snippet=confirm))
+    finding.fixes = remedies.first(finding.fixes, remedies.make(CONFIRM, command=confirm))
     return finding
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 from typing import Any
 
 from torch import nn
 
-from .. import catalog
+from .. import catalog, remedies
 from ..catalog.family_codes import FP16_HEADROOM, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
-from ..report import Evidence, Finding, Fix, Location, Operand, Report, Severity
+from ..catalog.shared_remedies import KEEP_OVERFLOWED
+from ..report import Evidence, Finding, Location, Operand, Report, Severity
 from .analysis import Call, Grad, Producer, Sighting, TensorInfo
 from .analysis import Operand as AnalysedOperand
 from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
@@ -363,26 +363,8 @@ def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
     )
     finding.data["nonfinite_params"] = params
     finding.data["keep_fp32"] = [p.path] if p.path else []
-    if p.path:
-        snippet = (
-            "from dtype_doctor.repair.fix import convert\n"
-            "from dtype_doctor.numerics import keep_in_fp32\n"
-            f"# from the float32 model: cast everything but {p.path!r}, then cast at its border\n"
-            f"convert(model, torch.{p.dtype}, keep_fp32=[{'^' + re.escape(p.path) + '$'!r}])\n"
-            f"keep_in_fp32(model, [{p.path!r}])"
-        )
-    else:
-        snippet = f"model = model.float()  # its float32 weights do not fit {p.dtype}"
-    finding.fixes = [
-        Fix(
-            title=(
-                f"Keep {where} in float32 when casting from the float32 weights, or rescale {named} "
-                f"below {limit}: cast to {p.dtype}, the parameter is already non-finite"
-            ),
-            snippet=snippet,
-        ),
-        *(f for f in finding.fixes if "bfloat16" in f.title),
-    ]
+    keep = remedies.make(KEEP_OVERFLOWED, path=p.path, want=p.dtype, where=where, named=named, limit=limit)
+    finding.fixes = [*([keep] if keep else []), *(f for f in finding.fixes if "bfloat16" in f.title)]
 
 
 def _consequence(finding: Finding, p: Producer) -> None:

@@ -20,8 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import remedies
+from ..catalog.shared_remedies import KEEP_SEARCHED
 from ..errors import DoctorError
-from ..report import Finding, Fix, Report
+from ..report import Finding, Report
 from ..tensors import cast_floats
 from .monitor import NumericsMonitor
 from .opscan import rel_l2
@@ -171,11 +173,5 @@ def _find_fp32(result: NumericsRun, model: nn.Module, forward: Callable) -> None
             continue  # the weight overflowed on the cast: keeping the op in float32 cannot help
         if finding.data.get("phase") == "forward" and finding.data.get("kind") in ("module", "inline"):
             finding.data["keep_fp32"] = chosen
-            state = "the forward is then finite" if verified else "not enough on its own"
-            finding.fixes.insert(
-                0,
-                Fix(
-                    title=f"Keep {chosen} in float32 (searched and re-run: {state})",
-                    snippet=f"from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {chosen!r})",
-                ),
-            )
+            searched = remedies.make(KEEP_SEARCHED, keep=chosen, finite=True if verified else None)
+            finding.fixes = remedies.first(finding.fixes, searched)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from .. import catalog
+from .. import catalog, remedies
 from ..catalog.family_codes import FINITE_BUT_WRONG
+from ..catalog.shared_remedies import KEEP_MODULE
 from ..report import Evidence, Finding, Fix, Location
 from .accuracy import Wrong
 from .advice import module_op_name
@@ -37,14 +38,9 @@ def op_text(hit: OpHit) -> str:
     )
 
 
-def _keep_fix(path: str, after: float | None, before: float) -> Fix:
-    state = "not re-run" if after is None else f"re-run with it: error vs float32 {before:.3g} → {after:.2g}"
-    return Fix(
-        title=f"Keep '{path}' in float32, casting at its border ({state})",
-        snippet=f"from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, [{path!r}])",
-        why="The module computes in float32 on its inputs cast up; its output is cast back to the "
-        "dtype it came in, so the rest of the model keeps its speed and memory.",
-    )
+def _keep_fixes(path: str, after: float | None, before: float) -> list[Fix]:
+    fix = remedies.make(KEEP_MODULE, path=path, before=before, after=after)
+    return [fix] if fix else []
 
 
 def wrong_finding(w: Wrong, threshold: float) -> Finding:
@@ -58,7 +54,7 @@ def wrong_finding(w: Wrong, threshold: float) -> Finding:
         FINITE_BUT_WRONG,
         message=message,
         location=Location(module=w.path or None, module_type=w.module_type, step=w.step),
-        fixes=[_keep_fix(w.path, None, w.rel_error)] if w.path else [],
+        fixes=_keep_fixes(w.path, None, w.rel_error),
         data={
             "phase": "forward",
             "kind": "finite-but-wrong",
@@ -77,7 +73,7 @@ def scanned(finding: Finding, w: Wrong) -> None:
     else:
         finding.message += " The op-level scan found no single op past the threshold (the error builds up)."
     if w.path:
-        finding.fixes = [_keep_fix(w.path, w.after, w.rel_error)]
+        finding.fixes = _keep_fixes(w.path, w.after, w.rel_error)
         finding.data["error_after_keep"] = w.after
 
 

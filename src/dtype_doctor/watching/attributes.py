@@ -11,6 +11,8 @@ import textwrap
 import torch
 from torch import nn
 
+from .. import remedies
+from ..catalog.shared_remedies import REGISTER_BUFFER
 from ..report import Fix, Origin
 from .provenance import short_path
 
@@ -102,13 +104,7 @@ def attribute_origin(t: torch.Tensor, root: nn.Module | None, made: Origin | Non
 def buffer_fix(origin: Origin) -> Fix | None:
     """Register the attribute as a (non-persistent) buffer where it is set: module-wide casts and
     `.to(device)` then convert it with the model."""
-    if origin.kind != "attribute" or not origin.name or not origin.op or not origin.file:
+    if origin.kind != "attribute" or not origin.name:
         return None
     name = origin.name.rsplit(".", 1)[-1]
-    return Fix(
-        title=f"Register `{name}` as a buffer where it is set ({origin.file}:{origin.line}), "
-        "so that the model's .to()/.half() convert it",
-        snippet=f'self.register_buffer("{name}", {origin.op}, persistent=False)',
-        why="a plain tensor attribute is not converted by module-wide casts; a buffer is",
-        language="python",
-    )
+    return remedies.make(REGISTER_BUFFER, file=origin.file, line=origin.line, name=name, value=origin.op)

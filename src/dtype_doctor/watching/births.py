@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch.nn.modules import module as torch_module
 
+from .. import remedies
+from ..catalog.shared_remedies import CAST_HELD
 from ..patches import patch_method
 from ..report import Fix, Origin
 from .modules import Names
@@ -229,14 +231,6 @@ def held_fix(
         if held.is_floating_point() and held.dtype != want and path not in paths:
             paths.append(path)
             born.append(f"`{path}` {origin.dtype} at {origin.file}:{origin.line}")
-    if not paths:
-        return None
-    dt = str(want)[6:]
-    place = f" before your call ({call})" if call else " before the model is called"
-    named = ", ".join(f"`{p}`" for p in paths)
-    return Fix(
-        title=f"Cast {named} to {dt} once, after the model is built and{place}",
-        snippet="\n".join(f"{p}.data = {p}.data.to(torch.{dt})" for p in paths),
-        why=f"made in another dtype: {'; '.join(born)}; the rest runs in {dt}",
-        language="python",
-    )
+    file, _, line = (call or "").rpartition(":")
+    at = {"file": file, "line": int(line)} if file and line.isdigit() else {}
+    return remedies.make(CAST_HELD, **at, held=paths, born=born, want=str(want)[6:])

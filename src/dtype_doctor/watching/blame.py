@@ -22,13 +22,14 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from .. import remedies
+from ..catalog.shared_remedies import CAST_PASSED, CONVERT_ISLAND, MAKE_IN_DTYPE
+from ..remedies.builders import MANY
 from ..report import Fix
 from . import call_memo
 from .contracts.core import LOW_DTYPES
-from .names import attr_path, expression_for, module_modules, passed_inputs
+from .names import expression_for, module_modules, passed_inputs
 from .provenance import short_path
-
-MANY = 3  # more islands than this: one loop over named_modules() instead of a line each
 
 
 @dataclass
@@ -52,17 +53,11 @@ class Island:
             text += f" (made at {self.built[0]}:{self.built[1]})"
         return text
 
-    def fix(self) -> Fix:
-        dt = f"torch.{str(self.want)[6:]}"
-        lines = convert_lines(self.model, self.paths, dt)
+    def fix(self) -> Fix | None:
         what = f"`{self.model}`" if self.paths == [""] else summary(self.paths)
-        return Fix(
-            title=f"Convert {what} to {str(self.want)[6:]} like the rest of the model",
-            snippet="\n".join(lines),
-            why=f"the {str(self.dtype)[6:]} module is the odd one out: its input is already "
-            f"{str(self.want)[6:]}, as are the models around it; casting the activation instead "
-            "fails at the next layer",
-            language="python",
+        want, have = str(self.want)[6:], str(self.dtype)[6:]
+        return remedies.make(
+            CONVERT_ISLAND, model=self.model, paths=self.paths, want=want, have=have, what=what
         )
 
     def build_fix(self) -> Fix | None:
@@ -70,16 +65,8 @@ class Island:
         if self.built is None:
             return None
         file, line, source = self.built
-        dt = f"torch.{str(self.want)[6:]}"
-        new = with_dtype(source, dt)
-        if new is None:
-            return None
-        return Fix(
-            title=f"Make it in {str(self.want)[6:]} where it is made ({file}:{line})",
-            snippet=new,
-            why="the module then never exists in the wrong dtype",
-            language="python",
-        )
+        new = with_dtype(source, f"torch.{str(self.want)[6:]}")
+        return remedies.make(MAKE_IN_DTYPE, file=file, line=line, made=new, want=str(self.want)[6:])
 
 
 def summary(paths: list[str]) -> str:
@@ -87,19 +74,6 @@ def summary(paths: list[str]) -> str:
     if len(paths) <= MANY:
         return ", ".join(f"`{p}`" for p in paths)
     return ", ".join(f"{n} × `{leaf}`" for leaf, n in leaves.items())
-
-
-def convert_lines(model: str, paths: list[str], dt: str) -> list[str]:
-    if paths == [""]:
-        return [f"{model}.to({dt})"]
-    if len(paths) <= MANY:
-        return [f"{attr_path(model, p)}.to({dt})" for p in paths]
-    leaves = sorted({p.rsplit(".", 1)[-1] for p in paths})
-    if all(not leaf.isdigit() for leaf in leaves) and len(leaves) <= 4:
-        test = f"name.endswith({tuple('.' + leaf for leaf in leaves)!r})"
-    else:
-        test = f"name in {sorted(paths)!r}"
-    return [f"for name, module in {model}.named_modules():", f"    if {test}:", f"        module.to({dt})"]
 
 
 def _float_params(module: nn.Module) -> list[torch.Tensor]:
@@ -260,16 +234,5 @@ def input_fix(frame: FrameType, root: nn.Module, model: str, want: torch.dtype) 
     names = passed_inputs(frame, root, want)
     if not names:
         return None
-    dt = f"torch.{str(want)[6:]}"
-    if len(names) == 1:
-        snippet = f"{names[0]} = {names[0]}.to({dt})"
-    else:
-        snippet = f"{', '.join(names)} = {', '.join(f'{n}.to({dt})' for n in names)}"
-    where = f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
-    return Fix(
-        title=f"Cast what you pass to `{model}` ({where}) to {str(want)[6:]}: "
-        + ", ".join(f"`{n}`" for n in names),
-        snippet=snippet,
-        why=f"`{model}` runs in {str(want)[6:]}; these arguments arrive in another dtype",
-        language="python",
-    )
+    file, line = short_path(frame.f_code.co_filename), frame.f_lineno
+    return remedies.make(CAST_PASSED, file=file, line=line, passed=names, model=model, want=str(want)[6:])

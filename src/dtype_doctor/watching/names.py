@@ -77,15 +77,6 @@ def module_modules(frame: FrameType) -> list[nn.Module]:
     return out
 
 
-def attr_path(base: str, path: str) -> str:
-    """`base.a.b`, or `base.get_submodule("h.0.ln_1")` where the path is not attribute access."""
-    if not path:
-        return base
-    if all(part.isidentifier() for part in path.split(".")):
-        return f"{base}.{path}"
-    return f'{base}.get_submodule("{path}")'
-
-
 @functools.lru_cache(maxsize=64)
 def _calls_in(file: str, stamp: int) -> list[ast.Call]:
     try:

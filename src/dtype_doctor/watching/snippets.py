@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import remedies
 from ..report import Fix
 from . import call_memo
 from .names import loaded_names
@@ -153,4 +154,5 @@ def renamed(fix: Fix, model: str) -> Fix:
     for line in fix.snippet.splitlines():
         code, sep, comment = line.partition("#")
         lines.append(_MODEL.sub(model, code) + sep + comment)
-    return Fix(title=fix.title, snippet="\n".join(lines), why=fix.why, language=fix.language)
+    # a new snippet is not the one any replay tried: no label carried over
+    return remedies.revise(fix, snippet="\n".join(lines), verified=None, verification="")

@@ -1,0 +1,113 @@
+"""Remedies a producer makes at a cause it found, for whichever family the finding is.
+
+A family's own fixes are in its `Family.fixes`; these are the edits at the root of any dtype
+mismatch (where the odd tensor, parameter, attribute or module was born, what the caller passes)
+and numerics' keep-in-float32 remedies. Producers give `remedies.make` one of them (or a tuple of
+alternatives, best first: the first whose `needs` the evidence meets) and the evidence: names in
+the user's code, the dtype wanted (`want`, e.g. `float16`), and the file:line the snippet goes to.
+Data only.
+"""
+
+from __future__ import annotations
+
+from .model import FixTemplate
+
+CONFIRM = FixTemplate("Confirm it: run the code under dtype-doctor", "{command}", needs=("command",))
+
+CAST_AT_BIRTH = FixTemplate(
+    "Cast `{name}` to {want} where it is made ({file}:{line})",
+    "{name} = {name}.to(torch.{want})",
+    "every finding of this cause starts from that tensor",
+    needs=("name", "want", "file"),
+    language="python",
+)
+
+REGISTER_BUFFER = FixTemplate(
+    "Register `{name}` as a buffer where it is set ({file}:{line}), so that the model's .to()/.half() convert it",
+    'self.register_buffer("{name}", {value}, persistent=False)',
+    "a plain tensor attribute is not converted by module-wide casts; a buffer is",
+    needs=("name", "value", "file"),
+    language="python",
+)
+
+CONVERT_ISLAND = FixTemplate(
+    "Convert {what} to {want} like the rest of the model",
+    why="the {have} module is the odd one out: its input is already {want}, as are the models around "
+    "it; casting the activation instead fails at the next layer",
+    needs=("model", "paths", "want"),
+    build="convert_modules",
+    language="python",
+)
+
+MAKE_IN_DTYPE = FixTemplate(
+    "Make it in {want} where it is made ({file}:{line})",
+    "{made}",
+    "the module then never exists in the wrong dtype",
+    needs=("made", "want", "file"),
+    language="python",
+)
+
+CAST_PASSED = FixTemplate(
+    "Cast what you pass to `{model}` ({file}:{line}) to {want}: {passed:code}",
+    why="`{model}` runs in {want}; these arguments arrive in another dtype",
+    needs=("passed", "model", "want"),
+    build="cast_passed",
+    language="python",
+)
+
+_HELD_WHY = "made in another dtype: {born:semi}; the rest runs in {want}"
+CAST_HELD = (
+    FixTemplate(
+        "Cast {held:code} to {want} once, after the model is built and before your call ({file}:{line})",
+        why=_HELD_WHY,
+        needs=("held", "want", "file"),
+        build="cast_held",
+        language="python",
+    ),
+    FixTemplate(
+        "Cast {held:code} to {want} once, after the model is built and before the model is called",
+        why=_HELD_WHY,
+        needs=("held", "want"),
+        build="cast_held",
+        language="python",
+    ),
+)
+
+_KEEP = "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {keep!r})"
+KEEP_SEARCHED = (
+    FixTemplate("Keep {keep!s} in float32 (searched and re-run: the forward is then finite)", _KEEP,
+                needs=("keep", "finite")),
+    FixTemplate("Keep {keep!s} in float32 (searched and re-run: not enough on its own)", _KEEP, needs=("keep",)),
+)  # fmt: skip
+
+_KEEP_ONE = "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, [{path!r}])"
+_KEEP_ONE_WHY = (
+    "The module computes in float32 on its inputs cast up; its output is cast back to the "
+    "dtype it came in, so the rest of the model keeps its speed and memory."
+)
+KEEP_MODULE = (
+    FixTemplate(
+        "Keep '{path}' in float32, casting at its border (re-run with it: error vs float32 "
+        "{before:.3g} → {after:.2g})",
+        _KEEP_ONE,
+        _KEEP_ONE_WHY,
+        needs=("path", "before", "after"),
+    ),
+    FixTemplate(
+        "Keep '{path}' in float32, casting at its border (not re-run)",
+        _KEEP_ONE,
+        _KEEP_ONE_WHY,
+        needs=("path",),
+    ),
+)
+
+_OVERFLOWED = (
+    "Keep {where} in float32 when casting from the float32 weights, or rescale {named} below {limit}: "
+    "cast to {want}, the parameter is already non-finite"
+)
+KEEP_OVERFLOWED = (
+    FixTemplate(_OVERFLOWED, needs=("path", "want"), build="keep_on_convert"),
+    FixTemplate(
+        _OVERFLOWED, "model = model.float()  # its float32 weights do not fit {want}", needs=("want",)
+    ),
+)

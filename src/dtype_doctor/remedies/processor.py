@@ -1,0 +1,120 @@
+"""The remedy processor: the only code that builds a `Fix` (besides the JSON loader in report.py).
+
+Producers give a template (a family's, or a shared one of `catalog/shared_remedies.py`) and their evidence;
+`make` writes it in the user's names, with the place its snippet is pasted; `ranked` gives a
+family's applicable remedies best first; `first` puts remedies at the cause ahead of the others,
+`behind_verified` right after those a replay verified (a root cause's fix, added after the replay);
+`revise` rewrites a made fix (the user's name for the model, an import the place lacks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from ..report import Fix
+from .builders import BUILDERS
+from .model import FixTemplate
+from .names import Names, present
+
+
+def make(
+    template: FixTemplate | tuple[FixTemplate, ...],
+    *,
+    file: str | None = None,
+    line: int | None = None,
+    **names: Any,
+) -> Fix | None:
+    """The remedy written with the producer's evidence, or None when evidence it needs is missing.
+
+    template: one, or alternatives best first (the first whose `needs` the evidence meets is made).
+    file, line: where the snippet is pasted (also `{file}`/`{line}` in its text)."""
+    mapping = Names.known(names, listed=True)
+    if file:
+        mapping.setdefault("file", file)
+        if line is not None:
+            mapping.setdefault("line", line)
+    options = template if isinstance(template, tuple) else (template,)
+    template = next((t for t in options if _applies(t, mapping)), None)  # type: ignore[assignment]
+    if template is None:
+        return None
+    snippet = BUILDERS[template.build](mapping) if template.build else template.snippet.format_map(mapping)
+    if snippet is None:
+        return None
+    return Fix(
+        title=template.title.format_map(mapping),
+        snippet=snippet,
+        why=template.why.format_map(mapping),
+        language=template.language,
+        file=file or None,
+        line=line if file else None,
+    )
+
+
+def _applies(template: FixTemplate, names: Names) -> bool:
+    return all(present(names.get(key)) for key in template.needs)
+
+
+def _in_comment(line: str, old: str, new: str) -> str:
+    code, sep, comment = line.partition("#")
+    return code + sep + comment.replace(old, new)
+
+
+def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **names: Any) -> list[Fix]:
+    """A family's remedies for a context, best first.
+
+    A template with `when` tags applies only if one of them is in `context`; one with `unless` tags
+    is dropped if any is present. Context-specific fixes come first, in catalog order, then the
+    general ones."""
+    ctx = set(context)
+    specific: list[Fix] = []
+    general: list[Fix] = []
+    mapping = Names.known(names)
+    for t in templates:
+        if (t.unless and ctx & t.unless) or (t.when and not (ctx & t.when)):
+            continue
+        if not _applies(t, mapping):
+            continue
+        title = t.title.format_map(mapping)
+        snippet = BUILDERS[t.build](mapping) if t.build else t.snippet.format_map(mapping)
+        if snippet is None:
+            continue
+        if "module" not in mapping:  # no module known: say so, never quote a placeholder as a name
+            title = title.replace("'the module'", "the module that raised")
+        elif mapping["module"] == "<root>":  # the model itself: the user's name for it
+            model = str(mapping.get("model") or "model")
+            title = title.replace("'<root>'", f"`{model}`").replace("<root>", f"the whole model `{model}`")
+            snippet = "\n".join(_in_comment(line, "<root>", model) for line in snippet.splitlines())
+        fix = Fix(title=title, snippet=snippet, why=t.why, language=t.language)
+        (specific if t.when else general).append(fix)
+    return specific + general
+
+
+def first(fixes: list[Fix], *ahead: Fix | None) -> list[Fix]:
+    """`ahead` (those not None), then `fixes` without any that repeats one of their snippets."""
+    new = [f for f in ahead if f is not None]
+    taken = {f.snippet.strip() for f in new}
+    return [*new, *(f for f in fixes if f.snippet.strip() not in taken)]
+
+
+def behind_verified(fixes: list[Fix], fix: Fix | None) -> list[Fix]:
+    """`fix` first but behind the fixes a replay verified; not added when one has its snippet already
+    (offered, and possibly verified, by the producer)."""
+    if fix is None or any(x.snippet.strip() == fix.snippet.strip() for x in fixes):
+        return fixes
+    ahead = next((i for i, x in enumerate(fixes) if not x.verified), len(fixes))
+    return [*fixes[:ahead], fix, *fixes[ahead:]]
+
+
+def revise(fix: Fix, **changes: Any) -> Fix:
+    """A copy of a made fix with some fields rewritten (its language read again from a new snippet)."""
+    if "snippet" in changes and "language" not in changes:
+        changes["language"] = fix.language
+    return replace(fix, **changes)
+
+
+def literal(**fields: Any) -> Fix:
+    """A fix whose text its producer wrote itself (check's input remedies, kept until they move to
+    the catalog): built here all the same."""
+    return Fix(**fields)
