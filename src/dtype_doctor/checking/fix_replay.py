@@ -125,7 +125,7 @@ def _with_import(fix: Fix, scope: dict[str, Any]) -> Fix:
 @contextlib.contextmanager
 def _no_nested_verify() -> Iterator[None]:
     """The replayed dry run's own watch session verifies nothing again."""
-    from ..watching import verify as watch_verify
+    from ..verifying.backends import live as watch_verify
 
     state = watch_verify._replaying
     old = getattr(state, "on", False)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 # of a few layers stays well under it; a wrong input or a dropped term does not
 THRESHOLD = 5e-2
 NO_CODE = "not verified (a comment or an empty edit: no code to run)"
-NOT_PYTHON = "not verified (not Python code to replay)"
+NOT_PYTHON_WHY = "not Python code to replay"
+NOT_PYTHON = f"not verified ({NOT_PYTHON_WHY})"
 
 
 @dataclass

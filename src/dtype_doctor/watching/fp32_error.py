@@ -12,10 +12,17 @@ import copy
 import os
 from typing import Any
 
-import torch
-
-from ..verifying.isolation import sealed
-from .verify import MAX_ELEMENTS, Call, _floats, _is_meta, _run, _size, max_relative_error, reference
+from ..verifying.backends.live import (
+    MAX_ELEMENTS,
+    Call,
+    _floats,
+    _is_meta,
+    _run,
+    _size,
+    max_relative_error,
+    reference,
+)
+from ..verifying.isolation import generators, restore_generators, sealed
 
 ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"
 
@@ -36,10 +43,12 @@ def measure(session: Any) -> str:
         return "not measured (the model is too large to copy for a replay)"
     try:
         with sealed([call.module]):  # the program's generators and hooks as they were
-            state = torch.random.get_rng_state()
+            state = generators()
             module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs))
             got = _floats(_run(call, module, args, kwargs, []))
-            torch.random.set_rng_state(state)  # float32 draws what the call drew: the same inputs
+            restore_generators(
+                state
+            )  # float32 draws what the call drew (torch, random, NumPy): the same inputs
             ref = reference(call)
     except Exception as exc:
         return f"not measured ({what} raised {type(exc).__name__})"
