@@ -32,7 +32,9 @@ def wanted() -> bool:
 
 
 def measure(session: Any) -> str:
-    """'max rel. error 2e-03 vs fp32 (...)' or 'not measured (why)'."""
+    """'max rel. error 2e-03 vs fp32 (...)' or 'not measured (why)'; a measured error is also put in
+    the report's meta as a number (`error_vs_fp32_value`), which the verifier judges against its
+    threshold (verifying/backends/patched.py)."""
     if not session.calls:
         return "not measured (no model call was watched)"
     call = Call(*max(session.calls.values(), key=lambda c: _size(c[0])))  # the model, not a helper layer
@@ -59,4 +61,5 @@ def measure(session: Any) -> str:
         return f"not measured ({what}: no non-zero float output to compare)"
     if err != err or err == float("inf"):
         return f"the output is not finite ({what})"
+    session.report.meta["error_vs_fp32_value"] = err
     return f"max rel. error {err:.0e} vs fp32 ({what})"
