@@ -14,9 +14,9 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 import dtype_doctor as dd  # noqa: E402
+from dtype_doctor.checking.dry_replay import PASSES  # noqa: E402
 from dtype_doctor.cli import main  # noqa: E402
 from dtype_doctor.loading import load_object  # noqa: E402
-from dtype_doctor.verifying.backends.dry_run import PASSES  # noqa: E402
 
 LLAMA = """
 import tiny_models
@@ -228,8 +228,8 @@ def test_made_up_inputs_take_the_dtype_most_of_the_model_holds(tmp_path, monkeyp
 def test_a_replay_strict_mode_stopped_at_a_warning_runs_again_whole_and_fails_at_the_error_after_it():
     # a replay runs in strict mode (a failing fix fails at its first error); strict also stops at a
     # silent promotion, a warning, and an error may come after it: then the whole replay runs in fix mode
+    from dtype_doctor.checking.dry_replay import dry_outcome
     from dtype_doctor.report import Finding, Location, Severity
-    from dtype_doctor.verifying.backends.dry_run import dry_outcome
     from dtype_doctor.verifying.verifier import judge
 
     modes = []
@@ -256,7 +256,7 @@ def test_a_replay_strict_mode_stopped_at_a_warning_runs_again_whole_and_fails_at
 
 
 def test_past_the_replay_budget_only_the_first_fix_is_replayed_and_the_rest_say_so(tmp_path, monkeypatch):
-    from dtype_doctor.verifying.backends import dry_run
+    from dtype_doctor.checking import dry_replay as dry_run
 
     monkeypatch.setattr(dry_run, "BUDGET_S", 0.0)  # as on a huge model: one dry run's time is all
     _path, build = _factory(tmp_path, "llama_budget", LLAMA, "build")

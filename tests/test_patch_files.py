@@ -193,7 +193,7 @@ def test_a_big_folder_still_gets_the_scripts_copy_and_its_siblings(
 ) -> None:
     """Past the copy limits, the Python files next to the script are copied (the re-run runs the copy
     of the script, whose sibling imports must find the patched copies), nothing else."""
-    from dtype_doctor.verifying.backends import patched as verify
+    from dtype_doctor.patching import verify
 
     user, scratch = tmp_path / "user", tmp_path / "scratch"
     for name in ("main.py", "helper.py", "data.bin", "pkg/deep.py"):

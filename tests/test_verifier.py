@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 import dtype_doctor as dd
+from dtype_doctor.patching.verify import Patched, Replay, attempt
 from dtype_doctor.report import Fix
-from dtype_doctor.verifying.backends.patched import Patched, Replay, attempt
 from dtype_doctor.verifying.contract import NO_CODE, THRESHOLD
 from dtype_doctor.verifying.verifier import Outcome, verify
 

@@ -241,7 +241,7 @@ def test_a_fix_whose_output_is_fp32s_reports_error_zero(tmp_path):
 
 def test_a_comment_only_fix_is_never_run_nor_verified():
     from dtype_doctor.report import Fix
-    from dtype_doctor.verifying.backends import live as verify
+    from dtype_doctor.watching import verify
 
     model = Net()
     x = torch.randn(2, 8)

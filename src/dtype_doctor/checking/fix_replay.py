@@ -19,13 +19,13 @@ from torch import nn
 
 from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..report import Finding, Fix, Report, Severity
-from ..verifying.backends import dry_run as dry_run_backend
-from ..verifying.backends.dry_run import DryRun
 from ..verifying.contract import RANK
 from ..watching import blame
 from ..watching.names import loaded_names
 from ..watching.provenance import short_path
 from ..watching.snippets import renamed
+from . import dry_replay
+from .dry_replay import DryRun
 
 # the factory a module given to check was built by (the CLI builds it first): fixes use its names
 made_by: ContextVar[Any] = ContextVar("made_by", default=None)
@@ -199,7 +199,7 @@ def verify_top(
     fixes = [_with_import(f, scope) if there else f for f, there in zip(fixes, in_factory, strict=True)]
     seen: set[str] = set()
     fixes = [f for f in fixes if not (f.snippet and f.snippet in seen) and not seen.add(f.snippet)]
-    dry_run_backend.label(fixes, dry_run_backend.Meta(mirror, name, scope, dry_run, kw), where, dry_run_s)
+    dry_replay.label(fixes, dry_replay.Meta(mirror, name, scope, dry_run, kw), where, dry_run_s)
     named = [f for f in fixes if not f.verification.startswith("not verified (names ")]
     fixes = named or fixes  # a snippet naming what the factory does not have goes, unless it is all
     first.fixes = sorted(fixes, key=lambda x: RANK[x.verified])

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from ..report import Report, Severity
 from ..sections import SourcePatch
-from ..verifying.backends.patched import Command, Replay, check_command, replay, run_command
 from .plan import Candidate, Cause, Planner, is_user_file, plan
 from .search import search
 from .source import diff_bytes, unified_diff
+from .verify import Command, Replay, check_command, replay, run_command
 
 __all__ = [
     "Candidate",

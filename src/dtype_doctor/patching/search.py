@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..verifying.backends.patched import Patched, Replay, attempt
 from .plan import Candidate, Cause
 from .source import Edit, apply
+from .verify import Patched, Replay, attempt
 
 MAX_REPLAYS = 8
 

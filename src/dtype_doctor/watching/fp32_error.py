@@ -12,7 +12,8 @@ import copy
 import os
 from typing import Any
 
-from ..verifying.backends.live import (
+from ..verifying.isolation import generators, restore_generators, sealed
+from .verify import (
     MAX_ELEMENTS,
     Call,
     _floats,
@@ -22,7 +23,6 @@ from ..verifying.backends.live import (
     max_relative_error,
     reference,
 )
-from ..verifying.isolation import generators, restore_generators, sealed
 
 ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"
 

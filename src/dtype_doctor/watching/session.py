@@ -130,8 +130,8 @@ class Session:
                     f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
         try:
             if exc is None or isinstance(exc, Exception):  # not on Ctrl-C: the user wants out
-                from ..verifying.backends.live import verify_session
                 from . import fp32_error
+                from .verify import verify_session
 
                 if exc is None and fp32_error.wanted():  # run --diff's re-run of the patched copy
                     self.report.meta["error_vs_fp32"] = fp32_error.measure(self)

@@ -19,13 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...catalog.family_codes import CHECK_INCOMPLETE
-from ...checking.tree_copy import deepcopy_tree
-from ...report import Finding, Fix, Report, Severity
-from ...watching.names import loaded_names
-from .. import isolation, verifier
-from ..contract import NOT_PYTHON_WHY, has_code, not_verified
-from ..verifier import Outcome
+from ..catalog.family_codes import CHECK_INCOMPLETE
+from ..report import Finding, Fix, Report, Severity
+from ..verifying import isolation, verifier
+from ..verifying.contract import NOT_PYTHON_WHY, has_code, not_verified
+from ..verifying.verifier import Outcome
+from ..watching.names import loaded_names
+from .tree_copy import deepcopy_tree
 
 TRIED = 4
 BUDGET_S = 1.0  # the replays' time, at least (see label)
@@ -106,7 +106,7 @@ def dry_outcome(dry_run: DryRun, model: nn.Module, kw: dict) -> Outcome:
 @contextlib.contextmanager
 def _no_nested_verify() -> Iterator[None]:
     """The replayed dry run's own watch session verifies nothing again."""
-    from . import live
+    from ..watching import verify as live
 
     state = live._replaying
     old = getattr(state, "on", False)

@@ -19,10 +19,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...report import Report, Severity
-from .. import rerun, verifier
-from ..contract import Verdict
-from ..verifier import Outcome
+from ..report import Report, Severity
+from ..verifying import rerun, verifier
+from ..verifying.contract import Verdict
+from ..verifying.verifier import Outcome
 
 # when the re-run's report says nothing: its own measure is watching/fp32_error.py
 NOT_MEASURED = "not measured (the re-run reported nothing to compare)"

@@ -24,14 +24,14 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from ...report import Finding, Fix
-from ...tensors import iter_tensors, map_tensors
-from .. import isolation, verifier
-from ..contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
-from ..verifier import Outcome
+from ..report import Finding, Fix
+from ..tensors import iter_tensors, map_tensors
+from ..verifying import isolation, verifier
+from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
+from ..verifying.verifier import Outcome
 
 if TYPE_CHECKING:
-    from ...watching.findings import FixContext
+    from .findings import FixContext
 
 MAX_ELEMENTS = 50_000_000  # models larger than this are not copied for a replay
 TRIED = 4  # fixes tried per finding
@@ -145,7 +145,7 @@ class Live:
         return [("", fix.snippet)]
 
     def refuse(self, fix: Fix) -> str | None:
-        from ...watching.names import loaded_names
+        from .names import loaded_names
 
         if fix.language != "python":
             return NOT_PYTHON_WHY
@@ -172,13 +172,13 @@ class Live:
 
     def _used(self) -> set[str]:
         """The names the call's own argument expressions read."""
-        from ...watching.names import loaded_names
+        from .names import loaded_names
 
         sources = [*self.call_src[0], *self.call_src[1].values()] if self.call_src else []
         return set().union(*(loaded_names(x) or set() for x in sources)) if sources else set()
 
     def run(self, fix: Fix) -> Outcome:
-        from ...watching.names import loaded_names
+        from .names import loaded_names
 
         call, env, tree = self.call, self.env, ast.parse(fix.snippet)
         names = (loaded_names(fix.snippet) or set()) - {"torch", "nn", "F"}
@@ -344,7 +344,7 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
 
 def _beyond(fix: Fix, env: dict[str, Any], inner: dict[str, str]) -> str:
     """Why a fix past the first TRIED is not replayed."""
-    from ...watching.names import loaded_names
+    from .names import loaded_names
 
     places = sorted({inner[n] for n in (loaded_names(fix.snippet) or ()) if n in inner and n not in env})
     return f"pasted in {places[0]}, inside the replayed call" if places else "only the first fixes are"
@@ -452,7 +452,7 @@ def _targets(session: Any) -> list[tuple[Finding, Call, Any]]:
         call = Call(*found)
         scope = context.scope
         if call.module is not context.root and scope is not None:  # entered through a method (vae.decode)
-            from ...watching.names import call_source, expression_for
+            from .names import call_source, expression_for
 
             reached = expression_for(call.module, [scope])
             context.root_expr = reached[0] if reached else None
