@@ -70,6 +70,9 @@ def test_a_clean_rerun_over_the_threshold_fails() -> None:
     far = Replay(code=0, errors=0, warnings=0, error_vs_fp32="max rel. error 3e-01 vs fp32", error=0.3)
     seen = attempt({"train.py": "x = 2\n"}, Patched({"train.py": "x = 1\n"}, lambda files: far))
     assert not seen.passed and "over the threshold" in seen.describe()
+    near = Replay(code=0, errors=0, warnings=0, error_vs_fp32="max rel. error 2e-03 vs fp32", error=2e-3)
+    seen = attempt({"train.py": "x = 2\n"}, Patched({"train.py": "x = 1\n"}, lambda files: near))
+    assert seen.passed and seen.describe().endswith("2e-03 vs fp32, within the threshold 5e-02")
 
 
 class Noisy(nn.Module):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..report import Report, Severity
 from ..verifying import rerun, verifier
-from ..verifying.contract import Verdict
+from ..verifying.contract import THRESHOLD, Verdict
 from ..verifying.verifier import Outcome
 
 # when the re-run's report says nothing: its own measure is watching/fp32_error.py
@@ -92,7 +92,8 @@ class Replay:
             left = (
                 f"; {self.warnings} warning{'s' if self.warnings != 1 else ''} left" if self.warnings else ""
             )
-            return f"re-run of the patched copy: exit 0, no dtype error{left}; error vs fp32: {self.measured}"
+            within = f", within the threshold {THRESHOLD:.0e}" if self.error is not None else ""
+            return f"re-run of the patched copy: exit 0, no dtype error{left}; error vs fp32: {self.measured}{within}"
         return f"re-run of the patched copy: {(self.verdict or verifier.judge(self.outcome())).text}"
 
 
