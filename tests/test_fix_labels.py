@@ -69,7 +69,7 @@ def test_explain_labels_every_fix_as_not_run(capsys) -> None:
     assert main(["explain", msg, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     _labelled(report)
-    assert all("explain reads the error text" in fix["verification"] for _, fix in _fixes(report))
+    assert all("explain only reads the error text" in fix["verification"] for _, fix in _fixes(report))
 
 
 def test_run_labels_the_replayed_fixes_and_every_other_one(tmp_path: Path) -> None:

@@ -95,12 +95,12 @@ def unverified_label(fix: Any, why: str) -> str:
 
 # why a command leaves a fix untried (report.tool -> why), for the fixes no back-end labelled
 UNTRIED = {
-    "explain": "explain reads the error text: nothing was run to try it",
-    "check": "only the first error's first fixes are replayed by check",
-    "audit": "audit reads the model and the optimizer: nothing was run to try it",
+    "explain": "explain only reads the error text: nothing was run",
+    "check": "check replays only the first error's first fixes",
+    "audit": "audit only reads the model: nothing was run",
     "numerics": "a numerics finding's fixes are not replayed",
 }
-UNTRIED_DEFAULT = "only the fixes of an error that stopped a model call are replayed"
+UNTRIED_DEFAULT = "only an error's first fixes are replayed"
 
 
 def untried_reason(tool: str) -> str:
