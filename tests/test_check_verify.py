@@ -14,7 +14,7 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 import dtype_doctor as dd  # noqa: E402
-from dtype_doctor.checking.fix_replay import PASSES  # noqa: E402
+from dtype_doctor.checking.dry_replay import PASSES  # noqa: E402
 from dtype_doctor.cli import main  # noqa: E402
 from dtype_doctor.loading import load_object  # noqa: E402
 
@@ -228,8 +228,9 @@ def test_made_up_inputs_take_the_dtype_most_of_the_model_holds(tmp_path, monkeyp
 def test_a_replay_strict_mode_stopped_at_a_warning_runs_again_whole_and_fails_at_the_error_after_it():
     # a replay runs in strict mode (a failing fix fails at its first error); strict also stops at a
     # silent promotion, a warning, and an error may come after it: then the whole replay runs in fix mode
-    from dtype_doctor.checking.fix_replay import _verdict
+    from dtype_doctor.checking.dry_replay import dry_outcome
     from dtype_doctor.report import Finding, Location, Severity
+    from dtype_doctor.verifying.verifier import judge
 
     modes = []
 
@@ -248,15 +249,16 @@ def test_a_replay_strict_mode_stopped_at_a_warning_runs_again_whole_and_fails_at
             )
         )
 
-    verified, verification = _verdict(dry_run, torch.nn.Linear(2, 2), {})
+    verdict = judge(dry_outcome(dry_run, torch.nn.Linear(2, 2), {}))
+    verified, verification = verdict.passes, verdict.text
     assert modes == ["strict", "fix"]
     assert verified is False and "matmul-dtype-mismatch in 'head'" in verification
 
 
 def test_past_the_replay_budget_only_the_first_fix_is_replayed_and_the_rest_say_so(tmp_path, monkeypatch):
-    from dtype_doctor.checking import fix_replay
+    from dtype_doctor.checking import dry_replay as dry_run
 
-    monkeypatch.setattr(fix_replay, "BUDGET_S", 0.0)  # as on a huge model: one dry run's time is all
+    monkeypatch.setattr(dry_run, "BUDGET_S", 0.0)  # as on a huge model: one dry run's time is all
     _path, build = _factory(tmp_path, "llama_budget", LLAMA, "build")
     fixes = dd.check(build, dtype=None, input_ids=torch.tensor([[1, 2]])).errors[0].fixes
     assert fixes[0].verified is True and fixes[0].verification == PASSES

@@ -10,7 +10,9 @@ issue 32 "the diff on stdout"): each test drives the real CLI on a tiny real scr
   every byte outside the edit kept;
 - a root cause in a second file of the user's (`helper.py`) is patched and verified with the patched
   copy imported;
-- the re-run's own "no mixed-precision problem seen" never reaches the user.
+- the re-run's own "no mixed-precision problem seen" never reaches the user, and a crashed re-run
+  "fails" with its exit code and last words;
+- on a stderr that is no terminal, one progress line per candidate re-run, none with --quiet.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ def test_write_goes_through_a_symlink_keeps_hard_links_and_never_overwrites_a_ba
     assert users_backup.read_text() == "the user's own backup\n"  # never overwritten
     assert (tmp_path / "train.py.orig.1").read_text() == SCRIPT
     assert "backup of train.py: train.py.orig.1" in " ".join(err.split())
+    # stderr is no terminal here (a CI log): one progress line per candidate re-run
+    assert "dtype-doctor run --write: 1/" in err and "patched copy: re-running\n" in err
     assert _python("train.py", tmp_path).stdout == "out torch.float16\n"
 
 
@@ -192,9 +196,18 @@ def test_the_re_runs_own_verdict_never_reaches_the_user(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(script)
     proc = dtype_doctor("run", "--diff", "--no-color", "train.py", cwd=tmp_path)
     assert proc.returncode == 1
-    assert "re-run of the patched copy: exit 1, 0 dtype errors left" in proc.stderr
+    # a crashed re-run fails, with its exit code and last words, never "0 dtype errors left"
+    assert "re-run of the patched copy: fails: exit 1 (the data folder is missing)" in proc.stderr
+    assert "dtype errors left" not in proc.stderr
     assert "  the data folder is missing" in proc.stderr  # what the patched program said
     assert "no mixed-precision problem seen" not in proc.stderr
+
+
+def test_quiet_silences_the_rerun_progress_lines(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    proc = dtype_doctor("run", "--diff", "--quiet", "--no-color", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert FIXED_LINE in proc.stdout and "re-running" not in proc.stderr
 
 
 def test_a_big_folder_still_gets_the_scripts_copy_and_its_siblings(

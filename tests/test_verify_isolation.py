@@ -316,7 +316,7 @@ def test_a_patch_that_changes_only_comments_is_never_rerun_nor_verified():
     assert runs == [] and not result.passed
     assert (
         result.describe()
-        == "re-run of the patched copy: not verified (the patch changes no code: nothing to run)"
+        == "re-run of the patched copy: not verified (a comment or an empty edit: no code to run)"
     )
 
 

@@ -21,6 +21,7 @@ from .causes import group_by_cause
 from .dtype_map import report_map
 from .report import Evidence, Finding, Location, Report
 from .sections import LEGACY_META_KEYS, DtypeMap, ModuleDtypes, sections_from_meta
+from .verifying.contract import untried_reason, unverified_label
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
@@ -48,8 +49,28 @@ def lift_meta_sections(report: Report) -> Report:
 def present(report: Report) -> Report:
     """What every output shows, computed once before any renderer reads it (commands/_output.emit,
     Report's display, the integrations): schema-1 meta sections typed, each finding's root cause
-    set (causes.group_by_cause). Renderers only read the result."""
-    return group_by_cause(lift_meta_sections(report))
+    set (causes.group_by_cause), every fix labelled (label_fixes). Renderers only read the result."""
+    return label_fixes(group_by_cause(lift_meta_sections(report)))
+
+
+def label_fixes(report: Report) -> Report:
+    """Every fix carries a verification label: one no back-end of the verifier labelled gets
+    "not verified (why)" (verifying/contract.py); a report whose fixes all have one comes back as it is."""
+    if all(fix.verification for f in report.findings for fix in f.fixes):
+        return report
+    findings = [
+        dataclasses.replace(
+            f,
+            fixes=[
+                fix
+                if fix.verification
+                else dataclasses.replace(fix, verification=unverified_label(fix, untried_reason(report.tool)))
+                for fix in f.fixes
+            ],
+        )
+        for f in report.findings
+    ]
+    return _with_findings(report, findings)
 
 
 def drop_codes(report: Report, codes: Sequence[str]) -> Report:

@@ -1,22 +1,16 @@
-"""check's fixes, tried: the dry run replayed on meta with the fix applied, as the user would paste it.
+"""check's fixes, in the user's names, handed to the verifier's dry-run back-end.
 
 The fixes are written in the user's names: the variable the factory returns (pasted in the factory,
-before its `return`), or `model` where the factory is called (`model = build()`). Each of the first few
-is applied to a copy of the meta mirror (the factory's own globals in scope, under
-`torch.device("meta")`) and the dry run is run again, in strict mode: it stops at the first error
-left, so a failing fix costs little; it passes when no error is left. Meta has no values, so the error
-against float32 cannot be measured: the verdict says so. This is the meta back-end of the verifier
-(verifying/): the replays run in a forked child, or in-process only for library code.
+before its `return`), or `model` where the factory is called (`model = build()`), plus the fixes only
+check can give (a module island converted, an input passed in the model's dtype). The verifier's
+dry-run back-end (verifying/backends/dry_run.py) replays them on the meta mirror and labels them.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import textwrap
-import time
-from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -26,18 +20,14 @@ from torch import nn
 from .. import remedies
 from ..catalog.family_codes import CHECK_INCOMPLETE
 from ..report import Finding, Fix, Report, Severity
-from ..verifying import isolation
-from ..verifying.contract import NO_CODE, NOT_PYTHON, RANK, has_code, not_verified
+from ..verifying.contract import RANK
 from ..watching import blame
 from ..watching.names import loaded_names
 from ..watching.provenance import short_path
 from ..watching.snippets import renamed
-from .tree_copy import deepcopy_tree
+from . import dry_replay
+from .dry_replay import DryRun
 
-TRIED = 4
-BUDGET_S = 1.0  # the replays' time, at least (see verify_top)
-PASSES = "verified: the dry run passes with this fix (dtypes only; error vs fp32 not measurable on meta)"
-DryRun = Callable[[nn.Module, dict, Report, str], None]  # (model, keyword inputs, report, watch mode)
 # the factory a module given to check was built by (the CLI builds it first): fixes use its names
 made_by: ContextVar[Any] = ContextVar("made_by", default=None)
 
@@ -109,104 +99,12 @@ def island_fixes(finding: Finding, mirror: nn.Module, name: str, factory: Any) -
     return fixes
 
 
-def _missing(fix: Fix, name: str, scope: dict[str, Any]) -> list[str]:
-    return sorted((loaded_names(fix.snippet) or set()) - {name, "torch", "nn", "F"} - set(scope))
-
-
 def _with_import(fix: Fix, scope: dict[str, Any]) -> Fix:
     """`import torch` first when the snippet needs torch and the factory's file does not import it."""
     needs = "torch" in (loaded_names(fix.snippet) or set())
     if not needs or "torch" in scope or fix.snippet.startswith("import torch"):
         return fix
     return remedies.revise(fix, snippet="import torch\n" + fix.snippet)
-
-
-@contextlib.contextmanager
-def _no_nested_verify() -> Iterator[None]:
-    """The replayed dry run's own watch session verifies nothing again."""
-    from ..watching import verify as watch_verify
-
-    state = watch_verify._replaying
-    old = getattr(state, "on", False)
-    state.on = True
-    try:
-        yield
-    finally:
-        state.on = old
-
-
-def unreplayable(fix: Fix, name: str, scope: dict[str, Any]) -> str | None:
-    """Why the fix cannot be replayed, known before anything runs; None when it can be."""
-    if getattr(fix, "dd_input", None) is not None:
-        return None
-    missing = _missing(fix, name, scope)
-    if missing:
-        where = ", ".join(f"`{n}`" for n in missing)
-        return f"not verified (names {where}, which the factory does not have)"
-    try:
-        tree = ast.parse(fix.snippet)
-    except SyntaxError:
-        return "not verified (does not parse)"
-    if any(isinstance(n, (ast.With, ast.AsyncWith)) for n in ast.walk(tree)):
-        return "not verified (a context to run the model under: check cannot replay your call)"
-    return None
-
-
-def replay(
-    fix: Fix,
-    mirror: nn.Module,
-    name: str,
-    scope: dict[str, Any],
-    dry_run: DryRun,
-    kw: dict,
-    last: bool = False,
-) -> tuple[bool | None, str]:
-    """Apply the fix to a copy of the mirror (an --input fix: to that input) and run the dry run again.
-
-    last: the mirror is not needed after this replay: the fix is applied to it, not to a copy."""
-    why_not = unreplayable(fix, name, scope)
-    if why_not is not None:
-        return None, why_not
-    cast = getattr(fix, "dd_input", None)
-    if cast is not None:  # (input name, dtype): the dry run again with that input in that dtype
-        return _verdict(dry_run, mirror, {**kw, cast[0]: kw[cast[0]].to(cast[1])})
-    twin = mirror if last else deepcopy_tree(mirror)
-    ns: dict[str, Any] = {**scope, "torch": torch, "nn": nn, name: twin}
-    try:
-        with torch.device("meta"), torch.no_grad():
-            exec(compile(fix.snippet, "<fix>", "exec"), ns)
-    except Exception as exc:
-        return False, f"fails: the fix itself raised {type(exc).__name__}: {str(exc)[:120]}"
-    model = ns.get(name)
-    if not isinstance(model, nn.Module):
-        return False, f"fails: `{name}` is no longer a module after the fix"
-    return _verdict(dry_run, model, kw)
-
-
-def _verdict(dry_run: DryRun, model: nn.Module, kw: dict) -> tuple[bool | None, str]:
-    """Replayed in strict mode, a failing fix fails at its first error; a replay that strict mode
-    stopped at a warning (a silent promotion) is run again whole in fix mode, which goes past it."""
-    again = _replayed(dry_run, model, kw, "strict")
-    if not _left(again) and again.meta.get("raised"):
-        again = _replayed(dry_run, model, kw, "fix")
-    left = _left(again)
-    if left:
-        f = left[0]
-        where = f" in '{f.location.module}'" if f.location is not None and f.location.module else ""
-        return False, f"fails: the dry run with this fix still reports {f.code}{where}"
-    return True, PASSES
-
-
-def _replayed(dry_run: DryRun, model: nn.Module, kw: dict, mode: str) -> Report:
-    again = Report(tool="check")
-    with _no_nested_verify():
-        dry_run(model, kw, again, mode)
-    return again
-
-
-def _left(report: Report) -> list[Finding]:
-    """What makes a replay fail: an error, or a dry run that did not complete."""
-    return [f for f in report.findings if f.severity == Severity.ERROR or f.code == CHECK_INCOMPLETE]
 
 
 def input_fixes(
@@ -281,11 +179,8 @@ def verify_top(
 ) -> None:
     """Write the first error finding's fixes in the user's names, try them, put the passing ones first.
 
-    The mirror is given away: the last replay applies its fix to it, not to a copy (in a forked
-    child: a copy of its own). dry_run_s: how
-    long the check's own dry run took. The first fix is always replayed; another only while the time
-    spent so far plus one more dry run stays within max(BUDGET_S, dry_run_s) (a failing fix fails
-    fast, a passing one costs a whole dry run): on a huge model only the first fix is replayed."""
+    The mirror is given away to the verifier's dry-run back-end (verifying/backends/dry_run.py:
+    which fixes it replays, within what time)."""
     first = next(
         (f for f in report.findings if f.severity == Severity.ERROR and f.code != CHECK_INCOMPLETE), None
     )
@@ -303,74 +198,7 @@ def verify_top(
     fixes = [_with_import(f, scope) if there else f for f, there in zip(fixes, in_factory, strict=True)]
     seen: set[str] = set()
     fixes = [f for f in fixes if not (f.snippet and f.snippet in seen) and not seen.add(f.snippet)]
-    runnable = [
-        f for f in fixes if (f.language == "python" or hasattr(f, "dd_input")) and has_code(f.snippet)
-    ]
-    for fix in fixes:
-        if not any(fix is f for f in runnable):
-            code = fix.language == "python" or hasattr(fix, "dd_input")
-            fix.verification = fix.verification or (NO_CODE if code else NOT_PYTHON)
-    trial = _Trial(runnable[:TRIED], mirror, name, where, scope, dry_run, kw, dry_run_s)
-    if isolation.can_fork():
-        outcome = isolation.in_child(trial.labels)
-        labels = outcome.value or [
-            (None, not_verified(outcome.stopped or "").text, f.title) for f in trial.tried
-        ]
-    elif all(isolation.library_code(m) for m in mirror.modules()):
-        with isolation.sealed([mirror]):
-            labels = trial.labels()
-    else:
-        why = f"the model runs code of yours, replayed only in a separate process: {isolation.why_no_fork()}"
-        labels = [(None, not_verified(why).text, f.title) for f in trial.tried]
-    for fix, (verified, text, title) in zip(trial.tried, labels, strict=True):
-        fix.verified, fix.verification, fix.title = verified, text, title
-    for fix in runnable[TRIED:]:
-        fix.verification = "not verified (only the first fixes are)"
+    dry_replay.label(fixes, dry_replay.Meta(mirror, name, scope, dry_run, kw), where, dry_run_s)
     named = [f for f in fixes if not f.verification.startswith("not verified (names ")]
     fixes = named or fixes  # a snippet naming what the factory does not have goes, unless it is all
     first.fixes = sorted(fixes, key=lambda x: RANK[x.verified])
-
-
-class _Trial:
-    """The first fixes replayed one after another, within the time budget (verify_top)."""
-
-    def __init__(
-        self,
-        tried: list[Fix],
-        mirror: nn.Module,
-        name: str,
-        where: str,
-        scope: dict[str, Any],
-        dry_run: DryRun,
-        kw: dict,
-        dry_run_s: float,
-    ) -> None:
-        self.tried, self.mirror, self.name, self.where, self.scope = tried, mirror, name, where, scope
-        self.dry_run, self.kw, self.dry_run_s = dry_run, kw, dry_run_s
-
-    def labels(self) -> list[tuple[bool | None, str, str]]:
-        """(verified, verification, title) of each fix tried: plain data, sent back from a child."""
-        started = time.perf_counter()
-        out = []
-        for fix in self.tried:
-            out.append(self._one(fix, time.perf_counter() - started))
-        return out
-
-    def _one(self, fix: Fix, spent: float) -> tuple[bool | None, str, str]:
-        if fix is not self.tried[0] and spent + self.dry_run_s > max(BUDGET_S, self.dry_run_s):
-            why = unreplayable(fix, self.name, self.scope)
-            return (
-                None,
-                why or "not verified (budget: each replay is a dry run of the whole model)",
-                fix.title,
-            )
-        try:
-            last = fix is self.tried[-1]
-            verified, text = replay(fix, self.mirror, self.name, self.scope, self.dry_run, self.kw, last)
-        except Exception as exc:  # the tool's own trouble: never at the cost of the report
-            verified, text = None, f"not verified ({type(exc).__name__} in the replay)"
-        pasted_there = not (getattr(fix, "dd_replaces", False) or hasattr(fix, "dd_input"))
-        title = fix.title
-        if verified and self.where and fix.language == "python" and pasted_there:
-            title += f" ({self.where})"
-        return verified, text, title

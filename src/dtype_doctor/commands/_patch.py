@@ -9,6 +9,7 @@ Exit codes: 0 fixed and verified (or nothing to fix), 1 problems left, 2 usage (
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 
@@ -69,6 +70,20 @@ def attach(report: Any, proposal: Any, args: argparse.Namespace) -> int:
     return 0 if section.verified else 1
 
 
+def rerun_progress(args: argparse.Namespace, command: str) -> Callable[[int, int], None] | None:
+    """One line per candidate re-run (`dtype-doctor run --diff: 2/3 patched copy: re-running`) on a
+    stderr that is no terminal (a CI log: the re-runs take a while in silence); none with --quiet."""
+    import sys
+
+    if getattr(args, "quiet", False) or sys.stderr.isatty():
+        return None
+    from ..comparing.progress import ProgressEvent, line_progress
+
+    flag = "--write" if getattr(args, "write", False) else "--diff"
+    show = line_progress(sys.stderr, every=0.0, label=f"{command} {flag}")
+    return lambda done, total: show(ProgressEvent(done, total, "patched copy", "re-running"))
+
+
 def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
     """`run --diff/--write`: the program under watch, then the patch of its root causes, replayed."""
     import os
@@ -88,7 +103,8 @@ def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
     anchor = os.path.dirname(os.path.abspath(opts.target))
     options = [f"--mode={opts.mode}"] + (["--numerics"] if opts.numerics else [])
     timeout = max(120.0, 4 * (time.monotonic() - started))  # a replay that hangs is cut off
-    proposal = propose(report, run_command(opts.target, opts.argv, options), anchor, timeout=timeout)
+    command = run_command(opts.target, opts.argv, options)
+    proposal = propose(report, command, anchor, timeout=timeout, on_progress=rerun_progress(args, "run"))
     if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
         proposal.section.verified = None
         proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
@@ -112,7 +128,8 @@ def check_with_patch(report: Any, args: argparse.Namespace) -> int:
     options += [f"--keep-fp32={p}" for p in args.keep_fp32]
     options += [f"--{k}={v}" for k, v in (("dtype", args.dtype), ("autocast", args.autocast)) if v]
     anchor = os.path.dirname(os.path.abspath(path))
-    proposal = propose(report, check_command(path, factory, options), anchor, home=path)
+    command = check_command(path, factory, options)
+    proposal = propose(report, command, anchor, home=path, on_progress=rerun_progress(args, "check"))
     result = attach(report, proposal, args)
     print_diff(proposal, args)
     return result

@@ -1,8 +1,8 @@
 """The verified fix as a patch to the user's own files (`run --diff`, `--write`, `check --diff`).
 
-`plan.py` turns each root cause of a report into candidate edits (best first), `verify.py` re-runs
-the patched program in a scratch copy and keeps the first candidates that pass, `write.py` applies the
-verified diff. `propose` ties them together and returns a `sections.SourcePatch`. No torch import.
+`plan.py` turns each root cause of a report into candidate edits (best first), `search.py` has the
+verifier's re-run back-end (verifying/backends/patched.py) re-run the patched program in a scratch
+copy and keeps the first candidates that pass, `write.py` applies the verified diff. `propose` ties them together and returns a `sections.SourcePatch`. No torch import.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from ..report import Report, Severity
 from ..sections import SourcePatch
 from .plan import Candidate, Cause, Planner, is_user_file, plan
+from .search import search
 from .source import diff_bytes, unified_diff
-from .verify import Command, Replay, check_command, replay, run_command, search
+from .verify import Command, Replay, check_command, replay, run_command
 
 __all__ = [
     "Candidate",
@@ -28,6 +29,7 @@ __all__ = [
     "plan",
     "propose",
     "run_command",
+    "search",
 ]
 
 
@@ -55,9 +57,11 @@ def propose(
     user_file: Callable[[str | None], bool] = is_user_file,
     timeout: float | None = 600,
     home: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Proposal:
-    """Plan edits for `report`'s root causes, replay them with `command` (see verify.replay) and return
-    the patch of the first candidates that pass (else the best tried), with the replay's outcome."""
+    """Plan edits for `report`'s root causes, replay them with `command` (see verifying/backends/
+    patched.replay) and return the patch of the first candidates that pass (else the best tried),
+    with the replay's outcome. `on_progress(done, total)`: before each re-run."""
     planner = Planner(user_file, home)
     causes = planner.plan(report)
     if not causes:
@@ -78,7 +82,7 @@ def propose(
         result.warnings_before = 0 if errors else warnings
         return result
 
-    chosen, files, result = search(causes, originals, run)
+    chosen, files, result = search(causes, originals, run, on_progress=on_progress)
     diff = "".join(unified_diff(p, originals[p], text, encodings[p]) for p, text in files.items())
     changes = []
     for cause in causes:

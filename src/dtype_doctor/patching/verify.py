@@ -1,12 +1,13 @@
-"""The replay: run the patched program again in a scratch copy and keep the first candidates that pass.
+"""The patched-program re-run back-end of the verifier (verifying/verifier.py).
 
 The script's folder (or, when it is big, the Python files at its top) is copied to a scratch directory and the
 patched files are written over their copies, in their own encodings; the program runs the scratch copy
 of the script (so its sibling imports find the patched copies) with the same arguments, as a fresh
 `dtype-doctor` process under watch, isolated by verifying/rerun.py (scratch working directory, no
-standard input, the guard). A candidate set passes when the program exits 0 and watch reports no
-error; a patch that changes no code is not run. This is the re-run back-end of the verifier
-(verifying/). No torch import.
+standard input, the guard). The verifier judges what it saw (`Replay.outcome`): a patch passes
+when the program exits 0, watch reports no error (and fewer warnings, where there were only
+warnings) and the error vs fp32 it measured is within the threshold; a crashed re-run fails with
+its exit code and last words; a patch that changes no code is never run. No torch import.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..report import Report, Severity
-from ..verifying import rerun
-from ..verifying.contract import same_code
-from .plan import Candidate, Cause
-from .source import Edit, apply
+from ..verifying import rerun, verifier
+from ..verifying.contract import THRESHOLD, Verdict
+from ..verifying.verifier import Outcome
 
-MAX_REPLAYS = 8
 # when the re-run's report says nothing: its own measure is watching/fp32_error.py
 NOT_MEASURED = "not measured (the re-run reported nothing to compare)"
 REPORT_NAME = ".dtype-doctor-replay.json"
@@ -46,20 +45,39 @@ _SKIP_DIRS = {
 
 @dataclass
 class Replay:
+    """What one re-run of a patched copy saw, and the verifier's verdict on it (set by `attempt`)."""
+
     code: int
     errors: int
     warnings: int
     tail: str = ""  # the end of what the program wrote, when it failed
-    stopped: str = ""  # not run, or stopped by the guard: why (verifying/guard.py)
+    stopped: str = ""  # stopped by the guard or the clock: why (verifying/guard.py)
     warnings_before: int = 0  # a run with warnings only: the patch must leave fewer
     error_vs_fp32: str = ""  # what the re-run measured (watching/fp32_error.py), or why not
+    error: float | None = None  # the same, as a number, when it was measured
+    verdict: Verdict | None = None
+
+    def outcome(self) -> Outcome:
+        """What the verifier judges: a crash fails with its exit code and last words, errors or
+        warnings left fail, a clean run is measured against fp32."""
+        if self.stopped:
+            return Outcome(stopped=self.stopped)
+        errs = f"{self.errors} dtype error{'s' if self.errors != 1 else ''} left"
+        if self.code:
+            last = self.tail.strip().splitlines()[-1:] if self.tail.strip() else []
+            said = f" ({last[0].strip()[:160]})" if last else ""
+            return Outcome(failed=f"exit {self.code}{', ' + errs if self.errors else ''}{said}")
+        if self.errors:
+            return Outcome(failed=f"exit 0, but {errs}")
+        if self.warnings_before and self.warnings >= self.warnings_before:
+            return Outcome(failed=f"exit 0, but the {self.warnings} warning(s) remain")
+        if self.error is not None:
+            return Outcome(error=self.error)
+        return Outcome(unmeasured=f"exit 0, no dtype error; error vs fp32: {self.measured}")
 
     @property
     def passed(self) -> bool:
-        if self.stopped:
-            return False
-        fewer = self.warnings_before == 0 or self.warnings < self.warnings_before
-        return self.code == 0 and self.errors == 0 and fewer
+        return (self.verdict or verifier.judge(self.outcome())).passes is True
 
     @property
     def measured(self) -> str:
@@ -69,17 +87,44 @@ class Replay:
         return (self.passed, -self.errors, self.code == 0, -self.warnings)
 
     def describe(self) -> str:
-        if self.stopped:
-            return f"re-run of the patched copy: not verified ({self.stopped})"
+        """The line the patch section shows: what the clean re-run measured, else the verdict."""
         if self.passed:
             left = (
                 f"; {self.warnings} warning{'s' if self.warnings != 1 else ''} left" if self.warnings else ""
             )
-            return f"re-run of the patched copy: exit 0, no dtype error{left}; error vs fp32: {self.measured}"
-        errs = f"{self.errors} dtype error{'s' if self.errors != 1 else ''}"
-        if self.code == 0 and self.errors == 0:
-            return f"re-run of the patched copy: exit 0, but the {self.warnings} warning(s) remain"
-        return f"re-run of the patched copy: exit {self.code}, {errs} left"
+            within = f", within the threshold {THRESHOLD:.0e}" if self.error is not None else ""
+            return f"re-run of the patched copy: exit 0, no dtype error{left}; error vs fp32: {self.measured}{within}"
+        return f"re-run of the patched copy: {(self.verdict or verifier.judge(self.outcome())).text}"
+
+
+@dataclass
+class Patched:
+    """The re-run back-end (verifier.Backend): a candidate is the patched files (path -> text);
+    `originals` their text at the run; `rerun` runs the patched copy (`replay`, bound to a command)."""
+
+    originals: dict[str, str]
+    rerun: Callable[[dict[str, str]], Replay]
+    last: Replay | None = None
+
+    def edits(self, files: dict[str, str]) -> list[tuple[str, str]]:
+        return [(self.originals.get(path, ""), text) for path, text in files.items()]
+
+    def refuse(self, files: dict[str, str]) -> str | None:
+        return None
+
+    def run(self, files: dict[str, str]) -> Outcome:
+        self.last = self.rerun(files)
+        return self.last.outcome()
+
+
+def attempt(files: dict[str, str], backend: Patched) -> Replay:
+    """The patched files through the verifier: what the re-run saw (nothing, when it was never run)
+    with the verdict."""
+    backend.last = None
+    verdict = verifier.verify(files, backend)
+    seen = backend.last or Replay(code=0, errors=0, warnings=0)
+    seen.verdict = verdict
+    return seen
 
 
 # (scratch dir, {original path: scratch path}) -> the command line to run there
@@ -144,7 +189,9 @@ def replay(
         env["PYTHONPATH"] = os.pathsep.join([*extra, scratch, anchor, here, *user])
         ran = rerun.run(command(scratch, placed), scratch, anchor, env, timeout)
         if ran.code == 124 and not ran.stdout:
-            return Replay(code=124, errors=0, warnings=0, tail="the replay timed out")
+            return Replay(
+                code=124, errors=0, warnings=0, stopped=f"the re-run did not finish in {timeout:.0f} s"
+            )
         return _result(ran, os.path.join(scratch, REPORT_NAME))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -188,17 +235,21 @@ def _tree_files(anchor: str) -> list[str] | None:
 
 def _result(proc: rerun.Ran, report_path: str) -> Replay:
     errors = warnings = 0
-    measured = ""
+    measured, error = "", None
     try:
         with open(report_path, encoding="utf-8") as fh:
             report = Report.from_json(fh.read())
         errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
         warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
         measured = str(report.meta.get("error_vs_fp32") or "")
-    except (OSError, ValueError):
-        errors = 1 if proc.code else 0
+        value = report.meta.get("error_vs_fp32_value")
+        error = float(value) if isinstance(value, (int, float)) else None
+    except (OSError, ValueError):  # it crashed before its report: the exit code says it
+        pass
     tail = "\n".join(program_output(proc.stderr or "")[-6:]) if proc.code else ""
-    return Replay(proc.code, errors, warnings, tail, error_vs_fp32=measured, stopped=proc.stopped or "")
+    return Replay(
+        proc.code, errors, warnings, tail, error_vs_fp32=measured, stopped=proc.stopped or "", error=error
+    )
 
 
 # where the re-run's own report starts in its stderr: its exception note, its summary, its first box
@@ -211,76 +262,3 @@ def program_output(stderr: str) -> list[str]:
     lines = stderr.strip().splitlines()
     end = next((i for i, line in enumerate(lines) if line.startswith(_REPORT_STARTS)), len(lines))
     return [line for line in lines[:end] if line.strip()]
-
-
-def combine(causes: list[Cause], choice: list[int]) -> tuple[list[Candidate], list[Edit]]:
-    """The chosen candidate of each cause; one that overlaps an earlier cause's edits is left out."""
-    chosen: list[Candidate] = []
-    edits: list[Edit] = []
-    for cause, index in zip(causes, choice, strict=True):
-        cand = cause.candidates[index]
-        fresh = [e for e in cand.edits if e not in edits]
-        if any(_overlap(e, d) for e in fresh for d in edits):
-            continue
-        chosen.append(cand)
-        edits.extend(fresh)
-    return chosen, edits
-
-
-def _overlap(a: Edit, b: Edit) -> bool:
-    """Two edits touch the same text (an insertion conflicts only with a span it falls inside)."""
-    if a.path != b.path or (a.start == a.end and b.start == b.end):
-        return False
-    if a.start == a.end:
-        return b.start < a.start < b.end
-    if b.start == b.end:
-        return a.start < b.start < a.end
-    return a.start < b.end and b.start < a.end
-
-
-def patched(originals: dict[str, str], edits: list[Edit]) -> dict[str, str]:
-    """path -> patched text, for the files the edits touch."""
-    out: dict[str, str] = {}
-    for path in dict.fromkeys(e.path for e in edits):
-        out[path] = apply(originals[path], [e for e in edits if e.path == path])
-    return out
-
-
-def _code_only(run: Callable[[dict[str, str]], Replay], originals: dict[str, str]) -> Callable:
-    """`run`, except for a patch that changes no code (comments, layout): never run, never passes."""
-
-    def checked(files: dict[str, str]) -> Replay:
-        if all(same_code(originals.get(p, ""), text) for p, text in files.items()):
-            return Replay(code=0, errors=0, warnings=0, stopped="the patch changes no code: nothing to run")
-        return run(files)
-
-    return checked
-
-
-def search(
-    causes: list[Cause],
-    originals: dict[str, str],
-    run: Callable[[dict[str, str]], Replay],
-    budget: int = MAX_REPLAYS,
-) -> tuple[list[Candidate], dict[str, str], Replay | None]:
-    """Try each cause's candidates in order (first of each together, then one cause at a time),
-    keep the first set whose replay passes, else the best seen. Returns (chosen, files, replay)."""
-    if not causes:
-        return [], {}, None
-    run = _code_only(run, originals)
-    choice = [0] * len(causes)
-    chosen, edits = combine(causes, choice)
-    best_files = patched(originals, edits)
-    best = run(best_files)
-    best_chosen, used = chosen, 1
-    for i, cause in enumerate(causes):
-        for j in range(1, len(cause.candidates)):
-            if best.passed or used >= budget:
-                return best_chosen, best_files, best
-            trial = [*choice[:i], j, *choice[i + 1 :]]
-            chosen, edits = combine(causes, trial)
-            files = patched(originals, edits)
-            result, used = run(files), used + 1
-            if result.score() > best.score():
-                choice, best, best_chosen, best_files = trial, result, chosen, files
-    return best_chosen, best_files, best

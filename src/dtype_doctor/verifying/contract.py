@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Any
 
 # max |got - fp32| / max |fp32| of the first output fp32 makes non-zero: a half-precision model
 # of a few layers stays well under it; a wrong input or a dropped term does not
 THRESHOLD = 5e-2
 NO_CODE = "not verified (a comment or an empty edit: no code to run)"
-NOT_PYTHON = "not verified (not Python code to replay)"
+NOT_PYTHON_WHY = "not Python code to replay"
+NOT_PYTHON = f"not verified ({NOT_PYTHON_WHY})"
 
 
 @dataclass
@@ -78,11 +80,29 @@ RANK = {True: 0, None: 1, False: 2}  # verified fixes first, failing ones last
 def label_rest(fixes: list, why: str) -> None:
     """Give every fix without a label one: no fix is shown unlabelled."""
     for fix in fixes:
-        if fix.verification:
-            continue
-        if fix.language != "python":
-            fix.verification = NOT_PYTHON
-        elif not has_code(fix.snippet):
-            fix.verification = NO_CODE
-        else:
-            fix.verification = not_verified(why).text
+        if not fix.verification:
+            fix.verification = unverified_label(fix, why)
+
+
+def unverified_label(fix: Any, why: str) -> str:
+    """The label of a fix that was not run: not Python, no code, or not verified (why)."""
+    if fix.language != "python":
+        return NOT_PYTHON
+    if not has_code(fix.snippet):
+        return NO_CODE
+    return not_verified(why).text
+
+
+# why a command leaves a fix untried (report.tool -> why), for the fixes no back-end labelled
+UNTRIED = {
+    "explain": "explain only reads the error text: nothing was run",
+    "check": "check replays only the first error's first fixes",
+    "audit": "audit only reads the model: nothing was run",
+    "numerics": "a numerics finding's fixes are not replayed",
+}
+UNTRIED_DEFAULT = "only an error's first fixes are replayed"
+
+
+def untried_reason(tool: str) -> str:
+    """Why a fix of a `tool` report carries no verifier label."""
+    return UNTRIED.get(tool, UNTRIED_DEFAULT)

@@ -152,16 +152,17 @@ def library_code(obj: Any) -> bool:
 @contextlib.contextmanager
 def sealed(modules: list[Any] = ()) -> Iterator[None]:  # type: ignore[assignment]
     """In-process replay: the random generators as they were afterwards, no forward hook fires."""
-    states = _generators()
+    states = generators()
     hooks = _suppress_hooks(modules)
     try:
         yield
     finally:
         hooks()
-        _restore_generators(states)
+        restore_generators(states)
 
 
-def _generators() -> dict[str, Any]:
+def generators() -> dict[str, Any]:
+    """The state of every random generator a replay may draw from (random, NumPy, torch CPU/CUDA)."""
     states: dict[str, Any] = {"random": random.getstate()}
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -174,7 +175,8 @@ def _generators() -> dict[str, Any]:
     return states
 
 
-def _restore_generators(states: dict[str, Any]) -> None:
+def restore_generators(states: dict[str, Any]) -> None:
+    """Put the generators back as `generators()` saw them: the next replay draws the same numbers."""
     random.setstate(states["random"])
     if "numpy" in states:
         sys.modules["numpy"].random.set_state(states["numpy"])

@@ -12,10 +12,17 @@ import copy
 import os
 from typing import Any
 
-import torch
-
-from ..verifying.isolation import sealed
-from .verify import MAX_ELEMENTS, Call, _floats, _is_meta, _run, _size, max_relative_error, reference
+from ..verifying.isolation import generators, restore_generators, sealed
+from .verify import (
+    MAX_ELEMENTS,
+    Call,
+    _floats,
+    _is_meta,
+    _run,
+    _size,
+    max_relative_error,
+    reference,
+)
 
 ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"
 
@@ -25,7 +32,9 @@ def wanted() -> bool:
 
 
 def measure(session: Any) -> str:
-    """'max rel. error 2e-03 vs fp32 (...)' or 'not measured (why)'."""
+    """'max rel. error 2e-03 vs fp32 (...)' or 'not measured (why)'; a measured error is also put in
+    the report's meta as a number (`error_vs_fp32_value`), which the verifier judges against its
+    threshold (verifying/backends/patched.py)."""
     if not session.calls:
         return "not measured (no model call was watched)"
     call = Call(*max(session.calls.values(), key=lambda c: _size(c[0])))  # the model, not a helper layer
@@ -36,10 +45,12 @@ def measure(session: Any) -> str:
         return "not measured (the model is too large to copy for a replay)"
     try:
         with sealed([call.module]):  # the program's generators and hooks as they were
-            state = torch.random.get_rng_state()
+            state = generators()
             module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs))
             got = _floats(_run(call, module, args, kwargs, []))
-            torch.random.set_rng_state(state)  # float32 draws what the call drew: the same inputs
+            restore_generators(
+                state
+            )  # float32 draws what the call drew (torch, random, NumPy): the same inputs
             ref = reference(call)
     except Exception as exc:
         return f"not measured ({what} raised {type(exc).__name__})"
@@ -50,4 +61,5 @@ def measure(session: Any) -> str:
         return f"not measured ({what}: no non-zero float output to compare)"
     if err != err or err == float("inf"):
         return f"the output is not finite ({what})"
+    session.report.meta["error_vs_fp32_value"] = err
     return f"max rel. error {err:.0e} vs fp32 ({what})"

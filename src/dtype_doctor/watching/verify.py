@@ -1,7 +1,7 @@
-"""The live back-end of the verifier (verifying/): try a fix before offering it first.
+"""The live back-end of the verifier (verifying/verifier.py): try a fix before offering it first.
 
-The failing call (the outermost module call the user made, with its recorded arguments) is replayed
-on deep copies of the user's objects with the fix's snippet applied to them, exactly as pasted; the
+The failing call (the outermost module call the user made, with its recorded arguments: the whole
+forward, not only the module that failed) is replayed on deep copies of the user's objects with the fix's snippet applied to them, exactly as pasted; the
 result is compared with the same call, on the same inputs, in float32 (verifying/contract.py). On
 meta (`check`) the replay runs under `watch` and passes when it reports no error. The replays run in
 a forked child, or in-process only for library code (verifying/isolation.py).
@@ -17,7 +17,7 @@ import itertools
 import re
 import threading
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,17 +26,9 @@ from torch.nn.parameter import is_lazy
 
 from ..report import Finding, Fix
 from ..tensors import iter_tensors, map_tensors
-from ..verifying import isolation
-from ..verifying.contract import (
-    NO_CODE,
-    NOT_PYTHON,
-    RANK,
-    Verdict,
-    has_code,
-    label_rest,
-    not_verified,
-    on_error,
-)
+from ..verifying import isolation, verifier
+from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
+from ..verifying.verifier import Outcome
 
 if TYPE_CHECKING:
     from .findings import FixContext
@@ -135,87 +127,106 @@ def max_relative_error(got: list[torch.Tensor], ref: list[torch.Tensor]) -> floa
     return float((g.float() - r).abs().max() / r.abs().max())
 
 
-def replay(
-    snippet: str,
-    env: dict[str, Any],
-    call: Call,
-    ref: list[torch.Tensor] | None,
-    root_expr: str | None = None,
-    call_src: tuple[list[str], dict[str, str]] | None = None,
-    inner: dict[str, str] | None = None,
-) -> Verdict:
-    """Apply `snippet` to copies of the objects it names (from `env`), then replay `call`; `inner`
-    maps the names of the user's frames inside the call to where they are (not replayable)."""
-    inner = inner or {}
-    from .names import loaded_names
+@dataclass
+class Live:
+    """The live back-end (verifier.Backend): a fix's snippet applied to copies of the objects it
+    names (from `env`), then `call`, the outermost model call the user made, replayed whole and
+    compared with `ref`, the same call in float32. `inner` maps the names of the user's frames
+    inside the call to where they are (not replayable)."""
 
-    try:
-        tree = ast.parse(snippet)
-    except SyntaxError:
-        return Verdict(None, "not verified (does not parse)")
-    names = (loaded_names(snippet) or set()) - {"torch", "nn", "F"}
-    missing = sorted(n for n in names if n not in env)
-    places = sorted({inner[n] for n in missing if n in inner})
-    if missing and places:
-        what = ", ".join(f"`{n}`" for n in missing)
-        return Verdict(
-            None, f"not verified (pasted in {places[0]}, where {what} is: inside the replayed call)"
-        )
-    if missing:
-        return Verdict(None, f"not verified (names {', '.join(missing)}, which the replay does not have)")
-    if _size(call.module) > MAX_ELEMENTS:
-        return Verdict(None, "not verified (model too large to copy for a replay)")
-    stored = {
-        t.id for node in ast.walk(tree) for t in getattr(node, "targets", ()) if isinstance(t, ast.Name)
-    }
-    sources = [*call_src[0], *call_src[1].values()] if call_src else []
-    used = set().union(*(loaded_names(x) or set() for x in sources)) if sources else set()
-    passed = {id(t) for t in iter_tensors((call.args, call.kwargs))}
-    data = {n for n in stored if n in env and not isinstance(env[n], nn.Module)}
-    if data and not data & used and not any(id(env[n]) in passed for n in data):
-        what = ", ".join(sorted(data))
-        return Verdict(
-            None, f"not verified (`{what}` is not what the replayed call receives: used before it)"
-        )
-    objs = {n: env[n] for n in names | stored | used if n in env}  # rebound ones too: the call sees them
-    memo: dict[int, Any] = {}
-    for v in objs.values():  # Python modules, functions, classes: shared; the user's objects copied
-        if isinstance(v, _SHARED):
-            memo[id(v)] = v
-    copies, module, args, kwargs = copy.deepcopy((objs, call.module, call.args, call.kwargs), memo)
-    ns: dict[str, Any] = {"torch": torch, "nn": nn, **copies}
-    contexts: list[Any] = []
-    try:
-        for stmt in tree.body:
-            if isinstance(stmt, ast.With):  # the fix is a context: replay the call inside it
-                contexts += [
-                    eval(compile(ast.Expression(i.context_expr), "<fix>", "eval"), ns) for i in stmt.items
-                ]
-            else:
-                exec(compile(ast.Module([stmt], []), "<fix>", "exec"), ns)
-    except Exception as exc:
-        return Verdict(False, f"fails: the fix itself raised {type(exc).__name__}: {str(exc)[:120]}")
-    subst = {id(copies[n]): ns[n] for n in copies if ns.get(n) is not copies[n]}
-    module = subst.get(id(module), module)
-    if call_src is not None:  # an argument passed as a name the fix rebinds: the new value
-        args, kwargs = _rebound(_by_name(call_src, call, args), args, kwargs, ns, copies)
-    if root_expr:  # the fix may have put a new module where the user's code reaches the model
-        with contextlib.suppress(Exception):
-            again = eval(root_expr, ns)
-            if isinstance(again, nn.Module):
-                module = again
-    args, kwargs = map_tensors((args, kwargs), lambda t: subst.get(id(t), t))
-    try:
-        out = _run(call, module, args, kwargs, contexts)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        return Verdict(False, f"fails: replayed, {type(exc).__name__}: {first}")
-    got = _floats(out)
-    if _made_anew(tree):
-        return Verdict(True, "verified: passes (the module is made anew: no comparison with fp32)")
-    if got and got[0].is_meta:
-        return Verdict(True, "verified: the replayed call passes (dtypes only, on meta)")
-    return on_error(max_relative_error(got, ref or []))
+    env: dict[str, Any]
+    call: Call
+    ref: list[torch.Tensor] | None
+    root_expr: str | None = None
+    call_src: tuple[list[str], dict[str, str]] | None = None
+    inner: dict[str, str] = field(default_factory=dict)
+
+    def edits(self, fix: Fix) -> list[tuple[str, str]]:
+        return [("", fix.snippet)]
+
+    def refuse(self, fix: Fix) -> str | None:
+        from .names import loaded_names
+
+        if fix.language != "python":
+            return NOT_PYTHON_WHY
+        try:
+            ast.parse(fix.snippet)
+        except SyntaxError:
+            return "does not parse"
+        names = (loaded_names(fix.snippet) or set()) - {"torch", "nn", "F"}
+        missing = sorted(n for n in names if n not in self.env)
+        places = sorted({self.inner[n] for n in missing if n in self.inner})
+        if missing and places:
+            what = ", ".join(f"`{n}`" for n in missing)
+            return f"pasted in {places[0]}, where {what} is: inside the replayed call"
+        if missing:
+            return f"names {', '.join(missing)}, which the replay does not have"
+        if _size(self.call.module) > MAX_ELEMENTS:
+            return "model too large to copy for a replay"
+        data = {n for n in _stored(ast.parse(fix.snippet)) if n in self.env}
+        data = {n for n in data if not isinstance(self.env[n], nn.Module)}
+        passed = {id(t) for t in iter_tensors((self.call.args, self.call.kwargs))}
+        if data and not data & self._used() and not any(id(self.env[n]) in passed for n in data):
+            return f"`{', '.join(sorted(data))}` is not what the replayed call receives: used before it"
+        return _not_in_process(self.call)
+
+    def _used(self) -> set[str]:
+        """The names the call's own argument expressions read."""
+        from .names import loaded_names
+
+        sources = [*self.call_src[0], *self.call_src[1].values()] if self.call_src else []
+        return set().union(*(loaded_names(x) or set() for x in sources)) if sources else set()
+
+    def run(self, fix: Fix) -> Outcome:
+        from .names import loaded_names
+
+        call, env, tree = self.call, self.env, ast.parse(fix.snippet)
+        names = (loaded_names(fix.snippet) or set()) - {"torch", "nn", "F"}
+        objs = {n: env[n] for n in names | _stored(tree) | self._used() if n in env}  # rebound ones too
+        memo: dict[int, Any] = {}
+        for v in objs.values():  # Python modules, functions, classes: shared; the user's objects copied
+            if isinstance(v, _SHARED):
+                memo[id(v)] = v
+        copies, module, args, kwargs = copy.deepcopy((objs, call.module, call.args, call.kwargs), memo)
+        ns: dict[str, Any] = {"torch": torch, "nn": nn, **copies}
+        contexts: list[Any] = []
+        try:
+            for stmt in tree.body:
+                if isinstance(stmt, ast.With):  # the fix is a context: replay the call inside it
+                    contexts += [
+                        eval(compile(ast.Expression(i.context_expr), "<fix>", "eval"), ns) for i in stmt.items
+                    ]
+                else:
+                    exec(compile(ast.Module([stmt], []), "<fix>", "exec"), ns)
+        except Exception as exc:
+            return Outcome(raised=f"{type(exc).__name__}: {str(exc)[:120]}")
+        subst = {id(copies[n]): ns[n] for n in copies if ns.get(n) is not copies[n]}
+        module = subst.get(id(module), module)
+        if self.call_src is not None:  # an argument passed as a name the fix rebinds: the new value
+            args, kwargs = _rebound(_by_name(self.call_src, call, args), args, kwargs, ns, copies)
+        if self.root_expr:  # the fix may have put a new module where the user's code reaches the model
+            with contextlib.suppress(Exception):
+                again = eval(self.root_expr, ns)
+                if isinstance(again, nn.Module):
+                    module = again
+        args, kwargs = map_tensors((args, kwargs), lambda t: subst.get(id(t), t))
+        _same_draws()  # the forward draws what the fp32 reference drew, whatever the snippet drew
+        try:
+            out = _run(call, module, args, kwargs, contexts)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            return Outcome(failed=f"replayed, {type(exc).__name__}: {first}")
+        got = _floats(out)
+        if _made_anew(tree):
+            return Outcome(unmeasured="passes (the module is made anew: no comparison with fp32)")
+        if got and got[0].is_meta:
+            return Outcome(unmeasured="the replayed call passes (dtypes only, on meta)")
+        return Outcome(error=max_relative_error(got, self.ref or []))
+
+
+def _stored(tree: ast.Module) -> set[str]:
+    """The names the snippet assigns."""
+    return {t.id for node in ast.walk(tree) for t in getattr(node, "targets", ()) if isinstance(t, ast.Name)}
 
 
 def _by_name(
@@ -314,50 +325,29 @@ def _replayable(node: ast.AST) -> bool:
 
 
 def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tensor] | None) -> None:
-    """Mark the finding's first fixes verified / not verified and put the ones that pass first
-    (`made`: the context its fixes were made in, watching.findings.FixContext)."""
+    """Label the finding's fixes through the verifier (the first TRIED with code are replayed) and
+    put the ones that pass first (`made`: the context its fixes were made in, watching.findings.FixContext)."""
     scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
-    tried: list[Fix] = []
-    inner = made.inner
+    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {})
+    tried = 0
     for fix in finding.fixes:
-        if fix.language == "python" and len(tried) >= TRIED:
-            from .names import loaded_names
-
-            places = sorted(
-                {inner[n] for n in (loaded_names(fix.snippet) or ()) if n in inner and n not in env}
-            )
-            where = (
-                f"pasted in {places[0]}, inside the replayed call" if places else "only the first fixes are"
-            )
-            fix.verification = f"not verified ({where})"
+        runs = fix.language == "python" and has_code(fix.snippet)
+        if runs and tried >= TRIED:
+            fix.verified, fix.verification = None, not_verified(_beyond(fix, env, live.inner)).text
             continue
-        if fix.language != "python":
-            fix.verification = NOT_PYTHON
-            continue
-        if not has_code(fix.snippet):
-            fix.verified, fix.verification = None, NO_CODE
-            continue
-        why_not = _not_in_process(call)
-        if why_not:
-            fix.verified, fix.verification = None, why_not
-            continue
-        try:
-            _same_draws()
-            v = replay(
-                fix.snippet,
-                env,
-                call,
-                ref,
-                made.root_expr,
-                made.call_src,
-                made.inner,
-            )
-        except Exception as exc:  # the tool's own trouble: say so, never fail the user's program
-            v = Verdict(None, f"not verified ({type(exc).__name__} in the replay)")
+        v = verifier.verify(fix, live)
         fix.verified, fix.verification = v.passes, v.text
-        tried.append(fix)
+        tried += runs
     finding.fixes = sorted(finding.fixes, key=lambda x: RANK[x.verified])
+
+
+def _beyond(fix: Fix, env: dict[str, Any], inner: dict[str, str]) -> str:
+    """Why a fix past the first TRIED is not replayed."""
+    from .names import loaded_names
+
+    places = sorted({inner[n] for n in (loaded_names(fix.snippet) or ()) if n in inner and n not in env})
+    return f"pasted in {places[0]}, inside the replayed call" if places else "only the first fixes are"
 
 
 def _not_in_process(call: Call) -> str | None:
@@ -366,8 +356,7 @@ def _not_in_process(call: Call) -> str | None:
         return None
     if all(isolation.library_code(m) for m in call.module.modules()):
         return None
-    why = isolation.why_no_fork()
-    return not_verified(f"the call runs code of yours, replayed only in a separate process: {why}").text
+    return f"the call runs code of yours, replayed only in a separate process: {isolation.why_no_fork()}"
 
 
 _replaying = threading.local()  # a replay's own watch (on meta) verifies nothing again
@@ -473,16 +462,17 @@ def _targets(session: Any) -> list[tuple[Finding, Call, Any]]:
 
 
 def _same_draws() -> None:
-    """The fp32 reference and every replay draw the same random numbers (dropout: same inputs).
-    The user's generators are not these: the replays run apart (verifying/isolation.py)."""
+    """The fp32 reference and every replay draw the same random numbers (dropout, noise drawn in
+    forward from torch, `random` or NumPy: same inputs). The user's generators are not these: the
+    replays run apart (verifying/isolation.py)."""
     start = getattr(_replaying, "rng", None)
     if start is not None:
-        torch.random.set_rng_state(start)
+        isolation.restore_generators(start)
 
 
 def _verify_targets(targets: list[tuple[Finding, Call, Any]]) -> None:
     refs: dict[int, Any] = {}
-    _replaying.rng = torch.random.get_rng_state()
+    _replaying.rng = isolation.generators()
     for f, call, context in targets:
         if id(call.module) not in refs:
             _same_draws()
