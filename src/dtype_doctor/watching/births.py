@@ -20,6 +20,7 @@ from torch.nn.modules import module as torch_module
 
 from ..patches import patch_method
 from ..report import Fix, Origin
+from .conversions import watch_from_numpy
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames
 
@@ -92,8 +93,10 @@ class Births:
         ]
         unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
         unload = self._watch_load()
+        unnumpy = watch_from_numpy(self.prov, self.on_error)
 
         def undo() -> None:
+            unnumpy()
             unload()
             unpatch()
             for h in handles:

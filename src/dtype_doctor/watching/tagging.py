@@ -98,8 +98,8 @@ class Tagger:
             i = inputs[0]
             di = i.dtype
             for o in outs:
-                if o._base is not None:
-                    continue
+                if o._base is not None and lookup(o) is not None:
+                    continue  # a view of a tagged tensor: looked up through its base
                 if o.dtype == di:
                     if kind is CAST and self._dtype_from_other(o):
                         continue
@@ -121,7 +121,7 @@ class Tagger:
                     promoted = len({i.dtype for i in inputs if i.dim() > 0}) > 1
                     break
         for o in outs:
-            if o._base is not None or not o.is_floating_point():
+            if not o.is_floating_point() or (o._base is not None and lookup(o) is not None):
                 continue
             if any(o is i for i in inputs):
                 continue  # in-place or returned as is: its origin stands
@@ -143,8 +143,8 @@ class Tagger:
         if type(out) is not Tensor:  # several outputs
             self.tag(func, kind, inputs, out)
             return
-        if out._base is not None:
-            return  # a view: looked up through its base
+        if out._base is not None and self.prov.lookup(out) is not None:
+            return  # a view of a tagged tensor: looked up through its base
         if not inputs:  # a factory, integer operands: a floating result is born
             if out.is_floating_point():
                 self._new_tag(func, kind, (), out, False)
