@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .provenance import Provenance, Tag, caller_frames, qualified_op_name
-from .tagging import assigned_name
+from .tagging import made_name
 
 
 def watch_from_numpy(prov: Provenance, on_error: Callable[[BaseException], None]) -> Callable[[], None]:
@@ -29,7 +29,7 @@ def watch_from_numpy(prov: Provenance, on_error: Callable[[BaseException], None]
         try:
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 inner, user = caller_frames(2)
-                name = assigned_name(inner) if inner is not None and inner == user else None
+                name = made_name(inner, op) if inner is not None and inner == user else None
                 prov.set(out, Tag("op", out.dtype, op, name, None, inner, user))
         except Exception as exc:  # never let the tool's bookkeeping fail the user's program
             on_error(exc)

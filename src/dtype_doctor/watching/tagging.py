@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..tensors import iter_tensors
+from . import made_names
 from .mode import CAST
 from .modules import ModuleStack, Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualified_op_name
@@ -64,6 +65,15 @@ def _source_match(frame: Frame | None, pattern: re.Pattern) -> str | None:
 def assigned_name(frame: Frame | None) -> str | None:
     """`emb` for a call site `emb = text_encoder(ids)[0]`: the variable the user keeps it in."""
     return _source_match(frame, _ASSIGNED)
+
+
+def made_name(frame: Frame | None, op: str) -> str | None:
+    """The variable that holds what `op` made on the frame's line: not `ds` in
+    `ds = TensorDataset(torch.from_numpy(a))`, where the tensor is an argument of another call."""
+    name = assigned_name(frame)
+    if name is None or frame is None:
+        return None
+    return name if made_names.holds(linecache.getline(frame[0].co_filename, frame[1]), op) else None
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
@@ -222,7 +232,7 @@ class Tagger:
             new_kind = "promotion" if promoted else "op"
         top = self.stack.top
         if tags:
-            name = assigned_name(inner) if inner is not None and inner == user else None
+            name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
             return
         # a tensor born with no tracked parent (a factory): one Tag per call site, shared
@@ -242,7 +252,7 @@ class Tagger:
         except TypeError:  # an unhashable callable or module
             key, tag = None, None
         if tag is None:
-            name = assigned_name(inner) if inner is not None and inner == user else None
+            name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             tag = Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, ())
             if key is not None:
                 self._born[key] = tag
