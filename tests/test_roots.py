@@ -201,6 +201,10 @@ def test_an_autocast_disabled_region_is_the_root_and_is_not_named_as_the_module_
     root = root_origin(odd.origin)
     assert (root.op, root.file, root.line) == ("Tensor.float", HERE, head.float_line)
     assert root.name is None  # `h` is the projection's output, not what .float() made
+    intended = finding.data["intended"]  # the region's float32 is intent, said as such
+    assert intended["dtype"] == "bfloat16"
+    assert intended["evidence"] == "the weights of 'a', which consume the data, are bfloat16"
+    assert intended["deliberate"].startswith(f"float32 asked for (Tensor.float at {HERE}:{head.float_line})")
     head.a.float()  # the region's module in the region's dtype
     head.b.float()
     assert head(torch.randn(2, 8, dtype=torch.bfloat16)).dtype == torch.float32
@@ -221,10 +225,16 @@ class Gate(nn.Module):
 
 
 def test_a_mask_made_in_forward_is_the_root_of_the_promotion_and_the_failure_after_it():
-    gate = Gate().half()
-    with watch(model=gate) as s, pytest.raises(RuntimeError):
-        gate(torch.randn(2, 16, dtype=torch.float16))
+    with watch() as s:
+        gate = Gate().half()
+        converted = here() - 1
+        with pytest.raises(RuntimeError):
+            gate(torch.randn(2, 16, dtype=torch.float16))
     grouped = group_by_cause(s.report)
+    promotion = next(f for f in grouped.findings if f.code == "silent-promotion")
+    assert promotion.data["intended"]["evidence"] == (
+        f"most of the model's parameters are float16 (a module-wide .half() at {HERE}:{converted})"
+    )
     causes = {f.root_cause for f in grouped.findings}
     assert causes == {
         f"float32 `keep` made by torch.ones ({HERE}:{gate.keep_line}) → 2 findings ('<root>', 'out')"

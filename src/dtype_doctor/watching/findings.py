@@ -156,6 +156,11 @@ def build(
     path = names.module(module)
     frames = user_frames(2)
     want = _safe(lambda: blame.root_majority(root) if root is not None else None)
+    place = f"'{path or '<root>'}'" if module is not None else op
+    tensors = [s.tensor for s in operands]
+    why = _safe(lambda: intent.rule_evidence(tensors, names, expected, place)) if expected else None
+    if why and why.startswith("the other operands") and want == expected and root is not None:
+        why = _safe(lambda: intent.model_evidence(root, prov, want)) or why
     if (
         expected is not None
         and want in blame.LOW_DTYPES
@@ -167,11 +172,13 @@ def build(
             for s in floats:  # no parameter decides: the models' dtype does, not the first operand
                 s.odd = s.tensor.dtype != want
             expected = want
+            why = _safe(lambda: intent.model_evidence(root, prov, want))
     asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
     if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
         for s in operands:
             s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
         expected = asked
+        why = _safe(lambda: intent.asked_evidence(tensors, prov, asked))
     ops, odd = _operands(operands, names, prov, root)
     blamed = odd.operand
     ctx = set(context or ())
@@ -186,6 +193,7 @@ def build(
     island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
     if island is not None:
         expected = island.want
+        why = f"the models around it are {canonical(island.want)}; its {canonical(island.dtype)} module is the odd one"
         ctx.add("odd-module")
     origin = blamed.origin if blamed else None
     made = origin.name if origin and origin.kind in ("op", "cast", "output") else None
@@ -209,6 +217,11 @@ def build(
     extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
     if ufile and (ufile, uline) != (file, line):
         extra["your_code"] = f"{ufile}:{uline}"
+    if expected is not None and why:
+        extra["intended"] = {"dtype": canonical(expected), "evidence": why}
+        upcast = _safe(lambda: intent.deliberate(odd.tensor, prov) if odd.tensor is not None else None)
+        if upcast:
+            extra["intended"]["deliberate"] = upcast
     extra.update(data or {})
     extra["context"] = sorted(ctx)
     finding = catalog.finding(
@@ -406,6 +419,10 @@ def note_text(finding: Finding) -> str:
         lines.append(f"  {finding.message}")
     if finding.location:
         lines.append(f"  at {finding.location.describe()}")
+    intended = finding.data.get("intended")
+    if isinstance(intended, dict) and intended.get("evidence"):
+        said = f"  intended: {intended.get('dtype')}: {intended['evidence']}"
+        lines.append(said + (f"; {intended['deliberate']}" if intended.get("deliberate") else ""))
     if finding.data.get("your_code"):
         lines.append(f"  your code: {finding.data['your_code']}")
     for o in finding.operands:
