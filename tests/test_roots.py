@@ -239,3 +239,35 @@ def test_a_mask_made_in_forward_is_the_root_of_the_promotion_and_the_failure_aft
     assert causes == {
         f"float32 `keep` made by torch.ones ({HERE}:{gate.keep_line}) → 2 findings ('<root>', 'out')"
     }
+
+
+class Sinusoid(nn.Module):
+    """Timestep features from a frequency table held as a buffer."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.register_buffer("freqs", torch.exp(-torch.arange(width // 2) / width), persistent=False)
+        self.proj = nn.Linear(width, width)
+        self.read_line = here() + 3
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        angles = t[:, None] * self.freqs[None]
+        return self.proj(torch.cat([angles.sin(), angles.cos()], -1))
+
+
+def test_a_table_kept_wide_on_purpose_is_blamed_where_forward_reads_it_without_a_cast():
+    with watch() as s:
+        emb = Sinusoid().half()
+        emb.freqs = emb.freqs.float()  # precise phases on purpose
+        kept = here() - 1
+        with pytest.raises(RuntimeError):
+            emb(torch.tensor([3.0, 500.0], dtype=torch.float16))
+    (finding,) = group_by_cause(s.report).errors
+    assert finding.root_cause.startswith(
+        f"float32 `freqs` ({HERE}:{kept}), read without a cast in Sinusoid.forward at {HERE}:{emb.read_line}"
+    )
+    assert finding.data["intended"]["deliberate"].startswith(
+        f"float32 asked for (Tensor.float at {HERE}:{kept})"
+    )
+    angles = torch.tensor([3.0, 500.0])[:, None] * emb.freqs[None]  # the read, phases kept in float32
+    assert emb.proj(torch.cat([angles.sin(), angles.cos()], -1).half()).dtype == torch.float16

@@ -89,6 +89,11 @@ def _origin_label(origin: Origin) -> str:
     before = next((c for c in origin.chain if c.kind != "call"), None)
     if origin.kind == "input" and before is not None and before.file:
         text += f", made by {before.op or before.kind} at {before.file}:{before.line}"
+    read = next(
+        (c for c in origin.chain if c.kind == "call" and (c.name or "").startswith("read without")), None
+    )
+    if read is not None:  # held wide on purpose: the read into the low computation is the place
+        text += f", {read.name} at {read.file}:{read.line}"
     yours = next((c for c in origin.chain if c.kind == "call" and c.file), None)
     if yours is not None and _library_line(origin):  # born in a library, called from this line
         text += f", from your line {yours.file}:{yours.line}"

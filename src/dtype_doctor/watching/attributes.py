@@ -112,3 +112,37 @@ def buffer_fix(origin: Origin) -> Fix | None:
         why="a plain tensor attribute is not converted by module-wide casts; a buffer is",
         language="python",
     )
+
+
+def first_read(cls: type, name: str) -> tuple[str, int, str] | None:
+    """(file, line, method) where the class's methods other than `__init__` first read `self.<name>`
+    (`forward` first): where a held tensor enters the computation."""
+    found: list[tuple[int, int, str, str]] = []
+    for klass in cls.__mro__:
+        if klass in (nn.Module, object):
+            break
+        try:
+            lines, start = inspect.getsourcelines(klass)
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+            path = inspect.getsourcefile(klass) or ""
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for method in tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []:
+            if not isinstance(method, ast.FunctionDef) or method.name == "__init__":
+                continue
+            for node in ast.walk(method):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr == name
+                    and isinstance(node.ctx, ast.Load)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    line = start + node.lineno - 1
+                    found.append((method.name != "forward", line, path, method.name))
+        if found:
+            break
+    if not found:
+        return None
+    _, line, path, method = min(found)
+    return short_path(path), line, f"{cls.__name__}.{method}"

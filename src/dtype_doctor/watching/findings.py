@@ -266,6 +266,8 @@ def _operands(
         origin = s.origin or origin_of(s.tensor, names, prov)
         if s.odd and origin.kind not in ("parameter", "buffer"):  # a plain attribute: born where set
             origin = _safe(lambda: attributes.attribute_origin(s.tensor, root, origin)) or origin  # noqa: B023
+        if s.odd:
+            _safe(lambda: _read_without_cast(s.tensor, prov, origin))  # noqa: B023
         name = origin.name if origin.kind in ("parameter", "buffer", "input") else None
         if origin.kind == "parameter" and odd.param is None:
             odd.param = origin.name
@@ -281,6 +283,24 @@ def _operands(
         if s.odd and odd.operand is None:
             odd.operand, odd.tensor = ops[-1], s.tensor
     return ops, odd
+
+
+def _read_without_cast(t: torch.Tensor, prov: Provenance, origin: Origin) -> None:
+    """A tensor a module holds in a wider dtype on purpose (an fp32 table, an explicit `.float()`)
+    is intent; the place to act is where forward reads it into the low computation without a cast:
+    that read joins its chain."""
+    tag = prov.lookup(t)
+    if not isinstance(tag, births.BirthTag) or intent.deliberate(t, prov) is None:
+        return
+    owner, attribute = tag._owner(), tag._attribute
+    if owner is None or not attribute:
+        return
+    read = attributes.first_read(type(owner), attribute)
+    if read is not None:
+        file, line, method = read
+        origin.chain.append(
+            Origin(kind="call", name=f"read without a cast in {method}", file=file, line=line)
+        )
 
 
 def _message(op: str, ops: list[Operand], expected: torch.dtype | None, path: str | None, module: Any) -> str:

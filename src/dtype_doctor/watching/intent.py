@@ -80,7 +80,8 @@ def intended(tensors: list[torch.Tensor], prov: Provenance, root: Any) -> torch.
 
 def asked_at(tag: Tag | None) -> str | None:
     """Where the code asked for this tensor's dtype, as the user reads it (`Tensor.half at x.py:5`,
-    `a module-wide .to() at x.py:9`, `torch.autocast`, `dtype= at x.py:7`); None when it was not."""
+    `a module-wide .to() at x.py:9`, `torch.autocast`, `an explicit dtype at x.py:7`); None when
+    it was not."""
     current = tag
     for _ in range(_MAX_STEPS):
         if current is None:
@@ -93,9 +94,13 @@ def asked_at(tag: Tag | None) -> str | None:
             return f"{current.op}{at}"
         if isinstance(current, BirthTag) and current.op:
             return f"a module-wide .{current.op.rsplit('.', 1)[-1]}(){at}"
-        if current.kind in ("op", "parameter", "buffer") and _explicit_on_line(current.frame):
-            return f"dtype= at {where(current.frame)[0]}:{where(current.frame)[1]}"
         same = [p for p in current.parents if p.dtype == current.dtype]
+        if same and same[0].kind == "cast":
+            current = same[0]  # registered from a cast: the cast is where it was asked for
+            continue
+        if current.kind in ("op", "parameter", "buffer") and _explicit_on_line(current.frame):
+            file, line, _ = where(current.frame)
+            return f"an explicit dtype at {file}:{line}"
         current = same[0] if same else None
     return None
 
