@@ -158,9 +158,9 @@ def build(
     want = _safe(lambda: blame.root_majority(root) if root is not None else None)
     place = f"'{path or '<root>'}'" if module is not None else op
     tensors = [s.tensor for s in operands]
-    why = _safe(lambda: intent.rule_evidence(tensors, names, expected, place)) if expected else None
-    if why and why.startswith("the other operands") and want == expected and root is not None:
-        why = _safe(lambda: intent.model_evidence(root, prov, want)) or why
+    why = (
+        _safe(lambda: intent.rule_evidence(tensors, names, expected, place, root, prov)) if expected else None
+    )
     if (
         expected is not None
         and want in blame.LOW_DTYPES

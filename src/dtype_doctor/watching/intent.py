@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .births import BirthTag
+from .blame import root_majority
 from .provenance import Frame, ParamTag, Provenance, Tag, where
 
 LOW = (torch.float16, torch.bfloat16)
@@ -122,9 +123,11 @@ def _dt(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def rule_evidence(tensors: list[torch.Tensor], names: Any, expected: torch.dtype, place: str) -> str:
-    """Why the op's own rule expects `expected`: autocast's dtype, or the weights that consume the
-    data (a parameter or buffer among the operands), or the operands that agree on it."""
+def rule_evidence(
+    tensors: list[torch.Tensor], names: Any, expected: torch.dtype, place: str, root: Any, prov: Provenance
+) -> str:
+    """Why the op's own rule expects `expected`: autocast's dtype, the weights that consume the data
+    (a parameter or buffer among the operands), the model's majority, or the operands that agree."""
     device = next((t.device.type for t in tensors), "cpu")
     try:
         if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == expected:
@@ -135,6 +138,8 @@ def rule_evidence(tensors: list[torch.Tensor], names: Any, expected: torch.dtype
         known = names.tensor(t) if t.dtype == expected else None
         if known is not None:
             return f"the weights of {place}, which consume the data, are {_dt(expected)}"
+    if root is not None and root_majority(root) == expected:
+        return model_evidence(root, prov, expected)
     return f"the other operands are {_dt(expected)}"
 
 
