@@ -375,10 +375,16 @@ def accept(fixes: list, device: str, scope: Any, inner: set[str] | None = None) 
 
 
 def _activation(ops: list[Operand]) -> torch.dtype | None:
-    """The dtype of the data operand that disagrees with the module's parameters, if one does."""
-    params = {o.dtype for o in ops if o.origin is not None and o.origin.kind == "parameter"}
-    for o in ops:
-        if o.origin is not None and o.origin.kind not in ("parameter", "buffer") and o.dtype not in params:
+    """The dtype of the data operand that disagrees with the module's parameters, if one does (the
+    `input` of a module op is data even when its dtype came from a parameter: an embedding's output)."""
+    data = [
+        o
+        for o in ops
+        if o.origin is not None and (o.role == "input" or o.origin.kind not in ("parameter", "buffer"))
+    ]
+    params = {o.dtype for o in ops if o.origin is not None and o.origin.kind == "parameter" and o not in data}
+    for o in data:
+        if o.dtype not in params:
             return getattr(torch, o.dtype or "", None)
     return None
 

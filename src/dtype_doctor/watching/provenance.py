@@ -90,8 +90,8 @@ def outermost_user_frame(depth: int = 2) -> Frame | None:
     for _ in range(512):
         if f is None:
             break
-        if frame_kind(f.f_code) == USER:
-            found = (f.f_code, f.f_lineno)
+        if frame_kind(f.f_code) == USER and not f.f_code.co_filename.startswith("<"):
+            found = (f.f_code, f.f_lineno)  # a file of yours (not exec'd text: no line to show)
         f = f.f_back
     return found
 
