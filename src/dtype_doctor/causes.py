@@ -64,8 +64,11 @@ def _root_origin(origin: Origin) -> Origin:
             current = before[0]
             continue
         parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
+        if current.kind == "input" and parents and parents[0].kind in ("op", "cast"):
+            current = parents[0]  # an input born where it was made, not where it was passed
+            continue
         if current.kind in ("input", "output") and not (parents and parents[0].kind == "promotion"):
-            return current  # a named tensor the user handed over: the place to act
+            return current  # a named tensor the user handed over (a module's output): the place to act
         if current.kind in ("parameter", "buffer", "attribute") and current.file:
             return current  # a parameter's birth: where its dtype entered the model
         if not parents:
@@ -88,6 +91,14 @@ def _origin_label(origin: Origin) -> str:
     before = next((c for c in origin.chain if c.kind != "call"), None)
     if origin.kind == "input" and before is not None and before.file:
         text += f", made by {before.op or before.kind} at {before.file}:{before.line}"
+    read = next(
+        (c for c in origin.chain if c.kind == "call" and (c.name or "").startswith("read without")), None
+    )
+    if read is not None:  # held wide on purpose: the read into the low computation is the place
+        text += f", {read.name} at {read.file}:{read.line}"
+    yours = next((c for c in origin.chain if c.kind == "call" and c.file), None)
+    if yours is not None and _library_line(origin):  # born in a library, called from this line
+        text += f", from your line {yours.file}:{yours.line}"
     return text
 
 

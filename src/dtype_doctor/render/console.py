@@ -186,6 +186,12 @@ def finding_panel(
     parts: list = [Text(finding.title, style="bold")]
     if cause:
         parts.append(Text.assemble(("root cause  ", "bold magenta"), cause))
+    intended = finding.data.get("intended") if isinstance(finding.data, dict) else None
+    if isinstance(intended, dict) and intended.get("evidence"):
+        said = f"{intended.get('dtype')}: {intended['evidence']}"
+        if intended.get("deliberate"):
+            said += f"; {intended['deliberate']}"
+        parts.append(Text.assemble(("intended  ", "bold"), said))
     if finding.message:
         parts.append(Text(finding.message))
     if finding.location and finding.location.describe():

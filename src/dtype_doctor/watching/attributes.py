@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -34,9 +35,8 @@ def owner_of(t: torch.Tensor, root: nn.Module | None) -> tuple[str, nn.Module, s
     return None
 
 
-def _assignment(cls: type, name: str) -> tuple[str, int, str] | None:
-    """(file, line, source of the assigned value) of `self.<name> = …` or `setattr(self, "<name>", …)`
-    in the class (its bases in order)."""
+def _class_sources(cls: type) -> Iterator[tuple[ast.Module, int, str]]:
+    """(parsed source, first line, file) of the class and its bases in order, up to nn.Module."""
     for klass in cls.__mro__:
         if klass in (nn.Module, object):
             break
@@ -46,6 +46,13 @@ def _assignment(cls: type, name: str) -> tuple[str, int, str] | None:
             path = inspect.getsourcefile(klass) or ""
         except (OSError, TypeError, SyntaxError):
             continue
+        yield tree, start, path
+
+
+def _assignment(cls: type, name: str) -> tuple[str, int, str] | None:
+    """(file, line, source of the assigned value) of `self.<name> = …` or `setattr(self, "<name>", …)`
+    in the class (its bases in order)."""
+    for tree, start, path in _class_sources(cls):
         for node in ast.walk(tree):
             value = _assigned(node, name)
             if value is not None:
@@ -108,3 +115,29 @@ def buffer_fix(origin: Origin) -> Fix | None:
         return None
     name = origin.name.rsplit(".", 1)[-1]
     return remedies.make(REGISTER_BUFFER, file=origin.file, line=origin.line, name=name, value=origin.op)
+
+
+def first_read(cls: type, name: str) -> tuple[str, int, str] | None:
+    """(file, line, method) where the class's methods other than `__init__` first read `self.<name>`
+    (`forward` first): where a held tensor enters the computation."""
+    found: list[tuple[int, int, str, str]] = []
+    for tree, start, path in _class_sources(cls):
+        for method in tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []:
+            if not isinstance(method, ast.FunctionDef) or method.name == "__init__":
+                continue
+            for node in ast.walk(method):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr == name
+                    and isinstance(node.ctx, ast.Load)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    line = start + node.lineno - 1
+                    found.append((method.name != "forward", line, path, method.name))
+        if found:
+            break
+    if not found:
+        return None
+    _, line, path, method = min(found)
+    return short_path(path), line, f"{cls.__name__}.{method}"

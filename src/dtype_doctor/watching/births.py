@@ -22,8 +22,9 @@ from .. import remedies
 from ..catalog.shared_remedies import CAST_HELD
 from ..patches import patch_method
 from ..report import Fix, Origin
+from .conversions import watch_from_numpy
 from .modules import Names
-from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames
+from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, outermost_user_frame
 
 
 def _weak(obj: Any) -> Callable[[], Any]:
@@ -43,7 +44,7 @@ class BirthTag(ParamTag):
     and owner read from the model when a finding needs them; the attribute name when the tensor is
     under no watched model (an EMA copy, a model never called)."""
 
-    __slots__ = ("_attribute", "_owner")
+    __slots__ = ("_attribute", "_owner", "outer")
 
     def __init__(
         self,
@@ -67,6 +68,9 @@ class BirthTag(ParamTag):
         self.parents = parents
         self._attribute = attribute
         self._owner = _weak(owner)  # a tag must not keep a discarded model alive
+        # the script's statement that led to the birth when that is not its own line (a model built
+        # or converted inside a helper of yours: the call that chose, or forgot, its dtype)
+        self.outer = outermost_user_frame(3)
 
     def _resolve(self) -> None:
         kind = self.kind
@@ -94,8 +98,10 @@ class Births:
         ]
         unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
         unload = self._watch_load()
+        unnumpy = watch_from_numpy(self.prov, self.on_error)
 
         def undo() -> None:
+            unnumpy()
             unload()
             unpatch()
             for h in handles:

@@ -156,6 +156,11 @@ def build(
     path = names.module(module)
     frames = user_frames(2)
     want = _safe(lambda: blame.root_majority(root) if root is not None else None)
+    place = f"'{path or '<root>'}'" if module is not None else op
+    tensors = [s.tensor for s in operands]
+    why = (
+        _safe(lambda: intent.rule_evidence(tensors, names, expected, place, root, prov)) if expected else None
+    )
     if (
         expected is not None
         and want in blame.LOW_DTYPES
@@ -167,11 +172,13 @@ def build(
             for s in floats:  # no parameter decides: the models' dtype does, not the first operand
                 s.odd = s.tensor.dtype != want
             expected = want
+            why = _safe(lambda: intent.model_evidence(root, prov, want))
     asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
     if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
         for s in operands:
             s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
         expected = asked
+        why = _safe(lambda: intent.asked_evidence(tensors, prov, asked))
     ops, odd = _operands(operands, names, prov, root)
     blamed = odd.operand
     ctx = set(context or ())
@@ -186,6 +193,7 @@ def build(
     island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
     if island is not None:
         expected = island.want
+        why = f"the models around it are {canonical(island.want)}; its {canonical(island.dtype)} module is the odd one"
         ctx.add("odd-module")
     origin = blamed.origin if blamed else None
     made = origin.name if origin and origin.kind in ("op", "cast", "output") else None
@@ -209,6 +217,11 @@ def build(
     extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
     if ufile and (ufile, uline) != (file, line):
         extra["your_code"] = f"{ufile}:{uline}"
+    if expected is not None and why:
+        extra["intended"] = {"dtype": canonical(expected), "evidence": why}
+        upcast = _safe(lambda: intent.deliberate(odd.tensor, prov) if odd.tensor is not None else None)
+        if upcast:
+            extra["intended"]["deliberate"] = upcast
     extra.update(data or {})
     extra["context"] = sorted(ctx)
     finding = catalog.finding(
@@ -253,6 +266,8 @@ def _operands(
         origin = s.origin or origin_of(s.tensor, names, prov)
         if s.odd and origin.kind not in ("parameter", "buffer"):  # a plain attribute: born where set
             origin = _safe(lambda: attributes.attribute_origin(s.tensor, root, origin)) or origin  # noqa: B023
+        if s.odd:
+            _safe(lambda: _read_without_cast(s.tensor, prov, origin))  # noqa: B023
         name = origin.name if origin.kind in ("parameter", "buffer", "input") else None
         if origin.kind == "parameter" and odd.param is None:
             odd.param = origin.name
@@ -268,6 +283,24 @@ def _operands(
         if s.odd and odd.operand is None:
             odd.operand, odd.tensor = ops[-1], s.tensor
     return ops, odd
+
+
+def _read_without_cast(t: torch.Tensor, prov: Provenance, origin: Origin) -> None:
+    """A tensor a module holds in a wider dtype on purpose (an fp32 table, an explicit `.float()`)
+    is intent; the place to act is where forward reads it into the low computation without a cast:
+    that read joins its chain."""
+    tag = prov.lookup(t)
+    if not isinstance(tag, births.BirthTag) or intent.deliberate(t, prov) is None:
+        return
+    owner, attribute = tag._owner(), tag._attribute
+    if owner is None or not attribute:
+        return
+    read = attributes.first_read(type(owner), attribute)
+    if read is not None:
+        file, line, method = read
+        origin.chain.append(
+            Origin(kind="call", name=f"read without a cast in {method}", file=file, line=line)
+        )
 
 
 def _message(op: str, ops: list[Operand], expected: torch.dtype | None, path: str | None, module: Any) -> str:
@@ -342,10 +375,16 @@ def accept(fixes: list, device: str, scope: Any, inner: set[str] | None = None) 
 
 
 def _activation(ops: list[Operand]) -> torch.dtype | None:
-    """The dtype of the data operand that disagrees with the module's parameters, if one does."""
-    params = {o.dtype for o in ops if o.origin is not None and o.origin.kind == "parameter"}
-    for o in ops:
-        if o.origin is not None and o.origin.kind not in ("parameter", "buffer") and o.dtype not in params:
+    """The dtype of the data operand that disagrees with the module's parameters, if one does (the
+    `input` of a module op is data even when its dtype came from a parameter: an embedding's output)."""
+    data = [
+        o
+        for o in ops
+        if o.origin is not None and (o.role == "input" or o.origin.kind not in ("parameter", "buffer"))
+    ]
+    params = {o.dtype for o in ops if o.origin is not None and o.origin.kind == "parameter" and o not in data}
+    for o in data:
+        if o.dtype not in params:
             return getattr(torch, o.dtype or "", None)
     return None
 
@@ -406,6 +445,10 @@ def note_text(finding: Finding) -> str:
         lines.append(f"  {finding.message}")
     if finding.location:
         lines.append(f"  at {finding.location.describe()}")
+    intended = finding.data.get("intended")
+    if isinstance(intended, dict) and intended.get("evidence"):
+        said = f"  intended: {intended.get('dtype')}: {intended['evidence']}"
+        lines.append(said + (f"; {intended['deliberate']}" if intended.get("deliberate") else ""))
     if finding.data.get("your_code"):
         lines.append(f"  your code: {finding.data['your_code']}")
     for o in finding.operands:

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from .births import BirthTag
-from .provenance import Frame, ParamTag, Provenance, Tag
+from .blame import root_majority
+from .provenance import Frame, ParamTag, Provenance, Tag, where
 
 LOW = (torch.float16, torch.bfloat16)
 _EXPLICIT_DTYPE = re.compile(r"\bdtype\s*=|\.(?:float|double|to|type)\(")
@@ -76,3 +77,84 @@ def intended(tensors: list[torch.Tensor], prov: Provenance, root: Any) -> torch.
         if tag is not None and tag.kind in ("parameter", "buffer") and not _holds_low(root):
             return None
     return next(iter(low))
+
+
+def asked_at(tag: Tag | None) -> str | None:
+    """Where the code asked for this tensor's dtype, as the user reads it (`Tensor.half at x.py:5`,
+    `a module-wide .to() at x.py:9`, `torch.autocast`, `an explicit dtype at x.py:7`); None when
+    it was not."""
+    current = tag
+    for _ in range(_MAX_STEPS):
+        if current is None:
+            return None
+        file, line, _ = where(current.user or current.frame)
+        at = f" at {file}:{line}" if file else ""
+        if current.kind == "autocast":
+            return "torch.autocast"
+        if current.kind == "cast":
+            return f"{current.op}{at}"
+        if isinstance(current, BirthTag) and current.op:
+            return f"a module-wide .{current.op.rsplit('.', 1)[-1]}(){at}"
+        same = [p for p in current.parents if p.dtype == current.dtype]
+        if same and same[0].kind == "cast":
+            current = same[0]  # registered from a cast: the cast is where it was asked for
+            continue
+        if current.kind in ("op", "parameter", "buffer") and _explicit_on_line(current.frame):
+            file, line, _ = where(current.frame)
+            return f"an explicit dtype at {file}:{line}"
+        current = same[0] if same else None
+    return None
+
+
+def deliberate(t: torch.Tensor, prov: Provenance) -> str | None:
+    """`float32 asked for at x.py:9` when a wide tensor was upcast on purpose (an fp32 norm, loss or
+    table): intent, which a repair must not lower."""
+    if t.dtype in LOW or not t.is_floating_point():
+        return None
+    tag = prov.lookup(t)
+    if asked_for(tag) is not True:
+        return None
+    at = asked_at(tag)
+    dt = str(t.dtype).removeprefix("torch.")
+    return f"{dt} asked for ({at}): a deliberate upcast, not to be lowered" if at else None
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def rule_evidence(
+    tensors: list[torch.Tensor], names: Any, expected: torch.dtype, place: str, root: Any, prov: Provenance
+) -> str:
+    """Why the op's own rule expects `expected`: autocast's dtype, the weights that consume the data
+    (a parameter or buffer among the operands), the model's majority, or the operands that agree."""
+    device = next((t.device.type for t in tensors), "cpu")
+    try:
+        if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == expected:
+            return f"torch.autocast's dtype ({_dt(expected)})"
+    except (RuntimeError, ValueError, TypeError):
+        pass
+    for t in tensors:
+        known = names.tensor(t) if t.dtype == expected else None
+        if known is not None:
+            return f"the weights of {place}, which consume the data, are {_dt(expected)}"
+    if root is not None and root_majority(root) == expected:
+        return model_evidence(root, prov, expected)
+    return f"the other operands are {_dt(expected)}"
+
+
+def asked_evidence(tensors: list[torch.Tensor], prov: Provenance, low: torch.dtype) -> str:
+    """Why the low dtype is the intended one: where it was asked for; the wide operands defaulted."""
+    at = next((a for t in tensors if t.dtype == low and (a := asked_at(prov.lookup(t)))), None)
+    asked = f"{_dt(low)} asked for" + (f" ({at})" if at else "")
+    return f"{asked}; the wider operands only took a default dtype"
+
+
+def model_evidence(root: Any, prov: Provenance, want: torch.dtype) -> str:
+    """`most of the model's parameters are float16 (a module-wide .half() at x.py:12)`."""
+    text = f"most of the model's parameters are {_dt(want)}"
+    for p in root.parameters():
+        if p.dtype == want:
+            at = asked_at(prov.lookup(p))
+            return f"{text} ({at})" if at else text
+    return text

@@ -199,6 +199,7 @@ class WatchMode(TorchFunctionMode):
         self.session = session
         self._tag_untagged = session._tagger.tag_untagged  # type: ignore[attr-defined]
         self._share = session.prov.share  # type: ignore[attr-defined]
+        self._lookup = session.prov.lookup  # type: ignore[attr-defined]
         self._call = session.call_state  # type: ignore[attr-defined]  # .lazy: a clean call's repeat
         # runs an op instead of calling it (check's dry run: a repeated call answered from a memo)
         self._run: Callable[[Any, tuple, dict], Any] | None = None
@@ -300,9 +301,14 @@ class WatchMode(TorchFunctionMode):
             type(out) is Tensor
             and first is not None
             and out.dtype is dt
-            and (out._base is not None or self._share(first if floats is None else floats, out))
+            and (
+                (out._base is not None and self._lookup(out) is not None)
+                or self._share(first if floats is None else floats, out)
+            )
         ):
-            return out  # a view (looked up through its base) or tagged
+            # a view of a tagged tensor (looked up through its base), or tagged; a view of the op's
+            # own temporary (F.linear of a 3-d input) is tagged itself: its base is never seen
+            return out
         try:
             inputs = floats if floats is not None else [first] if first is not None else []
             self._tag_untagged(func, _kind(func), inputs, out)

@@ -79,6 +79,23 @@ def caller_frames(depth: int = 2) -> tuple[Frame | None, Frame | None]:
     return inner, None
 
 
+def outermost_user_frame(depth: int = 2) -> Frame | None:
+    """The outermost frame in the user's own code: the statement of the script that led here (a
+    model built or converted inside a helper of yours is born, for you, where you called it)."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return None
+    found = None
+    for _ in range(512):
+        if f is None:
+            break
+        if frame_kind(f.f_code) == USER and not f.f_code.co_filename.startswith("<"):
+            found = (f.f_code, f.f_lineno)  # a file of yours (not exec'd text: no line to show)
+        f = f.f_back
+    return found
+
+
 def short_path(path: str) -> str:
     """site-packages/diffusers/x.py → diffusers/x.py; files under the cwd relative to it."""
     try:
@@ -316,9 +333,10 @@ def tag_to_origin(tag: Tag, name_of: Any, depth: int = 0) -> Origin:
         line=line,
         dtype=canonical(tag.dtype),
     )
-    if tag.user is not None and tag.user != tag.frame:
-        ufile, uline, _ = where(tag.user)
-        origin.chain.append(Origin(kind="call", name="your code", file=ufile, line=uline))
+    for frame in (tag.user, getattr(tag, "outer", None)):
+        if frame is not None and frame != tag.frame and (frame is tag.user or frame != tag.user):
+            ufile, uline, _ = where(frame)
+            origin.chain.append(Origin(kind="call", name="your code", file=ufile, line=uline))
     if depth < 4:
         origin.chain.extend(tag_to_origin(p, name_of, depth + 1) for p in tag.parents)
     return origin

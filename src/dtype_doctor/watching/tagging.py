@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..tensors import iter_tensors
+from . import made_names
 from .mode import CAST
 from .modules import ModuleStack, Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualified_op_name
@@ -66,6 +67,15 @@ def assigned_name(frame: Frame | None) -> str | None:
     return _source_match(frame, _ASSIGNED)
 
 
+def made_name(frame: Frame | None, op: str) -> str | None:
+    """The variable that holds what `op` made on the frame's line: not `ds` in
+    `ds = TensorDataset(torch.from_numpy(a))`, where the tensor is an argument of another call."""
+    name = assigned_name(frame)
+    if name is None or frame is None:
+        return None
+    return name if made_names.holds(linecache.getline(frame[0].co_filename, frame[1]), op) else None
+
+
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     if not _any_autocast():
         return None
@@ -98,8 +108,8 @@ class Tagger:
             i = inputs[0]
             di = i.dtype
             for o in outs:
-                if o._base is not None:
-                    continue
+                if o._base is not None and lookup(o) is not None:
+                    continue  # a view of a tagged tensor: looked up through its base
                 if o.dtype == di:
                     if kind is CAST and self._dtype_from_other(o):
                         continue
@@ -121,7 +131,7 @@ class Tagger:
                     promoted = len({i.dtype for i in inputs if i.dim() > 0}) > 1
                     break
         for o in outs:
-            if o._base is not None or not o.is_floating_point():
+            if not o.is_floating_point() or (o._base is not None and lookup(o) is not None):
                 continue
             if any(o is i for i in inputs):
                 continue  # in-place or returned as is: its origin stands
@@ -143,8 +153,8 @@ class Tagger:
         if type(out) is not Tensor:  # several outputs
             self.tag(func, kind, inputs, out)
             return
-        if out._base is not None:
-            return  # a view: looked up through its base
+        if out._base is not None and self.prov.lookup(out) is not None:
+            return  # a view of a tagged tensor: looked up through its base
         if not inputs:  # a factory, integer operands: a floating result is born
             if out.is_floating_point():
                 self._new_tag(func, kind, (), out, False)
@@ -222,7 +232,7 @@ class Tagger:
             new_kind = "promotion" if promoted else "op"
         top = self.stack.top
         if tags:
-            name = assigned_name(inner) if inner is not None and inner == user else None
+            name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
             return
         # a tensor born with no tracked parent (a factory): one Tag per call site, shared
@@ -242,7 +252,7 @@ class Tagger:
         except TypeError:  # an unhashable callable or module
             key, tag = None, None
         if tag is None:
-            name = assigned_name(inner) if inner is not None and inner == user else None
+            name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             tag = Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, ())
             if key is not None:
                 self._born[key] = tag
