@@ -9,6 +9,7 @@ outermost call starts (so its backward belongs to it), at `step()`, or at `stop(
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,9 @@ from .analysis import (
     mark_consequence,
 )
 from .frame import Frame, arg_names, short_dtype_name
+from .opfindings import op_finding
 from .opscan import scan_ops
+from .opwatch import Hit, OpWatch
 from .scaler import ScalerMonitor
 from .seen import Seen
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
@@ -56,6 +59,10 @@ class NumericsMonitor:
     accuracy: on the first low-precision step, re-run every module call on a float32 copy and
         report finite outputs further than `accuracy_threshold` (relative L2) from it, naming
         the op inside (at the module's next call).
+    ops: the op-level checks (`opwatch`): constants and positions the low dtype cannot hold, and,
+        between module calls in the user's code, results that overflow or updates it absorbs.
+    name_of: how the caller names a module (`run`'s names), for the findings; origin_of: where a
+        tensor was made (the watch's provenance), for the op-level findings.
 
     >>> with NumericsMonitor(model=vae) as mon:      # or .start() / .stop()
     ...     vae.decode(z)
@@ -75,6 +82,9 @@ class NumericsMonitor:
         auto_step: bool = True,
         accuracy: bool = True,
         accuracy_threshold: float = 0.1,
+        ops: bool = True,
+        name_of: Callable[[nn.Module], str | None] | None = None,
+        origin_of: Callable[[torch.Tensor], Any] | None = None,
     ) -> None:
         if every < 1 or underflow_every < 1:
             raise ValueError("every and underflow_every must be >= 1")
@@ -114,6 +124,11 @@ class NumericsMonitor:
         self._root_of: dict[str, tuple[nn.Module, str]] = {}  # path → (root, path in the root)
         self._op_scans: dict[str, Any] = {}  # path → the Finding its op-level scan refines
         self._wrong_findings: dict[str, Any] = {}  # path → its finite-but-wrong Finding
+        self._name_of = name_of
+        self._origin_of = origin_of
+        self._opwatch = (
+            OpWatch(self._on_op_hit, self._current_module, self._tool_busy, self._op_error) if ops else None
+        )
         self._reset_step()
 
     # -- public API ---------------------------------------------------------------------------
@@ -130,10 +145,14 @@ class NumericsMonitor:
             self._adopt(self.model, prefix="")
         if self.scaler_monitor is not None:
             self.scaler_monitor.start()
+        if self._opwatch is not None:
+            self._opwatch.__enter__()
         return self
 
     def stop(self) -> Report:
         """Remove every hook, analyse what is pending, write the summary findings."""
+        if self._opwatch is not None and self._active:
+            self._opwatch.__exit__(None, None, None)
         if self._active:
             self._flush()
         self._active = False
@@ -170,6 +189,31 @@ class NumericsMonitor:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # -- op-level checks (opwatch) -------------------------------------------------------------
+    def _current_module(self) -> str | None:
+        return self._stack[-1].path if self._stack else None
+
+    def _tool_busy(self) -> bool:
+        return self._busy or self._scan_only or not self._active
+
+    def _op_error(self, exc: Exception) -> None:
+        self.report.meta.setdefault("numerics_op_errors", []).append(f"{type(exc).__name__}: {exc}")
+
+    def _on_op_hit(self, hit: Hit) -> None:
+        self.report.add(op_finding(hit, self.module_name, self._origin_of))
+
+    def module_name(self, path: str | None) -> str | None:
+        """The module at `path` as the caller names it (`run`'s names), else the path."""
+        if path is None:
+            return None
+        module = self._modules.get(path)
+        if self._name_of is not None and module is not None:
+            try:
+                return self._name_of(module) or path
+            except Exception:
+                return path
+        return path
+
     # -- module adoption ----------------------------------------------------------------------
     def _adopt(self, root: nn.Module, prefix: str) -> None:
         self._roots.append(root)
@@ -188,7 +232,8 @@ class NumericsMonitor:
         if self.backward:
             for name, param in root.named_parameters(prefix=prefix):
                 if param.requires_grad and not nn.parameter.is_lazy(param):
-                    self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
+                    hook = functools.partial(self._on_param_grad, name, weakref.ref(param))
+                    self._handles.append(param.register_hook(hook))
 
     # the two hooks on every module call; an internal error stops monitoring (`_fail`), never the run
     def _global_pre(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
@@ -256,7 +301,8 @@ class NumericsMonitor:
         if not self._rows:
             self._reset_step()
             return
-        values = self._rows.read()
+        with torch._C.DisableTorchFunction():  # the tool's own read: no mode (the op checks') sees it
+            values = self._rows.read()
         self.tensors_measured += len(values)
         step = self._pending_step if self._pending_step is not None else self.step_index
         producers = forward_producers(self._records, values, self._infos, step)
@@ -391,8 +437,17 @@ class NumericsMonitor:
         except Exception as exc:
             self._fail(exc)
 
-    def _on_param_grad(self, name: str, grad: torch.Tensor) -> None:
-        if not self._active or self._busy or not self._rows:
+    def _on_param_grad(self, name: str, param_ref: Any, grad: torch.Tensor) -> None:
+        if not self._active or self._busy:
+            return
+        if self._opwatch is not None:
+            param = param_ref()
+            if param is not None and param.grad is not None and param.grad.dtype in _LOW:
+                try:  # gradient accumulation into a float16/bfloat16 .grad
+                    self._opwatch.accumulation(param, grad)
+                except Exception as exc:
+                    self._op_error(exc)
+        if not self._rows:
             return
         # Reading every weight gradient costs about one optimizer step. Only a step that ran
         # float16/bfloat16 compute (half model or autocast) can overflow one without its module's
