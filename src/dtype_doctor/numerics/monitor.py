@@ -35,6 +35,7 @@ from .analysis import (
 from .frame import Frame, arg_names, short_dtype_name
 from .opfindings import op_finding
 from .opscan import scan_ops
+from .optrace import OpTrace
 from .opwatch import Hit, OpWatch
 from .scaler import ScalerMonitor
 from .seen import Seen
@@ -124,6 +125,7 @@ class NumericsMonitor:
         self._root_of: dict[str, tuple[nn.Module, str]] = {}  # path → (root, path in the root)
         self._op_scans: dict[str, Any] = {}  # path → the Finding its op-level scan refines
         self._wrong_findings: dict[str, Any] = {}  # path → its finite-but-wrong Finding
+        self._op_traced = False
         self._name_of = name_of
         self._origin_of = origin_of
         self._opwatch = (
@@ -155,6 +157,8 @@ class NumericsMonitor:
             self._opwatch.__exit__(None, None, None)
         if self._active:
             self._flush()
+        if self._opwatch is not None:
+            self._opwatch.trace = None
         self._active = False
         for handle in self._handles:
             handle.remove()
@@ -188,6 +192,11 @@ class NumericsMonitor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @property
+    def busy(self) -> bool:
+        """True while the monitor runs modules itself (float32 re-runs, op-level scans)."""
+        return self._busy
 
     # -- op-level checks (opwatch) -------------------------------------------------------------
     def _current_module(self) -> str | None:
@@ -298,6 +307,10 @@ class NumericsMonitor:
             self._scan_only = False
 
     def _flush(self) -> None:
+        trace = self._opwatch.trace if self._opwatch is not None else None
+        if trace is not None and trace.ops:
+            self._op_traced = True  # one step with low-precision ops is traced
+            self._opwatch.traced_producer()  # type: ignore[union-attr]
         if not self._rows:
             self._reset_step()
             return
@@ -384,6 +397,8 @@ class NumericsMonitor:
         module call of this one would ask is asked here, once."""
         if not self._explicit_steps and self._rows:
             self._flush()
+        if self._opwatch is not None and not self._op_traced and self._opwatch.trace is None:
+            self._opwatch.trace = OpTrace()  # this step's ops: the first inf/NaN from finite operands
         accuracy = self.accuracy
         self._accuracy_open = accuracy is not None and not accuracy.done
         if self._accuracy_open:  # a float32 model outside autocast: no call to re-run in float32

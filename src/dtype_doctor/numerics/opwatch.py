@@ -18,6 +18,7 @@ Ops inside a module's forward are the module hooks' business (their op-level sca
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 from . import opchecks
 from .frames import user_line
 from .opchecks import LOW, Problem
+from .optrace import OpTrace
 
 SAMPLE_FIRST = 32  # calls of a line re-run in float32 every time
 SAMPLE_EVERY = 8  # then one in N
@@ -98,6 +100,7 @@ class OpWatch(TorchFunctionMode):
         self._kinds: dict[Any, tuple[str, str, bool, str] | None] = {}
         self._calls: dict[tuple, int] = {}  # (file, line, op) → calls seen
         self._reported: set[tuple] = set()  # (file, line, kind): one hit each
+        self.trace: OpTrace | None = None  # set for a step whose ops are traced (optrace)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -105,8 +108,41 @@ class OpWatch(TorchFunctionMode):
             kind = self._kinds[func]
         except (KeyError, TypeError):
             kind = self._classify(func)
+        if self.trace is not None and not self._busy():
+            return self._traced(func, kind, args, kwargs)
         if kind is None or self._busy():
             return func(*args, **kwargs)
+        return self._checked(func, kind, args, kwargs)
+
+    def _traced(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
+        """The op, checked, and its finiteness recorded in the step's trace (optrace)."""
+        out = self._checked(func, kind, args, kwargs) if kind is not None else func(*args, **kwargs)
+        try:
+            result = args[0] if kind is not None and kind[2] else out
+            if isinstance(result, torch.Tensor) and result.dtype in LOW and self.trace is not None:
+                values = (*args, *kwargs.values())
+                if not any(type(v) is float and not math.isfinite(v) for v in values):  # an inf on purpose
+                    operands = [t for t in _tensors(values) if t is not result]
+                    name = getattr(func, "__name__", "") or "op"
+                    self.trace.record(name, result, operands, user_line(), self._module())
+        except Exception as exc:
+            self._on_error(exc)
+        return out
+
+    def traced_producer(self) -> None:
+        """End the trace: report the first op that went inf/NaN from finite operands."""
+        trace, self.trace = self.trace, None
+        if trace is None:
+            return
+        first = trace.first_producer()
+        if first is not None:
+            name = str(first.dtype).replace("torch.", "")
+            problem = Problem(
+                "overflow", first.dtype, f"the result is inf/NaN in {name} although its operands are finite"
+            )
+            self._report(problem, first.op, [], (first.file, first.line), module=first.module)
+
+    def _checked(self, func: Any, kind: tuple[str, str, bool, str], args: tuple, kwargs: dict) -> Any:
         try:
             before = self._before(kind, func, args, kwargs)
         except Exception as exc:
@@ -262,12 +298,14 @@ class OpWatch(TorchFunctionMode):
         operands: list[torch.Tensor],
         site: tuple[str | None, int | None],
         caller: tuple[str | None, int | None] = (None, None),
+        module: str | None = None,
     ) -> None:
         key = (*site, problem.kind)
         if key in self._reported:
             return
         self._reported.add(key)
-        self._on_hit(Hit(problem, op, site[0], site[1], self._module(), operands, caller))
+        where = module if module is not None else self._module()
+        self._on_hit(Hit(problem, op, site[0], site[1], where, operands, caller))
 
 
 def _low_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:
@@ -329,6 +367,16 @@ def _integer_cast(src: torch.Tensor, dtype: torch.dtype) -> Problem | None:
         return None
     biggest = float(src.detach().abs().max())
     return opchecks.positions(0.0, biggest + 1, 1.0, dtype)
+
+
+def _tensors(values: tuple) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif type(v) in (list, tuple):
+            out.extend(x for x in v if isinstance(x, torch.Tensor))
+    return out
 
 
 def _upcast(value: Any) -> Any:
