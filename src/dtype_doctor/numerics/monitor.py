@@ -35,7 +35,7 @@ from .analysis import (
 from .frame import Frame, arg_names, short_dtype_name
 from .opfindings import op_finding
 from .opscan import scan_ops
-from .optrace import OpTrace
+from .optrace import OpTrace, Traced
 from .opwatch import Hit, OpWatch
 from .scaler import ScalerMonitor
 from .seen import Seen
@@ -126,6 +126,7 @@ class NumericsMonitor:
         self._op_scans: dict[str, Any] = {}  # path → the Finding its op-level scan refines
         self._wrong_findings: dict[str, Any] = {}  # path → its finite-but-wrong Finding
         self._op_traced = False
+        self._traced: dict[str, Traced] = {}  # module path → the op its trace named
         self._name_of = name_of
         self._origin_of = origin_of
         self._opwatch = (
@@ -170,9 +171,15 @@ class NumericsMonitor:
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
         self._advisor.finish(self._modules)
+        for path, pending in self._op_scans.items():
+            if pending is not None and path in self._traced:  # no second call: the trace tells the op
+                located.traced_text(pending, self._traced[path])
         if self.accuracy is not None:
             for wrong in self.accuracy.close():
-                located.unscanned(self._wrong_findings[wrong.path])
+                if wrong.path in self._traced:
+                    located.traced_text(self._wrong_findings[wrong.path], self._traced[wrong.path])
+                else:
+                    located.unscanned(self._wrong_findings[wrong.path])
         self._names.clear()  # a later start() adopts (and hooks) the roots again
         self._params.clear()
         self._roots.clear()
@@ -192,6 +199,20 @@ class NumericsMonitor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _place_traced(self, first: Traced, made: dict[str | None, Any]) -> None:
+        """The op the trace found: it locates the finding of its module (a producer whose op its
+        type does not name, or a finite-but-wrong module) where there is one; a module producer
+        that names its op already needs nothing; otherwise it is an op-level finding of its own."""
+        path = first.module
+        finding = self._op_scans.get(path) if path is not None else None  # type: ignore[arg-type]
+        if finding is None and path is not None:
+            finding = self._wrong_findings.get(path)
+        if finding is not None:
+            located.traced(finding, first)
+            self._traced[path] = first  # type: ignore[index]
+        elif path not in made:
+            self._opwatch.report_traced(first)  # type: ignore[union-attr]
 
     @property
     def busy(self) -> bool:
@@ -307,11 +328,15 @@ class NumericsMonitor:
             self._scan_only = False
 
     def _flush(self) -> None:
+        first = None
         trace = self._opwatch.trace if self._opwatch is not None else None
         if trace is not None and trace.ops:
-            self._op_traced = True  # one step with low-precision ops is traced
-            self._opwatch.traced_producer()  # type: ignore[union-attr]
+            # one step with low-precision ops inside a forward is traced (not only a cast between)
+            self._op_traced = any(op.module is not None for op in trace.ops)
+            first = self._opwatch.end_trace()  # type: ignore[union-attr]
         if not self._rows:
+            if first is not None:
+                self._opwatch.report_traced(first)  # type: ignore[union-attr]
             self._reset_step()
             return
         with torch._C.DisableTorchFunction():  # the tool's own read: no mode (the op checks') sees it
@@ -324,16 +349,20 @@ class NumericsMonitor:
             if back is not None:
                 mark_consequence(producers, back)  # a forward cause leads; backward follows from it
                 producers.append(back)
+        made: dict[str | None, Any] = {}  # module path → its producer finding, this step
         for producer in producers:
             if producer.module_type is None and producer.path in self._modules:
                 producer.module_type = type(self._modules[producer.path]).__name__
             self.producers.append(producer)
             finding = self._advisor.producer(producer, self._modules)
+            made.setdefault(producer.path, finding)
             if located.wants_op_scan(producer) and producer.path not in self._op_scans:
                 self._op_scans[producer.path] = finding
             if self.shadow and producer.phase == "forward" and producer.kind == "module":
                 self._shadows.setdefault(producer.path, None)
         self._check_accuracy(values, step)
+        if first is not None:
+            self._place_traced(first, made)
         for rerun in self._shadow_runs:
             self._advisor.shadow(rerun.path, max(values[s][ABSMAX] for s in rerun.slots))
             self._shadows.pop(rerun.path, None)

@@ -31,7 +31,7 @@ from torch.overrides import TorchFunctionMode
 from . import opchecks
 from .frames import user_line
 from .opchecks import LOW, Problem
-from .optrace import OpTrace
+from .optrace import OpTrace, Traced
 
 SAMPLE_FIRST = 32  # calls of a line re-run in float32 every time
 SAMPLE_EVERY = 8  # then one in N
@@ -129,12 +129,13 @@ class OpWatch(TorchFunctionMode):
             self._on_error(exc)
         return out
 
-    def traced_producer(self) -> None:
-        """End the trace: report the first op that went inf/NaN from finite operands."""
+    def end_trace(self) -> Traced | None:
+        """End the trace: the first op that went inf/NaN from finite operands, if any."""
         trace, self.trace = self.trace, None
-        if trace is None:
-            return
-        first = trace.first_producer()
+        return trace.first_producer() if trace is not None else None
+
+    def report_traced(self, first: Traced) -> None:
+        """The traced producer as an op-level finding of its own."""
         if first is not None:
             name = str(first.dtype).replace("torch.", "")
             problem = Problem(
