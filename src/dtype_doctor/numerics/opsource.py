@@ -92,34 +92,38 @@ def _segment(file: str, node: ast.AST) -> str | None:
     return ast.get_source_segment("".join(linecache.getlines(file)), node)
 
 
-def receiver(file: str | None, line: int | None, op: str) -> str | None:
-    """The source of the tensor the op ran on (`x` in `x.clamp(...)`), when the line shows it."""
+def _op_in(
+    file: str | None, line: int | None, op: str
+) -> tuple[str, ast.stmt, ast.AST, ast.expr | None] | None:
+    """(the statement's source, its node, the node that runs `op`, its receiver)."""
     found = statement(file, line)
     if found is None:
         return None
     hit = _node_of(found[1], op)
-    if hit is None or hit[1] is None:
+    return (found[0], found[1], hit[0], hit[1]) if hit is not None else None
+
+
+def receiver(file: str | None, line: int | None, op: str) -> str | None:
+    """The source of the tensor the op ran on (`x` in `x.clamp(...)`), when the line shows it."""
+    found = _op_in(file, line, op)
+    if found is None or found[3] is None:
         return None
-    return _segment(file, hit[1])  # type: ignore[arg-type]
+    return _segment(file, found[3])  # type: ignore[arg-type]
 
 
 def upcast(file: str | None, line: int | None, op: str) -> str | None:
     """The statement with the op's receiver upcast to float32 (`x.float().clamp(...)`)."""
-    found = statement(file, line)
-    if found is None:
+    found = _op_in(file, line, op)
+    if found is None or found[3] is None:
         return None
-    text, node = found
-    hit = _node_of(node, op)
-    if hit is None or hit[1] is None:
-        return None
-    if isinstance(hit[0], (ast.Assign, ast.AugAssign)) or _in_place(op):
+    text, node, call, target = found
+    if isinstance(call, (ast.Assign, ast.AugAssign)) or _in_place(op):
         # stored into the tensor itself: make the tensor float32 first, then the statement as is
-        target = hit[1]
         if not isinstance(target, (ast.Name, ast.Attribute)):
             return None
-        name = _segment(file, target)
+        name = _segment(file, target)  # type: ignore[arg-type]
         return f"{name} = {name}.float()\n{text}" if name else None
-    return _replace(file, text, node, hit[1], lambda src: _wrap(src, hit[1]) + ".float()")
+    return _replace(file, text, node, target, lambda src: _wrap(src, target) + ".float()")  # type: ignore[arg-type]
 
 
 def _in_place(op: str) -> bool:
@@ -131,30 +135,24 @@ def _in_place(op: str) -> bool:
 
 def float32_factory(file: str | None, line: int | None, op: str) -> str | None:
     """The statement with the factory's `dtype=` argument made torch.float32."""
-    found = statement(file, line)
-    if found is None:
+    found = _op_in(file, line, op)
+    if found is None or not isinstance(found[2], ast.Call):
         return None
-    text, node = found
-    hit = _node_of(node, op)
-    if hit is None or not isinstance(hit[0], ast.Call):
-        return None
-    for kw in hit[0].keywords:
+    text, node, call, _ = found
+    for kw in call.keywords:  # type: ignore[attr-defined]
         if kw.arg == "dtype":
-            return _replace(file, text, node, kw.value, lambda _src: "torch.float32")
+            return _replace(file, text, node, kw.value, lambda _src: "torch.float32")  # type: ignore[arg-type]
     return None
 
 
 def without_cast(file: str | None, line: int | None, op: str) -> str | None:
     """The statement with the cast down dropped (`t = ts[0:1].to(torch.bfloat16)` → `t = ts[0:1]`)."""
-    found = statement(file, line)
-    if found is None:
+    found = _op_in(file, line, op)
+    if found is None or found[3] is None or not isinstance(found[2], ast.Call):
         return None
-    text, node = found
-    hit = _node_of(node, op)
-    if hit is None or hit[1] is None or not isinstance(hit[0], ast.Call):
-        return None
-    inner = _segment(file, hit[1])
-    return _replace(file, text, node, hit[0], lambda _src: inner or "") if inner else None
+    text, node, call, target = found
+    inner = _segment(file, target)  # type: ignore[arg-type]
+    return _replace(file, text, node, call, lambda _src: inner) if inner else None  # type: ignore[arg-type]
 
 
 def _wrap(src: str, node: ast.expr) -> str:
