@@ -229,3 +229,35 @@ def test_a_healthy_float16_unet_forward_gives_no_finding():
 
 def test_the_op_checks_are_documented_by_the_monitor():
     assert "ops:" in inspect.getdoc(dd.numerics.NumericsMonitor)
+
+
+# -- GradScaler on a loss with no graph ----------------------------------------------------------
+def test_a_gradscaler_given_a_constant_loss_names_where_the_loss_was_made_and_the_skip_runs():
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    raised = None
+    with dd.watch(numerics=True) as s:
+        for step in range(2):
+            out = model(torch.randn(3, 4))
+            empty = torch.zeros((), requires_grad=True)  # mark: leaf loss
+            objective = out.pow(2).mean() if step == 0 else empty
+            opt.zero_grad()
+            scaler.scale(objective).backward()  # mark: scale
+            try:
+                scaler.step(opt)
+            except AssertionError as exc:  # torch: "No inf checks were recorded for this optimizer"
+                raised = exc
+                break
+            scaler.update()
+    assert raised is not None
+    (f,) = [f for f in s.report.findings if f.data.get("misuse") == "detached-loss"]
+    assert f.severity.value == "error" and f.location.line == _line("scale")
+    assert f.operands[0].origin.line == _line("leaf loss")
+    snippet = f.fixes[0].snippet
+    assert snippet.startswith("if objective.grad_fn is None:")
+    skipped = []
+    for objective in (model(torch.randn(3, 4)).sum(), torch.zeros((), requires_grad=True)):
+        exec(compile(f"for _ in [0]:\n{textwrap.indent(snippet, '    ')}\n    skipped.append(False)", "<fix>", "exec"),
+             {"objective": objective, "skipped": skipped})  # fmt: skip
+    assert skipped == [False]  # the model's loss goes on, the constant one is skipped

@@ -144,6 +144,14 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
         ),
         fixes=(
             FixTemplate(
+                "Skip the step for a batch whose loss has no graph (nothing to learn from it)",
+                "if {loss}.grad_fn is None:  # made, not computed from the model: no gradients\n    continue",
+                "scaler.step needs the inf checks that backward through the parameters records; a loss "
+                "made as a constant has none. Or compute the zero loss from the model's output "
+                "(pred.sum() * 0.0), which gives every parameter a zero gradient.",
+                when=frozenset({"detached-loss"}),
+            ),
+            FixTemplate(
                 "The GradScaler loop, in this order",
                 'scaler = torch.amp.GradScaler("{device}")\n'
                 "scaler.scale(loss).backward()\n"

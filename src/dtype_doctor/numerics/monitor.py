@@ -101,7 +101,9 @@ class NumericsMonitor:
         self.producers: list = []  # every analysis.Producer found, in order
         self.low_dtypes: set[torch.dtype] = set()  # float16/bfloat16 seen in module outputs and inputs
         self.scaler_monitor = (
-            ScalerMonitor(report=self.report, low_dtypes=lambda: self.low_dtypes) if scaler else None
+            ScalerMonitor(report=self.report, low_dtypes=lambda: self.low_dtypes, origin_of=origin_of)
+            if scaler
+            else None
         )
         self._advisor = advice.Advisor(self.report)
         self._active = False

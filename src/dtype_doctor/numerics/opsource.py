@@ -175,3 +175,11 @@ def _replace(file: str, text: str, stmt: ast.stmt, node: ast.AST, make: object) 
     except SyntaxError:
         return None
     return new
+
+
+def call_argument(file: str | None, line: int | None, method: str) -> str | None:
+    """The source of the first argument of `<x>.method(arg)` on the line (`loss` in `scaler.scale(loss)`)."""
+    found = _op_in(file, line, method)
+    if found is None or not isinstance(found[2], ast.Call) or not found[2].args:
+        return None
+    return _segment(file, found[2].args[0])  # type: ignore[arg-type]

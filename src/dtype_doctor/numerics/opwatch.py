@@ -53,6 +53,8 @@ _WRAPPERS = tuple(
     os.path.join(os.path.dirname(torch.__file__), *f.split("/"))
     for f in ("overrides.py", "_tensor.py", "functional.py", "nn/functional.py")
 )
+_GETTER_TYPE = type(torch.Tensor.dtype.__get__)  # property getters: `t.grad`, `t.data`, `t.shape`
+_GETTER = ("getter", "", False, "")
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _STDLIB = os.path.dirname(os.__file__)
 _OWN_DIR = os.path.dirname(os.path.dirname(__file__))
@@ -103,11 +105,13 @@ class OpWatch(TorchFunctionMode):
         self.trace: OpTrace | None = None  # set for a step whose ops are traced (optrace)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
         try:
             kind = self._kinds[func]
         except (KeyError, TypeError):
             kind = self._classify(func)
+        if kind is _GETTER or (kind is None and self.trace is None):  # the common case: nothing to check
+            return func(*args, **kwargs) if kwargs else func(*args)
+        kwargs = kwargs or {}
         if self.trace is not None and not self._busy():
             return self._traced(func, kind, args, kwargs)
         if kind is None or self._busy():
@@ -157,7 +161,11 @@ class OpWatch(TorchFunctionMode):
                 self._on_error(exc)
         return out
 
-    def _classify(self, func: Any) -> tuple[str, str, bool, str] | None:
+    def _classify(self, func: Any) -> Any:
+        if type(func) is _GETTER_TYPE:  # `t.grad`, `t.data`: it makes no value
+            with contextlib.suppress(TypeError):
+                self._kinds[func] = _GETTER
+            return _GETTER
         name = getattr(func, "__name__", "") or ""
         base, inplace = _base_name(name)
         kind: tuple[str, str, bool, str] | None = None
