@@ -42,6 +42,9 @@ from .seen import Seen
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
 
 _LOW = (torch.float16, torch.bfloat16)
+# the first steps with float16/bfloat16 ops in a forward are traced op by op (a model, then the
+# loss modules called after it): within the monitored warm-up of benchmarks/bench_numerics_ops.py
+TRACED_STEPS = 3
 
 
 class NumericsMonitor:
@@ -127,7 +130,7 @@ class NumericsMonitor:
         self._root_of: dict[str, tuple[nn.Module, str]] = {}  # path → (root, path in the root)
         self._op_scans: dict[str, Any] = {}  # path → the Finding its op-level scan refines
         self._wrong_findings: dict[str, Any] = {}  # path → its finite-but-wrong Finding
-        self._op_traced = False
+        self._steps_traced = 0  # steps whose ops were traced (optrace), up to TRACED_STEPS
         self._traced: dict[str, Traced] = {}  # module path → the op its trace named
         self._name_of = name_of
         self._origin_of = origin_of
@@ -333,8 +336,8 @@ class NumericsMonitor:
         first = None
         trace = self._opwatch.trace if self._opwatch is not None else None
         if trace is not None and trace.ops:
-            # one step with low-precision ops inside a forward is traced (not only a cast between)
-            self._op_traced = any(op.module is not None for op in trace.ops)
+            # a step with low-precision ops inside a forward counts (not only a cast between them)
+            self._steps_traced += any(op.module is not None for op in trace.ops)
             first = self._opwatch.end_trace()  # type: ignore[union-attr]
         if not self._rows:
             if first is not None:
@@ -428,7 +431,7 @@ class NumericsMonitor:
         module call of this one would ask is asked here, once."""
         if not self._explicit_steps and self._rows:
             self._flush()
-        if self._opwatch is not None and not self._op_traced and self._opwatch.trace is None:
+        if self._opwatch is not None and self._steps_traced < TRACED_STEPS and self._opwatch.trace is None:
             self._opwatch.trace = OpTrace()  # this step's ops: the first inf/NaN from finite operands
         accuracy = self.accuracy
         self._accuracy_open = accuracy is not None and not accuracy.done
