@@ -114,6 +114,26 @@ def test_positions_beyond_the_exact_integer_range_are_named_in_their_module():
     assert ns["pos"].unique().numel() == 3000  # every position distinct in float32
 
 
+class Angles(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("freq", torch.tensor([1.0, 0.1]))
+
+    def forward(self, n: int) -> torch.Tensor:
+        steps = torch.arange(n, dtype=self.freq.dtype)  # mark: arange from a buffer's dtype
+        return torch.outer(steps, self.freq)
+
+
+def test_positions_whose_dtype_comes_from_a_buffer_name_where_the_buffer_was_cast():
+    with dd.watch(numerics=True) as s:
+        angles = Angles().to(torch.bfloat16)  # mark: module cast
+        angles(600)
+    f = _only(s.report, "finite-but-wrong")
+    assert f.location.line == _line("arange from a buffer's dtype")
+    assert f.operands[0].origin.line == _line("module cast")
+    assert f"made bfloat16 at tests/test_numerics_opwatch.py:{_line('module cast')}" in f.message
+
+
 def test_a_cast_that_moves_a_timestep_by_more_than_half_a_unit_is_named_with_the_uncast_fix():
     schedule = torch.tensor([2500.7, 1800.2])
     with dd.watch(numerics=True) as s:

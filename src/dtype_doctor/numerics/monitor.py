@@ -244,9 +244,10 @@ class NumericsMonitor:
         module = self._modules.get(path)
         if self._name_of is not None and module is not None:
             try:
-                return self._name_of(module) or path
+                name = self._name_of(module)
             except Exception:
                 return path
+            return path if name is None else name  # "": the root the user called
         return path
 
     # -- module adoption ----------------------------------------------------------------------

@@ -117,7 +117,9 @@ def op_finding(
     inside = f" in '{module}'" if module else ""
     message = f"`{hit.op}` at {place}{inside}: {p.text}."
     if born is not None and p.kind in ("absorbed", "overflow"):
-        message += f" The {_short(p.dtype)} operand was made at {born.file}:{born.line}."
+        message += f" The {_short(p.dtype)} operand was made at {where(born.file, born.line)}."
+    elif born is not None and p.kind == "positions":
+        message += f" The dtype is that of a tensor made {_short(p.dtype)} at {where(born.file, born.line)}."
     evidence = []
     if hit.caller[0]:
         chosen = where(*hit.caller)

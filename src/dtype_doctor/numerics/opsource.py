@@ -183,3 +183,21 @@ def call_argument(file: str | None, line: int | None, method: str) -> str | None
     if found is None or not isinstance(found[2], ast.Call) or not found[2].args:
         return None
     return _segment(file, found[2].args[0])  # type: ignore[arg-type]
+
+
+def dtype_of(file: str | None, line: int | None, op: str) -> str | None:
+    """`self.inv_freq` when the op's call passes `dtype=self.inv_freq.dtype` (a dotted name only)."""
+    found = _op_in(file, line, op)
+    if found is None or not isinstance(found[2], ast.Call):
+        return None
+    for kw in found[2].keywords:
+        value = kw.value
+        if kw.arg == "dtype" and isinstance(value, ast.Attribute) and value.attr == "dtype":
+            parts = []
+            node: ast.expr = value.value
+            while isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            if isinstance(node, ast.Name):
+                return ".".join([node.id, *reversed(parts)])
+    return None

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import opchecks
+from . import opchecks, opsource
 from .frames import user_line
 from .opchecks import LOW, Problem
 from .optrace import OpTrace, Traced
@@ -242,7 +242,16 @@ class OpWatch(TorchFunctionMode):
                 end += step
         problem = opchecks.positions(start, end, step, dtype)
         if problem is not None:
-            self._report(problem, base, [], user_line(), caller=_dtype_caller(dtype))
+            frame = _user_frame()
+            source = _dtype_tensor(frame, base) if frame is not None else None
+            site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else user_line()
+            self._report(
+                problem,
+                base,
+                [source] if source is not None else [],
+                site,
+                caller=_dtype_caller(frame, dtype),
+            )
 
     # -- after the op: the result against float32 ----------------------------------------------
     def _after(
@@ -353,15 +362,17 @@ def _user_site() -> tuple[str, int] | None:
     return None
 
 
-def _dtype_caller(dtype: torch.dtype) -> tuple[str | None, int | None]:
+def _user_frame() -> Any:
+    """The innermost frame outside torch, dtype-doctor and Python's own modules."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith((_OWN_DIR, _TORCH_DIR, "<")):
+        frame = frame.f_back
+    return frame
+
+
+def _dtype_caller(frame: Any, dtype: torch.dtype) -> tuple[str | None, int | None]:
     """Where the dtype came from when the user's function took it as an argument (`def f(n,
     dtype)`): the line that called that function."""
-    frame = sys._getframe(1)
-    while frame is not None and (
-        frame.f_code.co_filename.startswith((_OWN_DIR, _TORCH_DIR))
-        or frame.f_code.co_filename.startswith("<")
-    ):
-        frame = frame.f_back
     if frame is None:
         return None, None
     code = frame.f_code
@@ -369,6 +380,19 @@ def _dtype_caller(dtype: torch.dtype) -> tuple[str | None, int | None]:
     if any(frame.f_locals.get(p) is dtype for p in params) and frame.f_back is not None:
         return frame.f_back.f_code.co_filename, frame.f_back.f_lineno
     return None, None
+
+
+def _dtype_tensor(frame: Any, op: str) -> torch.Tensor | None:
+    """The tensor a factory's `dtype=x.dtype` names (`self.inv_freq` in `dtype=self.inv_freq.dtype`),
+    read from the frame by attribute lookups only (no call runs)."""
+    path = opsource.dtype_of(frame.f_code.co_filename, frame.f_lineno, op)
+    if not path:
+        return None
+    head, *rest = path.split(".")
+    value = frame.f_locals.get(head, frame.f_globals.get(head))
+    for name in rest:
+        value = getattr(value, name, None)  # an attribute: a module's parameter or buffer, a field
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _integer_cast(src: torch.Tensor, dtype: torch.dtype) -> Problem | None:
