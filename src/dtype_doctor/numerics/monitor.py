@@ -42,9 +42,10 @@ from .seen import Seen
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
 
 _LOW = (torch.float16, torch.bfloat16)
-# the first steps with float16/bfloat16 ops in a forward are traced op by op (a model, then the
-# loss modules called after it): within the monitored warm-up of benchmarks/bench_numerics_ops.py
-TRACED_STEPS = 3
+# the first outermost calls with float16/bfloat16 ops in a forward are traced op by op (a model,
+# then the loss modules called after it), each read back when it returns: within the monitored
+# warm-up of benchmarks/bench_numerics_ops.py
+TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
 
 
 class NumericsMonitor:
@@ -130,7 +131,9 @@ class NumericsMonitor:
         self._root_of: dict[str, tuple[nn.Module, str]] = {}  # path → (root, path in the root)
         self._op_scans: dict[str, Any] = {}  # path → the Finding its op-level scan refines
         self._wrong_findings: dict[str, Any] = {}  # path → its finite-but-wrong Finding
-        self._steps_traced = 0  # steps whose ops were traced (optrace), up to TRACED_STEPS
+        self._first_traced: Traced | None = None  # the op the last closed trace named
+        self._steps_traced = [0, 0]  # calls traced (optrace) of roots with / without parameters
+        self._traced_root_kind = 0
         self._traced: dict[str, Traced] = {}  # module path → the op its trace named
         self._name_of = name_of
         self._origin_of = origin_of
@@ -204,6 +207,20 @@ class NumericsMonitor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _end_trace(self) -> None:
+        """Close the op trace of the outermost call that returned (one read of its flags); the
+        op it names is placed at the step's analysis (`_flush`)."""
+        trace = self._opwatch.trace if self._opwatch is not None else None
+        if trace is None:
+            return
+        # a call with low-precision ops inside a forward counts (not only a cast between them);
+        # a root without parameters (a loss module called after the model) counts apart
+        if any(op.module is not None for op in trace.ops):
+            self._steps_traced[self._traced_root_kind] += 1
+        first = self._opwatch.end_trace()  # type: ignore[union-attr]
+        if first is not None and self._first_traced is None:
+            self._first_traced = first
 
     def _place_traced(self, first: Traced, made: dict[str | None, Any]) -> None:
         """The op the trace found: it locates the finding of its module (a producer whose op its
@@ -334,12 +351,8 @@ class NumericsMonitor:
             self._scan_only = False
 
     def _flush(self) -> None:
-        first = None
-        trace = self._opwatch.trace if self._opwatch is not None else None
-        if trace is not None and trace.ops:
-            # a step with low-precision ops inside a forward counts (not only a cast between them)
-            self._steps_traced += any(op.module is not None for op in trace.ops)
-            first = self._opwatch.end_trace()  # type: ignore[union-attr]
+        self._end_trace()  # still open when stop() or step() ends the step inside a call
+        first, self._first_traced = self._first_traced, None
         if not self._rows:
             if first is not None:
                 self._opwatch.report_traced(first)  # type: ignore[union-attr]
@@ -432,8 +445,12 @@ class NumericsMonitor:
         module call of this one would ask is asked here, once."""
         if not self._explicit_steps and self._rows:
             self._flush()
-        if self._opwatch is not None and self._steps_traced < TRACED_STEPS and self._opwatch.trace is None:
-            self._opwatch.trace = OpTrace()  # this step's ops: the first inf/NaN from finite operands
+        traced = self._steps_traced
+        if self._opwatch is not None and self._opwatch.trace is None and traced != list(TRACED_CALLS):
+            kind = 0 if next(root.parameters(), None) is not None else 1  # a model, or a loss module
+            if traced[kind] < TRACED_CALLS[kind]:
+                self._traced_root_kind = kind
+                self._opwatch.trace = OpTrace()  # this call's ops: the first inf/NaN from finite operands
         accuracy = self.accuracy
         self._accuracy_open = accuracy is not None and not accuracy.done
         if self._accuracy_open:  # a float32 model outside autocast: no call to re-run in float32
@@ -475,6 +492,8 @@ class NumericsMonitor:
                 self.accuracy.after(frame.path, call.module_type, frame.ref, output, self._add_row)
             if frame.path in self._shadows:
                 self._run_shadow(frame.path, module, args, frame.kwargs or {}, frame.rng)
+        if not self._stack and not self._scan_only:
+            self._end_trace()  # the outermost call returned: its ops' flags are read now
         if not self._stack and not self._explicit_steps and not self._scan_only:
             self.step_index += 1
 
