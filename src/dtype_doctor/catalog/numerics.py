@@ -18,6 +18,45 @@ _BF16 = FixTemplate(
     "mantissa bits, so compare the outputs against a float32 run.",
 )
 
+# the op-level checks (numerics/opwatch.py): fixes in the user's statement, keeping float32 precision
+_OP_UPCAST = FixTemplate(
+    "Compute `{op}` in float32 {at}: upcast its operand `{receiver}`",
+    "{upcast}",
+    "float32 holds what {dtype_name} cannot here; cast the result back only where a {dtype_name} "
+    "tensor is needed, after this op.",
+    when=frozenset({"op-upcast"}),
+)
+_OP_FACTORY = FixTemplate(
+    "Make the values in float32 {at} and cast only what is computed from them",
+    "{factory}",
+    "Positions, steps and timesteps must stay exact; the {dtype_name} cast belongs after the "
+    "arithmetic that uses them (an embedding's sin/cos, a mask's comparison).",
+    when=frozenset({"op-factory"}),
+)
+_OP_UNCAST = FixTemplate(
+    "Keep `{receiver}` in float32 {at}: cast after the arithmetic that needs its exact value",
+    "{uncast}",
+    "The values lose their units digit in {dtype_name}; the model can take them in float32 and "
+    "cast what it computes from them.",
+    when=frozenset({"op-uncast"}),
+)
+_OP_ACCUMULATOR = FixTemplate(
+    "Keep the accumulator in float32 where it is made ({born})",
+    "{born_fix}",
+    "An update smaller than half the spacing of {dtype_name} at the accumulator's size is rounded "
+    "away every time; a float32 accumulator (master weights, EMA, running sums, gradients) keeps it.",
+    when=frozenset({"op-born-fix"}),
+)
+_OP_ACCUMULATOR_ANY = FixTemplate(
+    "Keep the accumulator `{receiver}` in float32 (made with dtype=torch.float32, or a float32 copy "
+    "updated and cast when used)",
+    "",
+    _OP_ACCUMULATOR.why,
+    when=frozenset({"op-absorbed"}),
+    unless=frozenset({"op-born-fix"}),
+)
+_OP_LEVEL = frozenset({"op-level"})  # every op-level finding: module-wide fixes do not apply
+
 NUMERICS_FAMILIES: tuple[Family, ...] = (
     Family(
         code="fp16-overflow",
@@ -28,6 +67,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "from finite inputs; the modules after it only passed it on."
         ),
         fixes=(
+            _OP_UPCAST,
             FixTemplate(
                 "Run {module} in bfloat16: in float32 it reaches {fp32_absmax}, which bfloat16 holds",
                 "model.to(torch.bfloat16)\n# or stay in float16 and keep the module in float32 (below)",
@@ -71,7 +111,10 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
                 when=frozenset({"backward"}),
             ),
             FixTemplate(
-                _BF16.title, _BF16.snippet, _BF16.why, unless=frozenset({"bf16-fits", "bf16-exceeds"})
+                _BF16.title,
+                _BF16.snippet,
+                _BF16.why,
+                unless=frozenset({"bf16-fits", "bf16-exceeds"}) | _OP_LEVEL,
             ),
         ),
         related=("nonfinite-values", "fp16-headroom", "grad-scaler-overflow"),
@@ -79,14 +122,14 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         code="finite-but-wrong",
-        title="A module's low-precision output is finite but far from its float32 result",
+        title="A low-precision result is finite but far from its float32 value",
         cause=(
             "An op inside the module left the low dtype's range or precision (a sum of squares "
             "above 65504 becomes inf, and rsqrt(inf) = 0 turns it back into finite values), so "
             "nothing is inf/NaN at the module's border but the values are wrong. The module was "
             "re-run in float32 on the same inputs to measure it."
         ),
-        fixes=(_KEEP_FP32,),
+        fixes=(_OP_FACTORY, _OP_UNCAST, _OP_UPCAST, _OP_ACCUMULATOR, _OP_ACCUMULATOR_ANY, _KEEP_FP32),
         related=("fp16-overflow", "precision-error-high"),
     ),
     Family(
@@ -100,6 +143,14 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "scaling at all."
         ),
         fixes=(
+            FixTemplate(
+                "Skip the step for a batch whose loss has no graph (nothing to learn from it)",
+                "if {loss}.grad_fn is None:  # made, not computed from the model: no gradients\n    continue",
+                "scaler.step needs the inf checks that backward through the parameters records; a loss "
+                "made as a constant has none. Or compute the zero loss from the model's output "
+                "(pred.sum() * 0.0), which gives every parameter a zero gradient.",
+                when=frozenset({"detached-loss"}),
+            ),
             FixTemplate(
                 "The GradScaler loop, in this order",
                 'scaler = torch.amp.GradScaler("{device}")\n'
@@ -148,10 +199,12 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
                 'scaler = torch.amp.GradScaler("{device}")\nscaler.scale(loss).backward()',
                 when=frozenset({"backward"}),
             ),
-            _BF16,
+            _OP_UPCAST,
+            FixTemplate(_BF16.title, _BF16.snippet, _BF16.why, unless=_OP_LEVEL),
             FixTemplate(
                 "Keep {module} in float32",
                 "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+                unless=_OP_LEVEL,
             ),
         ),
         severity="warning",

@@ -6,14 +6,16 @@ from __future__ import annotations
 import math
 
 from .. import catalog, remedies
-from ..catalog.family_codes import FINITE_BUT_WRONG
+from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW
 from ..catalog.shared_remedies import KEEP_MODULE
 from ..report import Evidence, Finding, Fix, Location
+from . import opsource
 from .accuracy import Wrong
 from .advice import module_op_name
 from .analysis import Producer
 from .frames import where
-from .opscan import OpHit
+from .opscan import OpHit, expression
+from .optrace import Traced
 from .stats import fmt
 
 
@@ -109,6 +111,41 @@ def _locate(finding: Finding, hit: OpHit) -> None:
         "limit": hit.limit,
         "rel_error": hit.rel_error if math.isfinite(hit.rel_error) else None,  # None: non-finite
     }
+
+
+def traced(finding: Finding, first: Traced) -> None:
+    """Locate a module's finding at the op the step's trace found (optrace), until a scan does better."""
+    expr = expression(first.op, first.file, first.line)
+    loc = finding.location
+    if loc is not None:
+        loc.op, loc.file, loc.line = expr, first.file, first.line
+    finding.data["op"] = {
+        "op": first.op,
+        "expression": expr,
+        "file": first.file,
+        "line": first.line,
+        "kind": "nonfinite",
+    }
+
+
+def traced_text(finding: Finding, first: Traced) -> None:
+    """The sentence for an op the trace found and no scan measured (the module ran once)."""
+    dtype = str(first.dtype).replace("torch.", "")
+    expr = expression(first.op, first.file, first.line)
+    place = where(first.file, first.line)
+    finding.message += f" Inside it, `{expr}` ({place}) went inf/NaN in {dtype} from finite operands."
+    traced(finding, first)
+    snippet = opsource.upcast(first.file, first.line, first.op)
+    if snippet and finding.code == FP16_OVERFLOW:  # the op computed in float32, in the user's statement
+        receiver = opsource.receiver(first.file, first.line, first.op) or "its operand"
+        names = {
+            "op": expr,
+            "at": f"at {place}",
+            "dtype_name": dtype,
+            "upcast": snippet,
+            "receiver": receiver,
+        }
+        finding.fixes = catalog.fixes_for(finding.code, {"op-upcast"}, **names)[:1] + finding.fixes
 
 
 def wants_op_scan(p: Producer) -> bool:

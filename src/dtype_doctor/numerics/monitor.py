@@ -9,6 +9,7 @@ outermost call starts (so its backward belongs to it), at `step()`, or at `stop(
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -32,12 +33,19 @@ from .analysis import (
     mark_consequence,
 )
 from .frame import Frame, arg_names, short_dtype_name
+from .opfindings import op_finding
 from .opscan import scan_ops
+from .optrace import OpTrace, Traced
+from .opwatch import Hit, OpWatch
 from .scaler import ScalerMonitor
 from .seen import Seen
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
 
 _LOW = (torch.float16, torch.bfloat16)
+# the first outermost calls with float16/bfloat16 ops in a forward are traced op by op (a model,
+# then the loss modules called after it), each read back when it returns: within the monitored
+# warm-up of benchmarks/bench_numerics_ops.py
+TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
 
 
 class NumericsMonitor:
@@ -56,6 +64,10 @@ class NumericsMonitor:
     accuracy: on the first low-precision step, re-run every module call on a float32 copy and
         report finite outputs further than `accuracy_threshold` (relative L2) from it, naming
         the op inside (at the module's next call).
+    ops: the op-level checks (`opwatch`): constants and positions the low dtype cannot hold, and,
+        between module calls in the user's code, results that overflow or updates it absorbs.
+    name_of: how the caller names a module (`run`'s names), for the findings; origin_of: where a
+        tensor was made (the watch's provenance), for the op-level findings.
 
     >>> with NumericsMonitor(model=vae) as mon:      # or .start() / .stop()
     ...     vae.decode(z)
@@ -75,6 +87,9 @@ class NumericsMonitor:
         auto_step: bool = True,
         accuracy: bool = True,
         accuracy_threshold: float = 0.1,
+        ops: bool = True,
+        name_of: Callable[[nn.Module], str | None] | None = None,
+        origin_of: Callable[[torch.Tensor], Any] | None = None,
     ) -> None:
         if every < 1 or underflow_every < 1:
             raise ValueError("every and underflow_every must be >= 1")
@@ -90,7 +105,9 @@ class NumericsMonitor:
         self.producers: list = []  # every analysis.Producer found, in order
         self.low_dtypes: set[torch.dtype] = set()  # float16/bfloat16 seen in module outputs and inputs
         self.scaler_monitor = (
-            ScalerMonitor(report=self.report, low_dtypes=lambda: self.low_dtypes) if scaler else None
+            ScalerMonitor(report=self.report, low_dtypes=lambda: self.low_dtypes, origin_of=origin_of)
+            if scaler
+            else None
         )
         self._advisor = advice.Advisor(self.report)
         self._active = False
@@ -114,6 +131,15 @@ class NumericsMonitor:
         self._root_of: dict[str, tuple[nn.Module, str]] = {}  # path → (root, path in the root)
         self._op_scans: dict[str, Any] = {}  # path → the Finding its op-level scan refines
         self._wrong_findings: dict[str, Any] = {}  # path → its finite-but-wrong Finding
+        self._first_traced: Traced | None = None  # the op the last closed trace named
+        self._steps_traced = [0, 0]  # calls traced (optrace) of roots with / without parameters
+        self._traced_root_kind = 0
+        self._traced: dict[str, Traced] = {}  # module path → the op its trace named
+        self._name_of = name_of
+        self._origin_of = origin_of
+        self._opwatch = (
+            OpWatch(self._on_op_hit, self._current_module, self._tool_busy, self._op_error) if ops else None
+        )
         self._reset_step()
 
     # -- public API ---------------------------------------------------------------------------
@@ -130,12 +156,18 @@ class NumericsMonitor:
             self._adopt(self.model, prefix="")
         if self.scaler_monitor is not None:
             self.scaler_monitor.start()
+        if self._opwatch is not None:
+            self._opwatch.__enter__()
         return self
 
     def stop(self) -> Report:
         """Remove every hook, analyse what is pending, write the summary findings."""
+        if self._opwatch is not None and self._active:
+            self._opwatch.__exit__(None, None, None)
         if self._active:
             self._flush()
+        if self._opwatch is not None:
+            self._opwatch.trace = None
         self._active = False
         for handle in self._handles:
             handle.remove()
@@ -147,9 +179,15 @@ class NumericsMonitor:
         if self.scaler_monitor is not None:
             self.scaler_monitor.stop()
         self._advisor.finish(self._modules)
+        for path, pending in self._op_scans.items():
+            if pending is not None and path in self._traced:  # no second call: the trace tells the op
+                located.traced_text(pending, self._traced[path])
         if self.accuracy is not None:
             for wrong in self.accuracy.close():
-                located.unscanned(self._wrong_findings[wrong.path])
+                if wrong.path in self._traced:
+                    located.traced_text(self._wrong_findings[wrong.path], self._traced[wrong.path])
+                else:
+                    located.unscanned(self._wrong_findings[wrong.path])
         self._names.clear()  # a later start() adopts (and hooks) the roots again
         self._params.clear()
         self._roots.clear()
@@ -170,6 +208,65 @@ class NumericsMonitor:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _end_trace(self) -> None:
+        """Close the op trace of the outermost call that returned (one read of its flags); the
+        op it names is placed at the step's analysis (`_flush`)."""
+        trace = self._opwatch.trace if self._opwatch is not None else None
+        if trace is None:
+            return
+        # a call with low-precision ops inside a forward counts (not only a cast between them);
+        # a root without parameters (a loss module called after the model) counts apart
+        if any(op.module is not None for op in trace.ops):
+            self._steps_traced[self._traced_root_kind] += 1
+        first = self._opwatch.end_trace()  # type: ignore[union-attr]
+        if first is not None and self._first_traced is None:
+            self._first_traced = first
+
+    def _place_traced(self, first: Traced, made: dict[str | None, Any]) -> None:
+        """The op the trace found: it locates the finding of its module (a producer whose op its
+        type does not name, or a finite-but-wrong module) where there is one; a module producer
+        that names its op already needs nothing; otherwise it is an op-level finding of its own."""
+        path = first.module
+        finding = self._op_scans.get(path) if path is not None else None  # type: ignore[arg-type]
+        if finding is None and path is not None:
+            finding = self._wrong_findings.get(path)
+        if finding is not None:
+            located.traced(finding, first)
+            self._traced[path] = first  # type: ignore[index]
+        elif path not in made:
+            self._opwatch.report_traced(first)  # type: ignore[union-attr]
+
+    @property
+    def busy(self) -> bool:
+        """True while the monitor runs modules itself (float32 re-runs, op-level scans)."""
+        return self._busy
+
+    # -- op-level checks (opwatch) -------------------------------------------------------------
+    def _current_module(self) -> str | None:
+        return self._stack[-1].path if self._stack else None
+
+    def _tool_busy(self) -> bool:
+        return self._busy or self._scan_only or not self._active
+
+    def _op_error(self, exc: Exception) -> None:
+        self.report.meta.setdefault("numerics_op_errors", []).append(f"{type(exc).__name__}: {exc}")
+
+    def _on_op_hit(self, hit: Hit) -> None:
+        self.report.add(op_finding(hit, self.module_name, self._origin_of))
+
+    def module_name(self, path: str | None) -> str | None:
+        """The module at `path` as the caller names it (`run`'s names), else the path."""
+        if path is None:
+            return None
+        module = self._modules.get(path)
+        if self._name_of is not None and module is not None:
+            try:
+                name = self._name_of(module)
+            except Exception:
+                return path
+            return path if name is None else name  # "": the root the user called
+        return path
+
     # -- module adoption ----------------------------------------------------------------------
     def _adopt(self, root: nn.Module, prefix: str) -> None:
         self._roots.append(root)
@@ -188,7 +285,8 @@ class NumericsMonitor:
         if self.backward:
             for name, param in root.named_parameters(prefix=prefix):
                 if param.requires_grad and not nn.parameter.is_lazy(param):
-                    self._handles.append(param.register_hook(functools.partial(self._on_param_grad, name)))
+                    hook = functools.partial(self._on_param_grad, name, weakref.ref(param))
+                    self._handles.append(param.register_hook(hook))
 
     # the two hooks on every module call; an internal error stops monitoring (`_fail`), never the run
     def _global_pre(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
@@ -253,10 +351,15 @@ class NumericsMonitor:
             self._scan_only = False
 
     def _flush(self) -> None:
+        self._end_trace()  # still open when stop() or step() ends the step inside a call
+        first, self._first_traced = self._first_traced, None
         if not self._rows:
+            if first is not None:
+                self._opwatch.report_traced(first)  # type: ignore[union-attr]
             self._reset_step()
             return
-        values = self._rows.read()
+        with torch._C.DisableTorchFunction():  # the tool's own read: no mode (the op checks') sees it
+            values = self._rows.read()
         self.tensors_measured += len(values)
         step = self._pending_step if self._pending_step is not None else self.step_index
         producers = forward_producers(self._records, values, self._infos, step)
@@ -265,16 +368,20 @@ class NumericsMonitor:
             if back is not None:
                 mark_consequence(producers, back)  # a forward cause leads; backward follows from it
                 producers.append(back)
+        made: dict[str | None, Any] = {}  # module path → its producer finding, this step
         for producer in producers:
             if producer.module_type is None and producer.path in self._modules:
                 producer.module_type = type(self._modules[producer.path]).__name__
             self.producers.append(producer)
             finding = self._advisor.producer(producer, self._modules)
+            made.setdefault(producer.path, finding)
             if located.wants_op_scan(producer) and producer.path not in self._op_scans:
                 self._op_scans[producer.path] = finding
             if self.shadow and producer.phase == "forward" and producer.kind == "module":
                 self._shadows.setdefault(producer.path, None)
         self._check_accuracy(values, step)
+        if first is not None:
+            self._place_traced(first, made)
         for rerun in self._shadow_runs:
             self._advisor.shadow(rerun.path, max(values[s][ABSMAX] for s in rerun.slots))
             self._shadows.pop(rerun.path, None)
@@ -338,6 +445,12 @@ class NumericsMonitor:
         module call of this one would ask is asked here, once."""
         if not self._explicit_steps and self._rows:
             self._flush()
+        traced = self._steps_traced
+        if self._opwatch is not None and self._opwatch.trace is None and traced != list(TRACED_CALLS):
+            kind = 0 if next(root.parameters(), None) is not None else 1  # a model, or a loss module
+            if traced[kind] < TRACED_CALLS[kind]:
+                self._traced_root_kind = kind
+                self._opwatch.trace = OpTrace()  # this call's ops: the first inf/NaN from finite operands
         accuracy = self.accuracy
         self._accuracy_open = accuracy is not None and not accuracy.done
         if self._accuracy_open:  # a float32 model outside autocast: no call to re-run in float32
@@ -379,6 +492,8 @@ class NumericsMonitor:
                 self.accuracy.after(frame.path, call.module_type, frame.ref, output, self._add_row)
             if frame.path in self._shadows:
                 self._run_shadow(frame.path, module, args, frame.kwargs or {}, frame.rng)
+        if not self._stack and not self._scan_only:
+            self._end_trace()  # the outermost call returned: its ops' flags are read now
         if not self._stack and not self._explicit_steps and not self._scan_only:
             self.step_index += 1
 
@@ -391,8 +506,17 @@ class NumericsMonitor:
         except Exception as exc:
             self._fail(exc)
 
-    def _on_param_grad(self, name: str, grad: torch.Tensor) -> None:
-        if not self._active or self._busy or not self._rows:
+    def _on_param_grad(self, name: str, param_ref: Any, grad: torch.Tensor) -> None:
+        if not self._active or self._busy:
+            return
+        if self._opwatch is not None:
+            param = param_ref()
+            if param is not None and param.grad is not None and param.grad.dtype in _LOW:
+                try:  # gradient accumulation into a float16/bfloat16 .grad
+                    self._opwatch.accumulation(param, grad)
+                except Exception as exc:
+                    self._op_error(exc)
+        if not self._rows:
             return
         # Reading every weight gradient costs about one optimizer step. Only a step that ran
         # float16/bfloat16 compute (half model or autocast) can overflow one without its module's

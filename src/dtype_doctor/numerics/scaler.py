@@ -45,10 +45,12 @@ class ScalerMonitor:
     and restored by stop()); with a scaler, only that instance.
     """
 
-    def __init__(self, scaler: Any = None, report: Report | None = None, low_dtypes: Any = None) -> None:
+    def __init__(
+        self, scaler: Any = None, report: Report | None = None, low_dtypes: Any = None, origin_of: Any = None
+    ) -> None:
         self.report = report if report is not None else Report(tool="numerics")
         self.scaler = scaler
-        self.use = ScalerUse(self.report, only=scaler, low_dtypes=low_dtypes)
+        self.use = ScalerUse(self.report, only=scaler, low_dtypes=low_dtypes, origin_of=origin_of)
         self.histories: dict[int, ScalerHistory] = {}
         self._refs: dict[int, weakref.ref] = {}
         self._restore: Any = None

@@ -22,7 +22,8 @@ import torch
 
 from .. import catalog
 from ..catalog.family_codes import GRAD_SCALER_MISUSE
-from ..report import Finding, Location, Report, Severity
+from ..report import Finding, Location, Operand, Report, Severity
+from . import opsource
 from .frames import user_line, where
 
 _MESSAGES = {
@@ -38,6 +39,13 @@ _MESSAGES = {
         "A GradScaler scales a loss computed in bfloat16 (at {at}). bfloat16 has float32's exponent "
         "range, so gradients do not underflow and scaling buys nothing: it costs an unscale pass and "
         "inf checks every step. Drop the GradScaler: loss.backward(); optimizer.step().",
+    ),
+    "detached-loss": (
+        Severity.ERROR,
+        "scaler.scale({loss}) ran at {at} on a loss with no autograd graph{made}: backward gives no "
+        "parameter a gradient, so scaler.step(optimizer) finds no inf checks to read and raises "
+        "'No inf checks were recorded for this optimizer'. Skip the step when there is nothing to "
+        "learn from the batch, or build the zero loss from the model's output (pred.sum() * 0.0).",
     ),
     "step-without-update": (
         Severity.WARNING,
@@ -62,8 +70,11 @@ class _Use:
 class ScalerUse:
     """Watch the order of GradScaler calls; findings go to `report` (each kind once per scaler)."""
 
-    def __init__(self, report: Report, only: Any = None, low_dtypes: Any = None) -> None:
+    def __init__(
+        self, report: Report, only: Any = None, low_dtypes: Any = None, origin_of: Any = None
+    ) -> None:
         self.report = report
+        self.origin_of = origin_of  # tensor → where it was made (the watch's lineage), or None
         self.only = only
         self.low_dtypes = low_dtypes  # callable → set of low-precision dtypes the model computed in
         self._uses: dict[int, _Use] = {}
@@ -111,6 +122,8 @@ class ScalerUse:
                 use.scaled, use.scaled_at = True, user_line()
                 if self._bf16(outputs):
                     self._around_bf16(id(scaler), use)
+                if isinstance(outputs, torch.Tensor) and outputs.grad_fn is None and outputs.is_leaf:
+                    self._detached(id(scaler), use, outputs)
         except Exception:
             pass  # never break the training loop
         return call_next(scaler, outputs, *args, **kwargs)
@@ -188,25 +201,52 @@ class ScalerUse:
     def _around_bf16(self, key: int, use: _Use) -> None:
         self._say(key, "bf16", use.scaled_at, op="GradScaler.scale")
 
+    def _detached(self, key: int, use: _Use, loss: torch.Tensor) -> None:
+        """A leaf loss (made, not computed from the parameters): nothing to backpropagate."""
+        origin = self.origin_of(loss) if self.origin_of is not None else None
+        made = f" (a leaf tensor made at {where(origin.file, origin.line)})" if origin and origin.file else ""
+        name = opsource.call_argument(*use.scaled_at, "scale") or "loss"
+        self._say(
+            key, "detached-loss", use.scaled_at, op="GradScaler.scale", loss=name, made=made, origin=origin
+        )
+
     def _step_without_update(self, key: int, use: _Use) -> None:
         self._say(key, "step-without-update", use.stepped_at or (None, None), op="GradScaler.step")
 
-    def _say(self, key: int, kind: str, at: tuple[str | None, int | None], op: str, **names: str) -> None:
+    def _say(
+        self,
+        key: int,
+        kind: str,
+        at: tuple[str | None, int | None],
+        op: str,
+        origin: Any = None,
+        **names: str,
+    ) -> None:
         if (key, kind) in self._said:
             return
         self._said.add((key, kind))
         severity, text = _MESSAGES[kind]
         message = text.format(at=where(*at), **names)
-        self.report.add(misuse_finding(kind, message, at[0], at[1], severity, op))
+        finding = misuse_finding(kind, message, at[0], at[1], severity, op, names)
+        if origin is not None:
+            finding.operands.append(Operand(role="loss", origin=origin))
+        self.report.add(finding)
 
 
 def misuse_finding(
-    kind: str, message: str, file: str | None, line: int | None, severity: Severity, op: str
+    kind: str,
+    message: str,
+    file: str | None,
+    line: int | None,
+    severity: Severity,
+    op: str,
+    names: dict[str, str] | None = None,
 ) -> Finding:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return catalog.finding(
         GRAD_SCALER_MISUSE,
-        names={"device": device},
+        {kind},
+        names={"device": device, **(names or {})},
         severity=severity,
         message=message,
         location=Location(op=op, file=file, line=line),

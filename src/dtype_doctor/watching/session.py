@@ -217,8 +217,21 @@ class Session:
 
             raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
         model = self.model if isinstance(self.model, nn.Module) else None
-        self._numerics = NumericsMonitor(report=self.report, model=model, every=self._every)
+        self._numerics = NumericsMonitor(
+            report=self.report,
+            model=model,
+            every=self._every,
+            name_of=self.names.module,
+            origin_of=self.origin_of,
+        )
         self._numerics.start()
+
+    def origin_of(self, t: torch.Tensor) -> Any:
+        """Where `t` got its dtype (a report Origin), or None when the watch has not seen it made."""
+        from .provenance import tag_to_origin
+
+        tag = self.prov.lookup(t)
+        return tag_to_origin(tag, self.names.module) if tag is not None else None
 
     def _stop_numerics(self) -> None:
         if self._numerics is not None:

@@ -113,6 +113,9 @@ class ThreadGate:
         """Before a module call: False if this session does not handle the current thread."""
         if not handles(self.session):
             return False
+        numerics = self.session._numerics
+        if numerics is not None and numerics.busy:
+            return False  # the numerics monitor's own float32 re-runs are not the user's calls
         if (
             is_root
             and not _own_sessions()

@@ -1,0 +1,203 @@
+"""The user's statement at an op's line, and that statement rewritten to keep float32 precision.
+
+Read with `ast` from the file the op ran in: the call (or operator) that ran the op, its receiver
+(`x` in `x.clamp(...)`, `torch.clamp(x, ...)`, `x * y`, `x[i] = v`), and three edits that keep the
+intended precision: the receiver upcast (`x.float()`), a factory's `dtype=` made float32, a cast
+down dropped. None wherever the line does not show the op plainly.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+
+_BINOPS = {
+    ast.Add: ("add", "__add__", "__radd__", "__iadd__"),
+    ast.Sub: ("sub", "__sub__", "__rsub__", "__isub__", "rsub"),
+    ast.Mult: ("mul", "__mul__", "__rmul__", "__imul__"),
+    ast.Div: ("div", "true_divide", "__truediv__", "__rtruediv__", "__itruediv__"),
+    ast.Pow: ("pow", "__pow__", "__rpow__", "__ipow__"),
+    ast.MatMult: ("matmul", "__matmul__", "__rmatmul__"),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _tree(file: str) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def statement(file: str | None, line: int | None) -> tuple[str, ast.stmt] | None:
+    """The source of the simple statement that holds `line`, and its node."""
+    if not file or not line:
+        return None
+    tree = _tree(file)
+    if tree is None:
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.stmt)
+            and not hasattr(node, "body")
+            and node.lineno <= line <= (node.end_lineno or 0)
+        ):
+            best = node
+    if best is None:
+        return None
+    text = ast.get_source_segment("".join(linecache.getlines(file)), best)
+    return (text, best) if text else None
+
+
+def _bare(op: str) -> str:
+    name = op.rpartition(".")[2]
+    if name.startswith("__i") and name.endswith("__"):
+        return "__" + name[3:]
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def _node_of(node: ast.stmt, op: str) -> tuple[ast.AST, ast.expr | None] | None:
+    """(the node that runs `op` in the statement, its receiver)."""
+    name = _bare(op)
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            called = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else ""
+            )
+            if called.rstrip("_") != name.rstrip("_"):
+                continue
+            if isinstance(func, ast.Attribute) and not (
+                isinstance(func.value, ast.Name) and func.value.id in ("torch", "F")
+            ):
+                return sub, func.value
+            return sub, sub.args[0] if sub.args else None
+        if isinstance(sub, (ast.BinOp, ast.AugAssign)) and name in _BINOPS.get(type(sub.op), ()):
+            left = sub.left if isinstance(sub, ast.BinOp) else sub.target
+            return sub, left
+        if name == "__setitem__" and isinstance(sub, ast.Assign):
+            target = sub.targets[0]
+            if isinstance(target, ast.Subscript):
+                return sub, target.value
+    return None
+
+
+def _segment(file: str, node: ast.AST) -> str | None:
+    return ast.get_source_segment("".join(linecache.getlines(file)), node)
+
+
+def _op_in(
+    file: str | None, line: int | None, op: str
+) -> tuple[str, ast.stmt, ast.AST, ast.expr | None] | None:
+    """(the statement's source, its node, the node that runs `op`, its receiver)."""
+    found = statement(file, line)
+    if found is None:
+        return None
+    hit = _node_of(found[1], op)
+    return (found[0], found[1], hit[0], hit[1]) if hit is not None else None
+
+
+def receiver(file: str | None, line: int | None, op: str) -> str | None:
+    """The source of the tensor the op ran on (`x` in `x.clamp(...)`), when the line shows it."""
+    found = _op_in(file, line, op)
+    if found is None or found[3] is None:
+        return None
+    return _segment(file, found[3])  # type: ignore[arg-type]
+
+
+def upcast(file: str | None, line: int | None, op: str) -> str | None:
+    """The statement with the op's receiver upcast to float32 (`x.float().clamp(...)`)."""
+    found = _op_in(file, line, op)
+    if found is None or found[3] is None:
+        return None
+    text, node, call, target = found
+    if isinstance(call, (ast.Assign, ast.AugAssign)) or _in_place(op):
+        # stored into the tensor itself: make the tensor float32 first, then the statement as is
+        if not isinstance(target, (ast.Name, ast.Attribute)):
+            return None
+        name = _segment(file, target)  # type: ignore[arg-type]
+        return f"{name} = {name}.float()\n{text}" if name else None
+    return _replace(file, text, node, target, lambda src: _wrap(src, target) + ".float()")  # type: ignore[arg-type]
+
+
+def _in_place(op: str) -> bool:
+    name = op.rpartition(".")[2]
+    return (name.endswith("_") and not name.endswith("__")) or (
+        name.startswith("__i") and name.endswith("__")
+    )
+
+
+def float32_factory(file: str | None, line: int | None, op: str) -> str | None:
+    """The statement with the factory's `dtype=` argument made torch.float32."""
+    found = _op_in(file, line, op)
+    if found is None or not isinstance(found[2], ast.Call):
+        return None
+    text, node, call, _ = found
+    for kw in call.keywords:  # type: ignore[attr-defined]
+        if kw.arg == "dtype":
+            return _replace(file, text, node, kw.value, lambda _src: "torch.float32")  # type: ignore[arg-type]
+    return None
+
+
+def without_cast(file: str | None, line: int | None, op: str) -> str | None:
+    """The statement with the cast down dropped (`t = ts[0:1].to(torch.bfloat16)` → `t = ts[0:1]`)."""
+    found = _op_in(file, line, op)
+    if found is None or found[3] is None or not isinstance(found[2], ast.Call):
+        return None
+    text, node, call, target = found
+    inner = _segment(file, target)  # type: ignore[arg-type]
+    return _replace(file, text, node, call, lambda _src: inner) if inner else None  # type: ignore[arg-type]
+
+
+def _wrap(src: str, node: ast.expr) -> str:
+    simple = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
+    return src if isinstance(node, simple) or src.startswith("(") else f"({src})"
+
+
+def _replace(file: str, text: str, stmt: ast.stmt, node: ast.AST, make: object) -> str | None:
+    """`text` (the statement) with `node`'s source replaced by make(its source)."""
+    src = _segment(file, node)
+    if not src or node.lineno != stmt.lineno or node.end_lineno != stmt.lineno:  # type: ignore[attr-defined]
+        return None
+    start = node.col_offset - stmt.col_offset  # type: ignore[attr-defined]
+    end = node.end_col_offset - stmt.col_offset  # type: ignore[attr-defined]
+    if text[start:end] != src:
+        return None
+    new = text[:start] + make(src) + text[end:]  # type: ignore[operator]
+    try:
+        ast.parse(new)
+    except SyntaxError:
+        return None
+    return new
+
+
+def call_argument(file: str | None, line: int | None, method: str) -> str | None:
+    """The source of the first argument of `<x>.method(arg)` on the line (`loss` in `scaler.scale(loss)`)."""
+    found = _op_in(file, line, method)
+    if found is None or not isinstance(found[2], ast.Call) or not found[2].args:
+        return None
+    return _segment(file, found[2].args[0])  # type: ignore[arg-type]
+
+
+def dtype_of(file: str | None, line: int | None, op: str) -> str | None:
+    """`self.inv_freq` when the op's call passes `dtype=self.inv_freq.dtype` (a dotted name only)."""
+    found = _op_in(file, line, op)
+    if found is None or not isinstance(found[2], ast.Call):
+        return None
+    for kw in found[2].keywords:
+        value = kw.value
+        if kw.arg == "dtype" and isinstance(value, ast.Attribute) and value.attr == "dtype":
+            parts = []
+            node: ast.expr = value.value
+            while isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            if isinstance(node, ast.Name):
+                return ".".join([node.id, *reversed(parts)])
+    return None
