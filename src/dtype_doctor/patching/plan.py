@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..causes import by_cause, group_by_cause, root_origin
 from ..report import Finding, Operand, Origin, Report
 from . import finders as find
-from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr
+from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 
 LOW_NAMES = ("float16", "bfloat16")
 _LIBRARY_ROOTS = tuple(
@@ -139,12 +139,17 @@ class Planner:
 
     def at_origin(self, origin: Origin, dtype: str) -> Iterator[Candidate]:
         src = self.source(origin.file)
+        if src is not None and origin.line is not None and origin.kind == "attribute":
+            yield from self.as_buffer(src, origin)
+            return
         if src is None or origin.line is None or origin.kind not in ("op", "cast", "promotion", "output"):
             return
         where = f"{origin.file}:{origin.line}"
         name = origin.name or "the tensor"
         op = (origin.op or "").rsplit(".", 1)[-1]
         calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
+        if calls and _lowers(dtype, find.explicit_dtype(calls[0])):
+            return  # `dtype=torch.float32` written on purpose: a deliberate wide region is not lowered
         if origin.kind == "op" and op in FACTORIES and calls:
             edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
             if edit is not None:
@@ -157,13 +162,33 @@ class Planner:
             yield Candidate(f"drop the .{op}() that made {what} ({where})", [edit])
         value = find.assigned_value(src, origin.line, origin.name)
         if value is not None and not find.already_cast(value, dtype):
-            yield Candidate(
-                f"cast `{name}` to {dtype} where it is made ({where})", [cast_expr(src, value, dtype)]
-            )
+            if castable(value):
+                yield Candidate(
+                    f"cast `{name}` to {dtype} where it is made ({where})", [cast_expr(src, value, dtype)]
+                )
         elif calls and origin.kind != "output":
             yield Candidate(
                 f"cast the {origin.op} result to {dtype} ({where})", [cast_expr(src, calls[0], dtype)]
             )
+
+    def as_buffer(self, src: Source, origin: Origin) -> Iterator[Candidate]:
+        """A plain tensor attribute that a module-wide cast skipped: register it as a buffer where it is
+        set (`self.NAME = V` / `setattr(self, "NAME", V)`), so `.to()`/`.half()` convert it with the model."""
+        attr = (origin.name or "").rsplit(".", 1)[-1]
+        found = find.attribute_set(src, origin.line or 0, attr) if attr.isidentifier() else None
+        if found is None:
+            return
+        stmt, owner, value = found
+        if not owner.isidentifier() or not find.in_method(src, stmt.lineno, owner):
+            return
+        start = src.offset(stmt.lineno, stmt.col_offset)
+        end = src.offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
+        text = f'{owner}.register_buffer("{attr}", {src.segment(value)}, persistent=False)'
+        yield Candidate(
+            f"register `{attr}` as a buffer where it is set ({src.path}:{stmt.lineno}), so that the "
+            "model's .to()/.half() convert it",
+            [Edit(src.path, start, end, text)],
+        )
 
     def at_call_argument(self, root: Origin, dtype: str) -> Iterator[Candidate]:
         """The model input `root` at the user's call: cast its variable where it was assigned, else the
@@ -177,15 +202,18 @@ class Planner:
         where = f"{root.file}:{root.line}"
         if isinstance(arg, ast.Name):
             value = find.last_assignment(src, arg.id, root.line)
+            if value is not None and not castable(value):
+                return  # a Python list (tuple, dict) has no .to
             if value is not None and not find.already_cast(value, dtype):
                 line = f"{root.file}:{value.lineno}"
                 yield Candidate(
                     f"cast `{arg.id}` to {dtype} where it is made ({line})", [cast_expr(src, value, dtype)]
                 )
-        yield Candidate(
-            f"cast `{src.segment(arg)}` to {dtype} where it enters the model ({where})",
-            [cast_expr(src, arg, dtype)],
-        )
+        if castable(arg):
+            yield Candidate(
+                f"cast `{src.segment(arg)}` to {dtype} where it enters the model ({where})",
+                [cast_expr(src, arg, dtype)],
+            )
 
     # ---- a module island: convert the module where it is built, else after loading --------------
     def convert_module(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
@@ -202,6 +230,8 @@ class Planner:
         callee = call_name(call.func) if call is not None else ""
         if path:
             for asg_src, value in self.module_assignments(path.split(".")[0], src, line):
+                if _per_call(asg_src, value.lineno):
+                    continue  # a module built in forward: converting it there costs every call
                 where = f"{asg_src.path}:{value.lineno}"
                 name = path.split(".")[0]
                 layer = isinstance(value, ast.Call) and call_name(value.func).startswith(("nn.", "torch.nn."))
@@ -211,8 +241,8 @@ class Planner:
                 if not find.already_cast(value, dtype):
                     title = f"convert `{name}` to {dtype} where it is built ({where})"
                     yield Candidate(title, [cast_expr(asg_src, value, dtype)])
-        if not callee:
-            return
+        if not callee or _per_call(src, line):
+            return  # a module cast inside a method (forward) would run on every call
         where = f"{src.path}:{line}"
         if path:
             parts = path.split(".")
@@ -257,16 +287,17 @@ class Planner:
         return None
 
     def module_assignments(self, attr: str, src: Source, line: int) -> Iterator[tuple[Source, ast.expr]]:
-        """`X.attr = VALUE` / `attr = VALUE` (a call), the last one before `line` in the call's file."""
+        """`X.attr = VALUE` / `attr = VALUE`, the last one before `line` in the call's file, when its
+        value is a call (a module taken from elsewhere, `X.attr = heads[k]`, is not built there)."""
         best: ast.Assign | None = None
         for node in src.nodes(ast.Assign):
-            if node.lineno >= line or not isinstance(node.value, ast.Call):
+            if node.lineno >= line:
                 continue
             for target in node.targets:
                 name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
                 if name == attr and (best is None or node.lineno > best.lineno):
                     best = node
-        if best is not None:
+        if best is not None and isinstance(best.value, ast.Call):
             yield src, best.value
 
     # ---- an autocast around a model that is already half -------------------------------------
@@ -328,6 +359,19 @@ def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file)
 # ---- helpers --------------------------------------------------------------------------------------
 def _held(o: Operand) -> bool:
     return o.origin is not None and o.origin.kind in ("parameter", "buffer")
+
+
+def _lowers(target: str, written: str | None) -> bool:
+    """Casting a tensor made with `dtype=WRITTEN` (float32/float64, on purpose) to half `target`."""
+    return target in LOW_NAMES and written in ("float32", "float64", "float", "double")
+
+
+def _per_call(src: Source, line: int) -> bool:
+    """`line` runs on each call of a model: it is in a method (first parameter `self`) other than
+    `__init__`."""
+    fn = find.enclosing_function(src, line)
+    args = fn.args.args if fn is not None else []
+    return bool(args) and args[0].arg == "self" and fn is not None and fn.name != "__init__"
 
 
 def _target_dtype(f: Finding) -> str | None:
