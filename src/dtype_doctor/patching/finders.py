@@ -78,12 +78,14 @@ def in_method(src: Source, line: int, receiver: str) -> bool:
     )
 
 
-def enclosing_function(src: Source, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The innermost function whose lines hold `line`."""
+def enclosing_function(
+    src: Source, line: int, outside: ast.AST | None = None
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function whose lines hold `line` (other than `outside`)."""
     around = [
         n
         for n in src.nodes((ast.FunctionDef, ast.AsyncFunctionDef))
-        if n.lineno <= line <= (n.end_lineno or n.lineno)
+        if n.lineno <= line <= (n.end_lineno or n.lineno) and n is not outside
     ]
     return max(around, key=lambda n: n.lineno) if around else None
 

@@ -116,6 +116,8 @@ class Planner:
         params = [o for o in f.operands if _held(o) and o.dtype and o.dtype != target]
         for o in tensors:
             yield from self.cast_tensor(o, target)
+        for o in tensors:
+            yield from self.at_use(f, o, target)
         for o in params:
             yield from self.convert_module(f, o, target)
         # the other way round: a float32 model fed a half tensor by mistake
@@ -133,11 +135,13 @@ class Planner:
         root = root_origin(operand.origin)
         made = next((c for c in root.chain if c.kind != "call"), None) if root.kind == "input" else None
         for origin in (made, root) if made is not None else (root,):
-            yield from self.at_origin(origin, dtype)
+            yield from self.at_origin(origin, dtype, direct=origin is operand.origin or root.kind == "input")
         if root.kind == "input":
             yield from self.at_call_argument(root, dtype)
 
-    def at_origin(self, origin: Origin, dtype: str) -> Iterator[Candidate]:
+    def at_origin(self, origin: Origin, dtype: str, direct: bool = True) -> Iterator[Candidate]:
+        """Edits where `origin` was made; `direct`: it is the failing operand itself (an accumulator
+        made in float32 and written into), not a tensor the operand was computed from."""
         src = self.source(origin.file)
         if src is not None and origin.line is not None and origin.kind == "attribute":
             yield from self.as_buffer(src, origin)
@@ -148,8 +152,8 @@ class Planner:
         name = origin.name or "the tensor"
         op = (origin.op or "").rsplit(".", 1)[-1]
         calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
-        if calls and _lowers(dtype, find.explicit_dtype(calls[0])):
-            return  # `dtype=torch.float32` written on purpose: a deliberate wide region is not lowered
+        if not direct and calls and _lowers(dtype, find.explicit_dtype(calls[0])):
+            return  # maths begun with `dtype=torch.float32` on purpose (tables, phases): not lowered
         if origin.kind == "op" and op in FACTORIES and calls:
             edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
             if edit is not None:
@@ -214,6 +218,30 @@ class Planner:
                 f"cast `{src.segment(arg)}` to {dtype} where it enters the model ({where})",
                 [cast_expr(src, arg, dtype)],
             )
+
+    def at_use(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        """Cast the operand where the failing line of the user's code passes it on (`self.out(y)` →
+        `self.out(y.to(torch.float16))`): the exit of a region kept wide on purpose (`.float()` maths,
+        an autocast-disabled block) back to the consumer's dtype."""
+        loc, name = f.location, operand.origin.name if operand.origin is not None else None
+        src = self.source(loc.file if loc is not None else None)
+        if src is None or loc is None or loc.line is None:
+            return
+        module = (loc.module or "").rsplit(".", 1)[-1]
+        for call in find.calls_on(src, loc.line):
+            callee = call_name(call.func)
+            named = [a for a in [*call.args, *(k.value for k in call.keywords)] if _is_name(a, name)]
+            # the failing module's input: its call's first argument (the operand's name may be older)
+            if not named and module and callee.rsplit(".", 1)[-1] == module and call.args:
+                named = [call.args[0]] if isinstance(call.args[0], (ast.Name, ast.Attribute)) else []
+            if named and castable(named[0]):
+                arg = named[0]
+                what, where = src.segment(arg), f"{src.path}:{arg.lineno}"
+                yield Candidate(
+                    f"cast `{what}` to {dtype} where it enters `{callee or 'the call'}` ({where})",
+                    [cast_expr(src, arg, dtype)],
+                )
+                return
 
     # ---- a module island: convert the module where it is built, else after loading --------------
     def convert_module(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
@@ -361,17 +389,25 @@ def _held(o: Operand) -> bool:
     return o.origin is not None and o.origin.kind in ("parameter", "buffer")
 
 
+def _is_name(node: ast.expr, name: str | None) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
 def _lowers(target: str, written: str | None) -> bool:
     """Casting a tensor made with `dtype=WRITTEN` (float32/float64, on purpose) to half `target`."""
     return target in LOW_NAMES and written in ("float32", "float64", "float", "double")
 
 
 def _per_call(src: Source, line: int) -> bool:
-    """`line` runs on each call of a model: it is in a method (first parameter `self`) other than
-    `__init__`."""
+    """`line` may run on each call of a model: it is in a method (first parameter `self`) other than
+    `__init__`, or in a function nested in another (a wrapper, a closure)."""
     fn = find.enclosing_function(src, line)
-    args = fn.args.args if fn is not None else []
-    return bool(args) and args[0].arg == "self" and fn is not None and fn.name != "__init__"
+    if fn is None:
+        return False
+    args = fn.args.args
+    if args and args[0].arg == "self" and fn.name != "__init__":
+        return True
+    return find.enclosing_function(src, fn.lineno, outside=fn) is not None
 
 
 def _target_dtype(f: Finding) -> str | None:
