@@ -74,6 +74,29 @@ if __name__ == "__main__":
 """
 
 
+WIDE_REGION = """\
+import torch
+from torch import nn
+
+
+class Pool(nn.Module):
+    def __init__(self, width=16):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, tokens):
+        wide = tokens.float()  # similarity in float32 on purpose
+        affinity = (wide @ wide.transpose(-1, -2)).softmax(-1)
+        pooled = affinity @ wide
+        return self.proj(pooled)
+
+
+pool = Pool().to(torch.bfloat16)
+tokens = torch.randn(2, 5, 16, dtype=torch.bfloat16)
+print(pool(tokens).shape)
+"""
+
+
 def _write(tmp_path: Path, name: str, text: str) -> tuple[Path, subprocess.CompletedProcess]:
     script = tmp_path / name
     script.write_text(text)
@@ -109,6 +132,18 @@ def test_a_module_conversion_goes_where_the_model_exists(tmp_path: Path) -> None
     after = script.read_text().splitlines()
     added = after.index("    net.classifier.to(torch.float16)")
     assert after.index('if __name__ == "__main__":') < after.index("    net = Net().half()") < added
+    _runs_clean(script)
+
+
+def test_a_region_kept_wide_on_purpose_is_cast_back_where_it_leaves(tmp_path: Path) -> None:
+    script, proc = _write(tmp_path, "pool.py", WIDE_REGION)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = script.read_text()
+    assert "        return self.proj(pooled.to(torch.bfloat16))\n" in after
+    assert "        wide = tokens.float()  # similarity in float32 on purpose\n" in after
+    assert "cast `pooled` to bfloat16 where it enters `self.proj` (pool.py:14)" in " ".join(
+        proc.stderr.split()
+    )
     _runs_clean(script)
 
 

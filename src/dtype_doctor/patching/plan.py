@@ -118,6 +118,8 @@ class Planner:
             yield from self.cast_tensor(o, target)
         for o in tensors:
             yield from self.at_use(f, o, target)
+        for o in tensors:  # last: an explicit upcast is usually deliberate
+            yield from self.drop_upcast(o)
         for o in params:
             yield from self.convert_module(f, o, target)
         # the other way round: a float32 model fed a half tensor by mistake
@@ -158,12 +160,8 @@ class Planner:
             edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
             if edit is not None:
                 yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", [edit])
-        if origin.kind == "cast" and calls and op in ("float", "double") and not calls[0].args:
-            receiver = calls[0].func.value  # type: ignore[attr-defined]
-            start, end = src.span(calls[0])
-            edit = Edit(src.path, start, end, src.segment(receiver))
-            what = f"`{src.segment(receiver)}` {origin.dtype}"
-            yield Candidate(f"drop the .{op}() that made {what} ({where})", [edit])
+        if origin.kind == "cast" and op in ("float", "double"):
+            return  # `x.float().to(half)` only undoes the upcast: drop_upcast says so, last
         value = find.assigned_value(src, origin.line, origin.name)
         if value is not None and not find.already_cast(value, dtype):
             if castable(value):
@@ -173,6 +171,23 @@ class Planner:
         elif calls and origin.kind != "output":
             yield Candidate(
                 f"cast the {origin.op} result to {dtype} ({where})", [cast_expr(src, calls[0], dtype)]
+            )
+
+    def drop_upcast(self, operand: Operand) -> Iterator[Candidate]:
+        """Remove the `.float()` / `.double()` that made the operand wide (`x = x.float()` → `x = x`)."""
+        origin = root_origin(operand.origin) if operand.origin is not None else None
+        src = self.source(origin.file if origin is not None else None)
+        if origin is None or src is None or origin.kind != "cast" or origin.line is None:
+            return
+        op = (origin.op or "").rsplit(".", 1)[-1]
+        calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
+        if op in ("float", "double") and calls and not calls[0].args and not calls[0].keywords:
+            receiver = calls[0].func.value  # type: ignore[attr-defined]
+            start, end = src.span(calls[0])
+            what = f"`{src.segment(receiver)}` {origin.dtype}"
+            yield Candidate(
+                f"drop the .{op}() that made {what} ({origin.file}:{origin.line})",
+                [Edit(src.path, start, end, src.segment(receiver))],
             )
 
     def as_buffer(self, src: Source, origin: Origin) -> Iterator[Candidate]:
