@@ -5,8 +5,8 @@
 
 For each script, in a temporary copy: `dtype-doctor run --json` (retried with `--numerics` when plain
 `run` reports no error or warning, as the patterns' scorer does); the first fix with code of the first
-error (else warning) finding is taken with the place its title states (`FILE:LINE`, the last one named
-in the title); the snippet is pasted there as a user would (a statement assigning what the line
+error (else warning) finding is taken with the place it states (its `file`/`line`, else the last
+`FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning what the line
 assigns replaces it, `x = x.to(...)` after a line that makes `x` goes after it, anything else goes
 before the line, indented like it), and the patched copy is run with plain python: exit 0 is "works".
 One line per script, then `fix by hand: W/N`. Exit code is always 0. Standard library only.
@@ -110,6 +110,8 @@ def judge(exe: str, script: Path, numerics: bool) -> tuple[bool, str]:
             return False, "no fix with code"
         finding, fix = picked
         places = [(Path(p).name, int(n)) for p, n in _PLACE.findall(fix.get("title", ""))]
+        if fix.get("file") and fix.get("line"):  # the place the fix carries, where it has one
+            places.append((Path(fix["file"]).name, int(fix["line"])))
         places = [(p, n) for p, n in places if p == script.name]
         snippet = fix["snippet"]
         if not places:
