@@ -22,6 +22,11 @@ from . import finders as find
 from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 
 LOW_NAMES = ("float16", "bfloat16")
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+# torch.nn classes that hold modules and take no dtype= (a layer such as nn.Linear takes it)
+_CONTAINERS = frozenset(
+    {"Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Module", "Identity"}
+)
 _LIBRARY_ROOTS = tuple(
     os.path.realpath(p)
     for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
@@ -112,8 +117,9 @@ class Planner:
         target = _target_dtype(f)
         if target is None:
             return
-        tensors = [o for o in f.operands if not _held(o) and o.dtype and o.dtype != target]
-        params = [o for o in f.operands if _held(o) and o.dtype and o.dtype != target]
+        odd = [o for o in f.operands if o.dtype in _FLOATS and o.dtype != target]  # never an index
+        tensors = [o for o in odd if not _held(o)]
+        params = [o for o in odd if _held(o)]
         for o in tensors:
             yield from self.cast_tensor(o, target)
         for o in tensors:
@@ -121,13 +127,14 @@ class Planner:
         for o in tensors:  # last: an explicit upcast is usually deliberate
             yield from self.drop_upcast(o)
         for o in params:
+            yield from self.at_birth(o, target)
             yield from self.convert_module(f, o, target)
         # the other way round: a float32 model fed a half tensor by mistake
         wide = {o.dtype for o in f.operands if _held(o) and o.dtype and o.dtype not in LOW_NAMES}
         if len(wide) == 1 and not params:
             other = wide.pop()
             for o in f.operands:
-                if not _held(o) and o.dtype and o.dtype != other:
+                if not _held(o) and o.dtype in _FLOATS and o.dtype != other:
                     yield from self.cast_tensor(o, other)
 
     # ---- a tensor: cast where it is made or enters --------------------------------------------
@@ -234,6 +241,13 @@ class Planner:
                 [cast_expr(src, arg, dtype)],
             )
 
+    def at_birth(self, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        """A parameter or buffer made from a tensor of the user's (`nn.Parameter(torch.zeros(n))`,
+        `weight=torch.as_tensor(arr)`): make that tensor in the right dtype."""
+        made = next((c for c in operand.origin.chain if c.kind == "op"), None) if operand.origin else None
+        if made is not None and made.file and made.dtype == operand.dtype:
+            yield from self.at_origin(made, dtype)
+
     def at_use(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
         """Cast the operand where the failing line of the user's code passes it on (`self.out(y)` →
         `self.out(y.to(torch.float16))`): the exit of a region kept wide on purpose (`.float()` maths,
@@ -277,7 +291,8 @@ class Planner:
                     continue  # a module built in forward: converting it there costs every call
                 where = f"{asg_src.path}:{value.lineno}"
                 name = path.split(".")[0]
-                layer = isinstance(value, ast.Call) and call_name(value.func).startswith(("nn.", "torch.nn."))
+                built = call_name(value.func) if isinstance(value, ast.Call) else ""
+                layer = built.startswith(("nn.", "torch.nn.")) and built.rsplit(".", 1)[-1] not in _CONTAINERS
                 edit = add_kwarg(asg_src, value, "dtype", f"torch.{dtype}") if layer else None
                 if edit is not None:
                     yield Candidate(f"build `{name}` in {dtype} with dtype= ({where})", [edit])
@@ -432,7 +447,10 @@ def _target_dtype(f: Finding) -> str | None:
     expected = f.data.get("expected_dtype")
     if len(low) == 1:
         return low.pop()
-    return expected if isinstance(expected, str) else None
+    if isinstance(expected, str):
+        return expected
+    wide = {o.dtype for o in f.operands if o.dtype in ("float32", "float64")}
+    return "float32" if wide == {"float32", "float64"} and not low else None  # a float64 intruder
 
 
 def _module_path(module: str | None, param: str | None) -> str:
