@@ -97,6 +97,21 @@ print(pool(tokens).shape)
 """
 
 
+CLASS_WEIGHTS = """\
+import numpy as np
+import torch
+from torch import nn
+
+freq = np.array([40.0, 25.0, 10.0])
+balance = freq.sum() / (3 * freq)  # numpy float64
+scorer = nn.Sequential(nn.Linear(6, 3), nn.LogSoftmax(-1))
+nll = nn.NLLLoss(weight=torch.tensor(balance))
+feats, gold = torch.randn(5, 6), torch.tensor([0, 1, 2, 1, 0])
+nll(scorer(feats), gold).backward()
+print("ok")
+"""
+
+
 def _write(tmp_path: Path, name: str, text: str) -> tuple[Path, subprocess.CompletedProcess]:
     script = tmp_path / name
     script.write_text(text)
@@ -144,6 +159,13 @@ def test_a_region_kept_wide_on_purpose_is_cast_back_where_it_leaves(tmp_path: Pa
     assert "cast `pooled` to bfloat16 where it enters `self.proj` (pool.py:14)" in " ".join(
         proc.stderr.split()
     )
+    _runs_clean(script)
+
+
+def test_a_float64_weight_is_made_float32_where_it_is_made(tmp_path: Path) -> None:
+    script, proc = _write(tmp_path, "weights.py", CLASS_WEIGHTS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "nll = nn.NLLLoss(weight=torch.tensor(balance, dtype=torch.float32))\n" in script.read_text()
     _runs_clean(script)
 
 
