@@ -137,7 +137,8 @@ def test_a_plain_attribute_becomes_a_buffer_where_it_is_set(tmp_path: Path) -> N
     )
     assert "register `angles` as a buffer where it is set (mixer.py:15)" in " ".join(proc.stderr.split())
     # the table's own float32 maths is deliberate: not lowered
-    assert after.count("dtype=torch.float32)") == 2 and ".to(torch.bfloat16)" not in after
+    table = ATTRIBUTE_TABLE[: ATTRIBUTE_TABLE.index("class Mixer")]
+    assert after.startswith(table)
     _runs_clean(script)
 
 
