@@ -19,7 +19,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# the fast lane: each command's main path (tests/conftest.py marks it `fast`), ~2 min on 2 cores
+# the fast lane: each command's main path (tests/conftest.py marks it `fast`), under 1 min of CPU on 2 cores
+# (docs/benchmarks.md, "test lanes")
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m fast
 
@@ -36,10 +37,10 @@ bench: $(STAMP)
 	for f in benchmarks/bench_*.py benchmarks/integrations.py; do $(PY) $$f || exit 1; done
 
 # on a CUDA machine, its own python and torch (not .venv's CPU build): tests/gpu, the CUDA benchmarks and
-# the CUDA autocast table in <= 5 min; summary in out/gpu-check/ (docs/benchmarks.md, "make gpu-check")
+# the CUDA autocast table in <= 6.5 min; summary in out/gpu-check/ (docs/benchmarks.md, "make gpu-check")
 PYTHON ?= python3
 gpu-check:
-	PYTHONPATH=src $(PYTHON) scripts/gpu_check.py
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) scripts/gpu_check.py
 
 # every architecture the pinned transformers/diffusers build from a tiny config (long: ~30 min on 2 cores)
 zoo: $(STAMP)

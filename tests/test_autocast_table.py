@@ -149,7 +149,15 @@ def test_the_cpu_table_is_stamped_with_the_installed_torch():
     # the release measured: its CPU policies are the same in every build of it (+cpu, +cu130, ...)
     release = str(torch.__version__).split("+")[0]
     assert cpu["torch"].split("+")[0] == release, "regenerate: python scripts/gen_autocast_table.py"
-    assert _DATA["cuda"]["measured"] is False and "lists" in _DATA["cuda"]["source"]
+
+
+def test_the_cuda_table_was_measured_on_a_gpu_and_says_which_ops_came_from_the_lists():
+    cuda = _DATA["cuda"]
+    assert cuda["measured"] is True and cuda["device"] == "cuda" and "+cu" in cuda["torch"]
+    from_lists = cuda["source"].split("); ")[1].split(" from torch's")[0].split(", ")
+    assert from_lists and all(op in cuda["float16"]["policies"] for op in from_lists)
+    # what the GPU measured agrees with torch's lists where both speak: matmuls low, softmax in fp32
+    assert [cuda["float16"]["policies"][op] for op in ("mm", "conv2d", "softmax")] == ["low", "low", "fp32"]
 
 
 def test_a_slice_regenerated_against_the_installed_torch_matches_the_table():
@@ -193,13 +201,15 @@ def test_the_emulation_leaves_mixed_operands_raising_where_torch_raises():
             torch.tensordot(a, b, dims=([1], [1]))
 
 
-def test_the_cuda_table_regenerates_from_torchs_lists(tmp_path, capsys):
+def test_the_cuda_table_regenerates_from_torchs_lists_which_agree_with_the_gpus(tmp_path, capsys):
     script = _script()
     out = tmp_path / "ops.json"
     assert script.main(["--device", "cuda", "--from-lists", "--out", str(out)]) == 0
     cuda = json.loads(out.read_text())["cuda"]
     assert cuda["torch"] == torch.__version__ and cuda["measured"] is False
-    assert cuda["bfloat16"] == _DATA["cuda"]["bfloat16"] and cuda["float16"] == _DATA["cuda"]["float16"]
+    for low in ("bfloat16", "float16"):  # the lists and the GPU's measure agree where both speak
+        listed, measured = cuda[low]["policies"], _DATA["cuda"][low]["policies"]
+        assert {op: measured[op] for op in listed} == listed
     if not torch.cuda.is_available():  # measuring needs the GPU: one line, exit 2
         assert script.main(["--device", "cuda", "--out", str(out)]) == 2
         assert "no cuda device here" in capsys.readouterr().err

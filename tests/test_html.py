@@ -151,7 +151,7 @@ def test_repr_html_is_a_scoped_fragment():
 def test_cli_html_option_writes_the_file(tmp_path):
     rank0 = tmp_path / "report.rank0.json"
     rank0.write_text(_report().to_json(), encoding="utf-8")
-    out = tmp_path / "merged.html"
+    out = tmp_path / "out" / "merged.html"  # its folder is made, as pytest's --junitxml does
     assert main(["merge", str(rank0), "--html", str(out), "--no-color"]) in (0, 1)
     assert "matmul-dtype-mismatch" in out.read_text(encoding="utf-8")
 
@@ -159,7 +159,8 @@ def test_cli_html_option_writes_the_file(tmp_path):
 def test_cli_html_unwritable_path_is_one_line(tmp_path, capsys):
     rank0 = tmp_path / "report.rank0.json"
     rank0.write_text(_report().to_json(), encoding="utf-8")
-    code = main(["merge", str(rank0), "--html", str(Path(tmp_path, "missing", "x.html"))])
+    (tmp_path / "a-file").write_text("")  # a folder that is a file: it cannot be made
+    code = main(["merge", str(rank0), "--html", str(Path(tmp_path, "a-file", "x.html"))])
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write" in err

@@ -28,12 +28,9 @@ class Regressor(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def _fit(callback, data_dtype):
-    torch.manual_seed(0)
-    model = Regressor().to(torch.bfloat16)  # the model in bf16, the data loader's floats not
-    data = TensorDataset(torch.randn(12, 6, dtype=data_dtype), torch.randn(12, 1))
+def _fit(callback, model, data, steps=3):
     trainer = L.Trainer(
-        max_steps=3,
+        max_steps=steps,
         accelerator="cpu",
         devices=1,
         enable_checkpointing=False,
@@ -46,10 +43,35 @@ def _fit(callback, data_dtype):
     return trainer
 
 
-def test_lightning_logs_the_planted_mismatch_in_fix_mode(tmp_path):
+@pytest.fixture
+def fit_bf16():
+    """Fits a bf16 Regressor for 3 steps on data of the dtype given (float32: the planted mismatch)."""
+
+    def fit(callback, data_dtype):
+        torch.manual_seed(0)
+        model = Regressor().to(torch.bfloat16)  # the model in bf16, the data loader's floats not
+        return _fit(callback, model, TensorDataset(torch.randn(12, 6, dtype=data_dtype), torch.randn(12, 1)))
+
+    return fit
+
+
+@pytest.fixture
+def fit_half():
+    """Fits a `.half()` LightningModule of the class given for 2 steps on float16 data (times `scale`)."""
+
+    def fit(module_class, callback, scale=1.0):
+        torch.manual_seed(0)
+        model = module_class().half()
+        data = TensorDataset(torch.randn(8, 6, dtype=torch.float16) * scale, torch.randn(8, 1))
+        return _fit(callback, model, data, steps=2)
+
+    return fit
+
+
+def test_lightning_logs_the_planted_mismatch_in_fix_mode(tmp_path, fit_bf16):
     html = tmp_path / "train.html"
     callback = DtypeDoctorCallback(mode="fix", html_path=html, summary=False)
-    trainer = _fit(callback, torch.float32)
+    trainer = fit_bf16(callback, torch.float32)
     assert trainer.global_step == 3
     metrics = trainer.callback_metrics
     assert metrics["dtype_doctor/errors"] >= 1 and metrics["dtype_doctor/matmul-dtype-mismatch"] >= 1
@@ -62,10 +84,10 @@ def test_lightning_logs_the_planted_mismatch_in_fix_mode(tmp_path):
     assert (entry.type, entry.dtypes) == ("Linear", {"bfloat16": 2})
 
 
-def test_lightning_failure_keeps_the_error_and_adds_the_diagnosis(capsys):
+def test_lightning_failure_keeps_the_error_and_adds_the_diagnosis(capsys, fit_bf16):
     callback = DtypeDoctorCallback(mode="observe")
     with pytest.raises(RuntimeError, match="mat1 and mat2 must have the same dtype") as info:
-        _fit(callback, torch.float32)
+        fit_bf16(callback, torch.float32)
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "matmul-dtype-mismatch" in notes and "encoder.0" in notes
     err = " ".join(capsys.readouterr().err.split())  # the summary printed on the way out
@@ -75,9 +97,9 @@ def test_lightning_failure_keeps_the_error_and_adds_the_diagnosis(capsys):
     assert not callback._loop.active
 
 
-def test_lightning_clean_run_logs_zero():
+def test_lightning_clean_run_logs_zero(fit_bf16):
     callback = DtypeDoctorCallback(summary=False)
-    trainer = _fit(callback, torch.bfloat16)
+    trainer = fit_bf16(callback, torch.bfloat16)
     assert trainer.callback_metrics["dtype_doctor/findings"] == 0
     assert callback.report.findings == []
 
@@ -89,31 +111,19 @@ class Overflowing(Regressor):
         return nn.functional.mse_loss(self.head(hidden).float(), y)
 
 
-def test_lightning_numerics_logs_the_fp16_overflow():
+def test_lightning_numerics_logs_the_fp16_overflow(fit_half):
     callback = DtypeDoctorCallback(numerics=True, summary=False)
-    torch.manual_seed(0)
-    model = Overflowing().half()
-    data = TensorDataset(torch.randn(8, 6, dtype=torch.float16) * 100, torch.randn(8, 1))
-    trainer = L.Trainer(
-        max_steps=2,
-        accelerator="cpu",
-        enable_checkpointing=False,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[callback],
-    )
-    trainer.fit(model, DataLoader(data, batch_size=4))
+    trainer = fit_half(Overflowing, callback, scale=100)
     assert trainer.callback_metrics["dtype_doctor/fp16-overflow"] >= 1
     assert any(f.code == "fp16-overflow" and f.location.module == "head" for f in callback.report.findings)
 
 
-def test_lightning_note_leads_with_the_fix_the_replay_verified():
+def test_lightning_note_leads_with_the_fix_the_replay_verified(fit_bf16):
     """Issue 32: the note was written when the op raised, before the fixes were replayed, and led
     with a fix the replay never passed; it is rewritten with the report's verified ranking."""
     callback = DtypeDoctorCallback(mode="observe", summary=False)
     with pytest.raises(RuntimeError, match="mat1 and mat2") as info:
-        _fit(callback, torch.float32)
+        fit_bf16(callback, torch.float32)
     (finding,) = [f for f in callback.report.findings if f.code == "matmul-dtype-mismatch"]
     first = finding.fixes[0]
     assert first.verified is True and first.verification.startswith("verified: passes")
@@ -131,23 +141,11 @@ class HalfAdamW(Regressor):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
-def test_lightning_sees_fp16_parameters_trained_without_master_weights():
+def test_lightning_sees_fp16_parameters_trained_without_master_weights(fit_half):
     """Issue 32: `.half()` + AdamW runs without a dtype mismatch anywhere, and the callback said 0
     findings; the optimizer's first step is where it shows."""
     callback = DtypeDoctorCallback(summary=False)
-    torch.manual_seed(0)
-    model = HalfAdamW().half()
-    data = TensorDataset(torch.randn(8, 6, dtype=torch.float16), torch.randn(8, 1))
-    trainer = L.Trainer(
-        max_steps=2,
-        accelerator="cpu",
-        enable_checkpointing=False,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[callback],
-    )
-    trainer.fit(model, DataLoader(data, batch_size=4))
+    trainer = fit_half(HalfAdamW, callback)
     assert trainer.callback_metrics["dtype_doctor/optimizer-state-dtype"] == 1  # once per optimizer
     (finding,) = [f for f in callback.report.findings if f.code == "optimizer-state-dtype"]
     assert finding.message.startswith("AdamW updates 4 of 4 parameters in float16 (encoder.0.weight")

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ jsonschema = pytest.importorskip("jsonschema")
 ROOT = Path(__file__).resolve().parents[1]
 SARIF_SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
 MISMATCH = "RuntimeError: mat1 and mat2 must have the same dtype, but got Half and Float"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
 
 
 def valid_sarif(path: Path) -> dict:
@@ -30,28 +28,26 @@ def valid_sarif(path: Path) -> dict:
     return log
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "dtype_doctor", *args]
-    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
-
-
 @pytest.fixture(scope="module")
-def head_run(tmp_path_factory):
+def head_run(tmp_path_factory) -> Path:
     """`run --diff` of a script whose head Linear is built in fp32 after `.half()`, with SARIF,
-    GitHub annotations and JSON written in one go."""
+    GitHub annotations and JSON written in one go (in this process: the paths relative to its folder)."""
     folder = tmp_path_factory.mktemp("head")
     shutil.copy(ROOT / "tests" / "diff_zoo" / "head_after_half.py", folder)
-    proc = _cli(
-        *("run", "--diff", "--no-color", "-o", "sarif=r.sarif", "--output", "github=gh.txt", "-o", "r.json"),
-        "head_after_half.py",
-        cwd=folder,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return folder, proc
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        code = main(
+            [
+                *("run", "--diff", "--no-color", "-o", "sarif=r.sarif", "--output", "github=gh.txt"),
+                *("-o", "r.json", "head_after_half.py"),
+            ]
+        )
+    assert code == 0
+    return folder
 
 
 def test_sarif_of_a_real_run_validates_and_points_at_the_failing_line(head_run):
-    folder, _ = head_run
+    folder = head_run
     log = valid_sarif(folder / "r.sarif")
     (run,) = log["runs"]
     (rule,) = run["tool"]["driver"]["rules"]
@@ -72,7 +68,7 @@ def test_sarif_of_a_real_run_validates_and_points_at_the_failing_line(head_run):
 
 
 def test_sarif_fixes_are_the_source_edit_and_apply_to_the_same_file_as_the_diff(head_run, tmp_path):
-    folder, _ = head_run
+    folder = head_run
     (result,) = valid_sarif(folder / "r.sarif")["runs"][0]["results"]
     (fix,) = result["fixes"]
     (change,) = fix["artifactChanges"]
@@ -93,7 +89,7 @@ def test_sarif_fixes_are_the_source_edit_and_apply_to_the_same_file_as_the_diff(
 
 
 def test_github_annotations_name_the_file_line_and_family(head_run):
-    folder, _ = head_run
+    folder = head_run
     (line,) = (folder / "gh.txt").read_text().splitlines()
     assert line.startswith(
         "::error file=head_after_half.py,line=11,title=dtype-doctor matmul-dtype-mismatch%3A "

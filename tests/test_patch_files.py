@@ -3,7 +3,8 @@ issue 32 "the diff on stdout"): each test drives the real CLI on a tiny real scr
 
 - a backup is never overwritten (FILE.orig.1 when FILE.orig exists, and the output says which);
 - a symlinked script is written through the link (the link stays a link), a hard link stays linked;
-- a read-only script is refused (one line, exit 1) unless --force, which keeps it read-only;
+- a script this process may not write is refused (one line, exit 1) unless --force, which keeps it
+  read-only; root writes an r--r--r-- one, says so and keeps its mode;
 - `run --diff x.py > fix.patch && patch -p0 < fix.patch` works, for a name with a space too;
 - a UTF-8-with-BOM + CRLF script and a latin-1 one get a root cause and a diff `patch -p0` applies,
   every byte outside the edit kept;
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from cli_process import dtype_doctor
+from dtype_doctor.cli import main
 from dtype_doctor.patching.write import write_files
 
 # an fp16 Linear fed a float32 tensor: the fix makes `x` float16 where it is made
@@ -47,11 +49,22 @@ def _python(script: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def _run_here(cwd: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture, *args: str):
+    """`dtype-doctor ARGS` in this process from `cwd`: (exit code, stdout, stderr). For the tests whose
+    output a fresh interpreter would not change (it still re-runs the patched copy in one)."""
+    monkeypatch.chdir(cwd)
+    code = main(list(args))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
 def _patched(text: str) -> str:
     return text.replace(SCRIPT.splitlines()[4], FIXED_LINE)
 
 
-def test_write_goes_through_a_symlink_keeps_hard_links_and_never_overwrites_a_backup(tmp_path: Path) -> None:
+def test_write_goes_through_a_symlink_keeps_hard_links_and_never_overwrites_a_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
     real = tmp_path / "src" / "train.py"
     real.parent.mkdir()
     real.write_text(SCRIPT)
@@ -63,27 +76,36 @@ def test_write_goes_through_a_symlink_keeps_hard_links_and_never_overwrites_a_ba
     users_backup.write_text("the user's own backup\n")
     inode = real.stat().st_ino
 
-    proc = dtype_doctor("run", "--write", "--no-color", "train.py", cwd=tmp_path)
+    code, _, err = _run_here(tmp_path, monkeypatch, capfd, "run", "--write", "--no-color", "train.py")
 
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert code == 0, err[-3000:]
     assert link.is_symlink() and os.readlink(link) == str(real)  # the link stays a link
     assert real.read_text() == _patched(SCRIPT)  # its target is patched
     assert real.stat().st_ino == inode and twin.read_text() == _patched(SCRIPT)  # same inode: still linked
     assert users_backup.read_text() == "the user's own backup\n"  # never overwritten
     assert (tmp_path / "train.py.orig.1").read_text() == SCRIPT
-    assert "backup of train.py: train.py.orig.1" in " ".join(proc.stderr.split())
+    assert "backup of train.py: train.py.orig.1" in " ".join(err.split())
     assert _python("train.py", tmp_path).stdout == "out torch.float16\n"
 
 
-def test_write_refuses_a_read_only_script(tmp_path: Path) -> None:
+def test_write_refuses_a_script_this_process_may_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """Refused when the system says this process may not write it; root, whom mode bits do not stop,
+    writes an r--r--r-- script (as `sed -i` does), says so, and keeps its mode."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     script.chmod(0o444)
-    proc = dtype_doctor("run", "--write", "--no-color", "train.py", cwd=tmp_path)
-    assert proc.returncode == 1
-    refusal = "not written: train.py is read-only: not written (give --force to write it anyway)"
-    assert refusal in " ".join(proc.stderr.split())
-    assert script.read_text() == SCRIPT and not (tmp_path / "train.py.orig").exists()
+    code, _, err = _run_here(tmp_path, monkeypatch, capfd, "run", "--write", "--no-color", "train.py")
+    said = " ".join(err.split())
+    if os.access(script, os.W_OK):  # root
+        assert code == 0, said[-3000:]
+        assert "train.py is marked read-only: written because this process may write it; mode kept" in said
+        assert script.read_text() == _patched(SCRIPT) and stat.S_IMODE(script.stat().st_mode) == 0o444
+    else:
+        assert code == 1
+        assert "not written: train.py is read-only: not written (give --force to write it anyway)" in said
+        assert script.read_text() == SCRIPT and not (tmp_path / "train.py.orig").exists()
 
 
 def test_force_writes_a_read_only_file_in_place_and_keeps_it_read_only(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""Every command the README shows runs as written from a fresh checkout (issue 20).
+"""Every command the README shows runs as written from a fresh checkout (issue 20), and leaves
+nothing in it that git would show (issue 32).
 
 The tree is the committed files only (`git ls-files`, as a clone has them) copied to a temporary
-directory; each README command block runs there in bash, in README order, with `dtype-doctor` being
-this checkout's CLI. A command may report problems (exit 1) but never fail as a command (exit 2:
+directory and committed there; each README command block runs there in bash, in README order, with
+`dtype-doctor` being this checkout's CLI. A command may report problems (exit 1) but never fail as a command (exit 2:
 bad usage, a missing file; or worse). Blocks that install packages or build the venv (`pip`, `make`)
 are skipped; `$ ` lines of output blocks and the examples of the commands table run too.
 """
@@ -52,7 +53,7 @@ BLOCKS = _blocks()
 
 def test_the_readme_has_the_commands_this_test_runs():
     commands = [c for _, block in BLOCKS for c in block]
-    assert any(c.startswith("dtype-doctor run --json report.json demo_run.py") for c in commands)
+    assert any(c.startswith("dtype-doctor run --json out/report.json demo_run.py") for c in commands)
     assert len([c for c in commands if c.startswith("dtype-doctor ")]) >= 25
 
 
@@ -71,7 +72,31 @@ def checkout(tmp_path_factory) -> Path:
         if source.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", "clone"]):
+        subprocess.run(["git", *GIT_IDENTITY, *command], cwd=dest, capture_output=True, check=True)
     return dest
+
+
+GIT_IDENTITY = (
+    "-c",
+    "user.name=readme",
+    "-c",
+    "user.email=readme@example.invalid",
+    "-c",
+    "commit.gpgsign=false",
+)
+
+
+def left_in(checkout: Path) -> list[str]:
+    """What git shows as new or changed in `checkout` (`git status --porcelain`, every untracked file)."""
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return status.stdout.splitlines()
 
 
 WIDTH = 80  # COLUMNS for every command: no line of the tool's output may be wider (issue 32)
@@ -179,6 +204,7 @@ def test_every_readme_command_runs_from_a_fresh_checkout(checkout):
     with ThreadPoolExecutor(max_workers=2) as pool:
         for blocks in phases:
             failures += [f for found in pool.map(lambda block: _run(checkout, block), blocks) for f in found]
+    failures += [f"left in the checkout: {line}" for line in left_in(checkout)]
     assert not failures, "\n".join(failures)
 
 

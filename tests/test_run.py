@@ -111,3 +111,37 @@ def test_numerics_flag_runs_with_fix_mode(script, capsys, monkeypatch):
     assert (
         "silent-promotion" in captured.err and "fix mode: cast tensors[1] float32 -> float16" in captured.err
     )
+
+
+HALF_TRAINING = textwrap.dedent(
+    """\
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)
+    llm = LlamaForCausalLM(config).half()
+    optimizer = torch.optim.AdamW(llm.parameters(), lr=1e-3)
+    ids = torch.randint(0, 64, (1, 6))
+    llm(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    """
+)
+
+
+def test_fp16_parameters_trained_without_master_weights_are_named_by_their_module_path(tmp_path, capsys):
+    """Issue 32: under `run` (no model handed to the watch) the optimizer's fp16 parameters are
+    named by their path in the model the script called, not `param 0`."""
+    script = tmp_path / "train_half.py"
+    script.write_text(HALF_TRAINING)
+    report = tmp_path / "report.json"
+    assert main(["run", "--json", str(report), str(script)]) == 0
+    capsys.readouterr()
+    (finding,) = [
+        f for f in json.loads(report.read_text())["findings"] if f["code"] == "optimizer-state-dtype"
+    ]
+    assert "AdamW updates 12 of 12 parameters in float16 (model.embed_tokens.weight, " in finding["message"]
+    assert "param 0" not in finding["message"]
+    assert finding["operands"][0]["name"] == "model.embed_tokens.weight"
+    assert finding["location"]["op"] == "AdamW.step"
+    assert finding["location"]["file"].endswith("train_half.py") and finding["location"]["line"] == 10

@@ -1,6 +1,7 @@
 """Terminal manners (issue 32): nothing wider than the terminal, each diagnosis once per stream,
 NO_COLOR / FORCE_COLOR / --no-color, --quiet, print(report) at the terminal's width, progress lines
-in a CI log. Real commands in fresh interpreters (what a terminal or a log receives), real reports."""
+in a CI log. Real commands in fresh interpreters (what a terminal or a log receives; compare's log in
+this process, its stderr captured), real reports."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from dtype_doctor import explain
+from dtype_doctor.cli import main
 from dtype_doctor.comparing.progress import ProgressEvent, line_progress
 from dtype_doctor.render.fold import CONTINUED, fold_code_line
 from dtype_doctor.report import Fix
@@ -108,9 +110,12 @@ def test_progress_lines_for_a_log_are_throttled_and_end_with_the_last_step():
     ]
 
 
-def test_compare_writes_progress_lines_to_a_non_tty_stderr():
+def test_compare_writes_progress_lines_to_a_non_tty_stderr(capsys, monkeypatch):
+    """In this process: its captured stderr is not a terminal, as a CI log's is not."""
+    monkeypatch.setenv("COLUMNS", "80")
     models = f"{ROOT / 'tests' / 'compare_models.py'}:overflowing"
-    done = _cli("compare", models, "-i", "4x32", "-p", "fp32,fp16", "-n", "2", "--warmup", "0", "--no-keep")
-    lines = [line for line in done.stderr.splitlines() if line.startswith("dtype-doctor compare: ")]
-    assert lines and re.fullmatch(r"dtype-doctor compare: (\d+)/\1 fp32: done", lines[-1]), done.stderr
-    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    main(["compare", models, "-i", "4x32", "-p", "fp32,fp16", "-n", "2", "--warmup", "0", "--no-keep"])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("dtype-doctor compare: ")]
+    assert lines and re.fullmatch(r"dtype-doctor compare: (\d+)/\1 fp32: done", lines[-1]), err
+    assert max(len(line) for line in out.splitlines()) <= 80

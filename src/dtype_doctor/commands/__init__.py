@@ -9,7 +9,18 @@ EXIT_FINDINGS = 1  # errors found
 EXIT_USAGE = 2
 EXIT_NOTHING = 3  # explain recognised nothing
 
-COMMANDS = ("explain", "run", "check", "audit", "numerics", "compare", "env", "merge", "precommit")
+COMMANDS = (
+    "explain",
+    "run",
+    "check",
+    "audit",
+    "numerics",
+    "compare",
+    "env",
+    "merge",
+    "precommit",
+    "completion",
+)
 
 # --fail-on: the least severity that makes a command exit EXIT_FINDINGS ("never": none does)
 FAIL_ON = ("error", "warning", "never")

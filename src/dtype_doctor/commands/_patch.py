@@ -58,6 +58,11 @@ def attach(report: Any, proposal: Any, args: argparse.Namespace) -> int:
                 return 1
             section.written = [w.path for w in written]
             section.outcome += "".join(f"\nbackup of {w.path}: {w.backup}" for w in written if w.backup)
+            section.outcome += "".join(
+                f"\n{w.path} is marked read-only: written because this process may write it; mode kept"
+                for w in written
+                if w.kept_read_only
+            )
         else:
             section.outcome += "\nnot written: the patch did not pass its re-run"
     report.sections.append(section)

@@ -1,7 +1,7 @@
 """`--write`: apply a verified SourcePatch to the user's files, safely.
 
 Refuses a file that changed since the run (its text is not the one the diff was made from) and,
-unless `force`, a read-only file or one with uncommitted changes in git. Each file is first backed
+unless `force`, a file this process may not write or one with uncommitted changes in git. Each file is first backed
 up (`FILE.orig`, or `FILE.orig.1`, `.2`, ... when that exists: a backup is never overwritten, unless
 `backup=False`), then rewritten in place: a symlink stays a link (its target is written), a hard link
 stays linked (same inode), and the file keeps its encoding, BOM and line ends outside the edits. A
@@ -29,6 +29,7 @@ class Written:
 
     path: str
     backup: str | None = None
+    kept_read_only: bool = False  # its mode bits said read-only; written as root, the mode kept
 
 
 def git_dirty(path: str) -> bool:
@@ -49,9 +50,19 @@ def git_dirty(path: str) -> bool:
 
 
 def read_only(path: str) -> bool:
-    """No write permission for its owner, or none for us (by mode bits: root too is refused)."""
+    """This process may not write it, as the system answers (`os.access`): a user is refused a
+    file without write permission for them; root, whom mode bits do not stop, is not (as `sed -i`,
+    `cp` and editors' `:w!` write it). `marked_read_only` says when the mode bits alone forbid it."""
     try:
-        return not os.stat(path).st_mode & stat.S_IWUSR or not os.access(path, os.W_OK)
+        return not os.access(path, os.W_OK)
+    except OSError:
+        return False
+
+
+def marked_read_only(path: str) -> bool:
+    """No write bit for anyone: written only because this process may (root); the mode is kept."""
+    try:
+        return not os.stat(path).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
     except OSError:
         return False
 
@@ -84,8 +95,9 @@ def write_files(
     written = []
     for path, (old, new) in data.items():
         saved = _backup(path, old) if backup else None
+        marked = marked_read_only(path)
         _rewrite(path, old, new)
-        written.append(Written(path, saved))
+        written.append(Written(path, saved, marked))
     return written
 
 

@@ -3,8 +3,8 @@ finding, which the runner shows as an annotation on that line of the pull reques
 
 from __future__ import annotations
 
-from ..processors import present
 from ..report import Finding, Report, Severity
+from .base import PresentedRenderer
 from .places import places, relative
 from .registry import RenderOptions
 
@@ -33,11 +33,6 @@ def annotation(finding: Finding, base: str | None = None) -> str:
     return f"::{_COMMAND.get(finding.severity, 'warning')} {','.join(props)}::{_data(message)}"
 
 
-class GithubRenderer:
-    name = "github"
-    extension = ".github.txt"
-    processors = (present,)
-    to_stdout = True
-
+class GithubRenderer(PresentedRenderer, name="github", extension=".github.txt"):
     def render(self, report: Report, options: RenderOptions) -> str:
         return "".join(annotation(f, options.base) + "\n" for f in report.findings)

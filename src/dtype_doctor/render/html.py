@@ -14,9 +14,9 @@ from typing import Any
 
 from ..causes import by_cause
 from ..dtype_map import report_map
-from ..processors import present
 from ..report import Finding, Operand, Origin, Report, Severity
 from ..sections import SourcePatch
+from .base import PresentedRenderer
 from .patch import PATCH_CSS, patch_html
 from .svg import render_plot
 from .views import section_views
@@ -104,12 +104,7 @@ def render_html(report: Report) -> str:
     return "\n".join(parts)
 
 
-class HtmlRenderer:
-    name = "html"
-    extension = ".html"
-    processors = (present,)
-    to_stdout = False
-
+class HtmlRenderer(PresentedRenderer, name="html", extension=".html", to_stdout=False):
     def render(self, report: Report, options: Any) -> str:
         return render_html(report)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..processors import present
 from ..report import Report
+from .base import PresentedRenderer
 
 
 def render_json(report: Report) -> str:
@@ -14,11 +14,6 @@ def render_json(report: Report) -> str:
     return report.to_json() + "\n"
 
 
-class JsonRenderer:
-    name = "json"
-    extension = ".json"
-    processors = (present,)
-    to_stdout = True
-
+class JsonRenderer(PresentedRenderer, name="json", extension=".json"):
     def render(self, report: Report, options: Any) -> str:
         return render_json(report)

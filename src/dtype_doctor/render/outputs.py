@@ -113,8 +113,9 @@ def write(path: str, data: str | bytes) -> None:
     """Write `data` to `path` whole or not at all (a signal mid-write leaves no half report).
 
     A regular file is replaced atomically: a temporary file in the same folder, renamed onto it
-    (through a symlink, onto the file it points at); a device, a FIFO or /dev/fd/N
-    (`--json=>(jq .)`) is written in place. Text is UTF-8, undecodable characters escaped.
+    (through a symlink, onto the file it points at), its folder made first if missing; a device, a
+    FIFO or /dev/fd/N (`--json=>(jq .)`) is written in place. Text is UTF-8, undecodable characters
+    escaped.
     """
     raw = data if isinstance(data, bytes) else data.encode("utf-8", errors="backslashreplace")
     if _in_place(path):
@@ -129,6 +130,7 @@ def write(path: str, data: str | bytes) -> None:
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # same folder: one rename
     created = False
     try:
+        os.makedirs(folder, exist_ok=True)  # `-o out/r.sarif` makes out/, as pytest's --junitxml does
         with open(tmp, "xb") as fh:  # new, with the umask's permissions like any file the user writes
             created = True
             fh.write(raw)

@@ -11,23 +11,18 @@ import textwrap
 from typing import Any
 
 from ..errors import DoctorError
-from ..processors import present
 from ..report import Report
 from ..sections import CompareResult
+from .base import PresentedRenderer
 from .compare_rows import finite, memory_method, variant_rows, worst_layers
 from .svg import shorten
 
 _COLORS = {"ok": "#4C72B0", "overflows": "#DD8452", "fails": "#C44E52", "out-of-memory": "#C44E52"}
 
 
-class PngRenderer:
+class PngRenderer(PresentedRenderer, name="png", extension=".png", to_stdout=False):
     """The plot of a comparison (`compare --plot`, `--output png=PATH`): a report with no
     comparison has nothing to plot and is refused with one line."""
-
-    name = "png"
-    extension = ".png"
-    processors = (present,)
-    to_stdout = False
 
     def render(self, report: Report, options: Any) -> bytes:
         section = report.section(CompareResult)

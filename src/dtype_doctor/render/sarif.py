@@ -16,9 +16,9 @@ from typing import Any
 from urllib.parse import quote
 
 from .. import catalog
-from ..processors import present
 from ..report import Finding, Report, Severity
 from ..sections import SourcePatch
+from .base import PresentedRenderer
 from .places import Place, places, relative
 from .registry import RenderOptions
 
@@ -28,12 +28,7 @@ _ROOT = "SRCROOT"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 
 
-class SarifRenderer:
-    name = "sarif"
-    extension = ".sarif"
-    processors = (present,)
-    to_stdout = True
-
+class SarifRenderer(PresentedRenderer, name="sarif", extension=".sarif"):
     def render(self, report: Report, options: RenderOptions) -> str:
         return json.dumps(sarif_log(report, options.base), indent=2) + "\n"
 

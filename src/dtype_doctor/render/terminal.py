@@ -7,18 +7,13 @@ import io
 
 from rich.markup import escape
 
-from ..processors import present
 from ..report import Report
+from .base import PresentedRenderer
 from .console import make_console, render, render_quiet
 from .registry import RenderOptions
 
 
-class ConsoleRenderer:
-    name = "console"
-    extension = ".console.txt"
-    processors = (present,)
-    to_stdout = True
-
+class ConsoleRenderer(PresentedRenderer, name="console", extension=".console.txt"):
     def render(self, report: Report, options: RenderOptions) -> str:
         console = options.console
         if console is None:  # to a file: no colour codes, the width asked for

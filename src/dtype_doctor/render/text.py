@@ -6,19 +6,14 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from ..processors import present
 from ..report import Finding, Report
+from .base import PresentedRenderer
 from .fold import terminal_width
 
 
-class TextRenderer:
+class TextRenderer(PresentedRenderer, name="text", extension=".txt"):
     """The findings' panels as plain text, of a presented report (the pytest plugin's section,
     IPython's text display, `assert_dtype_consistent`'s message)."""
-
-    name = "text"
-    extension = ".txt"
-    processors = (present,)
-    to_stdout = True
 
     def render(self, report: Report, options: Any) -> str:
         return render_plain(report.findings, options.width)

@@ -6,8 +6,9 @@ widest floating dtype among them. Ops absent run in the dtypes they are given. T
 autocast_ops.json, made by scripts/gen_autocast_table.py, each device's entry stamped with the torch
 version it came from. CPU is measured: every floating op torch exposes run under torch.autocast with
 float32, low and mixed operands, so a composite op carries what its decomposition does (einsum reaches
-bmm and runs low; cdist runs in float32). CUDA is measured the same way on a GPU; until it is, its entry
-is written from torch's CUDA autocast lists (the entry's "source" says which). Names are the functions'
+bmm and runs low; cdist runs in float32). CUDA is measured the same way on a GPU (`make gpu-check`; an
+H200, torch 2.11); the few ops no sample decided keep torch's CUDA autocast lists' policy (the entry's
+"source" names them). Names are the functions'
 `__name__` (aten-level); a Tensor method or a dunder maps to the same name (`__matmul__` → matmul).
 """
 

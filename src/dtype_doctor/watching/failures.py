@@ -8,16 +8,19 @@ adds notes and unlinks its own frames.
 from __future__ import annotations
 
 import re
+import traceback
 from itertools import takewhile
 from typing import Any
 
 import torch
 
 from ..catalog import family_codes
+from ..catalog.libraries import EXPLAIN_ENVIRONMENT
+from ..dtypes import canonical
 from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
-from ..report import Location
+from ..report import Location, Operand
 from . import findings
 from .contracts import Contract, Slot, bind
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
@@ -29,6 +32,7 @@ Session = Any  # watch.session.Session, not imported: no import circle
 TENSOR_REPR_DTYPE = re.compile(r"dtype=torch\.\w+")
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 # a GPU library's status (cuBLAS, cuDNN) names no dtype: explain's rules tell a dtype refusal from the rest
+KERNEL_LIBRARIES = frozenset(lib.module for lib in EXPLAIN_ENVIRONMENT)
 LIBRARY_STATUS = re.compile(r"CUBLAS_STATUS_|CUDNN_STATUS_|cuDNN error")
 
 
@@ -38,6 +42,26 @@ def code_for_message(text: str) -> str:
         return family_of(text) or family_codes.SCALAR_TYPE_MISMATCH
     except Exception:  # the tool never replaces the user's error with its own
         return family_codes.SCALAR_TYPE_MISMATCH
+
+
+def _family(exc: BaseException) -> str:
+    """The message's family; where a kernel library with rules of its own (apex, flash-attn,
+    xformers, OneFlow) raised it from the frames below the failing call, the family `explain`
+    reads off the message and those frames."""
+    if _kernel_library_raised(exc.__traceback__):
+        found = _read_as_explain_does(_traceback_text(exc), Location())
+        if found is not None:
+            return found.code
+    return code_for_message(str(exc))
+
+
+def _kernel_library_raised(tb: Any) -> bool:
+    while tb is not None:
+        parts = tb.tb_frame.f_code.co_filename.replace("\\", "/").split("/")
+        if KERNEL_LIBRARIES.intersection(parts[:-1]):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def dtype_failure(text: str, operands: tuple = ()) -> bool:
@@ -128,7 +152,7 @@ def _failure_finding(
     if not slots:
         return None
     finding, fix_context = findings.build(
-        code_for_message(str(exc)),
+        _family(exc),
         op,
         [findings.Seen(s.role, s.tensor) for s in slots],
         expected=None,
@@ -141,7 +165,18 @@ def _failure_finding(
         severity="error",
     )
     finding.data["raised"] = type(exc).__name__
+    if _kernel_library_raised(exc.__traceback__):
+        _library_fixes_first(finding)
     return session.add_finding(finding, fix_context)
+
+
+def _library_fixes_first(finding: Any) -> None:
+    """The kernel library is the cause (its own dtype rules): its family's fixes go before a cast of
+    the model's modules, which would undo a precision the model keeps on purpose (fp32 norms)."""
+    from .. import catalog
+
+    ours = {f.title for f in catalog.fixes_for(finding.code)}
+    finding.fixes.sort(key=lambda f: f.title not in ours)
 
 
 def on_exit(session: Session, exc: BaseException) -> None:
@@ -221,18 +256,73 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
             code = tb.tb_frame.f_code
             file, line, function = short_path(code.co_filename), tb.tb_lineno, code.co_name
         tb = tb.tb_next
-    module = session.names.module(session._root) if session._root is not None else None
+    raiser, args = _innermost_module(exc.__traceback__)
+    known = raiser if raiser is not None else session._root
+    module = session.names.module(known) if known is not None else None
     where = Location(module=module, file=file, line=line, function=function)
-    finding = _read_as_explain_does(str(exc), where)
+    # the frames too when a kernel library raised: apex in them decides the family, as in explain
+    read = _traceback_text(exc) if _kernel_library_raised(exc.__traceback__) else str(exc)
+    finding = _read_as_explain_does(read, where)
     if finding is None:
         finding = catalog.finding(
             code_for_message(text), message=f"{type(exc).__name__}: {text}", location=where
         )
+    if raiser is not None:
+        operands = _safe_operands(session, raiser, args)
+        if operands:
+            finding.operands = operands
     finding.data["raised"] = type(exc).__name__
     from ..report import Severity
 
     finding.severity = Severity.ERROR
     return session.report.add(finding)
+
+
+def _traceback_text(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:  # a broken __str__ or frame: the message alone
+        return str(exc)
+
+
+def _innermost_module(tb: Any) -> tuple[torch.nn.Module | None, list[torch.Tensor]]:
+    """The innermost module whose `forward` is on the traceback, and the tensors it was called with:
+    a kernel no watched op ran (a compiled extension) raised inside it."""
+    found: tuple[torch.nn.Module | None, list[torch.Tensor]] = (None, [])
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+        if isinstance(owner, torch.nn.Module):
+            code = frame.f_code
+            names = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]
+            given = [frame.f_locals.get(n) for n in names]
+            found = (owner, [t for t in given if isinstance(t, torch.Tensor) and t.is_floating_point()])
+        tb = tb.tb_next
+    return found
+
+
+def _safe_operands(session: Session, module: torch.nn.Module, args: list[torch.Tensor]) -> list:
+    """The module's floating inputs and its own parameters, with their origins, when their dtypes
+    disagree: which tensor is the odd one, and where it got its dtype."""
+    try:
+        own = list(module.named_parameters(recurse=False))
+        seen = [(f"input{i}" if len(args) > 1 else "input", t) for i, t in enumerate(args)]
+        seen += [(n, p) for n, p in own if p.is_floating_point()]
+        if len({t.dtype for _, t in seen}) < 2:
+            return []
+        return [
+            Operand(
+                role=role,
+                dtype=canonical(t.dtype),
+                shape=list(t.shape),
+                name=origin.name if origin.kind in ("parameter", "buffer", "input") else None,
+                origin=origin,
+            )
+            for role, t in seen
+            for origin in [findings.origin_of(t, session.names, session.prov)]
+        ]
+    except Exception:  # the tool never replaces the user's error with its own
+        return []
 
 
 def _read_as_explain_does(text: str, where: Location) -> Any:

@@ -7,6 +7,7 @@ the loss stalls or `grad_norm` turns NaN with no op ever mixing dtypes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,15 +23,19 @@ SHOWN = 3  # parameters named in the message
 
 
 def fp16_without_master_weights(
-    optimizer: torch.optim.Optimizer, names: dict[int, str], file: str | None = None, line: int | None = None
+    optimizer: torch.optim.Optimizer,
+    name_of: Callable[[torch.Tensor], str | None],
+    file: str | None = None,
+    line: int | None = None,
 ) -> Finding | None:
     """The finding for `optimizer` when it trains float16 parameters itself (None when it does not:
-    fp32 parameters, or an fp32 master copy being what it holds)."""
+    fp32 parameters, or an fp32 master copy being what it holds). `name_of` gives a parameter's
+    path in the model (`model.layers.0.weight`); one it cannot name is `param N`."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     half = [p for p in params if p.dtype == torch.float16]
     if not half:
         return None
-    shown = [names.get(id(p), f"param {i}") for i, p in enumerate(half[:SHOWN])]
+    shown = [name_of(p) or f"param {i}" for i, p in enumerate(half[:SHOWN])]
     more = ", ..." if len(half) > SHOWN else ""
     return catalog.finding(
         OPTIMIZER_STATE_DTYPE,
@@ -46,6 +51,13 @@ def fp16_without_master_weights(
     )
 
 
+def _parameter_name(session: Any, param: torch.Tensor) -> str | None:
+    """`param`'s path under the modules the session knows: the model it was given, or else the
+    outermost modules the program called (`run`, which is given none)."""
+    found = session.names.tensor(param)
+    return found[1] if found is not None and found[0] == "parameter" else None
+
+
 def watch_optimizer_steps(session: Any) -> Callable[[], None]:
     """Look at each optimizer's first step while `session` runs; returns the hook's removal."""
     seen: set[int] = set()
@@ -55,8 +67,7 @@ def watch_optimizer_steps(session: Any) -> Callable[[], None]:
             return
         seen.add(id(optimizer))
         try:
-            names = {id(p): n for root in session._explicit for n, p in root.named_parameters()}
-            finding = fp16_without_master_weights(optimizer, names, *user_line())
+            finding = fp16_without_master_weights(optimizer, partial(_parameter_name, session), *user_line())
             if finding is not None:
                 session.report.add(finding)
         except Exception as exc:  # the tool never breaks the user's training step
