@@ -52,6 +52,53 @@ def assigned_value(src: Source, line: int, name: str | None) -> ast.expr | None:
     return None
 
 
+def attribute_set(src: Source, line: int, attr: str) -> tuple[ast.stmt, str, ast.expr] | None:
+    """`OBJ.attr = VALUE` or `setattr(OBJ, "attr", VALUE)` on `line`: (statement, OBJ as written, VALUE)."""
+    stmt = src.statement_at(line)
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+        if isinstance(target, ast.Attribute) and target.attr == attr:
+            return stmt, src.segment(target.value), stmt.value
+    annotated = isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Attribute)
+    if annotated and stmt.target.attr == attr and stmt.value is not None:  # type: ignore[union-attr]
+        return stmt, src.segment(stmt.target.value), stmt.value  # type: ignore[union-attr]
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and call_name(call.func) == "setattr" and len(call.args) == 3:
+        key = call.args[1]
+        if isinstance(key, ast.Constant) and key.value == attr and not call.keywords:
+            return stmt, src.segment(call.args[0]), call.args[2]
+    return None
+
+
+def in_method(src: Source, line: int, receiver: str) -> bool:
+    """`line` is inside a method whose first parameter is `receiver` (`self`)."""
+    return any(
+        n.lineno <= line <= (n.end_lineno or n.lineno) and n.args.args and n.args.args[0].arg == receiver
+        for n in src.nodes((ast.FunctionDef, ast.AsyncFunctionDef))
+    )
+
+
+def enclosing_function(
+    src: Source, line: int, outside: ast.AST | None = None
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function whose lines hold `line` (other than `outside`)."""
+    around = [
+        n
+        for n in src.nodes((ast.FunctionDef, ast.AsyncFunctionDef))
+        if n.lineno <= line <= (n.end_lineno or n.lineno) and n is not outside
+    ]
+    return max(around, key=lambda n: n.lineno) if around else None
+
+
+def explicit_dtype(call: ast.Call) -> str | None:
+    """`torch.float32` for a call written with `dtype=torch.float32` (its last attribute), else None."""
+    for kw in call.keywords:
+        if kw.arg == "dtype":
+            value = kw.value
+            return value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", None)
+    return None
+
+
 def last_assignment(src: Source, name: str, before: int) -> ast.expr | None:
     best: ast.Assign | None = None
     for node in src.nodes(ast.Assign):
@@ -141,10 +188,60 @@ def calls_method(stmt: ast.stmt, method: str) -> bool:
 
 
 def insert_before(src: Source, line: int, statement: str, block_level: bool = False) -> Edit:
+    """`statement` on a line of its own before the statement holding `line`: the one in its function's
+    (or the module's) body, or a nested one (inside an `if __name__ == "__main__":`, a `with`) when a
+    name the new statement reads is bound only there; `block_level`: the innermost statement."""
     stmt = scope_statement(src, line, innermost_block=block_level) or src.statement_at(line)
+    if stmt is not None and not block_level:
+        stmt = _where_bound(src, stmt, line, _reads(statement))
     at = stmt.lineno if stmt is not None else line
     start = src.offset(at, 0)
     return Edit(src.path, start, start, f"{src.indent(at)}{statement}{src.newline}")
+
+
+def _reads(statement: str) -> set[str]:
+    try:
+        tree = ast.parse(statement)
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def bindings(src: Source) -> dict[str, int]:
+    """name -> the first line that binds it (assignment, loop or `with` target, import, def, argument)."""
+    first: dict[str, int] = {}
+
+    def bind(name: str, line: int) -> None:
+        first[name] = min(line, first.get(name, line))
+
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bind(node.id, node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bind((alias.asname or alias.name).split(".")[0], node.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bind(node.name, node.lineno)
+        elif isinstance(node, ast.arg):
+            bind(node.arg, node.lineno)
+    return first
+
+
+def _where_bound(src: Source, stmt: ast.stmt, line: int, names: set[str]) -> ast.stmt:
+    """`stmt`, or the statement nested in it (down to the one holding `line`) that first comes after
+    the bindings of every name in `names`: code inserted before it never reads a name made below."""
+    bound = bindings(src)
+    while any(bound.get(n, 0) >= stmt.lineno for n in names):
+        inner = [
+            s
+            for field in ("body", "orelse", "finalbody", "handlers")
+            for s in getattr(stmt, field, None) or []
+            if isinstance(s, ast.stmt) and s.lineno <= line <= (s.end_lineno or s.lineno)
+        ]
+        if not inner:
+            break
+        stmt = inner[0]
+    return stmt
 
 
 def autocast_with(src: Source, line: int) -> tuple[ast.With, ast.withitem] | None:

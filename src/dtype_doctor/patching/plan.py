@@ -19,9 +19,14 @@ from dataclasses import dataclass, field
 from ..causes import by_cause, group_by_cause, root_origin
 from ..report import Finding, Operand, Origin, Report
 from . import finders as find
-from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr
+from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 
 LOW_NAMES = ("float16", "bfloat16")
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+# torch.nn classes that hold modules and take no dtype= (a layer such as nn.Linear takes it)
+_CONTAINERS = frozenset(
+    {"Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Module", "Identity"}
+)
 _LIBRARY_ROOTS = tuple(
     os.path.realpath(p)
     for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
@@ -112,18 +117,24 @@ class Planner:
         target = _target_dtype(f)
         if target is None:
             return
-        tensors = [o for o in f.operands if not _held(o) and o.dtype and o.dtype != target]
-        params = [o for o in f.operands if _held(o) and o.dtype and o.dtype != target]
+        odd = [o for o in f.operands if o.dtype in _FLOATS and o.dtype != target]  # never an index
+        tensors = [o for o in odd if not _held(o)]
+        params = [o for o in odd if _held(o)]
         for o in tensors:
             yield from self.cast_tensor(o, target)
+        for o in tensors:
+            yield from self.at_use(f, o, target)
+        for o in tensors:  # last: an explicit upcast is usually deliberate
+            yield from self.drop_upcast(o)
         for o in params:
+            yield from self.at_birth(o, target)
             yield from self.convert_module(f, o, target)
         # the other way round: a float32 model fed a half tensor by mistake
         wide = {o.dtype for o in f.operands if _held(o) and o.dtype and o.dtype not in LOW_NAMES}
         if len(wide) == 1 and not params:
             other = wide.pop()
             for o in f.operands:
-                if not _held(o) and o.dtype and o.dtype != other:
+                if not _held(o) and o.dtype in _FLOATS and o.dtype != other:
                     yield from self.cast_tensor(o, other)
 
     # ---- a tensor: cast where it is made or enters --------------------------------------------
@@ -133,37 +144,77 @@ class Planner:
         root = root_origin(operand.origin)
         made = next((c for c in root.chain if c.kind != "call"), None) if root.kind == "input" else None
         for origin in (made, root) if made is not None else (root,):
-            yield from self.at_origin(origin, dtype)
+            yield from self.at_origin(origin, dtype, direct=origin is operand.origin or root.kind == "input")
         if root.kind == "input":
             yield from self.at_call_argument(root, dtype)
 
-    def at_origin(self, origin: Origin, dtype: str) -> Iterator[Candidate]:
+    def at_origin(self, origin: Origin, dtype: str, direct: bool = True) -> Iterator[Candidate]:
+        """Edits where `origin` was made; `direct`: it is the failing operand itself (an accumulator
+        made in float32 and written into), not a tensor the operand was computed from."""
         src = self.source(origin.file)
+        if src is not None and origin.line is not None and origin.kind == "attribute":
+            yield from self.as_buffer(src, origin)
+            return
         if src is None or origin.line is None or origin.kind not in ("op", "cast", "promotion", "output"):
             return
         where = f"{origin.file}:{origin.line}"
         name = origin.name or "the tensor"
         op = (origin.op or "").rsplit(".", 1)[-1]
         calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
+        if not direct and calls and _lowers(dtype, find.explicit_dtype(calls[0])):
+            return  # maths begun with `dtype=torch.float32` on purpose (tables, phases): not lowered
         if origin.kind == "op" and op in FACTORIES and calls:
             edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
             if edit is not None:
                 yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", [edit])
-        if origin.kind == "cast" and calls and op in ("float", "double") and not calls[0].args:
-            receiver = calls[0].func.value  # type: ignore[attr-defined]
-            start, end = src.span(calls[0])
-            edit = Edit(src.path, start, end, src.segment(receiver))
-            what = f"`{src.segment(receiver)}` {origin.dtype}"
-            yield Candidate(f"drop the .{op}() that made {what} ({where})", [edit])
+        if origin.kind == "cast" and op in ("float", "double"):
+            return  # `x.float().to(half)` only undoes the upcast: drop_upcast says so, last
         value = find.assigned_value(src, origin.line, origin.name)
         if value is not None and not find.already_cast(value, dtype):
-            yield Candidate(
-                f"cast `{name}` to {dtype} where it is made ({where})", [cast_expr(src, value, dtype)]
-            )
+            if castable(value):
+                yield Candidate(
+                    f"cast `{name}` to {dtype} where it is made ({where})", [cast_expr(src, value, dtype)]
+                )
         elif calls and origin.kind != "output":
             yield Candidate(
                 f"cast the {origin.op} result to {dtype} ({where})", [cast_expr(src, calls[0], dtype)]
             )
+
+    def drop_upcast(self, operand: Operand) -> Iterator[Candidate]:
+        """Remove the `.float()` / `.double()` that made the operand wide (`x = x.float()` → `x = x`)."""
+        origin = root_origin(operand.origin) if operand.origin is not None else None
+        src = self.source(origin.file if origin is not None else None)
+        if origin is None or src is None or origin.kind != "cast" or origin.line is None:
+            return
+        op = (origin.op or "").rsplit(".", 1)[-1]
+        calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
+        if op in ("float", "double") and calls and not calls[0].args and not calls[0].keywords:
+            receiver = calls[0].func.value  # type: ignore[attr-defined]
+            start, end = src.span(calls[0])
+            what = f"`{src.segment(receiver)}` {origin.dtype}"
+            yield Candidate(
+                f"drop the .{op}() that made {what} ({origin.file}:{origin.line})",
+                [Edit(src.path, start, end, src.segment(receiver))],
+            )
+
+    def as_buffer(self, src: Source, origin: Origin) -> Iterator[Candidate]:
+        """A plain tensor attribute that a module-wide cast skipped: register it as a buffer where it is
+        set (`self.NAME = V` / `setattr(self, "NAME", V)`), so `.to()`/`.half()` convert it with the model."""
+        attr = (origin.name or "").rsplit(".", 1)[-1]
+        found = find.attribute_set(src, origin.line or 0, attr) if attr.isidentifier() else None
+        if found is None:
+            return
+        stmt, owner, value = found
+        if not owner.isidentifier() or not find.in_method(src, stmt.lineno, owner):
+            return
+        start = src.offset(stmt.lineno, stmt.col_offset)
+        end = src.offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
+        text = f'{owner}.register_buffer("{attr}", {src.segment(value)}, persistent=False)'
+        yield Candidate(
+            f"register `{attr}` as a buffer where it is set ({src.path}:{stmt.lineno}), so that the "
+            "model's .to()/.half() convert it",
+            [Edit(src.path, start, end, text)],
+        )
 
     def at_call_argument(self, root: Origin, dtype: str) -> Iterator[Candidate]:
         """The model input `root` at the user's call: cast its variable where it was assigned, else the
@@ -177,15 +228,49 @@ class Planner:
         where = f"{root.file}:{root.line}"
         if isinstance(arg, ast.Name):
             value = find.last_assignment(src, arg.id, root.line)
+            if value is not None and not castable(value):
+                return  # a Python list (tuple, dict) has no .to
             if value is not None and not find.already_cast(value, dtype):
                 line = f"{root.file}:{value.lineno}"
                 yield Candidate(
                     f"cast `{arg.id}` to {dtype} where it is made ({line})", [cast_expr(src, value, dtype)]
                 )
-        yield Candidate(
-            f"cast `{src.segment(arg)}` to {dtype} where it enters the model ({where})",
-            [cast_expr(src, arg, dtype)],
-        )
+        if castable(arg):
+            yield Candidate(
+                f"cast `{src.segment(arg)}` to {dtype} where it enters the model ({where})",
+                [cast_expr(src, arg, dtype)],
+            )
+
+    def at_birth(self, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        """A parameter or buffer made from a tensor of the user's (`nn.Parameter(torch.zeros(n))`,
+        `weight=torch.as_tensor(arr)`): make that tensor in the right dtype."""
+        made = next((c for c in operand.origin.chain if c.kind == "op"), None) if operand.origin else None
+        if made is not None and made.file and made.dtype == operand.dtype:
+            yield from self.at_origin(made, dtype)
+
+    def at_use(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
+        """Cast the operand where the failing line of the user's code passes it on (`self.out(y)` →
+        `self.out(y.to(torch.float16))`): the exit of a region kept wide on purpose (`.float()` maths,
+        an autocast-disabled block) back to the consumer's dtype."""
+        loc, name = f.location, operand.origin.name if operand.origin is not None else None
+        src = self.source(loc.file if loc is not None else None)
+        if src is None or loc is None or loc.line is None:
+            return
+        module = (loc.module or "").rsplit(".", 1)[-1]
+        for call in find.calls_on(src, loc.line):
+            callee = call_name(call.func)
+            named = [a for a in [*call.args, *(k.value for k in call.keywords)] if _is_name(a, name)]
+            # the failing module's input: its call's first argument (the operand's name may be older)
+            if not named and module and callee.rsplit(".", 1)[-1] == module and call.args:
+                named = [call.args[0]] if isinstance(call.args[0], (ast.Name, ast.Attribute)) else []
+            if named and castable(named[0]):
+                arg = named[0]
+                what, where = src.segment(arg), f"{src.path}:{arg.lineno}"
+                yield Candidate(
+                    f"cast `{what}` to {dtype} where it enters `{callee or 'the call'}` ({where})",
+                    [cast_expr(src, arg, dtype)],
+                )
+                return
 
     # ---- a module island: convert the module where it is built, else after loading --------------
     def convert_module(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
@@ -202,17 +287,20 @@ class Planner:
         callee = call_name(call.func) if call is not None else ""
         if path:
             for asg_src, value in self.module_assignments(path.split(".")[0], src, line):
+                if _per_call(asg_src, value.lineno):
+                    continue  # a module built in forward: converting it there costs every call
                 where = f"{asg_src.path}:{value.lineno}"
                 name = path.split(".")[0]
-                layer = isinstance(value, ast.Call) and call_name(value.func).startswith(("nn.", "torch.nn."))
+                built = call_name(value.func) if isinstance(value, ast.Call) else ""
+                layer = built.startswith(("nn.", "torch.nn.")) and built.rsplit(".", 1)[-1] not in _CONTAINERS
                 edit = add_kwarg(asg_src, value, "dtype", f"torch.{dtype}") if layer else None
                 if edit is not None:
                     yield Candidate(f"build `{name}` in {dtype} with dtype= ({where})", [edit])
                 if not find.already_cast(value, dtype):
                     title = f"convert `{name}` to {dtype} where it is built ({where})"
                     yield Candidate(title, [cast_expr(asg_src, value, dtype)])
-        if not callee:
-            return
+        if not callee or _per_call(src, line):
+            return  # a module cast inside a method (forward) would run on every call
         where = f"{src.path}:{line}"
         if path:
             parts = path.split(".")
@@ -257,16 +345,17 @@ class Planner:
         return None
 
     def module_assignments(self, attr: str, src: Source, line: int) -> Iterator[tuple[Source, ast.expr]]:
-        """`X.attr = VALUE` / `attr = VALUE` (a call), the last one before `line` in the call's file."""
+        """`X.attr = VALUE` / `attr = VALUE`, the last one before `line` in the call's file, when its
+        value is a call (a module taken from elsewhere, `X.attr = heads[k]`, is not built there)."""
         best: ast.Assign | None = None
         for node in src.nodes(ast.Assign):
-            if node.lineno >= line or not isinstance(node.value, ast.Call):
+            if node.lineno >= line:
                 continue
             for target in node.targets:
                 name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
                 if name == attr and (best is None or node.lineno > best.lineno):
                     best = node
-        if best is not None:
+        if best is not None and isinstance(best.value, ast.Call):
             yield src, best.value
 
     # ---- an autocast around a model that is already half -------------------------------------
@@ -330,6 +419,27 @@ def _held(o: Operand) -> bool:
     return o.origin is not None and o.origin.kind in ("parameter", "buffer")
 
 
+def _is_name(node: ast.expr, name: str | None) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _lowers(target: str, written: str | None) -> bool:
+    """Casting a tensor made with `dtype=WRITTEN` (float32/float64, on purpose) to half `target`."""
+    return target in LOW_NAMES and written in ("float32", "float64", "float", "double")
+
+
+def _per_call(src: Source, line: int) -> bool:
+    """`line` may run on each call of a model: it is in a method (first parameter `self`) other than
+    `__init__`, or in a function nested in another (a wrapper, a closure)."""
+    fn = find.enclosing_function(src, line)
+    if fn is None:
+        return False
+    args = fn.args.args
+    if args and args[0].arg == "self" and fn.name != "__init__":
+        return True
+    return find.enclosing_function(src, fn.lineno, outside=fn) is not None
+
+
 def _target_dtype(f: Finding) -> str | None:
     """The dtype the cause should become: the half dtype the operands show (the user's intent), else
     the one the op needed."""
@@ -337,7 +447,10 @@ def _target_dtype(f: Finding) -> str | None:
     expected = f.data.get("expected_dtype")
     if len(low) == 1:
         return low.pop()
-    return expected if isinstance(expected, str) else None
+    if isinstance(expected, str):
+        return expected
+    wide = {o.dtype for o in f.operands if o.dtype in ("float32", "float64")}
+    return "float32" if wide == {"float32", "float64"} and not low else None  # a float64 intruder
 
 
 def _module_path(module: str | None, param: str | None) -> str:

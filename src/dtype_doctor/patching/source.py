@@ -159,6 +159,21 @@ def is_atom(node: ast.expr) -> bool:
     return isinstance(node, (ast.Call, ast.Attribute, ast.Name, ast.Subscript))
 
 
+def castable(node: ast.expr) -> bool:
+    """`.to(...)` after `node` can work: not a Python list, tuple, dict, set, comprehension or literal."""
+    plain = (
+        ast.List,
+        ast.Tuple,
+        ast.Dict,
+        ast.Set,
+        ast.ListComp,
+        ast.SetComp,
+        ast.DictComp,
+        ast.GeneratorExp,
+    )
+    return not isinstance(node, (*plain, ast.Constant, ast.JoinedStr, ast.Lambda))
+
+
 def cast_expr(src: Source, node: ast.expr, dtype: str) -> Edit:
     """`EXPR` → `EXPR.to(torch.DTYPE)` (parenthesised when it is not an atom)."""
     start, end = src.span(node)

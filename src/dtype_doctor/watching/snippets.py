@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -125,14 +126,22 @@ def _all_in(module: nn.Module, want: Any) -> bool:
 def keep_acceptable(
     fixes: list[Fix], device: str, names: set[str] | None, scope: dict[str, Any] | None = None
 ) -> list[Fix]:
-    """The fixes that pass the static check; when none does, the ones torch accepts (names unchecked)."""
+    """The fixes that pass the static check; when none does, the advice of the ones torch accepts,
+    without their code: a snippet that names what the user's code does not have is never shown."""
     seen: set[str] = set()
     fixes = [f for f in fixes if not f.snippet.strip() or _first(f.snippet.strip(), seen)]  # one of each
     known: dict[tuple, bool] = {}
     ok = [f for f in fixes if refusal(f, device, names, scope, known) is None]
     if ok:
         return ok
-    return [f for f in fixes if refusal(f, device, None, scope, known) is None]
+    return [advice(f) for f in fixes if refusal(f, device, None, scope, known) is None]
+
+
+def advice(fix: Fix) -> Fix:
+    """The fix as words only: its snippet names what the user's code lacks, so it cannot be pasted."""
+    if not fix.snippet.strip():
+        return fix
+    return replace(fix, snippet="", language="", verified=None, verification="")
 
 
 def _first(code: str, seen: set[str]) -> bool:
