@@ -148,7 +148,7 @@ def test_the_graph_sees_every_import():
     # an import inside a function counts, and so does the parent package it runs
     assert "dtype_doctor.explaining" in graph["dtype_doctor.watching.failures"]
     assert "dtype_doctor.render.display" in graph["dtype_doctor"]  # inside _display's closure
-    assert "dtype_doctor.numerics" in graph["dtype_doctor.watching.session"]  # `from ..numerics import`
+    assert "dtype_doctor.numerics" in graph["dtype_doctor.watching.numerics_link"]  # `from ..numerics import`
     # a package's own parents are running already: not an edge
     assert "dtype_doctor.catalog" not in graph["dtype_doctor.catalog.families"]
     tree = ast.parse(

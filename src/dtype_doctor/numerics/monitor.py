@@ -21,7 +21,7 @@ from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
 from ..tensors import LEAVES
 from . import advice, located, shadow
-from .accuracy import AccuracyCheck, low_call
+from .accuracy import AccuracyCheck
 from .analysis import (
     Call,
     Grad,
@@ -33,10 +33,10 @@ from .analysis import (
     mark_consequence,
 )
 from .frame import Frame, arg_names, short_dtype_name
-from .opfindings import op_finding
-from .opscan import scan_ops
+from .monitor_reruns import ReRuns
+from .monitor_traces import OpTraces
 from .optrace import OpTrace, Traced
-from .opwatch import Hit, OpWatch
+from .opwatch import OpWatch
 from .scaler import ScalerMonitor
 from .seen import Seen
 from .stats import ABSMAX, Rows, light_stats, measured_tensors
@@ -48,7 +48,7 @@ _LOW = (torch.float16, torch.bfloat16)
 TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
 
 
-class NumericsMonitor:
+class NumericsMonitor(OpTraces, ReRuns):
     """Watch a model's value ranges; findings go into `report`.
 
     model: the root whose modules are watched (qualified names from it); None: every outermost
@@ -208,64 +208,10 @@ class NumericsMonitor:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _end_trace(self) -> None:
-        """Close the op trace of the outermost call that returned (one read of its flags); the
-        op it names is placed at the step's analysis (`_flush`)."""
-        trace = self._opwatch.trace if self._opwatch is not None else None
-        if trace is None:
-            return
-        # a call with low-precision ops inside a forward counts (not only a cast between them);
-        # a root without parameters (a loss module called after the model) counts apart
-        if any(op.module is not None for op in trace.ops):
-            self._steps_traced[self._traced_root_kind] += 1
-        first = self._opwatch.end_trace()  # type: ignore[union-attr]
-        if first is not None and self._first_traced is None:
-            self._first_traced = first
-
-    def _place_traced(self, first: Traced, made: dict[str | None, Any]) -> None:
-        """The op the trace found: it locates the finding of its module (a producer whose op its
-        type does not name, or a finite-but-wrong module) where there is one; a module producer
-        that names its op already needs nothing; otherwise it is an op-level finding of its own."""
-        path = first.module
-        finding = self._op_scans.get(path) if path is not None else None  # type: ignore[arg-type]
-        if finding is None and path is not None:
-            finding = self._wrong_findings.get(path)
-        if finding is not None:
-            located.traced(finding, first)
-            self._traced[path] = first  # type: ignore[index]
-        elif path not in made:
-            self._opwatch.report_traced(first)  # type: ignore[union-attr]
-
     @property
     def busy(self) -> bool:
         """True while the monitor runs modules itself (float32 re-runs, op-level scans)."""
         return self._busy
-
-    # -- op-level checks (opwatch) -------------------------------------------------------------
-    def _current_module(self) -> str | None:
-        return self._stack[-1].path if self._stack else None
-
-    def _tool_busy(self) -> bool:
-        return self._busy or self._scan_only or not self._active
-
-    def _op_error(self, exc: Exception) -> None:
-        self.report.meta.setdefault("numerics_op_errors", []).append(f"{type(exc).__name__}: {exc}")
-
-    def _on_op_hit(self, hit: Hit) -> None:
-        self.report.add(op_finding(hit, self.module_name, self._origin_of))
-
-    def module_name(self, path: str | None) -> str | None:
-        """The module at `path` as the caller names it (`run`'s names), else the path."""
-        if path is None:
-            return None
-        module = self._modules.get(path)
-        if self._name_of is not None and module is not None:
-            try:
-                name = self._name_of(module)
-            except Exception:
-                return path
-            return path if name is None else name  # "": the root the user called
-        return path
 
     # -- module adoption ----------------------------------------------------------------------
     def _adopt(self, root: nn.Module, prefix: str) -> None:
@@ -544,75 +490,3 @@ class NumericsMonitor:
     def _add_row(self, row: torch.Tensor) -> int:
         self._infos.append(TensorInfo("float32", (), 0))
         return self._rows.add_row(row)
-
-    def _reference(self, path: str, module: nn.Module, args: tuple, kwargs: dict, low: bool) -> list | None:
-        if self.accuracy is None or not low_call(module, args, kwargs, low):
-            return None
-        root, rel = self._root_of.get(path, (None, ""))
-        if root is None:
-            return None
-        self._busy = True
-        try:
-            return self.accuracy.before(root, rel, module, args, kwargs, {id(self): self}, low=True)
-        finally:
-            self._busy = False
-
-    def _check_accuracy(self, values: list[list[float]], step: int) -> None:
-        if self.accuracy is None or not self.accuracy.pending:
-            return
-        dtypes = {
-            r.path: self._infos[r.out_slots[0]].dtype
-            for r in self._records
-            if isinstance(r, Call) and r.out_slots
-        }
-        for wrong in self.accuracy.flush(values, dtypes, step):
-            finding = located.wrong_finding(wrong, self.accuracy.threshold)
-            self.report.add(finding)
-            self._op_scans.pop(wrong.path, None)
-            self._wrong_findings[wrong.path] = finding
-
-    def _scan(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        """The op-level scans waiting for this module's call (one each, then never again)."""
-        self._busy = True
-        try:  # a scan that fails costs its finding the op, never the monitoring
-            finding = self._op_scans.get(path)
-            if finding is not None:
-                self._op_scans[path] = None
-                hit = scan_ops(module, args, kwargs)
-                if hit is not None:
-                    located.located(finding, hit)
-            if self.accuracy is not None and self.accuracy.wants_scan(path):
-                root, rel = self._root_of[path]
-                wrong = self.accuracy.scan(path, root, rel, module, args, kwargs, memo={id(self): self})
-                located.scanned(self._wrong_findings[path], wrong)
-        except Exception as exc:
-            self.report.meta.setdefault("numerics_scan_errors", []).append(f"{type(exc).__name__}: {exc}")
-        finally:
-            self._busy = False
-
-    def pending_scans(self) -> bool:
-        """Op-level scans that wait for another call of their module."""
-        waiting = any(v is not None for v in self._op_scans.values())
-        return waiting or (
-            self.accuracy is not None and any(not w.scanned for w in self.accuracy.wrong.values())
-        )
-
-    # -- float32 re-run of a producer ---------------------------------------------------------
-    def _run_shadow(
-        self, path: str, module: nn.Module, args: tuple, kwargs: dict, rng: tuple | None = None
-    ) -> None:
-        """Run a copy of the producer in float32 on the same inputs: how big is the true value?"""
-        twin = self._shadows.get(path)
-        if twin is None:
-            twin = shadow.twin(module, {id(self): self})
-            if twin is None:
-                self._shadows.pop(path, None)
-                return
-            self._shadows[path] = twin
-        self._busy = True
-        try:
-            slots = [self._measure(t) for t in measured_tensors(shadow.run(twin, args, kwargs, rng))]
-        finally:
-            self._busy = False
-        if slots:
-            self._shadow_runs.append(Shadow(path, slots))

@@ -21,7 +21,7 @@ from ..catalog.family_codes import (
 from ..errors import DtypeMismatchError
 from ..report import Finding, Report
 from ..signatures import argument_names
-from . import call_memo, clean_calls, failures, findings, threads, warning_origin
+from . import call_memo, clean_calls, failures, findings, numerics_link, threads, warning_origin
 from .births import Births
 from .blocks import RepeatedBlocks
 from .compiled import CompileNotice
@@ -210,28 +210,7 @@ class Session:
         self._unpatch.clear()
 
     def _start_numerics(self) -> None:
-        try:
-            from ..numerics import NumericsMonitor
-        except ImportError as exc:
-            from ..errors import DoctorError
-
-            raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
-        model = self.model if isinstance(self.model, nn.Module) else None
-        self._numerics = NumericsMonitor(
-            report=self.report,
-            model=model,
-            every=self._every,
-            name_of=self.names.module,
-            origin_of=self.origin_of,
-        )
-        self._numerics.start()
-
-    def origin_of(self, t: torch.Tensor) -> Any:
-        """Where `t` got its dtype (a report Origin), or None when the watch has not seen it made."""
-        from .provenance import tag_to_origin
-
-        tag = self.prov.lookup(t)
-        return tag_to_origin(tag, self.names.module) if tag is not None else None
+        self._numerics = numerics_link.start(self)
 
     def _stop_numerics(self) -> None:
         if self._numerics is not None:

@@ -1,0 +1,71 @@
+"""NumericsMonitor's op-level side (a mixin: it shares the monitor's state): the trace of the first
+low-precision calls (`optrace`), where the op it names goes, and the op checks' hits (`opwatch`)
+named as the caller names modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import located
+from .opfindings import op_finding
+from .optrace import Traced
+from .opwatch import Hit
+
+
+class OpTraces:
+    """Hooks the monitor hands to its OpWatch, and the trace's placement."""
+
+    report: Any
+
+    def _end_trace(self) -> None:
+        """Close the op trace of the outermost call that returned (one read of its flags); the
+        op it names is placed at the step's analysis (`_flush`)."""
+        trace = self._opwatch.trace if self._opwatch is not None else None
+        if trace is None:
+            return
+        # a call with low-precision ops inside a forward counts (not only a cast between them);
+        # a root without parameters (a loss module called after the model) counts apart
+        if any(op.module is not None for op in trace.ops):
+            self._steps_traced[self._traced_root_kind] += 1
+        first = self._opwatch.end_trace()  # type: ignore[union-attr]
+        if first is not None and self._first_traced is None:
+            self._first_traced = first
+
+    def _place_traced(self, first: Traced, made: dict[str | None, Any]) -> None:
+        """The op the trace found: it locates the finding of its module (a producer whose op its
+        type does not name, or a finite-but-wrong module) where there is one; a module producer
+        that names its op already needs nothing; otherwise it is an op-level finding of its own."""
+        path = first.module
+        finding = self._op_scans.get(path) if path is not None else None  # type: ignore[arg-type]
+        if finding is None and path is not None:
+            finding = self._wrong_findings.get(path)
+        if finding is not None:
+            located.traced(finding, first)
+            self._traced[path] = first  # type: ignore[index]
+        elif path not in made:
+            self._opwatch.report_traced(first)  # type: ignore[union-attr]
+
+    def _current_module(self) -> str | None:
+        return self._stack[-1].path if self._stack else None
+
+    def _tool_busy(self) -> bool:
+        return self._busy or self._scan_only or not self._active
+
+    def _op_error(self, exc: Exception) -> None:
+        self.report.meta.setdefault("numerics_op_errors", []).append(f"{type(exc).__name__}: {exc}")
+
+    def _on_op_hit(self, hit: Hit) -> None:
+        self.report.add(op_finding(hit, self.module_name, self._origin_of))
+
+    def module_name(self, path: str | None) -> str | None:
+        """The module at `path` as the caller names it (`run`'s names), else the path."""
+        if path is None:
+            return None
+        module = self._modules.get(path)
+        if self._name_of is not None and module is not None:
+            try:
+                name = self._name_of(module)
+            except Exception:
+                return path
+            return path if name is None else name  # "": the root the user called
+        return path

@@ -1,0 +1,35 @@
+"""watch(numerics=True): the numerics monitor started beside the watch, naming modules as the watch
+names them and asking the watch's provenance where a tensor was made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def start(session: Any) -> Any:
+    """A started NumericsMonitor writing into the session's report."""
+    try:
+        from ..numerics import NumericsMonitor
+    except ImportError as exc:
+        from ..errors import DoctorError
+
+        raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
+    from .provenance import tag_to_origin
+
+    def origin_of(t: torch.Tensor) -> Any:
+        """Where `t` got its dtype (a report Origin), or None when the watch has not seen it made."""
+        tag = session.prov.lookup(t)
+        return tag_to_origin(tag, session.names.module) if tag is not None else None
+
+    model = session.model if isinstance(session.model, nn.Module) else None
+    monitor = NumericsMonitor(
+        report=session.report,
+        model=model,
+        every=session._every,
+        name_of=session.names.module,
+        origin_of=origin_of,
+    )
+    return monitor.start()
