@@ -64,7 +64,7 @@ def test_a_failing_script_keeps_its_traceback_and_gets_the_diagnosis(script, tmp
 def test_exit_code_and_fix_mode(script, capsys):
     assert main(["run", "--mode", "fix", str(script), "3"]) == 3
     err = capsys.readouterr().err
-    assert "silent-promotion" in err and "1 warning" in err and "error" not in err.split("watch")[-1]
+    assert "silent-promotion" in err and "1 warning" in err and "ERROR" not in err.split("watch")[-1]
 
 
 def test_each_torchrun_rank_writes_its_own_report(script, tmp_path, monkeypatch):
