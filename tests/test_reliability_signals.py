@@ -26,6 +26,15 @@ while True:
 KILLS = 4  # a handful: each kill is a fresh interpreter importing torch
 
 
+def _plain_signals() -> None:
+    """The child starts as from a shell: SIGINT and SIGTERM at their defaults and unblocked, not
+    with whatever disposition or mask the test process inherited or was left with (in the full
+    serial suite the SIGINT child ignored the signal and the run never ended)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="POSIX signals")
 def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
     script = tmp_path / "loop.py"
@@ -41,6 +50,7 @@ def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
+            preexec_fn=_plain_signals,
         )
         assert proc.stdout.readline() == b"ready\n"
         time.sleep(delay)
