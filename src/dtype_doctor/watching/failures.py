@@ -44,11 +44,11 @@ def code_for_message(text: str) -> str:
         return family_codes.SCALAR_TYPE_MISMATCH
 
 
-def _family(exc: BaseException) -> str:
+def _family(exc: BaseException, by_library: bool) -> str:
     """The message's family; where a kernel library with rules of its own (apex, flash-attn,
-    xformers, OneFlow) raised it from the frames below the failing call, the family `explain`
-    reads off the message and those frames."""
-    if _kernel_library_raised(exc.__traceback__):
+    xformers, OneFlow) raised it from the frames below the failing call (`by_library`), the family
+    `explain` reads off the message and those frames."""
+    if by_library:
         found = _read_as_explain_does(_traceback_text(exc), Location())
         if found is not None:
             return found.code
@@ -151,8 +151,9 @@ def _failure_finding(
         op = qualified_op_name(func)
     if not slots:
         return None
+    by_library = _kernel_library_raised(exc.__traceback__)
     finding, fix_context = findings.build(
-        _family(exc),
+        _family(exc, by_library),
         op,
         [findings.Seen(s.role, s.tensor) for s in slots],
         expected=None,
@@ -165,7 +166,7 @@ def _failure_finding(
         severity="error",
     )
     finding.data["raised"] = type(exc).__name__
-    if _kernel_library_raised(exc.__traceback__):
+    if by_library:
         _library_fixes_first(finding)
     return session.add_finding(finding, fix_context)
 
