@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import computed_in
+
 
 def start(session: Any) -> Any:
     """A started NumericsMonitor writing into the session's report."""
@@ -32,4 +34,23 @@ def start(session: Any) -> Any:
         name_of=session.names.module,
         origin_of=origin_of,
     )
-    return monitor.start()
+    return _Linked(monitor.start(), session)
+
+
+class _Linked:
+    """The started monitor; its stop() also says where each silent finding's low dtype was chosen."""
+
+    def __init__(self, monitor: Any, session: Any) -> None:
+        self.monitor = monitor
+        self.session = session
+
+    def stop(self) -> Any:
+        report = self.monitor.stop()
+        try:
+            computed_in.annotate(self.session.report, self.session.names, self.session.prov)
+        except Exception as exc:  # the tool's bookkeeping never replaces the user's outcome
+            self.session.internal_error(exc)
+        return report
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.monitor, name)
