@@ -122,6 +122,7 @@ class NumericsMonitor(OpTraces, ReRuns):
         self._scans_waiting = False  # op-level scans or float32 re-runs wait for some module's call
         self._params: dict[int, list[nn.Parameter]] = {}  # id(root) → its parameters, listed once
         self._modules: dict[str, nn.Module] = {}
+        self._op_owners: list[tuple[Any, nn.Module, str | None]] = []  # op findings to name at stop
         self._roots: list[nn.Module] = []
         self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
@@ -188,6 +189,7 @@ class NumericsMonitor(OpTraces, ReRuns):
                     located.traced_text(self._wrong_findings[wrong.path], self._traced[wrong.path])
                 else:
                     located.unscanned(self._wrong_findings[wrong.path])
+        self._name_op_findings()
         self._names.clear()  # a later start() adopts (and hooks) the roots again
         self._params.clear()
         self._roots.clear()

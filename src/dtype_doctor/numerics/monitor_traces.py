@@ -10,12 +10,15 @@ from . import located
 from .opfindings import op_finding
 from .optrace import Traced
 from .opwatch import Hit
+from .owner import late_name
 
 
 class OpTraces:
     """Hooks the monitor hands to its OpWatch, and the trace's placement."""
 
     report: Any
+    _op_owners: list[tuple[Any, Any, str | None]]
+    _name_of: Any
 
     def _end_trace(self) -> None:
         """Close the op trace of the outermost call that returned (one read of its flags); the
@@ -55,7 +58,22 @@ class OpTraces:
         self.report.meta.setdefault("numerics_op_errors", []).append(f"{type(exc).__name__}: {exc}")
 
     def _on_op_hit(self, hit: Hit) -> None:
-        self.report.add(op_finding(hit, self.module_name, self._origin_of))
+        finding = op_finding(hit, self.module_name, self._origin_of)
+        self.report.add(finding)
+        if hit.owner is not None:
+            self._op_owners.append((finding, hit.owner, hit.built_as))
+
+    def _name_op_findings(self) -> None:
+        """Name each op-level finding's module as the run ends: a module called on its own before
+        its model was is named by its path in that model; one built with no forward around it by
+        the constructors that built it."""
+        for finding, module, built_as in self._op_owners:
+            loc = finding.location
+            name = late_name(module, built_as, self._name_of, loc.module)
+            if loc is not None and name and name != loc.module:
+                loc.module = name
+                loc.module_type = type(module).__name__
+        self._op_owners.clear()
 
     def module_name(self, path: str | None) -> str | None:
         """The module at `path` as the caller names it (`run`'s names), else the path."""
