@@ -42,7 +42,7 @@ class Severity(str, Enum):
 class Origin:
     """Where a tensor got its dtype.
 
-    kind: parameter | buffer | input | op | promotion | cast | unknown
+    kind: parameter | buffer | input | op | promotion | cast | value (a Python number) | unknown
     `chain` holds the origins of the tensors this one was made from, outermost first.
     """
 
