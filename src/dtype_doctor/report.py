@@ -68,6 +68,8 @@ class Origin:
             return text
         elif self.kind in ("op", "cast", "promotion", "autocast"):
             text = f"{self.kind} {self.op or '?'}"
+        elif self.kind == "value":  # a dtype or a number chosen in the source, not a tensor
+            text = f"value {self.name or '?'}"
         else:
             text = self.name or self.kind
         if self.module:

@@ -22,6 +22,7 @@ from .. import remedies
 from ..catalog.shared_remedies import CAST_HELD
 from ..patches import patch_method
 from ..report import Fix, Origin
+from . import dtype_values
 from .conversions import watch_from_numpy
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, outermost_user_frame
@@ -97,10 +98,12 @@ class Births:
             torch_module.register_module_buffer_registration_hook(self._on_buffer),
         ]
         unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
+        unattr = patch_method(torch.nn.Module, "__setattr__", self._around_setattr)
         unload = self._watch_load()
         unnumpy = watch_from_numpy(self.prov, self.on_error)
 
         def undo() -> None:
+            unattr()
             unnumpy()
             unload()
             unpatch()
@@ -164,6 +167,15 @@ class Births:
         except Exception as exc:
             self.on_error(exc)
         return param
+
+    def _around_setattr(self, call_next: Callable[..., Any], module: Any, name: str, value: Any) -> Any:
+        """`self.<name> = <a dtype>`: where that dtype value came from (dtype_values)."""
+        if type(value) is torch.dtype:
+            try:
+                dtype_values.record_attribute(module, name, dtype_values.user_frame())
+            except Exception as exc:
+                self.on_error(exc)
+        return call_next(module, name, value)
 
     def _on_parameter(self, module: Any, name: str, value: Any) -> None:
         self._born(module, name, value, "parameter")
