@@ -11,6 +11,7 @@ that made them tagged them already.
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -91,6 +92,7 @@ class Births:
         self.prov = prov
         self.names = names
         self.on_error = on_error
+        self._decided_memo: tuple[Any, tuple[Tag, ...]] = (None, ())
 
     def start(self) -> Callable[[], None]:
         handles = [
@@ -203,6 +205,13 @@ class Births:
         except Exception as exc:  # never let the tool's bookkeeping fail the user's model
             self.on_error(exc)
 
+    def _decided(self, user: Frame | None, dtype: torch.dtype) -> tuple[Tag, ...]:
+        """dtype_values.decided_by, once per conversion statement (not per parameter)."""
+        key = (user, dtype, id(sys._getframe(3)))
+        if self._decided_memo[0] != key:
+            self._decided_memo = (key, dtype_values.decided_by(user, dtype))
+        return self._decided_memo[1]
+
     def _rebound(self, target: Any, value: Any) -> None:
         if not isinstance(target, torch.Tensor) or not isinstance(value, torch.Tensor):
             return
@@ -215,6 +224,8 @@ class Births:
         frames = (made.frame, made.user) if made is not None and made.frame is not None else caller_frames(4)
         op = made.op if made is not None and made.kind in ("cast", "op") else None
         parents = tuple(t for t in (before,) if t is not None and t.dtype != target.dtype)
+        if op is not None:  # a module-wide conversion: made under `if x.dtype == ...`, x decided it
+            parents = (*self._decided(frames[1], target.dtype), *parents)
         kind = before.kind if isinstance(before, BirthTag) else "parameter"
         attribute = before._attribute if isinstance(before, BirthTag) else None
         owner = before._owner() if isinstance(before, BirthTag) else None

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .provenance import USER, Tag, frame_kind
-from .value_births import assigned_at
+from .value_births import _tree, assigned_at
 
 _MAX_HOPS = 6
 
@@ -211,3 +211,36 @@ def cast_value_tags(inner: Any, dtype: torch.dtype) -> tuple[Tag, ...]:
         return ()
     frame = _live(inner[0], inner[1])
     return value_tags(resolve(frame, expr), dtype) if frame is not None else ()
+
+
+@functools.lru_cache(maxsize=256)
+def _tested_dtypes(filename: str, line: int) -> tuple[str, ...]:
+    """The names whose `.dtype` an `if` around `line` tests (`if sample.dtype == np.float64:`)."""
+    tree = _tree(filename)
+    names: list[str] = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, ast.If) or not node.body:
+            continue
+        end = max(s.end_lineno or s.lineno for s in node.body)
+        if not node.body[0].lineno <= line <= end:
+            continue
+        for sub in ast.walk(node.test):
+            if isinstance(sub, ast.Attribute) and sub.attr == "dtype" and isinstance(sub.value, ast.Name):
+                names.append(sub.value.id)
+    return tuple(dict.fromkeys(names))
+
+
+def decided_by(user: Any, dtype: torch.dtype) -> tuple[Tag, ...]:
+    """A conversion at the user's line `user` (code, line) made under `if x.dtype == ...`: where
+    `x` was made, which decided it (a NumPy array made float64 by default two calls up)."""
+    if user is None or not hasattr(user[0], "co_filename"):
+        return ()
+    names = _tested_dtypes(user[0].co_filename, user[1])
+    frame = _live(user[0], user[1]) if names else None
+    if frame is None:
+        return ()
+    for name in names:
+        sites = resolve(frame, ast.Name(id=name, ctx=ast.Load()))
+        if sites:
+            return value_tags(sites, dtype)
+    return ()
