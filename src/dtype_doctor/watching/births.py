@@ -171,13 +171,26 @@ class Births:
         return param
 
     def _around_setattr(self, call_next: Callable[..., Any], module: Any, name: str, value: Any) -> Any:
-        """`self.<name> = <a dtype>`: where that dtype value came from (dtype_values)."""
-        if type(value) is torch.dtype:
-            try:
+        """`self.<name> = <a dtype>`: where that dtype value came from; `self.<name> = <a module>`
+        already in another model: where it was shared from (dtype_values)."""
+        try:
+            if type(value) is torch.dtype:
                 dtype_values.record_attribute(module, name, dtype_values.user_frame())
-            except Exception as exc:
-                self.on_error(exc)
+            elif isinstance(value, torch.nn.Module):
+                self._shared(module, value)
+        except Exception as exc:
+            self.on_error(exc)
         return call_next(module, name, value)
+
+    def _shared(self, parent: Any, child: Any) -> None:
+        """A module attached to a second model: its odd-dtype tensors' lineage gets the lines it
+        was handed over through (a memoised factory's lookup and its key)."""
+        held = dtype_values.record_child(parent, child, dtype_values.user_frame())
+        sites = list(dtype_values.shared_sites(child))
+        for t in held:
+            tag = self.prov.lookup(t)
+            if tag is not None:
+                tag.parents = (*dtype_values.value_tags(sites, t.dtype), *tag.parents)
 
     def _on_parameter(self, module: Any, name: str, value: Any) -> None:
         self._born(module, name, value, "parameter")

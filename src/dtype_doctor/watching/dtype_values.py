@@ -244,3 +244,81 @@ def decided_by(user: Any, dtype: torch.dtype) -> tuple[Tag, ...]:
         if sites:
             return value_tags(sites, dtype)
     return ()
+
+
+_attached: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+def _returned_lookup(func: Any) -> list[Site]:
+    """`return CACHE[key]` in `func`: the return line, and where `key` was assigned."""
+    code = getattr(func, "__code__", None)
+    tree = _tree(code.co_filename) if code is not None else None
+    if tree is None:
+        return []
+    body = next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef)
+            and n.name == code.co_name
+            and n.lineno <= code.co_firstlineno <= (n.body[0].lineno if n.body else n.lineno)
+        ),
+        None,
+    )
+    for node in ast.walk(body) if body is not None else ():
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Subscript):
+            key = node.value.slice
+            here = Site(code.co_filename, node.lineno, ast.unparse(node), ast.unparse(node.value))
+            found = assigned_at(code.co_filename, node.lineno, key.id) if isinstance(key, ast.Name) else None
+            if found is None:
+                return [here]
+            return [here, Site(code.co_filename, found[0], found[1], f"cache key {key.id}")]
+    return []
+
+
+def record_child(parent: nn.Module, child: nn.Module, frame: FrameType | None) -> list[torch.Tensor]:
+    """`self.<name> = <a module>`: a module attached to a second parent is shared; when it holds
+    a dtype other than the one models are built in now (a rotary table memoised for a model of
+    another dtype), the lines it was handed over through are kept (`shared_sites`) and its tensors
+    in that other dtype returned, for their lineage."""
+    first = _attached.get(child)
+    if first is None:
+        _attached[child] = id(parent)
+        return []
+    if first == id(parent) or frame is None:
+        return []
+    now = torch.get_default_dtype()
+    held = [t for t in (*child.parameters(), *child.buffers()) if t.is_floating_point() and t.dtype != now]
+    if not held:
+        return []
+    tree = _parse_line(frame.f_code.co_filename, frame.f_lineno)
+    stmt = tree.body[0] if isinstance(tree, ast.Module) and tree.body else None
+    value = getattr(stmt, "value", None)
+    sites = (
+        [
+            Site(
+                frame.f_code.co_filename,
+                frame.f_lineno,
+                ast.unparse(stmt),
+                "module shared with another model",
+            )
+        ]
+        if stmt
+        else []
+    )
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        func = frame.f_locals.get(value.func.id, frame.f_globals.get(value.func.id))
+        sites += _returned_lookup(func)
+    _shared[child] = tuple(sites)
+    return held if sites else []
+
+
+_shared: weakref.WeakKeyDictionary[nn.Module, tuple[Site, ...]] = weakref.WeakKeyDictionary()
+
+
+def shared_sites(module: Any) -> tuple[Site, ...]:
+    """The lines a module shared between models was handed over through (record_child)."""
+    try:
+        return _shared.get(module, ())
+    except TypeError:
+        return ()

@@ -63,10 +63,14 @@ def _targets(stmt: ast.stmt) -> list[str]:
     else:
         return []
     names = []
-    for node in nodes:
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name):
-                names.append(sub.id)
+    while nodes:  # names bound, not those read in a subscript or an attribute target
+        node = nodes.pop()
+        if isinstance(node, ast.Name):
+            names.append(node.id)
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            nodes.extend(node.elts)
+        elif isinstance(node, ast.Starred):
+            nodes.append(node.value)
     return names
 
 
