@@ -246,7 +246,7 @@ def decided_by(user: Any, dtype: torch.dtype) -> tuple[Tag, ...]:
     return ()
 
 
-_attached: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+_attached: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()  # its first parent
 
 
 def _returned_lookup(func: Any) -> list[Site]:
@@ -283,9 +283,9 @@ def record_child(parent: nn.Module, child: nn.Module, frame: FrameType | None) -
     in that other dtype returned, for their lineage."""
     first = _attached.get(child)
     if first is None:
-        _attached[child] = id(parent)
+        _attached[child] = weakref.ref(parent)
         return []
-    if first == id(parent) or frame is None:
+    if first() is parent or frame is None:  # set again on the same parent (a dead one: reused)
         return []
     now = torch.get_default_dtype()
     held = [t for t in (*child.parameters(), *child.buffers()) if t.is_floating_point() and t.dtype != now]
