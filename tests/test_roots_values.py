@@ -159,9 +159,10 @@ def test_a_module_shared_from_a_cache_keyed_without_the_dtype_names_the_key():
         Mixer(torch.float64)
         wide = Mixer(torch.float32)
         wide(torch.randn(2, 8))
-    (finding,) = s.report.errors
+    (finding,) = group_by_cause(s.report).errors
     assert finding.location.module == "proj"
     assert (HERE, KEY_LINE) in _finding_lines(finding)
+    assert f"cache key `lookup`, which holds no dtype at {HERE}:{KEY_LINE}" in finding.root_cause
     _TABLES.clear()
     Mixer(torch.float64)  # the edit: the dtype in the key (a cache per dtype)
     _TABLES.clear()

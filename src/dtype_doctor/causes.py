@@ -96,10 +96,24 @@ def _origin_label(origin: Origin) -> str:
     )
     if read is not None:  # held wide on purpose: the read into the low computation is the place
         text += f", {read.name} at {read.file}:{read.line}"
+    handed = _farthest_value(origin) if origin.kind in ("parameter", "buffer", "cast") else None
+    if handed is not None:  # a held tensor shared from a cache, a cast to a dtype written elsewhere
+        text += f", through {handed.name} at {handed.file}:{handed.line}"
     yours = next((c for c in origin.chain if c.kind == "call" and c.file), None)
     if yours is not None and _library_line(origin):  # born in a library, called from this line
         text += f", from your line {yours.file}:{yours.line}"
     return text
+
+
+def _farthest_value(origin: Origin) -> Origin | None:
+    """The last of the value sites (a dtype constant, a cache key) an origin's chain goes through."""
+    found = next((c for c in origin.chain if c.kind == "value"), None)
+    while found is not None:
+        deeper = next((c for c in found.chain if c.kind == "value"), None)
+        if deeper is None:
+            return found
+        found = deeper
+    return None
 
 
 def root_fix(root: Origin, expected: str | None) -> Fix | None:

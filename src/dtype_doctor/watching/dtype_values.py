@@ -272,7 +272,8 @@ def _returned_lookup(func: Any) -> list[Site]:
             found = assigned_at(code.co_filename, node.lineno, key.id) if isinstance(key, ast.Name) else None
             if found is None:
                 return [here]
-            return [here, Site(code.co_filename, found[0], found[1], f"cache key {key.id}")]
+            missing = "" if "dtype" in found[1] else ", which holds no dtype"
+            return [here, Site(code.co_filename, found[0], found[1], f"cache key `{key.id}`{missing}")]
     return []
 
 
