@@ -267,3 +267,22 @@ def test_a_table_built_in_a_constructor_is_named_by_its_path_in_the_model():
     assert found[0].location.module_type == "Positions"
     assert encoder.positions.pos.dtype == torch.bfloat16
     assert Encoder().positions.pos[-1].item() == 1023  # the edit: built in the default float32
+
+
+def _hide_future(scores: torch.Tensor) -> torch.Tensor:
+    future = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+    blocked = -65536.0 * 4
+    return scores.masked_fill(future, blocked)
+
+
+def test_a_masked_fill_value_too_big_for_half_names_where_it_was_set():
+    with pytest.raises(RuntimeError), watch() as s:
+        _hide_future(torch.randn(3, 3, dtype=torch.float16))
+    (finding,) = s.report.errors
+    assert finding.code == "overflow-on-cast"
+    set_at = inspect.getsourcelines(_hide_future)[1] + 2
+    (value,) = [o for o in finding.operands if o.origin is not None and o.origin.kind == "value"]
+    assert (value.origin.name, value.origin.file, value.origin.line) == ("blocked", HERE, set_at)
+    scores = torch.randn(3, 3, dtype=torch.float16)  # the edit: the dtype's own limit
+    future = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    assert scores.masked_fill(future, torch.finfo(scores.dtype).min).dtype == torch.float16

@@ -8,6 +8,7 @@ adds notes and unlinks its own frames.
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from itertools import takewhile
 from typing import Any
@@ -168,6 +169,10 @@ def _failure_finding(
     finding.data["raised"] = type(exc).__name__
     if by_library:
         _library_fixes_first(finding)
+    if finding.code == family_codes.OVERFLOW_ON_CAST:  # `masked_fill(mask, fill)`: where fill was set
+        frame = _user_frame()
+        if frame is not None:
+            _value_births(finding, frame, frame.f_lineno, str(exc))
     return session.add_finding(finding, fix_context)
 
 
@@ -273,7 +278,7 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
         if operands:
             finding.operands = operands
     if frame is not None and line is not None:
-        _value_births(finding, frame, line)
+        _value_births(finding, frame, line, str(exc))
     finding.data["raised"] = type(exc).__name__
     from ..report import Severity
 
@@ -281,9 +286,17 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
     return session.report.add(finding)
 
 
-def _value_births(finding: Any, frame: Any, line: int) -> None:
+def _user_frame() -> Any:
+    """The innermost frame of the user's own code on the live stack (the line whose op raised)."""
+    f = sys._getframe(1)
+    while f is not None and frame_kind(f.f_code) != USER:
+        f = f.f_back
+    return f
+
+
+def _value_births(finding: Any, frame: Any, line: int, text: str = "") -> None:
     """A number the target dtype cannot hold, passed on at the failing line: where it was set."""
-    target = next((o.dtype for o in finding.operands if o.role == "target"), None)
+    target = value_births.target_dtype(finding.operands, text)
     found = value_births.out_of_range(frame, line, target)
     if found:
         finding.operands = [*found, *finding.operands]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import re
 from types import FrameType
 
 import torch
@@ -96,6 +97,21 @@ def _names_on_line(filename: str, line: int) -> list[str]:
         return []
     found = (n for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
     return list(dict.fromkeys(n.id for n in found if n.lineno == line))
+
+
+_TORCH_NAMES = {"Half": "float16", "BFloat16": "bfloat16", "Float": "float32"}
+
+
+def target_dtype(operands: list[Operand], text: str) -> str | None:
+    """The dtype a number had to fit: a `target` operand's, the one torch's message names
+    (`type c10::Half`), else the first low-precision operand's."""
+    found = next((o.dtype for o in operands if o.role == "target"), None)
+    if found:
+        return found
+    named = re.search(r"type (?:c10|at)::(\w+)", text)
+    if named and named.group(1) in _TORCH_NAMES:
+        return _TORCH_NAMES[named.group(1)]
+    return next((o.dtype for o in operands if o.dtype in ("float16", "bfloat16")), None)
 
 
 def _too_big(value: object, dtype: torch.dtype) -> bool:
