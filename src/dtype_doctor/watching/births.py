@@ -98,6 +98,7 @@ class Births:
         handles = [
             torch_module.register_module_parameter_registration_hook(self._on_parameter),
             torch_module.register_module_buffer_registration_hook(self._on_buffer),
+            torch_module.register_module_module_registration_hook(self._on_module),
         ]
         unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
         unattr = patch_method(torch.nn.Module, "__setattr__", self._around_setattr)
@@ -171,21 +172,25 @@ class Births:
         return param
 
     def _around_setattr(self, call_next: Callable[..., Any], module: Any, name: str, value: Any) -> Any:
-        """`self.<name> = <a dtype>`: where that dtype value came from; `self.<name> = <a module>`
-        already in another model: where it was shared from (dtype_values)."""
-        try:
-            if type(value) is torch.dtype:
+        """`self.<name> = <a dtype>`: where that dtype value came from (dtype_values)."""
+        if type(value) is torch.dtype:
+            try:
                 dtype_values.record_attribute(module, name, dtype_values.user_frame())
-            elif isinstance(value, torch.nn.Module):
-                self._shared(module, value)
-        except Exception as exc:
-            self.on_error(exc)
+            except Exception as exc:
+                self.on_error(exc)
         return call_next(module, name, value)
+
+    def _on_module(self, parent: Any, name: str, child: Any) -> None:
+        try:
+            if isinstance(child, torch.nn.Module):
+                self._shared(parent, child)
+        except Exception as exc:  # never let the tool's bookkeeping fail the user's model
+            self.on_error(exc)
 
     def _shared(self, parent: Any, child: Any) -> None:
         """A module attached to a second model: its odd-dtype tensors' lineage gets the lines it
         was handed over through (a memoised factory's lookup and its key)."""
-        held = dtype_values.record_child(parent, child, dtype_values.user_frame())
+        held = dtype_values.record_child(parent, child)
         sites = list(dtype_values.shared_sites(child))
         for t in held:
             tag = self.prov.lookup(t)

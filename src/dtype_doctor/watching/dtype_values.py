@@ -277,7 +277,7 @@ def _returned_lookup(func: Any) -> list[Site]:
     return []
 
 
-def record_child(parent: nn.Module, child: nn.Module, frame: FrameType | None) -> list[torch.Tensor]:
+def record_child(parent: nn.Module, child: nn.Module) -> list[torch.Tensor]:
     """`self.<name> = <a module>`: a module attached to a second parent is shared; when it holds
     a dtype other than the one models are built in now (a rotary table memoised for a model of
     another dtype), the lines it was handed over through are kept (`shared_sites`) and its tensors
@@ -286,7 +286,10 @@ def record_child(parent: nn.Module, child: nn.Module, frame: FrameType | None) -
     if first is None:
         _attached[child] = weakref.ref(parent)
         return []
-    if first() is parent or frame is None:  # set again on the same parent (a dead one: reused)
+    if first() is parent:  # set again on the same parent (a dead one's module is reused)
+        return []
+    frame = user_frame()
+    if frame is None:
         return []
     now = torch.get_default_dtype()
     held = [t for t in (*child.parameters(), *child.buffers()) if t.is_floating_point() and t.dtype != now]
