@@ -210,7 +210,19 @@ def cast_value_tags(inner: Any, dtype: torch.dtype) -> tuple[Tag, ...]:
     if expr is _LITERAL:
         return ()
     frame = _live(inner[0], inner[1])
-    return value_tags(resolve(frame, expr), dtype) if frame is not None else ()
+    if frame is None or _value(frame, expr) is not dtype:  # `.to(device)`, `.to(other_tensor)`
+        return ()
+    return value_tags(resolve(frame, expr), dtype)
+
+
+def _value(frame: FrameType, expr: ast.expr) -> Any:
+    """What a name or `name.attribute` holds in the frame (attribute lookups only, no call)."""
+    if isinstance(expr, ast.Name):
+        return frame.f_locals.get(expr.id, frame.f_globals.get(expr.id))
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        owner = frame.f_locals.get(expr.value.id, frame.f_globals.get(expr.value.id))
+        return getattr(owner, expr.attr, None) if isinstance(owner, nn.Module) else None
+    return None
 
 
 @functools.lru_cache(maxsize=256)
