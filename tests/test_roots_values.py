@@ -286,3 +286,34 @@ def test_a_masked_fill_value_too_big_for_half_names_where_it_was_set():
     scores = torch.randn(3, 3, dtype=torch.float16)  # the edit: the dtype's own limit
     future = torch.ones(3, 3, dtype=torch.bool).triu(1)
     assert scores.masked_fill(future, torch.finfo(scores.dtype).min).dtype == torch.float16
+
+
+class Angles(nn.Module):
+    def __init__(self, half_dim: int = 8) -> None:
+        super().__init__()
+        self.register_buffer("freq", torch.exp(-torch.arange(half_dim) / half_dim))
+
+    def forward(self, steps: int) -> torch.Tensor:
+        where = torch.arange(steps, dtype=self.freq.dtype)
+        return torch.outer(where, self.freq).sin()
+
+
+class Decoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.angles = Angles()
+        self.mix = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mix(x * self.angles(x.shape[0]))
+
+
+def test_a_module_called_alone_before_its_model_is_named_by_its_path_in_the_model():
+    with watch(numerics=True) as s:
+        decoder = Decoder().to(torch.bfloat16)
+        decoder.angles(600)  # a table for inspection, before the model runs
+        decoder(torch.randn(600, 8, dtype=torch.bfloat16))
+    found = [f for f in s.report.findings if f.location is not None and f.location.op == "arange"]
+    assert found and found[0].location.module == "angles"
+    fixed = torch.outer(torch.arange(600, dtype=torch.float32), decoder.angles.freq.float())  # the edit
+    assert torch.unique(fixed[:, 0]).numel() == 600
