@@ -317,3 +317,27 @@ def test_a_module_called_alone_before_its_model_is_named_by_its_path_in_the_mode
     assert found and found[0].location.module == "angles"
     fixed = torch.outer(torch.arange(600, dtype=torch.float32), decoder.angles.freq.float())  # the edit
     assert torch.unique(fixed[:, 0]).numel() == 600
+
+
+class NoiseConditioned(nn.Module):
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.level_mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU())
+
+    def forward(self, level: torch.Tensor) -> torch.Tensor:
+        k = torch.arange(8, dtype=torch.float32)
+        phase = level.float()[:, None] * torch.exp(-k)
+        return self.level_mlp(torch.cat([phase.sin(), phase.cos()], -1).to(self.level_mlp[0].weight.dtype))
+
+
+def test_a_value_rounded_in_the_script_is_located_in_the_module_that_consumes_it():
+    denoiser = NoiseConditioned().to(torch.bfloat16)
+    schedule = torch.linspace(999.0, 1.0, 7)
+    with watch(numerics=True) as s:
+        level = schedule[2:3].to(torch.bfloat16)
+        rounded_at = here() - 1
+        denoiser(level)
+    (finding,) = [f for f in s.report.findings if f.location is not None and f.location.line == rounded_at]
+    assert finding.location.module == "level_mlp"
+    assert abs(schedule[2].item() - level.item()) >= 0.5
+    assert denoiser(schedule[2:3]).dtype == torch.bfloat16  # the edit: pass the fp32 level

@@ -123,6 +123,8 @@ class NumericsMonitor(OpTraces, ReRuns):
         self._params: dict[int, list[nn.Parameter]] = {}  # id(root) → its parameters, listed once
         self._modules: dict[str, nn.Module] = {}
         self._op_owners: list[tuple[Any, nn.Module, str | None]] = []  # op findings to name at stop
+        self._unplaced: list[tuple[Any, str, int]] = []  # op findings made outside every module
+        self._unplaced_calls = 0
         self._roots: list[nn.Module] = []
         self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
@@ -242,7 +244,10 @@ class NumericsMonitor(OpTraces, ReRuns):
         if path is not None:
             if self._active:
                 try:
-                    self._pre(module, path, args, _call_kwargs() if kwargs is None else kwargs)
+                    kwargs = _call_kwargs() if kwargs is None else kwargs
+                    if self._unplaced:
+                        self._place_unplaced(path, args, kwargs)
+                    self._pre(module, path, args, kwargs)
                 except Exception as exc:
                     self._fail(exc)
         elif self.model is None and self._active:
