@@ -23,7 +23,7 @@ from .. import remedies
 from ..catalog.shared_remedies import CAST_HELD
 from ..patches import patch_method
 from ..report import Fix, Origin
-from . import dtype_values
+from . import dtype_values, shared_modules
 from .conversions import watch_from_numpy
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, outermost_user_frame
@@ -190,8 +190,8 @@ class Births:
     def _shared(self, parent: Any, child: Any) -> None:
         """A module attached to a second model: its odd-dtype tensors' lineage gets the lines it
         was handed over through (a memoised factory's lookup and its key)."""
-        held = dtype_values.record_child(parent, child)
-        sites = list(dtype_values.shared_sites(child))
+        held = shared_modules.record_child(parent, child)
+        sites = list(shared_modules.shared_sites(child))
         for t in held:
             tag = self.prov.lookup(t)
             if tag is not None:

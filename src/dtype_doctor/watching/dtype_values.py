@@ -4,7 +4,8 @@
 `__init__` from an argument, which the caller passed from a constant (`COMPUTE_DTYPE =
 torch.float32` at the top of the file). The tensor lineage stops at the cast; the dtype was chosen
 at the constant. Likewise a module-wide `.double()` under `if sample.dtype == np.float64:` was
-decided by the array `sample`, made where that name was assigned. Read from the live frames while
+decided by the array `sample`, made where that name was assigned. (A module shared between
+models from a cache: `shared_modules.py`.) Read from the live frames while
 the cast (or conversion) runs, and from the source: a name that is a parameter of its function is
 followed to the argument its caller passed; a local or global name to its last assignment; a
 module attribute to the statement that set it (recorded as it was set, `record_attribute`).
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from .provenance import USER, Tag, frame_kind
-from .value_births import _tree, assigned_at
+from .value_births import assigned_at, source_tree
 
 _MAX_HOPS = 6
 
@@ -49,7 +50,7 @@ _attributes: weakref.WeakKeyDictionary[nn.Module, dict[str, tuple[Site, ...]]] =
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_line(filename: str, line: int) -> ast.AST | None:
+def parse_line(filename: str, line: int) -> ast.AST | None:
     """The statement at `line` (its first line), parsed; None when it does not parse alone."""
     text = linecache.getline(filename, line).strip()
     if text.endswith(":"):
@@ -77,7 +78,7 @@ def _user_caller(frame: FrameType) -> FrameType | None:
 
 def _argument(caller: FrameType, callee: FrameType, param: str) -> ast.expr | None:
     """The expression the caller's line passes as `param` of the function running in `callee`."""
-    tree = _parse_line(caller.f_code.co_filename, caller.f_lineno)
+    tree = parse_line(caller.f_code.co_filename, caller.f_lineno)
     if tree is None:
         return None
     code = callee.f_code
@@ -141,7 +142,7 @@ def record_attribute(module: nn.Module, name: str, frame: FrameType | None) -> N
     """`self.<name> = <dtype>` runs at `frame`: remember the lines that value came through."""
     if frame is None:
         return
-    tree = _parse_line(frame.f_code.co_filename, frame.f_lineno)
+    tree = parse_line(frame.f_code.co_filename, frame.f_lineno)
     stmt = tree.body[0] if isinstance(tree, ast.Module) and tree.body else None
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
         return
@@ -182,7 +183,7 @@ def _cast_dtype_expr(code: Any, line: int) -> Any:
     if found is not None:
         return found
     found = _LITERAL
-    tree = _parse_line(code.co_filename, line)
+    tree = parse_line(code.co_filename, line)
     for node in ast.walk(tree) if tree is not None else ():
         if (
             isinstance(node, ast.Call)
@@ -228,7 +229,7 @@ def _value(frame: FrameType, expr: ast.expr) -> Any:
 @functools.lru_cache(maxsize=256)
 def _tested_dtypes(filename: str, line: int) -> tuple[str, ...]:
     """The names whose `.dtype` an `if` around `line` tests (`if sample.dtype == np.float64:`)."""
-    tree = _tree(filename)
+    tree = source_tree(filename)
     names: list[str] = []
     for node in ast.walk(tree) if tree is not None else ():
         if not isinstance(node, ast.If) or not node.body:
@@ -256,85 +257,3 @@ def decided_by(user: Any, dtype: torch.dtype) -> tuple[Tag, ...]:
         if sites:
             return value_tags(sites, dtype)
     return ()
-
-
-_attached: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()  # its first parent
-
-
-def _returned_lookup(func: Any) -> list[Site]:
-    """`return CACHE[key]` in `func`: the return line, and where `key` was assigned."""
-    code = getattr(func, "__code__", None)
-    tree = _tree(code.co_filename) if code is not None else None
-    if tree is None:
-        return []
-    body = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.FunctionDef)
-            and n.name == code.co_name
-            and n.lineno <= code.co_firstlineno <= (n.body[0].lineno if n.body else n.lineno)
-        ),
-        None,
-    )
-    for node in ast.walk(body) if body is not None else ():
-        if isinstance(node, ast.Return) and isinstance(node.value, ast.Subscript):
-            key = node.value.slice
-            here = Site(code.co_filename, node.lineno, ast.unparse(node), ast.unparse(node.value))
-            found = assigned_at(code.co_filename, node.lineno, key.id) if isinstance(key, ast.Name) else None
-            if found is None:
-                return [here]
-            missing = "" if "dtype" in found[1] else ", which holds no dtype"
-            return [here, Site(code.co_filename, found[0], found[1], f"cache key `{key.id}`{missing}")]
-    return []
-
-
-def record_child(parent: nn.Module, child: nn.Module) -> list[torch.Tensor]:
-    """`self.<name> = <a module>`: a module attached to a second parent is shared; when it holds
-    a dtype other than the one models are built in now (a rotary table memoised for a model of
-    another dtype), the lines it was handed over through are kept (`shared_sites`) and its tensors
-    in that other dtype returned, for their lineage."""
-    first = _attached.get(child)
-    if first is None:
-        _attached[child] = weakref.ref(parent)
-        return []
-    if first() is parent:  # set again on the same parent (a dead one's module is reused)
-        return []
-    frame = user_frame()
-    if frame is None:
-        return []
-    now = torch.get_default_dtype()
-    held = [t for t in (*child.parameters(), *child.buffers()) if t.is_floating_point() and t.dtype != now]
-    if not held:
-        return []
-    tree = _parse_line(frame.f_code.co_filename, frame.f_lineno)
-    stmt = tree.body[0] if isinstance(tree, ast.Module) and tree.body else None
-    value = getattr(stmt, "value", None)
-    sites = (
-        [
-            Site(
-                frame.f_code.co_filename,
-                frame.f_lineno,
-                ast.unparse(stmt),
-                "module shared with another model",
-            )
-        ]
-        if stmt
-        else []
-    )
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-        func = frame.f_locals.get(value.func.id, frame.f_globals.get(value.func.id))
-        sites += _returned_lookup(func)
-    _shared[child] = tuple(sites)
-    return held if sites else []
-
-
-_shared: weakref.WeakKeyDictionary[nn.Module, tuple[Site, ...]] = weakref.WeakKeyDictionary()
-
-
-def shared_sites(module: Any) -> tuple[Site, ...]:
-    """The lines a module shared between models was handed over through (record_child)."""
-    try:
-        return _shared.get(module, ())
-    except TypeError:
-        return ()

@@ -24,7 +24,7 @@ _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torc
 
 
 @functools.lru_cache(maxsize=64)
-def _tree(filename: str) -> ast.Module | None:
+def source_tree(filename: str) -> ast.Module | None:
     try:
         return ast.parse("".join(linecache.getlines(filename)))
     except (SyntaxError, ValueError):
@@ -78,7 +78,7 @@ def _targets(stmt: ast.stmt) -> list[str]:
 def assigned_at(filename: str, line: int, name: str) -> tuple[int, str] | None:
     """(line, source) of the last assignment of `name` before `line`, in its function or else at
     module level; None when the source does not say."""
-    tree = _tree(filename)
+    tree = source_tree(filename)
     if tree is None:
         return None
     for scope in (_scope(tree, line), tree):
@@ -92,7 +92,7 @@ def assigned_at(filename: str, line: int, name: str) -> tuple[int, str] | None:
 
 
 def _names_on_line(filename: str, line: int) -> list[str]:
-    tree = _tree(filename)
+    tree = source_tree(filename)
     if tree is None:
         return []
     found = (n for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
