@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .names import module_ref
+from .places import INPUT, MODEL
 
 MANY = 3  # more modules than this: one loop over named_modules() instead of a line each
 
@@ -60,4 +61,12 @@ BUILDERS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "cast_held": cast_held,
     "cast_passed": cast_passed,
     "keep_on_convert": keep_on_convert,
+}
+
+# the kind of place (remedies.places) each builder's snippet is pasted at: where the names it reads exist
+PLACES: dict[str, str] = {
+    "convert_modules": MODEL,
+    "cast_held": MODEL,
+    "cast_passed": INPUT,
+    "keep_on_convert": MODEL,
 }
