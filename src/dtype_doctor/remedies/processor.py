@@ -23,6 +23,10 @@ from .model import FixTemplate
 from .names import Names, present
 from .places import CALL, INPUT, MODEL, Place, Places, kind_of
 
+# the user's variables a snippet may read: a snippet reading one the producer does not know names a
+# placeholder (`x`) the program lacks, so it is placed nowhere and ranked behind the concrete ones
+_VARIABLES = ("tensor", "array")
+
 # where a remedy goes when the producer does not know its own kind of place: the user's call of the
 # model sees the tensors it passes and the model itself
 _FALLBACK = {INPUT: CALL, MODEL: CALL}
@@ -89,10 +93,12 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
 
     A template with `when` tags applies only if one of them is in `context`; one with `unless` tags
     is dropped if any is present. Context-specific fixes come first, in catalog order, then the
-    general ones. Each is placed at the kind of line it needs among the evidence `places`."""
+    general ones, then those whose snippet reads a variable the producer does not know. Each is
+    placed at the kind of line it needs among the evidence `places`."""
     ctx = set(context)
     specific: list[Fix] = []
     general: list[Fix] = []
+    guessed: list[Fix] = []
     places = names.pop("places", None)
     mapping = Names.known(names)
     for t in templates:
@@ -110,7 +116,8 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             model = str(mapping.get("model") or "model")
             title = title.replace("'<root>'", f"`{model}`").replace("<root>", f"the whole model `{model}`")
             snippet = "\n".join(_in_comment(line, "<root>", model) for line in snippet.splitlines())
-        at = place_for(t, places) if snippet.strip() else None
+        guess = any(f"{{{v}}}" in t.snippet and v not in mapping for v in _VARIABLES)
+        at = place_for(t, places) if snippet.strip() and not guess else None
         fix = Fix(
             title=title,
             snippet=snippet,
@@ -119,8 +126,8 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             file=at.file if at else None,
             line=at.line if at else None,
         )
-        (specific if t.when else general).append(fix)
-    return specific + general
+        (guessed if guess else specific if t.when else general).append(fix)
+    return specific + general + guessed
 
 
 def first(fixes: list[Fix], *ahead: Fix | None) -> list[Fix]:

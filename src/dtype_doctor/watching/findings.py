@@ -473,7 +473,7 @@ def note_text(finding: Finding) -> str:
     width = terminal_width()
     folded = [piece for line in lines for piece in fold_prose_line(line, width, hang=4)]
     for fix in finding.fixes[:2]:
-        folded += fold_prose_line(f"  fix: {fix.title}", width, hang=5)
+        folded += fold_prose_line(f"  fix: {fix.headline()}", width, hang=5)
         if fix.verification:
             folded += fold_prose_line(f"       ({fix.verification})", width)
         if fix.snippet:

@@ -20,6 +20,7 @@ from ..remedies.places import (
     statement_line,
 )
 from ..report import Origin
+from .names import expression_for, user_frames
 from .provenance import short_path
 
 
@@ -74,3 +75,14 @@ def collect(
         if line is not None:
             places[LOSS] = Place(short_path(path), line)
     return places
+
+
+def of_root(root: Any) -> dict[str, Any] | None:
+    """While the user's code calls `root`: the user's name for it (`model`) and the places of the
+    fixes made for it (`places`), as `remedies` take them; None when no user frame reaches it."""
+    frames = user_frames(2)
+    rooted = expression_for(root, frames)
+    if rooted is None:
+        return None
+    places = collect(tensor=None, variable=None, frames=frames, rooted=rooted, origin=None)
+    return {"model": rooted[0], "places": places} if rooted[0] != "self" else {"places": places}
