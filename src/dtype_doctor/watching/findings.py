@@ -173,6 +173,13 @@ def build(
                 s.odd = s.tensor.dtype != want
             expected = want
             why = _safe(lambda: intent.model_evidence(root, prov, want))
+    if expected is None and want is not None:  # an op that raised with no contract: the model decides
+        floats = [s for s in operands if s.tensor.is_floating_point()]
+        if any(s.tensor.dtype == want for s in floats) and any(s.tensor.dtype != want for s in floats):
+            for s in floats:
+                s.odd = s.tensor.dtype != want
+            expected = want
+            why = _safe(lambda: intent.model_evidence(root, prov, want))
     asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
     if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
         for s in operands:
