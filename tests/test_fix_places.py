@@ -66,7 +66,7 @@ def test_ranked_places_each_fix_where_its_names_exist() -> None:
     assert [(f.title, f.file, f.line) for f in fixes] == [
         ("seam", "s.py", 14),
         ("whole", "s.py", 9),
-        ("guess", None, None),  # `array` is not known: a placeholder is placed nowhere, and last
+        ("guess", None, None),  # `array` is not known: a placeholder is placed nowhere
     ]
     assert fixes[0].headline() == "seam (at s.py:14)"
     named = Fix(title="Cast at s.py:14", file="s.py", line=14)
@@ -153,7 +153,7 @@ OVERFLOW = textwrap.dedent(
 
     class Squares(nn.Module):
         def forward(self, x):
-            return (x * x).sum(-1)
+            return (x * x).mean(-1).sqrt()
 
 
     class Scorer(nn.Module):

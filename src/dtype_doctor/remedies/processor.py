@@ -24,7 +24,7 @@ from .names import Names, present
 from .places import CALL, INPUT, MODEL, Place, Places, kind_of
 
 # the user's variables a snippet may read: a snippet reading one the producer does not know names a
-# placeholder (`x`) the program lacks, so it is placed nowhere and ranked behind the concrete ones
+# placeholder (`x`) the program lacks, so it is placed nowhere (explain, from a log, never knows them)
 _VARIABLES = ("tensor", "array")
 
 # where a remedy goes when the producer does not know its own kind of place: the user's call of the
@@ -93,12 +93,11 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
 
     A template with `when` tags applies only if one of them is in `context`; one with `unless` tags
     is dropped if any is present. Context-specific fixes come first, in catalog order, then the
-    general ones, then those whose snippet reads a variable the producer does not know. Each is
-    placed at the kind of line it needs among the evidence `places`."""
+    general ones. Each is placed at the kind of line it needs among the evidence `places`, but for
+    one whose snippet reads a variable the producer does not know."""
     ctx = set(context)
     specific: list[Fix] = []
     general: list[Fix] = []
-    guessed: list[Fix] = []
     places = names.pop("places", None)
     mapping = Names.known(names)
     for t in templates:
@@ -126,8 +125,8 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             file=at.file if at else None,
             line=at.line if at else None,
         )
-        (guessed if guess else specific if t.when else general).append(fix)
-    return specific + general + guessed
+        (specific if t.when else general).append(fix)
+    return specific + general
 
 
 def first(fixes: list[Fix], *ahead: Fix | None) -> list[Fix]:
