@@ -26,6 +26,11 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
 BUILT = """\
 import torch
 
+def train(net, data):
+    \"\"\"A docstring.\"\"\"
+    for x in data:
+        net(x)
+
 def make():
     return torch.nn.Linear(2, 2)
 
@@ -43,9 +48,10 @@ if True:
 def test_the_model_place_is_after_it_is_built_and_converted(tmp_path: Path) -> None:
     path = tmp_path / "built.py"
     path.write_text(BUILT)
-    assert statement_line(str(path), 12) == 11  # a call written over lines starts at its first
-    assert after_built(str(path), "net", 11) == 9  # after `net.half()`, in the block of the call
-    assert after_built(str(path), "other", 11) is None  # not made here: no place claimed
+    assert statement_line(str(path), 17) == 16  # a call written over lines starts at its first
+    assert after_built(str(path), "net", 16) == 14  # after `net.half()`, in the block of the call
+    assert after_built(str(path), "net", 6) == 5  # a parameter: from the function's first statement
+    assert after_built(str(path), "other", 16) is None  # not made here: no place claimed
 
 
 def test_the_kind_of_place_follows_the_names_a_snippet_reads() -> None:

@@ -111,7 +111,8 @@ def after_built(path: str, name: str, before: int) -> int | None:
     """The line of the statement that follows the last one making or converting `name` (the model,
     `model = Net()` then `model.half()`) before line `before`, in the blocks around it: a snippet
     that reads `name` pasted there sees the model as the program will use it. None when no
-    statement of those blocks makes `name` (it comes from elsewhere: an argument, another file)."""
+    statement of those blocks makes `name`: then the first line of the function that takes it as a
+    parameter, or None (it comes from elsewhere: a global made in another file)."""
     tree = _tree(path)
     if tree is None:
         return None
@@ -125,8 +126,27 @@ def after_built(path: str, name: str, before: int) -> int | None:
                 best = stmt
                 following = block[i + 1].lineno if i + 1 < len(block) else None
     if best is None:
-        return None
+        return _parameter_start(tree, name, before)
     return following if following is not None else before
+
+
+def _parameter_start(tree: ast.Module, name: str, line: int) -> int | None:
+    """The first statement of the innermost function around `line` that takes `name` as a
+    parameter (the model handed to a training function exists from its first line), else None."""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.lineno < line <= (
+            node.end_lineno or 0
+        ):
+            args = node.args
+            params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            if name in params and (found is None or node.lineno > found.lineno):
+                found = node
+    if found is None:
+        return None
+    body = found.body
+    docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1
+    return body[1 if docstring else 0].lineno
 
 
 def backward_line(path: str, after: int = 0) -> int | None:

@@ -161,25 +161,20 @@ def build(
     why = (
         _safe(lambda: intent.rule_evidence(tensors, names, expected, place, root, prov)) if expected else None
     )
-    if (
+    floats = [s for s in operands if s.tensor.is_floating_point()]
+    lowered = (  # a rule asks for a wider dtype than the model's, and no parameter decides
         expected is not None
         and want in blame.LOW_DTYPES
         and expected not in blame.LOW_DTYPES
         and want != expected
-    ):
-        floats = [s for s in operands if s.tensor.is_floating_point()]
-        if any(s.tensor.dtype == want for s in floats) and not any(names.tensor(s.tensor) for s in floats):
-            for s in floats:  # no parameter decides: the models' dtype does, not the first operand
-                s.odd = s.tensor.dtype != want
-            expected = want
-            why = _safe(lambda: intent.model_evidence(root, prov, want))
-    if expected is None and want is not None:  # an op that raised with no contract: the model decides
-        floats = [s for s in operands if s.tensor.is_floating_point()]
-        if any(s.tensor.dtype == want for s in floats) and any(s.tensor.dtype != want for s in floats):
-            for s in floats:
-                s.odd = s.tensor.dtype != want
-            expected = want
-            why = _safe(lambda: intent.model_evidence(root, prov, want))
+        and not any(names.tensor(s.tensor) for s in floats)
+    )
+    unruled = expected is None and any(s.tensor.dtype != want for s in floats)  # raised, no contract
+    if want is not None and (lowered or unruled) and any(s.tensor.dtype == want for s in floats):
+        for s in floats:  # the models' dtype decides, not the first operand
+            s.odd = s.tensor.dtype != want
+        expected = want
+        why = _safe(lambda: intent.model_evidence(root, prov, want))
     asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
     if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
         for s in operands:
