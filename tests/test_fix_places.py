@@ -191,3 +191,32 @@ def test_a_keep_in_float32_fix_names_the_users_model_where_it_exists(tmp_path: P
     assert "keep_in_fp32(scorer, " in keep["snippet"]  # the user's name, not a placeholder `model`
     assert keep["line"] == 22  # the line after `scorer = Scorer().half()`
     _works_pasted(tmp_path, "scorer.py", keep)
+
+
+WRAPPED = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+
+    class Forecaster:
+        def __init__(self):
+            self.net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2)).double()
+
+        def predict(self, window):
+            with torch.no_grad():
+                return self.net(window)
+
+
+    forecaster = Forecaster()
+    print(forecaster.predict(torch.randn(3, 6)).shape)
+    """
+)
+
+
+def test_a_model_a_plain_object_holds_is_named_through_it(tmp_path: Path) -> None:
+    (tmp_path / "wrapped.py").write_text(WRAPPED)
+    error = next(f for f in _findings(tmp_path, "wrapped.py") if f["severity"] == "error")
+    fix = next(x for x in error["fixes"] if x["snippet"].strip() and x.get("file"))
+    assert "forecaster.net" in fix["snippet"] or "self.net" in fix["snippet"], error["fixes"]
+    _works_pasted(tmp_path, "wrapped.py", fix)

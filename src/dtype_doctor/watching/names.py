@@ -55,13 +55,24 @@ def expression_for(obj: Any, frames: list[FrameType]) -> tuple[str, FrameType] |
                     continue
                 if value is obj:
                     return name, f
-                children = _components(value)
+                children = _components(value) or _held_modules(value)
                 if isinstance(value, nn.Module) and name != "self":
                     children = dict(value.named_children())
                 for key, comp in children.items():
                     if comp is obj and key.isidentifier():
                         return f"{name}.{key}", f
     return None
+
+
+def _held_modules(value: Any) -> dict[str, Any]:
+    """The modules a plain object holds as attributes (`self.model` of a wrapper class)."""
+    if isinstance(value, nn.Module | torch.Tensor | type):
+        return {}
+    try:
+        held = vars(value)
+    except TypeError:  # no __dict__
+        return {}
+    return {k: v for k, v in list(held.items())[:200] if isinstance(v, nn.Module)}
 
 
 def module_modules(frame: FrameType) -> list[nn.Module]:
