@@ -7,6 +7,7 @@ user would, and run the patched script with plain python."""
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
@@ -15,10 +16,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+from rich.console import Console
+
 from dtype_doctor import remedies
 from dtype_doctor.remedies.model import FixTemplate
 from dtype_doctor.remedies.places import CALL, INPUT, MODEL, Place, after_built, kind_of, statement_line
-from dtype_doctor.report import Fix
+from dtype_doctor.render import console, registry
+from dtype_doctor.report import Finding, Fix, Location, Report, Severity
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
@@ -77,6 +81,22 @@ def test_ranked_places_each_fix_where_its_names_exist() -> None:
     assert fixes[0].headline() == "seam (at s.py:14)"
     named = Fix(title="Cast at s.py:14", file="s.py", line=14)
     assert named.headline() == "Cast at s.py:14"  # a title that says the place is not repeated
+
+
+def test_every_renderer_says_where_the_fix_is_pasted() -> None:
+    report = Report(tool="run")
+    fix = Fix(title="Cast `x`", snippet="x = x.to(torch.float16)", file="s.py", line=14)
+    location = Location(module="head", op="F.linear")
+    report.add(
+        Finding(
+            code="matmul-dtype-mismatch", title="T", severity=Severity.ERROR, location=location, fixes=[fix]
+        )
+    )
+    shown = io.StringIO()
+    console.render(report, Console(file=shown, width=120))
+    outputs = {name: registry.render(name, report) for name in ("html", "sarif", "github")}
+    for name, text in {"console": shown.getvalue(), **outputs}.items():
+        assert "at s.py:14" in str(text), name
 
 
 def _findings(tmp_path: Path, name: str, *flags: str) -> list[dict]:
