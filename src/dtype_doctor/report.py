@@ -129,6 +129,12 @@ class Fix:
         if not self.language:
             self.language = snippet_language(self.snippet)
 
+    def headline(self) -> str:
+        """The title with where the snippet is pasted (`at FILE:LINE`), unless the title says it."""
+        if not self.file or self.line is None or f"{self.file}:{self.line}" in self.title:
+            return self.title
+        return f"{self.title} (at {self.file}:{self.line})"
+
 
 @dataclass
 class Evidence:

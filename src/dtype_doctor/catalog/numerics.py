@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from ..remedies.places import BIRTH, OP
 from .model import Family, FixTemplate
 
 _KEEP_FP32 = FixTemplate(
     "Keep {modules} in float32, casting at its border",
-    "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+    "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {modules})",
     "Only these modules run in float32; their inputs are cast up and their outputs back, "
     "so the rest of the model keeps its speed and memory.",
     when=frozenset({"forward"}),
@@ -25,6 +26,7 @@ _OP_UPCAST = FixTemplate(
     "float32 holds what {dtype_name} cannot here; cast the result back only where a {dtype_name} "
     "tensor is needed, after this op.",
     when=frozenset({"op-upcast"}),
+    place=OP,
 )
 _OP_FACTORY = FixTemplate(
     "Make the values in float32 {at} and cast only what is computed from them",
@@ -32,6 +34,7 @@ _OP_FACTORY = FixTemplate(
     "Positions, steps and timesteps must stay exact; the {dtype_name} cast belongs after the "
     "arithmetic that uses them (an embedding's sin/cos, a mask's comparison).",
     when=frozenset({"op-factory"}),
+    place=OP,
 )
 _OP_UNCAST = FixTemplate(
     "Keep `{receiver}` in float32 {at}: cast after the arithmetic that needs its exact value",
@@ -39,6 +42,7 @@ _OP_UNCAST = FixTemplate(
     "The values lose their units digit in {dtype_name}; the model can take them in float32 and "
     "cast what it computes from them.",
     when=frozenset({"op-uncast"}),
+    place=OP,
 )
 _OP_ACCUMULATOR = FixTemplate(
     "Keep the accumulator in float32 where it is made ({born})",
@@ -46,6 +50,7 @@ _OP_ACCUMULATOR = FixTemplate(
     "An update smaller than half the spacing of {dtype_name} at the accumulator's size is rounded "
     "away every time; a float32 accumulator (master weights, EMA, running sums, gradients) keeps it.",
     when=frozenset({"op-born-fix"}),
+    place=BIRTH,
 )
 _OP_ACCUMULATOR_ANY = FixTemplate(
     "Keep the accumulator `{receiver}` in float32 (made with dtype=torch.float32, or a float32 copy "
@@ -107,7 +112,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Keep {module} in float32 so that its backward runs in float32",
-                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {modules})",
                 when=frozenset({"backward"}),
             ),
             FixTemplate(
@@ -203,7 +208,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             FixTemplate(_BF16.title, _BF16.snippet, _BF16.why, unless=_OP_LEVEL),
             FixTemplate(
                 "Keep {module} in float32",
-                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {modules})",
                 unless=_OP_LEVEL,
             ),
         ),

@@ -4,15 +4,18 @@ producer's forward went wrong at (from `opscan`); which producers need such a sc
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import catalog, remedies
 from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW
 from ..catalog.shared_remedies import KEEP_MODULE
+from ..remedies.places import OP
 from ..report import Evidence, Finding, Fix, Location
 from . import opsource
 from .accuracy import Wrong
 from .advice import module_op_name
 from .analysis import Producer
+from .frames import place as frame_place
 from .frames import where
 from .opscan import OpHit, expression
 from .optrace import Traced
@@ -40,12 +43,17 @@ def op_text(hit: OpHit) -> str:
     )
 
 
-def _keep_fixes(path: str, after: float | None, before: float) -> list[Fix]:
-    fix = remedies.make(KEEP_MODULE, path=path, before=before, after=after)
+def _keep_fixes(
+    path: str, after: float | None, before: float, evidence: dict[str, Any] | None = None
+) -> list[Fix]:
+    known = dict(evidence or {})
+    known["path"] = known.pop("in_root", path)  # the module's path in the model the user names
+    fix = remedies.make(KEEP_MODULE, before=before, after=after, **known)
     return [fix] if fix else []
 
 
-def wrong_finding(w: Wrong, threshold: float) -> Finding:
+def wrong_finding(w: Wrong, threshold: float, evidence: dict[str, Any] | None = None) -> Finding:
+    """`evidence`: the user's name for the model and the places of its fixes (`Monitor.evidence`)."""
     where = f"'{w.path or '<root>'}' ({w.module_type})"
     message = (
         f"{where} gives finite {w.dtype} output {w.rel_error:.1%} off its float32 re-run on the same "
@@ -56,7 +64,7 @@ def wrong_finding(w: Wrong, threshold: float) -> Finding:
         FINITE_BUT_WRONG,
         message=message,
         location=Location(module=w.path or None, module_type=w.module_type, step=w.step),
-        fixes=_keep_fixes(w.path, None, w.rel_error),
+        fixes=_keep_fixes(w.path, None, w.rel_error, evidence),
         data={
             "phase": "forward",
             "kind": "finite-but-wrong",
@@ -68,14 +76,15 @@ def wrong_finding(w: Wrong, threshold: float) -> Finding:
     )
 
 
-def scanned(finding: Finding, w: Wrong) -> None:
-    """Fill in the op the scan named and the measured keep-in-float32 error."""
+def scanned(finding: Finding, w: Wrong, evidence: dict[str, Any] | None = None) -> None:
+    """Fill in the op the scan named and the measured keep-in-float32 error (`evidence`: see
+    `wrong_finding`)."""
     if w.hit is not None:
         _locate(finding, w.hit)
     else:
         finding.message += " The op-level scan found no single op past the threshold (the error builds up)."
     if w.path:
-        finding.fixes = _keep_fixes(w.path, w.after, w.rel_error)
+        finding.fixes = _keep_fixes(w.path, w.after, w.rel_error, evidence)
         finding.data["error_after_keep"] = w.after
 
 
@@ -144,6 +153,7 @@ def traced_text(finding: Finding, first: Traced) -> None:
             "dtype_name": dtype,
             "upcast": snippet,
             "receiver": receiver,
+            "places": {OP: at} if (at := frame_place(first.file, first.line)) else None,
         }
         finding.fixes = catalog.fixes_for(finding.code, {"op-upcast"}, **names)[:1] + finding.fixes
 

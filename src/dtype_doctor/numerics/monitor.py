@@ -90,6 +90,7 @@ class NumericsMonitor(OpTraces, ReRuns):
         ops: bool = True,
         name_of: Callable[[nn.Module], str | None] | None = None,
         origin_of: Callable[[torch.Tensor], Any] | None = None,
+        place_of: Callable[[nn.Module], dict[str, Any] | None] | None = None,
     ) -> None:
         if every < 1 or underflow_every < 1:
             raise ValueError("every and underflow_every must be >= 1")
@@ -109,7 +110,9 @@ class NumericsMonitor(OpTraces, ReRuns):
             if scaler
             else None
         )
-        self._advisor = advice.Advisor(self.report)
+        self._place_of = place_of  # a root → the user's name for it and the places of its fixes
+        self._root_places: dict[int, dict[str, Any]] = {}  # id(root) → place_of(root), at its first call
+        self._advisor = advice.Advisor(self.report, self.evidence)
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
         self._handles: list[Any] = []
@@ -216,6 +219,15 @@ class NumericsMonitor(OpTraces, ReRuns):
     def busy(self) -> bool:
         """True while the monitor runs modules itself (float32 re-runs, op-level scans)."""
         return self._busy
+
+    def evidence(self, path: str | None) -> dict[str, Any]:
+        """What the user's code knows of the root that holds module `path`: its name (`model`) and
+        the places its fixes are pasted at (`places`), and the module's path in that root (`in_root`:
+        a second root's modules are named after its class), as remedies take them."""
+        root = self._root_of.get(path or "")
+        if root is None:
+            return {}
+        return {**self._root_places.get(id(root[0]), {}), "in_root": root[1]}
 
     # -- module adoption ----------------------------------------------------------------------
     def _adopt(self, root: nn.Module, prefix: str) -> None:
@@ -398,6 +410,8 @@ class NumericsMonitor(OpTraces, ReRuns):
         module call of this one would ask is asked here, once."""
         if not self._explicit_steps and self._rows:
             self._flush()
+        if self._place_of is not None and id(root) not in self._root_places:
+            self._root_places[id(root)] = self._place_of(root) or {}
         traced = self._steps_traced
         if self._opwatch is not None and self._opwatch.trace is None and traced != list(TRACED_CALLS):
             kind = 0 if next(root.parameters(), None) is not None else 1  # a model, or a loss module

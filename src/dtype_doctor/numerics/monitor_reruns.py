@@ -42,7 +42,7 @@ class ReRuns:
             if isinstance(r, Call) and r.out_slots
         }
         for wrong in self.accuracy.flush(values, dtypes, step):
-            finding = located.wrong_finding(wrong, self.accuracy.threshold)
+            finding = located.wrong_finding(wrong, self.accuracy.threshold, self.evidence(wrong.path))
             self.report.add(finding)
             self._op_scans.pop(wrong.path, None)
             self._wrong_findings[wrong.path] = finding
@@ -60,7 +60,7 @@ class ReRuns:
             if self.accuracy is not None and self.accuracy.wants_scan(path):
                 root, rel = self._root_of[path]
                 wrong = self.accuracy.scan(path, root, rel, module, args, kwargs, memo={id(self): self})
-                located.scanned(self._wrong_findings[path], wrong)
+                located.scanned(self._wrong_findings[path], wrong, self.evidence(path))
         except Exception as exc:
             self.report.meta.setdefault("numerics_scan_errors", []).append(f"{type(exc).__name__}: {exc}")
         finally:

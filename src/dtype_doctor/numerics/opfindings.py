@@ -11,9 +11,10 @@ import torch
 
 from .. import catalog
 from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
+from ..remedies.places import BIRTH, OP
 from ..report import Evidence, Finding, Location, Operand, Origin, Severity
 from . import opsource
-from .frames import where
+from .frames import place, where
 from .opwatch import Hit
 
 # kind → (family for float16, family for bfloat16, severity, the cause in plain words)
@@ -90,6 +91,8 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
         names["upcast"] = opsource.upcast(file, line, op)
         if names["upcast"]:
             ctx.add("op-upcast")
+    at = {OP: place(file, line), BIRTH: place(born.file, born.line) if born is not None else None}
+    names["places"] = {kind: p for kind, p in at.items() if p is not None}
     return ctx, names
 
 

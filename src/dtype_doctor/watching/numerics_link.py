@@ -19,12 +19,20 @@ def start(session: Any) -> Any:
         from ..errors import DoctorError
 
         raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
+    from . import user_places
     from .provenance import tag_to_origin
 
     def origin_of(t: torch.Tensor) -> Any:
         """Where `t` got its dtype (a report Origin), or None when the watch has not seen it made."""
         tag = session.prov.lookup(t)
         return tag_to_origin(tag, session.names.module) if tag is not None else None
+
+    def place_of(root: nn.Module) -> dict[str, Any] | None:
+        """The user's name for a root the monitor meets, and the lines its fixes are pasted at."""
+        try:
+            return user_places.of_root(root)
+        except Exception:
+            return None
 
     model = session.model if isinstance(session.model, nn.Module) else None
     monitor = NumericsMonitor(
@@ -33,6 +41,7 @@ def start(session: Any) -> Any:
         every=session._every,
         name_of=session.names.module,
         origin_of=origin_of,
+        place_of=place_of,
     )
     return _Linked(monitor.start(), session)
 
