@@ -20,11 +20,21 @@ _BF16 = FixTemplate(
 
 # the op-level checks (numerics/opwatch.py): fixes in the user's statement, keeping float32 precision
 _OP_UPCAST = FixTemplate(
-    "Compute `{op}` in float32 {at}: upcast its operand `{receiver}`",
+    "Compute `{op}` in float32 {at}: upcast {operands}",
     "{upcast}",
-    "float32 holds what {dtype_name} cannot here; cast the result back only where a {dtype_name} "
+    "float32 holds what {dtype_name} cannot here; every tensor operand is upcast, so that the op "
+    "runs in float32 rather than mixing dtypes. Cast the result back only where a {dtype_name} "
     "tensor is needed, after this op.",
     when=frozenset({"op-upcast"}),
+)
+_OP_CLAMP_EXP = FixTemplate(
+    "Bound the exponent of `{op}` {at}: its result then stays below {dtype_name}'s {limit}",
+    "{clamped}",
+    "A result above {limit} cannot come back into {dtype_name}: computed in float32, it meets "
+    "{dtype_name} tensors again (a 0-dim float32 scale times a {dtype_name} tensor stays "
+    "{dtype_name}) and overflows there. A learned temperature or scale is clamped before its exp "
+    "(CLIP clamps its logit scale at 100); choose a tighter bound if the model needs one.",
+    when=frozenset({"op-clamp"}),
 )
 _OP_FACTORY = FixTemplate(
     "Make the values in float32 {at} and cast only what is computed from them",
@@ -67,6 +77,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "from finite inputs; the modules after it only passed it on."
         ),
         fixes=(
+            _OP_CLAMP_EXP,
             _OP_UPCAST,
             FixTemplate(
                 "Run {module} in bfloat16: in float32 it reaches {fp32_absmax}, which bfloat16 holds",

@@ -87,9 +87,10 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
             if names["born_fix"]:
                 ctx.add("op-born-fix")
     else:
-        names["upcast"] = opsource.upcast(file, line, op)
-        if names["upcast"]:
-            ctx.add("op-upcast")
+        limit = torch.finfo(hit.problem.dtype).max if kind == "overflow" else None
+        more, written = opsource.float32_names(file, line, op, len(hit.operands), limit)
+        ctx |= more
+        names.update(written)
     return ctx, names
 
 

@@ -1,0 +1,104 @@
+"""The first fix of an op-level overflow runs and gives the float32 result: every tensor operand
+of a product is upcast (their dtypes agree), and an exp whose result float16 cannot hold is
+bounded (a float32 exp would meet float16 tensors again). Each fix is executed in the user's
+statement's place."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import dtype_doctor as dd
+
+HERE = Path(__file__).resolve()
+
+
+def _line(mark: str) -> int:
+    lines = HERE.read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# mark: {mark}"))
+
+
+def _overflow(report) -> dd.report.Finding:  # type: ignore[name-defined]
+    found = [
+        f
+        for f in report.findings
+        if f.code == "fp16-overflow"
+        and f.severity.value == "error"
+        and f.location
+        and f.location.file == str(HERE)
+    ]
+    assert found, [(f.code, f.message[:120]) for f in report.findings]
+    return found[0]
+
+
+def _exec(snippet: str, namespace: dict) -> dict:
+    scope = {"torch": torch, **namespace}
+    exec(compile(textwrap.dedent(snippet), "<fix>", "exec"), scope)
+    return scope
+
+
+def _gram(feats: torch.Tensor, proj: torch.Tensor) -> torch.Tensor:
+    gram = torch.matmul(feats, proj) / 16  # mark: matmul
+    return gram
+
+
+def test_a_product_of_two_float16_tensors_that_overflows_upcasts_both_operands_and_the_fix_runs():
+    feats = torch.full((4, 64), 40.0).half()
+    proj = torch.full((64, 4), 40.0).half()
+    with dd.watch(numerics=True) as s:
+        _gram(feats, proj)
+    f = _overflow(s.report)
+    assert f.location.line == _line("matmul")
+    fix = f.fixes[0]
+    assert fix.snippet == "gram = torch.matmul(feats.float(), proj.float()) / 16"
+    assert "its operands `feats`, `proj`" in fix.title
+    gram = _exec(fix.snippet, {"feats": feats, "proj": proj})["gram"]
+    assert gram.dtype == torch.float32 and torch.isfinite(gram).all()
+    torch.testing.assert_close(gram, feats.float() @ proj.float() / 16)
+
+
+class Similarity(nn.Module):
+    """A contrastive head: a learned log-temperature exponentiated in the model's dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, 8)
+        self.log_temp = nn.Parameter(torch.tensor(12.5))
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a = nn.functional.normalize(self.embed(a), dim=-1)
+        b = nn.functional.normalize(self.embed(b), dim=-1)
+        temp = torch.exp(self.log_temp)  # mark: exp
+        return temp * a @ b.t()
+
+
+def test_an_exp_that_overflows_float16_is_bounded_first_and_the_model_then_gives_a_finite_loss():
+    torch.manual_seed(0)
+    model = Similarity().half()
+    a, b = torch.randn(4, 8).half(), torch.randn(4, 8).half()
+    with dd.watch(numerics=True) as s, torch.no_grad():
+        model(a, b)
+    f = _overflow(s.report)
+    assert f.location.line == _line("exp")
+    fix = f.fixes[0]
+    assert fix.snippet == "temp = torch.exp(self.log_temp.clamp(max=11.08))"
+    # the fix in the forward, as a user pastes it: the logits and their loss are finite
+    source = textwrap.dedent(
+        """
+        def forward(self, a, b):
+            a = nn.functional.normalize(self.embed(a), dim=-1)
+            b = nn.functional.normalize(self.embed(b), dim=-1)
+            FIX
+            return temp * a @ b.t()
+        """
+    ).replace("FIX", fix.snippet)
+    forward = _exec(source, {"nn": nn})["forward"]
+    with torch.no_grad():
+        logits = forward(model, a, b)
+        plain = Similarity.forward(model, a, b)
+    assert not torch.isfinite(plain).all()  # the bug: inf logits
+    loss = nn.functional.cross_entropy(logits.float(), torch.arange(4))
+    assert logits.dtype == torch.float16 and torch.isfinite(logits).all() and torch.isfinite(loss)
