@@ -102,3 +102,54 @@ def test_an_exp_that_overflows_float16_is_bounded_first_and_the_model_then_gives
     assert not torch.isfinite(plain).all()  # the bug: inf logits
     loss = nn.functional.cross_entropy(logits.float(), torch.arange(4))
     assert logits.dtype == torch.float16 and torch.isfinite(logits).all() and torch.isfinite(loss)
+
+
+def _angles(n: int, inv: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    pos = torch.arange(n, dtype=dtype)  # mark: positions
+    return torch.outer(pos, inv.to(dtype))
+
+
+class SinTable(nn.Module):
+    def __init__(self, n: int = 1024) -> None:
+        super().__init__()
+        inv = 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8)
+        angles = _angles(n, inv, dtype=torch.bfloat16)  # mark: caller
+        self.register_buffer("table", angles.sin(), persistent=False)
+
+
+def test_positions_made_in_a_dtype_the_caller_passed_are_fixed_at_the_caller_and_the_table_is_then_exact():
+    with dd.watch(numerics=True) as s:
+        SinTable()
+    (f,) = [f for f in s.report.findings if f.code == "finite-but-wrong" and f.location.file == str(HERE)]
+    assert f.location.line == _line("positions")
+    fix = f.fixes[0]
+    assert f"{HERE.name}:{_line('caller')}" in fix.title
+    assert "dtype=torch.float32" in fix.snippet and "torch.bfloat16" not in fix.snippet
+    inv = 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8)
+    angles = _exec(fix.snippet, {"n": 1024, "inv": inv, "_angles": _angles})["angles"]
+    exact = torch.outer(torch.arange(1024, dtype=torch.float64), inv.double()).sin()
+    assert (SinTable().table.double() - exact).abs().max() > 0.5  # the bug: angles off by radians
+    assert (angles.sin().double() - exact).abs().max() < 1e-3
+
+
+def test_gradients_accumulated_in_bfloat16_parameters_are_fixed_at_the_module_cast_and_the_fixed_model_runs():
+    torch.manual_seed(0)
+    batches = [torch.randn(8, 32) + (300.0 if i == 0 else 0.0) for i in range(8)]
+    with dd.watch(numerics=True) as s:
+        net = nn.Sequential(nn.Linear(32, 1, bias=False)).bfloat16()  # mark: module cast
+        for xb in batches:
+            net(xb.bfloat16()).float().sum().backward()
+    (f,) = [f for f in s.report.findings if "gradient accumulation" in f.message]
+    fix = f.fixes[0]
+    assert f"{HERE.name}:{_line('module cast')}" in fix.title
+    assert fix.snippet.startswith("net = nn.Sequential(nn.Linear(32, 1, bias=False))\n")
+    torch.manual_seed(1)
+    net = _exec(fix.snippet, {"nn": nn})["net"]
+    ref = nn.Sequential(nn.Linear(32, 1, bias=False))
+    ref.load_state_dict(net.state_dict())
+    for xb in batches:
+        net(xb.bfloat16()).float().sum().backward()  # the script's own bfloat16 inputs, unchanged
+        ref(xb).sum().backward()
+    grad, want = net[0].weight.grad, ref[0].weight.grad
+    assert grad.dtype == torch.float32
+    assert ((grad - want).abs().max() / want.abs().max()).item() < 0.01

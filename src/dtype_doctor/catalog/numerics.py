@@ -43,6 +43,15 @@ _OP_FACTORY = FixTemplate(
     "arithmetic that uses them (an embedding's sin/cos, a mask's comparison).",
     when=frozenset({"op-factory"}),
 )
+_OP_CALLER = FixTemplate(
+    "Pass float32 where the dtype is chosen ({caller}): the values, and what is computed from them, "
+    "are made in float32",
+    "{passed}",
+    "The call hands its dtype to the factory and to everything made next to it (a frequency table "
+    "cast to it, the angles): in float32 all of it is exact; cast only the finished result where "
+    "the model reads it.",
+    when=frozenset({"op-caller"}),
+)
 _OP_UNCAST = FixTemplate(
     "Keep `{receiver}` in float32 {at}: cast after the arithmetic that needs its exact value",
     "{uncast}",
@@ -54,7 +63,9 @@ _OP_ACCUMULATOR = FixTemplate(
     "Keep the accumulator in float32 where it is made ({born})",
     "{born_fix}",
     "An update smaller than half the spacing of {dtype_name} at the accumulator's size is rounded "
-    "away every time; a float32 accumulator (master weights, EMA, running sums, gradients) keeps it.",
+    "away every time; a float32 accumulator (master weights, EMA, running sums, gradients) keeps it. "
+    "Gradients are kept in float32 with float32 parameters: their module then casts what it is given "
+    "to float32 (or run its forward under torch.autocast to compute in {dtype_name}).",
     when=frozenset({"op-born-fix"}),
 )
 _OP_ACCUMULATOR_ANY = FixTemplate(
@@ -140,7 +151,15 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "nothing is inf/NaN at the module's border but the values are wrong. The module was "
             "re-run in float32 on the same inputs to measure it."
         ),
-        fixes=(_OP_FACTORY, _OP_UNCAST, _OP_UPCAST, _OP_ACCUMULATOR, _OP_ACCUMULATOR_ANY, _KEEP_FP32),
+        fixes=(
+            _OP_CALLER,
+            _OP_FACTORY,
+            _OP_UNCAST,
+            _OP_UPCAST,
+            _OP_ACCUMULATOR,
+            _OP_ACCUMULATOR_ANY,
+            _KEEP_FP32,
+        ),
         related=("fp16-overflow", "precision-error-high"),
     ),
     Family(

@@ -189,6 +189,38 @@ def float32_factory(file: str | None, line: int | None, op: str) -> str | None:
     return None
 
 
+def float32_dtype_argument(file: str | None, line: int | None) -> str | None:
+    """The statement at `line` with the `dtype=` argument of its call made torch.float32 (the call
+    that passed a low dtype down to a factory: `self._build(n, dtype=torch.get_default_dtype())`)."""
+    found = statement(file, line)
+    if found is None:
+        return None
+    text, node = found
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Call):
+            continue
+        for kw in sub.keywords:
+            if kw.arg == "dtype" and ast.unparse(kw.value) not in ("torch.float32", "torch.float"):
+                return _replace(file, text, node, kw.value, lambda _src: "torch.float32")  # type: ignore[arg-type]
+    return None
+
+
+def module_in_float32(file: str | None, line: int | None, op: str) -> str | None:
+    """`without_cast` for a module-wide cast (`model = Net().to(torch.bfloat16)` → `model = Net()`),
+    with a forward pre-hook that casts what the model is given to float32, so that the float32
+    parameters never meet the low-precision inputs the code makes for them."""
+    uncast = without_cast(file, line, op)
+    found = statement(file, line)
+    if uncast is None or found is None or not isinstance(found[1], ast.Assign):
+        return None
+    target = found[1].targets[0]
+    if not isinstance(target, (ast.Name, ast.Attribute)):
+        return None
+    name = ast.unparse(target)
+    cast = "a.float() if torch.is_tensor(a) and a.is_floating_point() else a"
+    return f"{uncast}\n{name}.register_forward_pre_hook(lambda _, args: tuple({cast} for a in args))"
+
+
 def without_cast(file: str | None, line: int | None, op: str) -> str | None:
     """The statement with the cast down dropped (`t = ts[0:1].to(torch.bfloat16)` → `t = ts[0:1]`)."""
     found = _op_in(file, line, op)
