@@ -196,10 +196,24 @@ def group_by_cause(report: Report) -> Report:
         for i in members:
             causes[i] = text
     findings = [
-        replace(f, root_cause=causes.get(i), fixes=remedies.behind_verified(f.fixes, root_fixes.get(i)))
+        replace(f, root_cause=causes.get(i), fixes=with_root_fix(f, root_fixes.get(i)))
         for i, f in enumerate(report.findings)
     ]
     return replace(report, findings=findings, meta=dict(report.meta))
+
+
+def with_root_fix(f: Finding, fix: Fix | None) -> list[Fix]:
+    """The root's cast ahead of the unverified fixes; last, and said so, where it would cast down a
+    tensor upcast on purpose (`x = x.float()` for a wide region): that lowers intent, and the wide
+    region's later maths mixes dtypes again; the cast where its result leaves the region comes first."""
+    intended = f.data.get("intended")
+    deliberate = intended.get("deliberate") if isinstance(intended, dict) else None
+    if fix is None or not (deliberate and fix.file and f"{fix.file}:{fix.line})" in str(deliberate)):
+        return remedies.behind_verified(f.fixes, fix)
+    if any(x.snippet.strip() == fix.snippet.strip() for x in f.fixes):
+        return f.fixes
+    title = f"{fix.title}: last resort, it lowers the deliberate upcast made there"
+    return [*f.fixes, remedies.revise(fix, title=title)]
 
 
 def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:
