@@ -45,19 +45,41 @@ def _gram(feats: torch.Tensor, proj: torch.Tensor) -> torch.Tensor:
     return gram
 
 
-def test_a_product_of_two_float16_tensors_that_overflows_upcasts_both_operands_and_the_fix_runs():
+def test_a_product_divided_after_it_overflowed_float16_is_divided_first_and_stays_float16():
     feats = torch.full((4, 64), 40.0).half()
     proj = torch.full((64, 4), 40.0).half()
     with dd.watch(numerics=True) as s:
         _gram(feats, proj)
     f = _overflow(s.report)
     assert f.location.line == _line("matmul")
+    scaled, upcast = f.fixes[0], f.fixes[1]
+    assert scaled.snippet == "gram = torch.matmul(feats / 16, proj)"
+    assert upcast.snippet == "gram = torch.matmul(feats.float(), proj.float()) / 16"
+    want = feats.float() @ proj.float() / 16
+    for fix, dtype in ((scaled, torch.float16), (upcast, torch.float32)):
+        gram = _exec(fix.snippet, {"feats": feats, "proj": proj})["gram"]
+        assert gram.dtype == dtype and torch.isfinite(gram).all()
+        torch.testing.assert_close(gram.float(), want)
+
+
+def _energy(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    energy = torch.bmm(a, b.transpose(1, 2))  # mark: bmm
+    return energy
+
+
+def test_a_product_of_two_float16_tensors_that_overflows_upcasts_both_operands_and_the_fix_runs():
+    a = torch.full((2, 3, 64), 40.0).half()
+    b = torch.full((2, 3, 64), 40.0).half()
+    with dd.watch(numerics=True) as s:
+        _energy(a, b)
+    f = _overflow(s.report)
+    assert f.location.line == _line("bmm")
     fix = f.fixes[0]
-    assert fix.snippet == "gram = torch.matmul(feats.float(), proj.float()) / 16"
-    assert "its operands `feats`, `proj`" in fix.title
-    gram = _exec(fix.snippet, {"feats": feats, "proj": proj})["gram"]
-    assert gram.dtype == torch.float32 and torch.isfinite(gram).all()
-    torch.testing.assert_close(gram, feats.float() @ proj.float() / 16)
+    assert fix.snippet == "energy = torch.bmm(a.float(), b.transpose(1, 2).float())"
+    assert "its operands `a`, `b.transpose(1, 2)`" in fix.title
+    energy = _exec(fix.snippet, {"a": a, "b": b})["energy"]
+    assert energy.dtype == torch.float32 and torch.isfinite(energy).all()
+    torch.testing.assert_close(energy, torch.bmm(a.float(), b.float().transpose(1, 2)))
 
 
 class Similarity(nn.Module):

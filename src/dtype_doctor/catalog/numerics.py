@@ -27,6 +27,15 @@ _OP_UPCAST = FixTemplate(
     "tensor is needed, after this op.",
     when=frozenset({"op-upcast"}),
 )
+_OP_SCALE_FIRST = FixTemplate(
+    "Divide an operand, not the product, {at}: the same value, and `{op}` no longer passes {limit} "
+    "before the division",
+    "{scaled}",
+    "(a @ b) / c equals (a / c) @ b: dividing after the product comes too late for {dtype_name}, whose "
+    "product overflowed first; the result stays in {dtype_name}. If the divided product still "
+    "overflows, compute it in float32 (the next fix).",
+    when=frozenset({"op-scale"}),
+)
 _OP_CLAMP_EXP = FixTemplate(
     "Bound the exponent of `{op}` {at}: its result then stays below {dtype_name}'s {limit}",
     "{clamped}",
@@ -88,6 +97,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "from finite inputs; the modules after it only passed it on."
         ),
         fixes=(
+            _OP_SCALE_FIRST,
             _OP_CLAMP_EXP,
             _OP_UPCAST,
             FixTemplate(

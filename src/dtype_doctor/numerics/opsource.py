@@ -279,14 +279,54 @@ def dtype_of(file: str | None, line: int | None, op: str) -> str | None:
     return None
 
 
+_PRODUCTS = ("matmul", "__matmul__", "__rmatmul__", "bmm", "mm")
+
+
+def scaled_first(file: str | None, line: int | None, op: str) -> str | None:
+    """`s = a @ b / c` rewritten `s = (a / c) @ b` (`torch.bmm(q, k) / c` → `torch.bmm(q / c, k)`):
+    the same value, with the division applied before the product can overflow."""
+    if _bare(op) not in _PRODUCTS:
+        return None
+    found = _op_in(file, line, op)
+    if found is None:
+        return None
+    text, node, call, receiver = found
+    first = call.left if isinstance(call, ast.BinOp) else receiver
+    parent = next(
+        (
+            n
+            for n in ast.walk(node)
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and n.left is call
+        ),
+        None,
+    )
+    if parent is None or first is None or first.lineno != call.lineno:  # type: ignore[attr-defined]
+        return None
+    product, operand, scale = (_segment(file, n) for n in (call, first, parent.right))  # type: ignore[arg-type]
+    if not (product and operand and scale):
+        return None
+    start = first.col_offset - call.col_offset  # type: ignore[attr-defined]
+    divided = f"{_wrap(operand, first)} / {scale}"
+    divided = f"({divided})" if isinstance(call, ast.BinOp) else divided
+    new = product[:start] + divided + product[start + len(operand) :]
+    return _replace(file, text, node, parent, lambda _src: new)  # type: ignore[arg-type]
+
+
 def float32_names(
     file: str | None, line: int | None, op: str, tensors: int, limit: float | None
 ) -> tuple[set[str], dict[str, str]]:
     """The catalog context and names of the remedies for an op whose result the low dtype cannot
-    hold: `op-clamp` (`clamped`: an exp's exponent bounded, when `limit` is its dtype's largest value)
+    hold (`limit`: its dtype's largest value; None when the op is not an overflow): `op-scale`
+    (`scaled`: a product's divisor applied to an operand first), `op-clamp` (`clamped`: an exp's
+    exponent bounded)
     and `op-upcast` (`upcast`: the statement with every tensor operand upcast; `operands`: which)."""
     ctx: set[str] = set()
     names: dict[str, str] = {}
+    scaled = scaled_first(file, line, op) if limit else None
+    if scaled:
+        ctx.add("op-scale")
+        names["scaled"] = scaled
+        names["limit"] = f"{limit:g}"
     clamped = clamped_exp(file, line, op, limit) if limit else None
     if clamped:
         ctx.add("op-clamp")
