@@ -175,3 +175,41 @@ def test_gradients_accumulated_in_bfloat16_parameters_are_fixed_at_the_module_ca
     grad, want = net[0].weight.grad, ref[0].weight.grad
     assert grad.dtype == torch.float32
     assert ((grad - want).abs().max() / want.abs().max()).item() < 0.01
+
+
+def _stats(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    power = (feats * feats).sum(-1)  # mark: power
+    gram = feats @ feats.t()  # mark: gram
+    return power, gram
+
+
+def test_two_overflows_computed_from_one_float16_output_are_fixed_once_where_it_is_made():
+    from dtype_doctor.causes import group_by_cause
+
+    layer = nn.Linear(16, 64).half()
+    with dd.watch(numerics=True) as s, torch.no_grad():
+        layer.weight.fill_(2.0)
+        layer.bias.zero_()
+        feats = layer(torch.full((3, 16), 2.0).half())  # mark: made
+        _stats(feats)
+    overflows = [f for f in group_by_cause(s.report).findings if f.code == "fp16-overflow"]
+    assert {f.location.line for f in overflows} == {_line("power"), _line("gram")}
+    for f in overflows:  # one root, one edit for both
+        assert f.root_cause.startswith("float16 output of Linear `feats` (")
+        assert f"{HERE.name}:{_line('made')}) → 2 findings" in f.root_cause
+        assert f.fixes[0].snippet == "feats = feats.to(torch.float32)"
+        assert HERE.name in f.fixes[0].file and f.fixes[0].line == _line("made")
+    feats = _exec(overflows[0].fixes[0].snippet, {"feats": feats})["feats"]
+    power, gram = _stats(feats)
+    assert torch.isfinite(power).all() and torch.isfinite(gram).all()
+    assert power[0].item() == 64 * 64.0**2
+
+
+def test_a_single_overflow_keeps_its_own_statements_fix_first():
+    from dtype_doctor.causes import group_by_cause
+
+    a = torch.full((2, 3, 64), 40.0).half()
+    with dd.watch(numerics=True) as s:
+        _energy(a, a)
+    (f,) = [f for f in group_by_cause(s.report).findings if f.code == "fp16-overflow"]
+    assert f.fixes[0].snippet == "energy = torch.bmm(a.float(), b.transpose(1, 2).float())"
