@@ -59,3 +59,18 @@ def test_a_deliberate_float32_region_is_cast_where_it_leaves_not_lowered_where_i
     exec(compile(source, "<fix>", "exec"), scope)
     out = scope["forward"](model, x)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+
+
+def test_a_fix_a_replay_found_failing_is_never_shown_first():
+    from dtype_doctor import remedies
+    from dtype_doctor.processors import present
+
+    model = Codebook().to(torch.bfloat16)
+    with dd.watch(model=model) as s, pytest.raises(RuntimeError):
+        model(torch.randn(3, 6, dtype=torch.bfloat16))
+    (f,) = s.report.errors
+    failing = remedies.revise(f.fixes[-1], verified=False, verification="fails: replayed, RuntimeError")
+    f.fixes = [failing, *f.fixes[:-1]]
+    shown = present(s.report).findings[0].fixes
+    assert shown[0].verified is not False and shown[-1] == failing
+    assert [x.snippet for x in shown[:-1]] == [x.snippet for x in f.fixes[1:]]  # the others keep their order
