@@ -6,9 +6,10 @@
 For each script, in a temporary copy: `dtype-doctor run --json` (retried with `--numerics` when plain
 `run` reports no error or warning, as the patterns' scorer does); the first fix with code of the first
 error (else warning) finding is taken with the place it states (its `file`/`line`, else the last
-`FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning what the line
-assigns replaces it, except a cast of it, `x = x.to(...)`, which goes after the line, anything else
-goes before the line, indented like it), and the patched copy is run with plain python: exit 0 is "works".
+`FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning
+what the line assigns replaces it, except a cast of it, `x = x.to(...)`, which goes after the line;
+a bare call of the function the line calls replaces it; anything else goes before the line,
+indented like it), and the patched copy is run with plain python: exit 0 is "works".
 One line per script, then `fix by hand: W/N`. Exit code is always 0. Standard library only.
 """
 
@@ -82,6 +83,13 @@ def _recasts(stmt: ast.stmt) -> bool:
     return value is not getattr(stmt, "value", None) and bool(_targets(stmt) & {ast.unparse(value)})
 
 
+def _same_call(new: ast.stmt, old: ast.stmt | None) -> bool:
+    """Both statements are a bare call of the same function (`f(n, dtype=torch.float32)` for
+    `f(n, dtype=torch.get_default_dtype())`): the snippet is the line rewritten."""
+    calls = [s.value for s in (new, old) if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)]
+    return len(calls) == 2 and ast.unparse(calls[0].func) == ast.unparse(calls[1].func)
+
+
 def paste(text: str, line: int, snippet: str) -> str:
     """`text` with `snippet` pasted at `line` (1-based) the way a user reads "at FILE:LINE"."""
     lines = text.splitlines(keepends=True)
@@ -105,6 +113,8 @@ def paste(text: str, line: int, snippet: str) -> str:
         if _recasts(first):  # x = x.to(...): after the line that made x
             return "".join([*lines[:end], body, *lines[end:]])
         return "".join([*lines[: at - 1], body, *lines[end:]])  # the line rewritten: instead of it
+    if _same_call(first, stmt):  # the line's call with other arguments: instead of it
+        return "".join([*lines[: at - 1], body, *lines[end:]])
     registers = isinstance(first, ast.Expr) and "register_" in ast.unparse(first)
     if registers and stmt is not None and isinstance(stmt, ast.Assign):
         return "".join([*lines[: at - 1], body, *lines[end:]])

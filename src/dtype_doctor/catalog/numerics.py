@@ -53,8 +53,8 @@ _OP_FACTORY = FixTemplate(
     when=frozenset({"op-factory"}),
 )
 _OP_CALLER = FixTemplate(
-    "Pass float32 where the dtype is chosen ({caller}): the values, and what is computed from them, "
-    "are made in float32",
+    "Pass float32 where the dtype is chosen: this call instead of the one at {caller}; the values, "
+    "and what is computed from them, are made in float32",
     "{passed}",
     "The call hands its dtype to the factory and to everything made next to it (a frequency table "
     "cast to it, the angles): in float32 all of it is exact; cast only the finished result where "
