@@ -6,9 +6,10 @@
 For each script, in a temporary copy: `dtype-doctor run --json` (retried with `--numerics` when plain
 `run` reports no error or warning, as the patterns' scorer does); the first fix with code of the first
 error (else warning) finding is taken with the place it states (its `file`/`line`, else the last
-`FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning what the line
-assigns replaces it, `x = x.to(...)` after a line that makes `x` goes after it, anything else goes
-before the line, indented like it), and the patched copy is run with plain python: exit 0 is "works".
+`FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning
+what the line assigns replaces it, except a cast of it, `x = x.to(...)`, which goes after the line;
+a bare call of the function the line calls replaces it; anything else goes before the line,
+indented like it), and the patched copy is run with plain python: exit 0 is "works".
 One line per script, then `fix by hand: W/N`. Exit code is always 0. Standard library only.
 """
 
@@ -67,6 +68,28 @@ def _targets(stmt: ast.stmt) -> set[str]:
     return out
 
 
+_CASTS = {"to", "float", "double", "half", "bfloat16", "type"}
+
+
+def _recasts(stmt: ast.stmt) -> bool:
+    """`x = x.to(...)` (`x.float()`, ...): the snippet casts what the line made, so it goes after it;
+    any other assignment to the line's target (`s = e if s is None else s.float() + e`) is the line
+    rewritten, read as "instead of it"."""
+    value = getattr(stmt, "value", None)
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _CASTS:
+        value = value.func.value
+        if isinstance(value, ast.Attribute) and value.attr == "data":
+            value = value.value
+    return value is not getattr(stmt, "value", None) and bool(_targets(stmt) & {ast.unparse(value)})
+
+
+def _same_call(new: ast.stmt, old: ast.stmt | None) -> bool:
+    """Both statements are a bare call of the same function (`f(n, dtype=torch.float32)` for
+    `f(n, dtype=torch.get_default_dtype())`): the snippet is the line rewritten."""
+    calls = [s.value for s in (new, old) if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)]
+    return len(calls) == 2 and ast.unparse(calls[0].func) == ast.unparse(calls[1].func)
+
+
 def paste(text: str, line: int, snippet: str) -> str:
     """`text` with `snippet` pasted at `line` (1-based) the way a user reads "at FILE:LINE"."""
     lines = text.splitlines(keepends=True)
@@ -87,10 +110,11 @@ def paste(text: str, line: int, snippet: str) -> str:
         and isinstance(stmt, (ast.Assign, ast.AnnAssign))
         and _targets(first) & _targets(stmt)
     ):
-        reads = {ast.unparse(n) for n in ast.walk(first.value) if isinstance(n, (ast.Name, ast.Attribute))}
-        if _targets(first) & reads:  # x = x.to(...): after the line that made x
+        if _recasts(first):  # x = x.to(...): after the line that made x
             return "".join([*lines[:end], body, *lines[end:]])
-        return "".join([*lines[: at - 1], body, *lines[end:]])  # a new way to make x: instead of it
+        return "".join([*lines[: at - 1], body, *lines[end:]])  # the line rewritten: instead of it
+    if _same_call(first, stmt):  # the line's call with other arguments: instead of it
+        return "".join([*lines[: at - 1], body, *lines[end:]])
     registers = isinstance(first, ast.Expr) and "register_" in ast.unparse(first)
     if registers and stmt is not None and isinstance(stmt, ast.Assign):
         return "".join([*lines[: at - 1], body, *lines[end:]])

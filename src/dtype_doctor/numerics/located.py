@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from .. import catalog, remedies
 from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW
 from ..catalog.shared_remedies import KEEP_MODULE
@@ -144,18 +146,15 @@ def traced_text(finding: Finding, first: Traced) -> None:
     place = where(first.file, first.line)
     finding.message += f" Inside it, `{expr}` ({place}) went inf/NaN in {dtype} from finite operands."
     traced(finding, first)
-    snippet = opsource.upcast(first.file, first.line, first.op)
-    if snippet and finding.code == FP16_OVERFLOW:  # the op computed in float32, in the user's statement
-        receiver = opsource.receiver(first.file, first.line, first.op) or "its operand"
-        names = {
-            "op": expr,
-            "at": f"at {place}",
-            "dtype_name": dtype,
-            "upcast": snippet,
-            "receiver": receiver,
-            "places": {OP: at} if (at := frame_place(first.file, first.line)) else None,
-        }
-        finding.fixes = catalog.fixes_for(finding.code, {"op-upcast"}, **names)[:1] + finding.fixes
+    if finding.code != FP16_OVERFLOW:
+        return
+    limit = torch.finfo(first.dtype).max
+    ctx, names = opsource.float32_names(first.file, first.line, first.op, len(first.ins), limit)
+    if ctx:  # the op bounded or computed in float32, in the user's statement
+        at = frame_place(first.file, first.line)
+        names.update(op=expr, at=f"at {place}", dtype_name=dtype, places={OP: at} if at else None)
+        ahead = [f for f in catalog.fixes_for(finding.code, ctx, **names) if f.snippet in names.values()]
+        finding.fixes = remedies.first(finding.fixes, *ahead)
 
 
 def wants_op_scan(p: Producer) -> bool:

@@ -338,7 +338,7 @@ def _better_fixes(
     if island is None and odd is not None and odd.origin is not None and expected is not None:
         at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
-            finding.fixes = [at_root, *finding.fixes]
+            finding.fixes = causes.with_root_fix(finding, at_root)
     if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:
         call = f"{short_path(rooted[1].f_code.co_filename)}:{rooted[1].f_lineno}"
         held_odd = [o.origin for o in finding.operands if o.origin and o.dtype != canonical(expected)]
