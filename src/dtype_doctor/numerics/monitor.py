@@ -112,7 +112,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             else None
         )
         self._place_of = place_of  # a root → the user's name for it and the places of its fixes
-        self._root_places: dict[int, dict[str, Any]] = {}  # id(root) → place_of(root), at its first call
+        self._root_places: dict[int, dict[str, Any]] = {}  # id(root) → place_of(root), at its 1st call
         self._advisor = advice.Advisor(self.report, self.evidence)
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
@@ -220,15 +220,6 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
     def busy(self) -> bool:
         """True while the monitor runs modules itself (float32 re-runs, op-level scans)."""
         return self._busy
-
-    def evidence(self, path: str | None) -> dict[str, Any]:
-        """What the user's code knows of the root that holds module `path`: its name (`model`) and
-        the places its fixes are pasted at (`places`), and the module's path in that root (`in_root`:
-        a second root's modules are named after its class), as remedies take them."""
-        root = self._root_of.get(path or "")
-        if root is None:
-            return {}
-        return {**self._root_places.get(id(root[0]), {}), "in_root": root[1]}
 
     # -- module adoption ----------------------------------------------------------------------
     def _adopt(self, root: nn.Module, prefix: str) -> None:

@@ -21,6 +21,13 @@ class ReRuns:
     accuracy: Any
     report: Any
 
+    def evidence(self, path: str | None) -> dict[str, Any]:
+        """For the findings' remedies: the user's name for the root holding `path` (`model`), the
+        places of its fixes (`places`), and the path in that root (`in_root`: a second root's is
+        prefixed by its class)."""
+        root = self._root_of.get(path or "")
+        return {**self._root_places.get(id(root[0]), {}), "in_root": root[1]} if root else {}
+
     def _reference(self, path: str, module: nn.Module, args: tuple, kwargs: dict, low: bool) -> list | None:
         if self.accuracy is None or not low_call(module, args, kwargs, low):
             return None
