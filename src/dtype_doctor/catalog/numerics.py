@@ -37,6 +37,7 @@ _OP_SCALE_FIRST = FixTemplate(
     "product overflowed first; the result stays in {dtype_name}. If the divided product still "
     "overflows, compute it in float32 (the next fix).",
     when=frozenset({"op-scale"}),
+    place=OP,
 )
 _OP_CLAMP_EXP = FixTemplate(
     "Bound the exponent of `{op}` {at}: its result then stays below {dtype_name}'s {limit}",
@@ -46,6 +47,7 @@ _OP_CLAMP_EXP = FixTemplate(
     "{dtype_name}) and overflows there. A learned temperature or scale is clamped before its exp "
     "(CLIP clamps its logit scale at 100); choose a tighter bound if the model needs one.",
     when=frozenset({"op-clamp"}),
+    place=OP,
 )
 _OP_FACTORY = FixTemplate(
     "Make the values in float32 {at} and cast only what is computed from them",

@@ -11,7 +11,7 @@ import torch
 
 from .. import catalog
 from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
-from ..remedies.places import BIRTH, OP
+from ..remedies.places import BIRTH, INPUT, OP
 from ..report import Evidence, Finding, Location, Operand, Origin, Severity
 from . import opsource
 from .frames import place, where
@@ -102,6 +102,8 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
         ctx |= more
         names.update(written)
     at = {OP: place(file, line), BIRTH: place(born.file, born.line) if born is not None else None}
+    if names.get("passed"):  # the caller's line, where the dtype it passes is chosen
+        at[INPUT] = place(*hit.caller)
     names["places"] = {kind: p for kind, p in at.items() if p is not None}
     return ctx, names
 
