@@ -8,14 +8,15 @@ For each script, in a temporary copy: `dtype-doctor run --json` (retried with `-
 error (else warning) finding is taken with the place it states (its `file`/`line`, else the last
 `FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning what the line
 assigns replaces it, `x = x.to(...)` after a line that makes `x` goes after it, anything else goes
-before the line, indented like it), and the patched copy is run with plain python: exit 0 is "works".
+before the line, indented like it: the rule of src/dtype_doctor/patching/paste.py, which `run --write`
+follows too), and the patched copy is run with plain python: exit 0 is "works".
 One line per script, then `fix by hand: W/N`. Exit code is always 0. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
+import importlib.util
 import json
 import os
 import re
@@ -27,6 +28,20 @@ from pathlib import Path
 
 TIMEOUT = 300
 _PLACE = re.compile(r"([\w./-]+\.py):(\d+)")
+# the paste rule is the package's own (patching/paste.py, standard library only), loaded by path so that
+# this script measures exactly what `run --write` pastes, without importing the package (or torch)
+_RULE = Path(__file__).resolve().parents[1] / "src" / "dtype_doctor" / "patching" / "paste.py"
+
+
+def _load_rule():
+    spec = importlib.util.spec_from_file_location("_paste_rule", _RULE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_rule = _load_rule()
+paste, _code_lines = _rule.paste, _rule.code_lines
 
 
 def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
@@ -52,49 +67,9 @@ def first_fix(findings: list[dict]) -> tuple[dict, dict] | None:
             if f.get("severity") != severity:
                 continue
             for fix in f.get("fixes", []):
-                code = [ln for ln in fix.get("snippet", "").splitlines() if ln.split("#")[0].strip()]
-                if code and fix.get("language", "python") == "python":
+                if _code_lines(fix.get("snippet", "")) and fix.get("language", "python") == "python":
                     return f, fix
     return None
-
-
-def _targets(stmt: ast.stmt) -> set[str]:
-    out: set[str] = set()
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
-    for t in targets:
-        if t is not None:
-            out.add(ast.unparse(t))
-    return out
-
-
-def paste(text: str, line: int, snippet: str) -> str:
-    """`text` with `snippet` pasted at `line` (1-based) the way a user reads "at FILE:LINE"."""
-    lines = text.splitlines(keepends=True)
-    tree = ast.parse(text)
-    around = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.stmt) and n.lineno <= line <= (n.end_lineno or n.lineno)
-    ]
-    stmt = min(around, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if around else None
-    first = ast.parse(snippet).body[0]
-    at = stmt.lineno if stmt is not None else line
-    indent = re.match(r"\s*", lines[at - 1]).group(0)
-    body = "".join(indent + ln + "\n" for ln in snippet.splitlines())
-    end = (stmt.end_lineno or at) if stmt is not None else at
-    if (
-        stmt is not None
-        and isinstance(stmt, (ast.Assign, ast.AnnAssign))
-        and _targets(first) & _targets(stmt)
-    ):
-        reads = {ast.unparse(n) for n in ast.walk(first.value) if isinstance(n, (ast.Name, ast.Attribute))}
-        if _targets(first) & reads:  # x = x.to(...): after the line that made x
-            return "".join([*lines[:end], body, *lines[end:]])
-        return "".join([*lines[: at - 1], body, *lines[end:]])  # a new way to make x: instead of it
-    registers = isinstance(first, ast.Expr) and "register_" in ast.unparse(first)
-    if registers and stmt is not None and isinstance(stmt, ast.Assign):
-        return "".join([*lines[: at - 1], body, *lines[end:]])
-    return "".join([*lines[: at - 1], body, *lines[at - 1 :]])
 
 
 def judge(exe: str, script: Path, numerics: bool) -> tuple[bool, str]:
