@@ -5,6 +5,7 @@ At the statement holding LINE, indented like it:
 - a snippet statement that assigns what the line assigns (`x = ...` at `x = ...`) replaces the line;
   `x = x.to(...)` (it reads what the line makes) goes after it instead, unless it calls what the
   line calls (`x = f(x.float())` at `x = f(x)`: the line rewritten);
+- a `return` at a `return`, a call statement at a call of the same function, replaces the line;
 - a snippet that repeats the line's statement (`s = s.float()` then the line itself) replaces it, the
   line keeping its own text (comments, formatting) where the snippet repeats it;
 - a `register_...` call at an assignment replaces it (the attribute becomes a buffer where it was set);
@@ -104,6 +105,9 @@ def paste_span(text: str, line: int, snippet: str) -> tuple[int, int, str]:
         if _targets(first) & reads and not _same_call(first, stmt):  # x = x.to(...): after the line
             return starts[end], starts[end], new
         return starts[at - 1], starts[end], new  # a new way to make x: instead of it
+    rewrites = isinstance(first, ast.Return) and isinstance(stmt, ast.Return)
+    if rewrites or (isinstance(first, ast.Expr) and isinstance(stmt, ast.Expr) and _same_call(first, stmt)):
+        return starts[at - 1], starts[end], new  # `return f(x.float())` at `return f(x)`: the line rewritten
     registers = isinstance(first, ast.Expr) and "register_" in ast.unparse(first)
     if registers and stmt is not None and isinstance(stmt, ast.Assign):
         return starts[at - 1], starts[end], new

@@ -111,7 +111,8 @@ class Planner:
     def in_lineage_order(self, f: Finding) -> list[Candidate]:
         """The structural candidates (built root first) with the report's shown fixes, pasted, merged
         in: a shown fix goes before the first structural candidate that edits later in the odd dtype's
-        lineage (earliest birth first); one whose replay the tool saw fail goes last."""
+        lineage (earliest birth first); one that states no place after them, one whose replay the tool
+        saw fail last."""
         ranks = shown.lineage(f)
         out = [(self.edits_rank(ranks, c), c) for c in self.candidates(f)]
         failed: list[Candidate] = []
@@ -120,7 +121,8 @@ class Planner:
             if fix.failed:
                 failed.append(cand)
                 continue
-            at = shown.rank(ranks, fix.edit.path, fix.line)
+            # a fix pasted where it states no place comes after every other
+            at = shown.rank(ranks, fix.edit.path, fix.line) if fix.stated else shown.UNKNOWN + 1
             i = next((i for i, (r, _) in enumerate(out) if r > at), len(out))
             out.insert(i, (at, cand))
         return [c for _, c in out] + failed

@@ -36,6 +36,7 @@ class Shown:
     edit: Edit
     line: int
     failed: bool  # the tool's own replay of it failed
+    stated: bool  # at the place the fix states (else at a birth or the finding's line)
 
 
 def finding_files(f: Finding) -> list[str]:
@@ -115,7 +116,7 @@ def shown_fixes(
             title += f" (pasted at {src.path}:{line}: the fix states no place)"
         elif f"{os.path.basename(src.path)}:{line}" not in title:
             title += f" ({src.path}:{line})"
-        yield Shown(title, Edit(src.path, start, end, text), line, fix.verified is False)
+        yield Shown(title, Edit(src.path, start, end, text), line, fix.verified is False, stated)
 
 
 def lowers(src: Source, line: int, snippet: str) -> bool:
