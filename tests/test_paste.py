@@ -174,3 +174,16 @@ def test_run_numerics_write_writes_the_shown_fix_for_a_silent_overflow(tmp_path:
         [sys.executable, script.name], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_no_edit_is_never_said_to_be_no_root_cause_in_your_files(tmp_path: Path, monkeypatch) -> None:
+    from dtype_doctor.patching import propose, run_command
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "sums.py"
+    path.write_text(HALF_SUMS)
+    report = _report(path, 4, [{"title": "Use a wider accumulator", "snippet": ""}])
+    section = propose(report, run_command(str(path), []), str(tmp_path)).section
+    assert section.verified is None and not section.diff
+    assert "no root cause lies in" not in section.outcome
+    assert section.outcome.startswith(f"no edit of {path} could be derived from the findings")

@@ -15,6 +15,7 @@ from ..report import Report, Severity
 from ..sections import SourcePatch
 from .plan import Candidate, Cause, Planner, is_user_file, plan
 from .search import search
+from .shown import finding_files
 from .source import diff_bytes, unified_diff
 from .verify import Command, Replay, check_command, replay, run_command
 
@@ -65,11 +66,7 @@ def propose(
     planner = Planner(user_file, home)
     causes = planner.plan(report)
     if not causes:
-        what = (
-            "no root cause lies in (or is called from) a file of yours"
-            if report.findings
-            else "nothing to fix"
-        )
+        what = _why_none(report, planner) if report.findings else "nothing to fix"
         return Proposal(SourcePatch(verified=None if report.findings else True, outcome=what))
     originals = {path: src.text for path, src in planner.sources.items() if src is not None}
     encodings = {path: src.encoding for path, src in planner.sources.items() if src is not None}
@@ -105,6 +102,20 @@ def propose(
         outcome=outcome,
     )
     return Proposal(section, {p: originals[p] for p in files}, files, {p: encodings[p] for p in files})
+
+
+def _why_none(report: Report, planner: Planner) -> str:
+    """Why no edit is proposed: the findings touch no file of the user's, or none gave an edit there."""
+    mine = [
+        path
+        for f in report.findings
+        for path in finding_files(f)
+        if f.severity in (Severity.ERROR, Severity.WARNING) and planner.source(path) is not None
+    ]
+    if not mine:
+        return "no root cause lies in (or is called from) a file of yours"
+    names = ", ".join(dict.fromkeys(mine))
+    return f"no edit of {names} could be derived from the findings: no shown fix with code could be pasted there, and no cast applies"
 
 
 def _why_chosen(chosen: list[Candidate], result: Replay, log: list[tuple[list[Candidate], Replay]]) -> str:
