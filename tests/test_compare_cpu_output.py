@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,29 +24,42 @@ TESTS = Path(__file__).parent
 FAST = ("-n", "1", "--warmup", "0", "--no-progress")
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def cli(*args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{TESTS}", "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "dtype_doctor", "compare", *args], capture_output=True, text=True, env=env
+    return subprocess.Popen(
+        [sys.executable, "-m", "dtype_doctor", "compare", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
-@pytest.fixture(scope="module")
-def vae_run() -> subprocess.CompletedProcess:
+def _compare_vae() -> subprocess.Popen:
     # a real diffusers AutoencoderKL: diffusers warns at each `.to(float16)`, once per precision
     return cli(f"{TESTS / 'numerics_models.py'}:make_vae", "-i", "1x3x16x16", "-p", "fp32,fp16,bf16", *FAST)
 
 
-def test_cpu_peak_memory_is_measured_and_said_how(vae_run):
-    out = vae_run.stdout
-    rows = {
-        m[0]: m[1]
-        for m in re.findall(r"^ (fp32|fp16|bf16)\s+\S+.*?\s(\d[\d.]*[KMG]?B?)\s+\S+\s*$", out, re.M)
-    }
-    assert set(rows) == {"fp32", "fp16", "bf16"}, out
-    assert "0B" not in rows.values()
-    caption = "peak mem: weights + the first run's peak of live tensor bytes (CPU: tensors only)"
-    assert caption in re.sub(r"\s+", " ", out)
+@pytest.fixture(scope="module", autouse=True)
+def vae_started(request: pytest.FixtureRequest) -> Iterator[subprocess.Popen | None]:
+    """The CLI's compare of the VAE, started with this file's first test when a selected test reads
+    it: the in-process tests run meanwhile."""
+    here = Path(__file__).resolve()
+    wanted = any(
+        item.path == here and "vae_run" in getattr(item, "fixturenames", ()) for item in request.session.items
+    )
+    proc = _compare_vae() if wanted else None
+    yield proc
+    if proc is not None and proc.poll() is None:  # a test stopped the session before it was read
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def vae_run(vae_started: subprocess.Popen | None) -> subprocess.CompletedProcess:
+    proc = vae_started or _compare_vae()
+    out, err = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_cpu_peak_memory_of_half_precision_is_about_half():
@@ -59,11 +73,6 @@ def test_cpu_peak_memory_of_half_precision_is_about_half():
         assert 0.3 < v[low]["peak_memory_bytes"] / fp32 < 0.7
     recommendation = next(f for f in report.findings if f.code == "precision-recommendation")
     assert "0.00× fp32" not in str(recommendation.message) + str(recommendation.data)
-
-
-def test_a_library_warning_repeated_at_each_build_is_printed_once(vae_run):
-    said = vae_run.stderr.count("There are modules in AutoencoderKL that should be kept in float32")
-    assert said == 1, vae_run.stderr
 
 
 def _overlaps(boxes: list) -> list[tuple[int, int]]:
@@ -111,3 +120,20 @@ def test_svg_bar_labels_of_many_modules_are_slanted_inside_the_picture():
         assert full in modules and shown.endswith(full[-10:])  # cut at the front: the end tells apart
         depth = len(shown) * 6.5 * 0.87
         assert float(y) + depth <= height and float(x) - len(shown) * 6.5 * 0.5 >= 0
+
+
+def test_cpu_peak_memory_is_measured_and_said_how(vae_run):
+    out = vae_run.stdout
+    rows = {
+        m[0]: m[1]
+        for m in re.findall(r"^ (fp32|fp16|bf16)\s+\S+.*?\s(\d[\d.]*[KMG]?B?)\s+\S+\s*$", out, re.M)
+    }
+    assert set(rows) == {"fp32", "fp16", "bf16"}, out
+    assert "0B" not in rows.values()
+    caption = "peak mem: weights + the first run's peak of live tensor bytes (CPU: tensors only)"
+    assert caption in re.sub(r"\s+", " ", out)
+
+
+def test_a_library_warning_repeated_at_each_build_is_printed_once(vae_run):
+    said = vae_run.stderr.count("There are modules in AutoencoderKL that should be kept in float32")
+    assert said == 1, vae_run.stderr

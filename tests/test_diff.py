@@ -11,7 +11,9 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -57,22 +59,53 @@ def _apply(diff: str, cwd: Path, tool: str) -> None:
     subprocess.run(cmd, input=diff, cwd=cwd, text=True, check=True, capture_output=True)
 
 
+def _zoo_run(name: str, folder: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    shutil.copy(ZOO / name, folder / name)
+    return folder, _cli("run", "--diff", "--json=report.json", "--no-color", name, cwd=folder)
+
+
+class _Started(dict):
+    """{test key: the future of its first, longest program}, each in a directory of its own;
+    a key not started yet starts when a test asks for it."""
+
+    def __init__(self, pool: ThreadPoolExecutor, tmp: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.pool, self.tmp = pool, tmp
+        self.jobs = {name: partial(_zoo_run, name) for name in CASES} | {
+            "test_check_diff_edits_the_factory": _check_diff_factory,
+            "test_write_refuses_a_dirty_git_file_and_writes_a_clean_one": _write_dirty_then_clean,
+            "test_clip_before_unscale_is_moved_once_numerics_reports_it": _clip_diff,
+        }
+
+    def __missing__(self, key: str) -> Future:
+        self[key] = self.pool.submit(self.jobs[key], self.tmp.mktemp(key.removesuffix(".py")))
+        return self[key]
+
+
 @pytest.fixture(scope="module")
-def zoo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
-    """`run --diff` of every zoo script, a few at a time (each in its own directory)."""
-
-    def one(name: str) -> tuple[Path, subprocess.CompletedProcess]:
-        folder = tmp_path_factory.mktemp(name.removesuffix(".py"))
-        shutil.copy(ZOO / name, folder / name)
-        return folder, _cli("run", "--diff", "--json=report.json", "--no-color", name, cwd=folder)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(4, (os.cpu_count() or 2) // 2))) as pool:
-        return dict(zip(sorted(CASES), pool.map(one, sorted(CASES)), strict=True))
+def started(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Run serially (a 2-core CI: the test process mostly waits), every selected test's program
+    starts at once, as many at a time as there are cores (at most 4): a test waits for its own while
+    the others run on. Under pytest-xdist, whose workers share out the tests and the cores, each
+    starts when its test asks, one at a time."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            yield _Started(pool, tmp_path_factory)
+        return
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        ahead = _Started(pool, tmp_path_factory)
+        here = Path(__file__).resolve()
+        for item in request.session.items:
+            if item.path == here:
+                params = getattr(item, "callspec", None)
+                ahead[params.params["name"] if params else item.originalname]  # started now
+        yield ahead
+        pool.shutdown(cancel_futures=True)  # after -x stopped the session: none not started yet
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_run_diff_fixes_the_script(name: str, zoo_runs: dict) -> None:
-    folder, proc = zoo_runs[name]
+def test_run_diff_fixes_the_script(name: str, started: dict) -> None:
+    folder, proc = started[name].result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RuntimeError" in proc.stderr  # the bug, as the user meets it
     section = _patch_section(folder / "report.json")
@@ -98,19 +131,23 @@ def _cli_python(name: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_check_diff_edits_the_factory(tmp_path: Path) -> None:
-    shutil.copy(ZOO / "factory_head.py", tmp_path / "factory_head.py")
-    proc = _cli(
-        "check", "factory_head.py:build", "--input", "2x16:float16", "--diff", "--json=r.json", cwd=tmp_path
+def _check_diff_factory(folder: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    shutil.copy(ZOO / "factory_head.py", folder / "factory_head.py")
+    return folder, _cli(
+        "check", "factory_head.py:build", "--input", "2x16:float16", "--diff", "--json=r.json", cwd=folder
     )
+
+
+def test_check_diff_edits_the_factory(started: dict) -> None:
+    folder, proc = started["test_check_diff_edits_the_factory"].result()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    section = _patch_section(tmp_path / "r.json")
+    section = _patch_section(folder / "r.json")
     assert (
         "+    model.head = nn.Linear(32, 4, dtype=torch.float16)  # after .half(): float32" in section["diff"]
     )
     assert "+import torch\n" in section["diff"]  # the file had only `from torch import nn`
-    _apply(section["diff"], tmp_path, "patch")
-    again = _cli("check", "factory_head.py:build", "--input", "2x16:float16", cwd=tmp_path)
+    _apply(section["diff"], folder, "patch")
+    again = _cli("check", "factory_head.py:build", "--input", "2x16:float16", cwd=folder)
     assert again.returncode == 0, again.stdout
 
 
@@ -120,38 +157,54 @@ def _git(cwd: Path, *args: str) -> None:
     )
 
 
-def test_write_refuses_a_dirty_git_file_and_writes_a_clean_one(tmp_path: Path) -> None:
-    script = tmp_path / "numpy_input.py"
+def _write_dirty_then_clean(folder: Path) -> dict:
+    """`run --write` on a file with uncommitted changes, then again once they are committed: each
+    run's process and what the folder held after it."""
+    script = folder / "numpy_input.py"
     original = (ZOO / "numpy_input.py").read_text()
     script.write_text(original)
-    _git(tmp_path, "init", "-q")
-    _git(tmp_path, "add", "numpy_input.py")
-    _git(tmp_path, "commit", "-qm", "start")
+    _git(folder, "init", "-q")
+    _git(folder, "add", "numpy_input.py")
+    _git(folder, "commit", "-qm", "start")
     dirty = original + "# an edit not committed\n"
     script.write_text(dirty)
-    proc = _cli("run", "--write", "--no-color", "numpy_input.py", cwd=tmp_path)
+    refused = _cli("run", "--write", "--no-color", "numpy_input.py", cwd=folder)
+    after_refused = script.read_text(), (folder / "numpy_input.py.orig").exists()
+    _git(folder, "commit", "-qam", "the edit")
+    written = _cli("run", "--write", "--no-color", "numpy_input.py", cwd=folder)
+    return {"folder": folder, "dirty": dirty, "refused": (refused, *after_refused), "written": written}
+
+
+def test_write_refuses_a_dirty_git_file_and_writes_a_clean_one(started: dict) -> None:
+    runs = started["test_write_refuses_a_dirty_git_file_and_writes_a_clean_one"].result()
+    folder, dirty = runs["folder"], runs["dirty"]
+    proc, text, backup_made = runs["refused"]
     assert proc.returncode == 1
     assert "not written: numpy_input.py has uncommitted changes in git" in proc.stderr
-    assert script.read_text() == dirty and not (tmp_path / "numpy_input.py.orig").exists()
+    assert text == dirty and not backup_made
 
-    _git(tmp_path, "commit", "-qam", "the edit")
-    proc = _cli("run", "--write", "--no-color", "numpy_input.py", cwd=tmp_path)
+    proc = runs["written"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "written: numpy_input.py" in proc.stderr
-    assert "latents = torch.from_numpy(arr).to(torch.float16)\n" in script.read_text()
-    assert (tmp_path / "numpy_input.py.orig").read_text() == dirty
-    assert _cli_python("numpy_input.py", tmp_path).returncode == 0
+    assert "latents = torch.from_numpy(arr).to(torch.float16)\n" in (folder / "numpy_input.py").read_text()
+    assert (folder / "numpy_input.py.orig").read_text() == dirty
+    assert _cli_python("numpy_input.py", folder).returncode == 0
 
 
-def test_clip_before_unscale_is_moved_once_numerics_reports_it(tmp_path: Path) -> None:
-    name = "clip_before_unscale.py"
-    shutil.copy(ZOO / name, tmp_path / name)
-    proc = _cli("run", "--numerics", "--diff", "--json=r.json", "--no-color", name, cwd=tmp_path)
-    report = json.loads((tmp_path / "r.json").read_text())
+def _clip_diff(folder: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    shutil.copy(ZOO / "clip_before_unscale.py", folder / "clip_before_unscale.py")
+    return folder, _cli(
+        "run", "--numerics", "--diff", "--json=r.json", "--no-color", "clip_before_unscale.py", cwd=folder
+    )
+
+
+def test_clip_before_unscale_is_moved_once_numerics_reports_it(started: dict) -> None:
+    folder, proc = started["test_clip_before_unscale_is_moved_once_numerics_reports_it"].result()
+    report = json.loads((folder / "r.json").read_text())
     if not any(f["data"].get("misuse") == "clip-before-unscale" for f in report["findings"]):
         pytest.skip("this build's --numerics does not report clip-before-unscale")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    diff = _patch_section(tmp_path / "r.json")["diff"]
+    diff = _patch_section(folder / "r.json")["diff"]
     assert "+    scaler.unscale_(optimizer)\n" in diff
-    _apply(diff, tmp_path, "patch")
-    assert _cli_python(name, tmp_path).returncode == 0
+    _apply(diff, folder, "patch")
+    assert _cli_python("clip_before_unscale.py", folder).returncode == 0

@@ -203,13 +203,19 @@ def test_dtype_doctor_option_keeps_a_tests_warning_filter_result(tmp_path):
     """Issue 22 item 8: a C++ warning stays the test module's, so `module=` filters match as without
     the tool (a subprocess each: torch warns about `.T` once per process)."""
     (tmp_path / "test_warned.py").write_text(WARNING_FILTER_TEST)
-    outcomes = []
-    for extra in ([], ["--dtype-doctor"]):
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-               *_plugin_args(), *extra, "test_warned.py"]  # fmt: skip
-        p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-        outcomes.append((p.returncode, "1 failed" in p.stdout))
-    assert outcomes[0] == outcomes[1] == (1, True)
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
+    runs = [  # side by side: each mostly imports torch
+        subprocess.Popen(
+            [*base, *_plugin_args(), *extra, "test_warned.py"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for extra in ([], ["--dtype-doctor"])
+    ]
+    outcomes = [("1 failed" in p.communicate(timeout=300)[0], p.returncode) for p in runs]
+    assert outcomes[0] == outcomes[1] == (True, 1)
 
 
 def test_summary_names_the_code_assert_dtype_consistent_found_not_words_of_its_text(pytester):

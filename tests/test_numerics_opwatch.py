@@ -210,7 +210,9 @@ def test_an_op_that_overflows_inside_a_forward_called_once_is_named_at_its_line_
     assert f.location.module == "temperature"  # as `run` names it: no prefix from a float32 copy
     assert f.location.line == _line("exp") and f.location.file == str(HERE)
     assert "`self.log_t.exp()`" in f.message
-    assert f.fixes[0].snippet == "scale = self.log_t.float().exp()"
+    # bounded first: a float32 exp would meet float16 again in `self.proj(x) * scale`
+    assert f.fixes[0].snippet == "scale = self.log_t.clamp(max=11.08).exp()"
+    assert f.fixes[1].snippet == "scale = self.log_t.float().exp()"
 
 
 # -- no noise --------------------------------------------------------------------------------------

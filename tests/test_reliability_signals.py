@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -35,34 +37,47 @@ def _plain_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
+def _start(script: Path, out: Path) -> subprocess.Popen:
+    """`run` of the endless script (from this, the main, thread: `_plain_signals` runs in the child)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "dtype_doctor", "run", f"--json={out}", "--no-color", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=_plain_signals,
+    )
+
+
+def _kill(proc: subprocess.Popen, sig: signal.Signals, delay: float) -> tuple[int, bytes]:
+    """`sig` sent `delay` seconds after the script said it is ready: the exit code and stderr."""
+    if proc.stdout.readline() != b"ready\n":
+        proc.kill()
+        return proc.wait(), b"the script never said ready: " + proc.communicate()[1]
+    time.sleep(delay)
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=120), proc.communicate()[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a hung run must not outlive the test
+        proc.communicate()
+        raise
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="POSIX signals")
 def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(SCRIPT)
     rng = random.Random(20)  # seeded: a failure names its delay and reproduces
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for i in range(KILLS):
-        sig = (signal.SIGTERM, signal.SIGINT)[i % 2]
-        delay = rng.uniform(0.0, 0.5)
-        out = tmp_path / f"report{i}.json"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dtype_doctor", "run", f"--json={out}", "--no-color", str(script)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            preexec_fn=_plain_signals,
-        )
-        assert proc.stdout.readline() == b"ready\n"
-        time.sleep(delay)
-        proc.send_signal(sig)
-        try:
-            _, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # a hung run must not outlive the test
-            proc.communicate()
-            raise
+    kills = [((signal.SIGTERM, signal.SIGINT)[i % 2], rng.uniform(0.0, 0.5)) for i in range(KILLS)]
+    outs = [tmp_path / f"report{i}.json" for i in range(KILLS)]
+    done = []
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: each run mostly imports torch
+        for pair in (slice(i, i + 2) for i in range(0, KILLS, 2)):
+            procs = [_start(script, out) for out in outs[pair]]
+            done += pool.map(_kill, procs, *zip(*kills[pair], strict=True))
+    for (sig, delay), out, (returncode, err) in zip(kills, outs, done, strict=True):
         where = f"{sig.name} after {delay:.3f} s"
-        assert proc.returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM), (where, proc.returncode, err)
+        assert returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM), (where, returncode, err)
         report = json.loads(out.read_text())  # whole: parses
         assert report["tool"] == "run", where
         codes = [f["code"] for f in report["findings"]]

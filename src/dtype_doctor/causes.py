@@ -96,10 +96,24 @@ def _origin_label(origin: Origin) -> str:
     )
     if read is not None:  # held wide on purpose: the read into the low computation is the place
         text += f", {read.name} at {read.file}:{read.line}"
+    handed = _farthest_value(origin) if origin.kind in ("parameter", "buffer", "cast") else None
+    if handed is not None:  # a held tensor shared from a cache, a cast to a dtype written elsewhere
+        text += f", through {handed.name} at {handed.file}:{handed.line}"
     yours = next((c for c in origin.chain if c.kind == "call" and c.file), None)
     if yours is not None and _library_line(origin):  # born in a library, called from this line
         text += f", from your line {yours.file}:{yours.line}"
     return text
+
+
+def _farthest_value(origin: Origin) -> Origin | None:
+    """The last of the value sites (a dtype constant, a cache key) an origin's chain goes through."""
+    found = next((c for c in origin.chain if c.kind == "value"), None)
+    while found is not None:
+        deeper = next((c for c in found.chain if c.kind == "value"), None)
+        if deeper is None:
+            return found
+        found = deeper
+    return None
 
 
 def root_fix(root: Origin, expected: str | None) -> Fix | None:
@@ -125,6 +139,12 @@ def _autocast_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
     return ("setup", f.code, model, where), label, None
 
 
+def _widened(f: Finding) -> str | None:
+    """float32 for an op-level overflow (a result float32 holds): the root's tensor made float32
+    fixes every op computed from it; offered only where it explains several findings."""
+    return "float32" if f.data.get("kind") == "overflow" else None
+
+
 def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
     """(identity, label, fix at the root) of the finding's root origin, or None when nothing names one."""
     if f.code == "autocast-half-conflict":
@@ -139,7 +159,7 @@ def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
         if (root.kind == "parameter" and not root.file) or root.kind == "autocast" or root.op == OWN_CAST:
             continue  # a parameter is where it is; autocast's dtype is by design, not a cause
         key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)
-        return key, _origin_label(root), root_fix(root, f.data.get("expected_dtype"))
+        return key, _origin_label(root), root_fix(root, f.data.get("expected_dtype") or _widened(f))
     if f.operands and all(o.origin is None or not o.origin.file for o in f.operands):
         # findings about what modules hold (audit): one per dtype pattern of the same family
         pattern = tuple((o.role, o.dtype) for o in f.operands)
@@ -184,6 +204,9 @@ def group_by_cause(report: Report) -> Report:
         labels.setdefault(key, label)
         if fix is not None and not any(x.title == fix.title for x in f.fixes):
             root_fixes[i] = fix
+    for members in groups.values():  # one overflow: its own statement's fix is the narrower edit
+        if len(members) == 1 and _widened(report.findings[members[0]]):
+            root_fixes.pop(members[0], None)
     causes: dict[int, str] = {}
     for key, members in groups.items():
         if len(members) < 2 and key[0] == "pattern":
@@ -196,10 +219,24 @@ def group_by_cause(report: Report) -> Report:
         for i in members:
             causes[i] = text
     findings = [
-        replace(f, root_cause=causes.get(i), fixes=remedies.behind_verified(f.fixes, root_fixes.get(i)))
+        replace(f, root_cause=causes.get(i), fixes=with_root_fix(f, root_fixes.get(i)))
         for i, f in enumerate(report.findings)
     ]
     return replace(report, findings=findings, meta=dict(report.meta))
+
+
+def with_root_fix(f: Finding, fix: Fix | None) -> list[Fix]:
+    """The root's cast ahead of the unverified fixes; last, and said so, where it would cast down a
+    tensor upcast on purpose (`x = x.float()` for a wide region): that lowers intent, and the wide
+    region's later maths mixes dtypes again; the cast where its result leaves the region comes first."""
+    intended = f.data.get("intended")
+    deliberate = intended.get("deliberate") if isinstance(intended, dict) else None
+    if fix is None or not (deliberate and fix.file and f"{fix.file}:{fix.line})" in str(deliberate)):
+        return remedies.behind_verified(f.fixes, fix)
+    if any(x.snippet.strip() == fix.snippet.strip() for x in f.fixes):
+        return f.fixes
+    title = f"{fix.title}: last resort, it lowers the deliberate upcast made there"
+    return [*f.fixes, remedies.revise(fix, title=title)]
 
 
 def by_cause(report: Report) -> list[tuple[str | None, list[Finding]]]:

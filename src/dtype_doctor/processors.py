@@ -19,7 +19,7 @@ from . import catalog
 from .catalog.family_codes import RANK_DIVERGENCE
 from .causes import group_by_cause
 from .dtype_map import report_map
-from .report import Evidence, Finding, Location, Report
+from .report import Evidence, Finding, Fix, Location, Report
 from .sections import LEGACY_META_KEYS, DtypeMap, ModuleDtypes, sections_from_meta
 from .verifying.contract import untried_reason, unverified_label
 
@@ -49,8 +49,22 @@ def lift_meta_sections(report: Report) -> Report:
 def present(report: Report) -> Report:
     """What every output shows, computed once before any renderer reads it (commands/_output.emit,
     Report's display, the integrations): schema-1 meta sections typed, each finding's root cause
-    set (causes.group_by_cause), every fix labelled (label_fixes). Renderers only read the result."""
-    return label_fixes(group_by_cause(lift_meta_sections(report)))
+    set (causes.group_by_cause), a fix known to fail never first (failing_last), every fix labelled
+    (label_fixes). Renderers only read the result."""
+    return label_fixes(failing_last(group_by_cause(lift_meta_sections(report))))
+
+
+def failing_last(report: Report) -> Report:
+    """Each finding's fixes in their order, less those a replay found failing (`verified` False),
+    which follow the others: a fix the tool knows fails is never first while another is not known
+    to fail. A report with no such fix ahead of another comes back as it is."""
+
+    def order(fixes: list[Fix]) -> list[Fix]:
+        return [*(x for x in fixes if x.verified is not False), *(x for x in fixes if x.verified is False)]
+
+    if all(order(f.fixes) == f.fixes for f in report.findings):
+        return report
+    return _with_findings(report, [dataclasses.replace(f, fixes=order(f.fixes)) for f in report.findings])
 
 
 def label_fixes(report: Report) -> Report:

@@ -42,7 +42,7 @@ class Severity(str, Enum):
 class Origin:
     """Where a tensor got its dtype.
 
-    kind: parameter | buffer | input | op | promotion | cast | unknown
+    kind: parameter | buffer | input | op | promotion | cast | value (a Python number) | unknown
     `chain` holds the origins of the tensors this one was made from, outermost first.
     """
 
@@ -68,6 +68,8 @@ class Origin:
             return text
         elif self.kind in ("op", "cast", "promotion", "autocast"):
             text = f"{self.kind} {self.op or '?'}"
+        elif self.kind == "value":  # a dtype or a number chosen in the source, not a tensor
+            text = f"value {self.name or '?'}"
         else:
             text = self.name or self.kind
         if self.module:
@@ -126,6 +128,12 @@ class Fix:
     def __post_init__(self) -> None:
         if not self.language:
             self.language = snippet_language(self.snippet)
+
+    def headline(self) -> str:
+        """The title with where the snippet is pasted (`at FILE:LINE`), unless the title says it."""
+        if not self.file or self.line is None or f"{self.file}:{self.line}" in self.title:
+            return self.title
+        return f"{self.title} (at {self.file}:{self.line})"
 
 
 @dataclass

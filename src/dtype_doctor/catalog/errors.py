@@ -593,6 +593,11 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FixTemplate(  # the value as the user's code names it, cast where it is written
+                "Cast `{tensor}` to the destination's dtype before the indexed write",
+                "{tensor} = {tensor}.to({dtype})",
+                needs=("tensor", "dtype"),
+            ),
             FixTemplate(
                 "Cast the value to the destination's dtype before the indexed write",
                 "cache[idx] = value.to(cache.dtype)",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from ..remedies.places import BIRTH, OP
 from .model import Family, FixTemplate
 
 _KEEP_FP32 = FixTemplate(
     "Keep {modules} in float32, casting at its border",
-    "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+    "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {modules})",
     "Only these modules run in float32; their inputs are cast up and their outputs back, "
     "so the rest of the model keeps its speed and memory.",
     when=frozenset({"forward"}),
@@ -20,11 +21,31 @@ _BF16 = FixTemplate(
 
 # the op-level checks (numerics/opwatch.py): fixes in the user's statement, keeping float32 precision
 _OP_UPCAST = FixTemplate(
-    "Compute `{op}` in float32 {at}: upcast its operand `{receiver}`",
+    "Compute `{op}` in float32 {at}: upcast {operands}",
     "{upcast}",
-    "float32 holds what {dtype_name} cannot here; cast the result back only where a {dtype_name} "
+    "float32 holds what {dtype_name} cannot here; every tensor operand is upcast, so that the op "
+    "runs in float32 rather than mixing dtypes. Cast the result back only where a {dtype_name} "
     "tensor is needed, after this op.",
     when=frozenset({"op-upcast"}),
+    place=OP,
+)
+_OP_SCALE_FIRST = FixTemplate(
+    "Divide an operand, not the product, {at}: the same value, and `{op}` no longer passes {limit} "
+    "before the division",
+    "{scaled}",
+    "(a @ b) / c equals (a / c) @ b: dividing after the product comes too late for {dtype_name}, whose "
+    "product overflowed first; the result stays in {dtype_name}. If the divided product still "
+    "overflows, compute it in float32 (the next fix).",
+    when=frozenset({"op-scale"}),
+)
+_OP_CLAMP_EXP = FixTemplate(
+    "Bound the exponent of `{op}` {at}: its result then stays below {dtype_name}'s {limit}",
+    "{clamped}",
+    "A result above {limit} cannot come back into {dtype_name}: computed in float32, it meets "
+    "{dtype_name} tensors again (a 0-dim float32 scale times a {dtype_name} tensor stays "
+    "{dtype_name}) and overflows there. A learned temperature or scale is clamped before its exp "
+    "(CLIP clamps its logit scale at 100); choose a tighter bound if the model needs one.",
+    when=frozenset({"op-clamp"}),
 )
 _OP_FACTORY = FixTemplate(
     "Make the values in float32 {at} and cast only what is computed from them",
@@ -32,6 +53,16 @@ _OP_FACTORY = FixTemplate(
     "Positions, steps and timesteps must stay exact; the {dtype_name} cast belongs after the "
     "arithmetic that uses them (an embedding's sin/cos, a mask's comparison).",
     when=frozenset({"op-factory"}),
+    place=OP,
+)
+_OP_CALLER = FixTemplate(
+    "Pass float32 where the dtype is chosen: this call instead of the one at {caller}; the values, "
+    "and what is computed from them, are made in float32",
+    "{passed}",
+    "The call hands its dtype to the factory and to everything made next to it (a frequency table "
+    "cast to it, the angles): in float32 all of it is exact; cast only the finished result where "
+    "the model reads it.",
+    when=frozenset({"op-caller"}),
 )
 _OP_UNCAST = FixTemplate(
     "Keep `{receiver}` in float32 {at}: cast after the arithmetic that needs its exact value",
@@ -39,13 +70,17 @@ _OP_UNCAST = FixTemplate(
     "The values lose their units digit in {dtype_name}; the model can take them in float32 and "
     "cast what it computes from them.",
     when=frozenset({"op-uncast"}),
+    place=OP,
 )
 _OP_ACCUMULATOR = FixTemplate(
     "Keep the accumulator in float32 where it is made ({born})",
     "{born_fix}",
     "An update smaller than half the spacing of {dtype_name} at the accumulator's size is rounded "
-    "away every time; a float32 accumulator (master weights, EMA, running sums, gradients) keeps it.",
+    "away every time; a float32 accumulator (master weights, EMA, running sums, gradients) keeps it. "
+    "Gradients are kept in float32 with float32 parameters: their module then casts what it is given "
+    "to float32 (or run its forward under torch.autocast to compute in {dtype_name}).",
     when=frozenset({"op-born-fix"}),
+    place=BIRTH,
 )
 _OP_ACCUMULATOR_ANY = FixTemplate(
     "Keep the accumulator `{receiver}` in float32 (made with dtype=torch.float32, or a float32 copy "
@@ -67,6 +102,8 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "from finite inputs; the modules after it only passed it on."
         ),
         fixes=(
+            _OP_SCALE_FIRST,
+            _OP_CLAMP_EXP,
             _OP_UPCAST,
             FixTemplate(
                 "Run {module} in bfloat16: in float32 it reaches {fp32_absmax}, which bfloat16 holds",
@@ -107,7 +144,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             ),
             FixTemplate(
                 "Keep {module} in float32 so that its backward runs in float32",
-                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {modules})",
                 when=frozenset({"backward"}),
             ),
             FixTemplate(
@@ -129,7 +166,15 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "nothing is inf/NaN at the module's border but the values are wrong. The module was "
             "re-run in float32 on the same inputs to measure it."
         ),
-        fixes=(_OP_FACTORY, _OP_UNCAST, _OP_UPCAST, _OP_ACCUMULATOR, _OP_ACCUMULATOR_ANY, _KEEP_FP32),
+        fixes=(
+            _OP_CALLER,
+            _OP_FACTORY,
+            _OP_UNCAST,
+            _OP_UPCAST,
+            _OP_ACCUMULATOR,
+            _OP_ACCUMULATOR_ANY,
+            _KEEP_FP32,
+        ),
         related=("fp16-overflow", "precision-error-high"),
     ),
     Family(
@@ -203,7 +248,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             FixTemplate(_BF16.title, _BF16.snippet, _BF16.why, unless=_OP_LEVEL),
             FixTemplate(
                 "Keep {module} in float32",
-                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {modules})",
+                "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {modules})",
                 unless=_OP_LEVEL,
             ),
         ),

@@ -73,14 +73,14 @@ CAST_HELD = (
     ),
 )
 
-_KEEP = "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, {keep!r})"
+_KEEP = "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {keep!r})"
 KEEP_SEARCHED = (
     FixTemplate("Keep {keep!s} in float32 (searched and re-run: the forward is then finite)", _KEEP,
                 needs=("keep", "finite")),
     FixTemplate("Keep {keep!s} in float32 (searched and re-run: not enough on its own)", _KEEP, needs=("keep",)),
 )  # fmt: skip
 
-_KEEP_ONE = "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32(model, [{path!r}])"
+_KEEP_ONE = "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, [{path!r}])"
 _KEEP_ONE_WHY = (
     "The module computes in float32 on its inputs cast up; its output is cast back to the "
     "dtype it came in, so the rest of the model keeps its speed and memory."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -86,8 +87,11 @@ def _context(path: str | None, modules: dict[str, nn.Module]) -> set[str]:
 class Advisor:
     """Turns what the monitor measured into findings in `report`, folding repeats over steps."""
 
-    def __init__(self, report: Report) -> None:
+    def __init__(
+        self, report: Report, evidence: Callable[[str | None], dict[str, Any]] | None = None
+    ) -> None:
         self.report = report
+        self.evidence = evidence or (lambda path: {})  # the user's name for a path's model, its places
         self._producers: dict[tuple, tuple[Finding, set[str], dict[str, Any]]] = {}
         # (phase, name) → [dtype, max finite absmax, below-tiny count, non-zero count, min non-zero]
         self._ranges: dict[tuple[str, str], list[Any]] = {}
@@ -125,6 +129,9 @@ class Advisor:
             "dtype": f"torch.{p.dtype}",
             "device": _device(module if module is not None else root),
         }
+        known = self.evidence(p.path)
+        in_root = known.pop("in_root", p.path)
+        names.update(known, modules=repr([in_root]) if in_root else "[]")
         if not names["leaf"].isidentifier():  # an index in a list, or the model itself
             ctx.add("leaf-not-a-name")
         finding = catalog.finding(
@@ -170,7 +177,7 @@ class Advisor:
             _consequence(finding, p)
         bad_params = _nonfinite_params(module, p) if p.phase == "forward" else []
         if bad_params:
-            _param_overflow(finding, p, bad_params)
+            _param_overflow(finding, p, bad_params, names)
         _drop_empty_keep(finding)
         self.report.add(finding)
         self._producers[key] = (finding, ctx, names)
@@ -352,7 +359,7 @@ def _nonfinite_params(module: nn.Module | None, p: Producer) -> list[str]:
     return found
 
 
-def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
+def _param_overflow(finding: Finding, p: Producer, params: list[str], names: dict[str, Any]) -> None:
     """The weight, not the computation, is non-finite: say so and fix the cast, not the op."""
     named = ", ".join(f"'{n}'" for n in params[:5]) + (" ..." if len(params) > 5 else "")
     where = f"'{p.path}'" if p.path else "the model"
@@ -363,7 +370,10 @@ def _param_overflow(finding: Finding, p: Producer, params: list[str]) -> None:
     )
     finding.data["nonfinite_params"] = params
     finding.data["keep_fp32"] = [p.path] if p.path else []
-    keep = remedies.make(KEEP_OVERFLOWED, path=p.path, want=p.dtype, where=where, named=named, limit=limit)
+    at = {k: names[k] for k in ("model", "places") if k in names}  # the user's name and lines
+    keep = remedies.make(
+        KEEP_OVERFLOWED, path=p.path, want=p.dtype, where=where, named=named, limit=limit, **at
+    )
     finding.fixes = [*([keep] if keep else []), *(f for f in finding.fixes if "bfloat16" in f.title)]
 
 

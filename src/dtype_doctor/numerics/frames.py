@@ -7,6 +7,8 @@ import sys
 
 import torch
 
+from ..remedies.places import Place
+
 _TOOL_DIRS = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
 
 
@@ -27,3 +29,10 @@ def where(file: str | None, line: int | None, unknown: str = "an unknown line") 
         return unknown
     inside = os.path.abspath(file).startswith(os.getcwd() + os.sep)
     return f"{os.path.relpath(file) if inside else file}:{line}"
+
+
+def place(file: str | None, line: int | None) -> Place | None:
+    """The user's line as a remedy's place (`remedies.places`), its file shown as `where` shows it."""
+    if not file or not line:
+        return None
+    return Place(where(file, line).rsplit(":", 1)[0], line)

@@ -4,15 +4,20 @@ producer's forward went wrong at (from `opscan`); which producers need such a sc
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import torch
 
 from .. import catalog, remedies
 from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW
 from ..catalog.shared_remedies import KEEP_MODULE
+from ..remedies.places import OP
 from ..report import Evidence, Finding, Fix, Location
 from . import opsource
 from .accuracy import Wrong
 from .advice import module_op_name
 from .analysis import Producer
+from .frames import place as frame_place
 from .frames import where
 from .opscan import OpHit, expression
 from .optrace import Traced
@@ -40,12 +45,17 @@ def op_text(hit: OpHit) -> str:
     )
 
 
-def _keep_fixes(path: str, after: float | None, before: float) -> list[Fix]:
-    fix = remedies.make(KEEP_MODULE, path=path, before=before, after=after)
+def _keep_fixes(
+    path: str, after: float | None, before: float, evidence: dict[str, Any] | None = None
+) -> list[Fix]:
+    known = dict(evidence or {})
+    known["path"] = known.pop("in_root", path)  # the module's path in the model the user names
+    fix = remedies.make(KEEP_MODULE, before=before, after=after, **known)
     return [fix] if fix else []
 
 
-def wrong_finding(w: Wrong, threshold: float) -> Finding:
+def wrong_finding(w: Wrong, threshold: float, evidence: dict[str, Any] | None = None) -> Finding:
+    """`evidence`: the user's name for the model and the places of its fixes (`Monitor.evidence`)."""
     where = f"'{w.path or '<root>'}' ({w.module_type})"
     message = (
         f"{where} gives finite {w.dtype} output {w.rel_error:.1%} off its float32 re-run on the same "
@@ -56,7 +66,7 @@ def wrong_finding(w: Wrong, threshold: float) -> Finding:
         FINITE_BUT_WRONG,
         message=message,
         location=Location(module=w.path or None, module_type=w.module_type, step=w.step),
-        fixes=_keep_fixes(w.path, None, w.rel_error),
+        fixes=_keep_fixes(w.path, None, w.rel_error, evidence),
         data={
             "phase": "forward",
             "kind": "finite-but-wrong",
@@ -68,14 +78,15 @@ def wrong_finding(w: Wrong, threshold: float) -> Finding:
     )
 
 
-def scanned(finding: Finding, w: Wrong) -> None:
-    """Fill in the op the scan named and the measured keep-in-float32 error."""
+def scanned(finding: Finding, w: Wrong, evidence: dict[str, Any] | None = None) -> None:
+    """Fill in the op the scan named and the measured keep-in-float32 error (`evidence`: see
+    `wrong_finding`)."""
     if w.hit is not None:
         _locate(finding, w.hit)
     else:
         finding.message += " The op-level scan found no single op past the threshold (the error builds up)."
     if w.path:
-        finding.fixes = _keep_fixes(w.path, w.after, w.rel_error)
+        finding.fixes = _keep_fixes(w.path, w.after, w.rel_error, evidence)
         finding.data["error_after_keep"] = w.after
 
 
@@ -135,17 +146,15 @@ def traced_text(finding: Finding, first: Traced) -> None:
     place = where(first.file, first.line)
     finding.message += f" Inside it, `{expr}` ({place}) went inf/NaN in {dtype} from finite operands."
     traced(finding, first)
-    snippet = opsource.upcast(first.file, first.line, first.op)
-    if snippet and finding.code == FP16_OVERFLOW:  # the op computed in float32, in the user's statement
-        receiver = opsource.receiver(first.file, first.line, first.op) or "its operand"
-        names = {
-            "op": expr,
-            "at": f"at {place}",
-            "dtype_name": dtype,
-            "upcast": snippet,
-            "receiver": receiver,
-        }
-        finding.fixes = catalog.fixes_for(finding.code, {"op-upcast"}, **names)[:1] + finding.fixes
+    if finding.code != FP16_OVERFLOW:
+        return
+    limit = torch.finfo(first.dtype).max
+    ctx, names = opsource.float32_names(first.file, first.line, first.op, len(first.ins), limit)
+    if ctx:  # the op bounded or computed in float32, in the user's statement
+        at = frame_place(first.file, first.line)
+        names.update(op=expr, at=f"at {place}", dtype_name=dtype, places={OP: at} if at else None)
+        ahead = [f for f in catalog.fixes_for(finding.code, ctx, **names) if f.snippet in names.values()]
+        finding.fixes = remedies.first(finding.fixes, *ahead)
 
 
 def wants_op_scan(p: Producer) -> bool:

@@ -33,13 +33,14 @@ from .analysis import (
     mark_consequence,
 )
 from .frame import Frame, arg_names, short_dtype_name
+from .monitor_grads import Gradients
 from .monitor_reruns import ReRuns
 from .monitor_traces import OpTraces
 from .optrace import OpTrace, Traced
 from .opwatch import OpWatch
 from .scaler import ScalerMonitor
 from .seen import Seen
-from .stats import ABSMAX, Rows, light_stats, measured_tensors
+from .stats import ABSMAX, Rows, measured_tensors
 
 _LOW = (torch.float16, torch.bfloat16)
 # the first outermost calls with float16/bfloat16 ops in a forward are traced op by op (a model,
@@ -48,7 +49,7 @@ _LOW = (torch.float16, torch.bfloat16)
 TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
 
 
-class NumericsMonitor(OpTraces, ReRuns):
+class NumericsMonitor(Gradients, OpTraces, ReRuns):
     """Watch a model's value ranges; findings go into `report`.
 
     model: the root whose modules are watched (qualified names from it); None: every outermost
@@ -90,6 +91,7 @@ class NumericsMonitor(OpTraces, ReRuns):
         ops: bool = True,
         name_of: Callable[[nn.Module], str | None] | None = None,
         origin_of: Callable[[torch.Tensor], Any] | None = None,
+        place_of: Callable[[nn.Module], dict[str, Any] | None] | None = None,
     ) -> None:
         if every < 1 or underflow_every < 1:
             raise ValueError("every and underflow_every must be >= 1")
@@ -109,7 +111,9 @@ class NumericsMonitor(OpTraces, ReRuns):
             if scaler
             else None
         )
-        self._advisor = advice.Advisor(self.report)
+        self._place_of = place_of  # a root → the user's name for it and the places of its fixes
+        self._root_places: dict[int, dict[str, Any]] = {}  # id(root) → place_of(root), at its 1st call
+        self._advisor = advice.Advisor(self.report, self.evidence)
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
         self._handles: list[Any] = []
@@ -122,6 +126,9 @@ class NumericsMonitor(OpTraces, ReRuns):
         self._scans_waiting = False  # op-level scans or float32 re-runs wait for some module's call
         self._params: dict[int, list[nn.Parameter]] = {}  # id(root) → its parameters, listed once
         self._modules: dict[str, nn.Module] = {}
+        self._op_owners: list[tuple[Any, nn.Module, str | None]] = []  # op findings to name at stop
+        self._unplaced: list[tuple[Any, str, int]] = []  # op findings made outside every module
+        self._unplaced_calls = 0
         self._roots: list[nn.Module] = []
         self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
@@ -188,6 +195,7 @@ class NumericsMonitor(OpTraces, ReRuns):
                     located.traced_text(self._wrong_findings[wrong.path], self._traced[wrong.path])
                 else:
                     located.unscanned(self._wrong_findings[wrong.path])
+        self._name_op_findings()
         self._names.clear()  # a later start() adopts (and hooks) the roots again
         self._params.clear()
         self._roots.clear()
@@ -240,7 +248,10 @@ class NumericsMonitor(OpTraces, ReRuns):
         if path is not None:
             if self._active:
                 try:
-                    self._pre(module, path, args, _call_kwargs() if kwargs is None else kwargs)
+                    kwargs = _call_kwargs() if kwargs is None else kwargs
+                    if self._unplaced:
+                        self._place_unplaced(path, args, kwargs)
+                    self._pre(module, path, args, kwargs)
                 except Exception as exc:
                     self._fail(exc)
         elif self.model is None and self._active:
@@ -391,6 +402,8 @@ class NumericsMonitor(OpTraces, ReRuns):
         module call of this one would ask is asked here, once."""
         if not self._explicit_steps and self._rows:
             self._flush()
+        if self._place_of is not None and id(root) not in self._root_places:
+            self._root_places[id(root)] = self._place_of(root) or {}
         traced = self._steps_traced
         if self._opwatch is not None and self._opwatch.trace is None and traced != list(TRACED_CALLS):
             kind = 0 if next(root.parameters(), None) is not None else 1  # a model, or a loss module
@@ -442,49 +455,6 @@ class NumericsMonitor(OpTraces, ReRuns):
             self._end_trace()  # the outermost call returned: its ops' flags are read now
         if not self._stack and not self._explicit_steps and not self._scan_only:
             self.step_index += 1
-
-    def _on_grad(self, token: object, of_slot: int, grad: torch.Tensor) -> None:
-        if token is not self._token or not self._active or self._busy:
-            return  # a backward of a step already analysed
-        try:
-            if isinstance(grad, torch.Tensor) and grad.is_floating_point() and grad.numel():
-                self._grads.append(Grad(self._measure_grad(grad), of_slot=of_slot))
-        except Exception as exc:
-            self._fail(exc)
-
-    def _on_param_grad(self, name: str, param_ref: Any, grad: torch.Tensor) -> None:
-        if not self._active or self._busy:
-            return
-        if self._opwatch is not None:
-            param = param_ref()
-            if param is not None and param.grad is not None and param.grad.dtype in _LOW:
-                try:  # gradient accumulation into a float16/bfloat16 .grad
-                    self._opwatch.accumulation(param, grad)
-                except Exception as exc:
-                    self._op_error(exc)
-        if not self._rows:
-            return
-        # Reading every weight gradient costs about one optimizer step. Only a step that ran
-        # float16/bfloat16 compute (half model or autocast) can overflow one without its module's
-        # input or output gradient (measured anyway) already being huge, so only such steps pay.
-        if not self._low_precision_step and grad.dtype not in _LOW:
-            return
-        try:
-            if grad.is_floating_point() and grad.numel():
-                # a parameter gradient is as big as the parameter: in float32/bfloat16 only its
-                # range matters (underflow is a float16 matter), so one fused pass is enough
-                light = grad.dtype != torch.float16
-                self._grads.append(Grad(self._measure_grad(grad, light), param=name))
-        except Exception as exc:
-            self._fail(exc)
-
-    def _measure_grad(self, grad: torch.Tensor, light: bool = False) -> int:
-        if not self._full:
-            slot = self._rows.add_range(grad)
-        else:  # a full step: a light row (one fused pass) for a big float32/bfloat16 weight gradient
-            slot = self._rows.add_row(light_stats(grad)) if light else self._rows.add(grad)
-        self._infos.append(TensorInfo(short_dtype_name(grad.dtype), grad.shape, grad.numel()))
-        return slot
 
     # -- finite but wrong: float32 re-run of every low-precision call, op-level scans ------------
     def _add_row(self, row: torch.Tensor) -> int:

@@ -21,6 +21,13 @@ class ReRuns:
     accuracy: Any
     report: Any
 
+    def evidence(self, path: str | None) -> dict[str, Any]:
+        """For the findings' remedies: the user's name for the root holding `path` (`model`), the
+        places of its fixes (`places`), and the path in that root (`in_root`: a second root's is
+        prefixed by its class)."""
+        root = self._root_of.get(path or "")
+        return {**self._root_places.get(id(root[0]), {}), "in_root": root[1]} if root else {}
+
     def _reference(self, path: str, module: nn.Module, args: tuple, kwargs: dict, low: bool) -> list | None:
         if self.accuracy is None or not low_call(module, args, kwargs, low):
             return None
@@ -42,7 +49,7 @@ class ReRuns:
             if isinstance(r, Call) and r.out_slots
         }
         for wrong in self.accuracy.flush(values, dtypes, step):
-            finding = located.wrong_finding(wrong, self.accuracy.threshold)
+            finding = located.wrong_finding(wrong, self.accuracy.threshold, self.evidence(wrong.path))
             self.report.add(finding)
             self._op_scans.pop(wrong.path, None)
             self._wrong_findings[wrong.path] = finding
@@ -60,7 +67,7 @@ class ReRuns:
             if self.accuracy is not None and self.accuracy.wants_scan(path):
                 root, rel = self._root_of[path]
                 wrong = self.accuracy.scan(path, root, rel, module, args, kwargs, memo={id(self): self})
-                located.scanned(self._wrong_findings[path], wrong)
+                located.scanned(self._wrong_findings[path], wrong, self.evidence(path))
         except Exception as exc:
             self.report.meta.setdefault("numerics_scan_errors", []).append(f"{type(exc).__name__}: {exc}")
         finally:

@@ -4,18 +4,37 @@ named as the caller names modules."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+import torch
 
 from . import located
 from .opfindings import op_finding
 from .optrace import Traced
 from .opwatch import Hit
+from .owner import late_name
+
+_PLACE_CALLS = 512  # module calls an unplaced op finding waits for its consumer
+
+
+def _passes(origin: Any, file: str, line: int, depth: int = 0) -> bool:
+    """Does the origin, or one in its chain, name `file`:`line`?"""
+    if origin.line == line and origin.file and os.path.basename(origin.file) == file:
+        return True
+    return depth < 8 and any(_passes(c, file, line, depth + 1) for c in origin.chain)
 
 
 class OpTraces:
     """Hooks the monitor hands to its OpWatch, and the trace's placement."""
 
     report: Any
+    _op_owners: list[tuple[Any, Any, str | None]]
+    _unplaced: list[tuple[Any, str, int]]
+    _unplaced_calls: int
+    _origin_of: Any
+    _modules: dict[str, Any]
+    _name_of: Any
 
     def _end_trace(self) -> None:
         """Close the op trace of the outermost call that returned (one read of its flags); the
@@ -55,7 +74,46 @@ class OpTraces:
         self.report.meta.setdefault("numerics_op_errors", []).append(f"{type(exc).__name__}: {exc}")
 
     def _on_op_hit(self, hit: Hit) -> None:
-        self.report.add(op_finding(hit, self.module_name, self._origin_of))
+        finding = op_finding(hit, self.module_name, self._origin_of)
+        self.report.add(finding)
+        if hit.owner is not None:
+            self._op_owners.append((finding, hit.owner, hit.built_as))
+        elif finding.location is not None and finding.location.module is None and hit.file and hit.line:
+            # made outside every module (a timestep rounded in the script): the module whose input
+            # descends from it is where the value does its harm
+            self._unplaced.append((finding, os.path.basename(hit.file), hit.line))
+
+    def _place_unplaced(self, path: str, args: tuple, kwargs: dict | None) -> None:
+        """A module is called: an unplaced op finding whose result this call's input descends from
+        (its origin chain passes the op's line) is located in it (the first such module but the
+        root the user called, whose name says nothing)."""
+        self._unplaced_calls += 1
+        if self._unplaced_calls > _PLACE_CALLS or self._origin_of is None:
+            self._unplaced.clear()
+            return
+        name = self.module_name(path)
+        if not name:
+            return
+        values = [*args, *(kwargs or {}).values()]
+        origins = [self._origin_of(t) for t in values[:8] if isinstance(t, torch.Tensor)]
+        for entry in list(self._unplaced):
+            finding, file, line = entry
+            if any(o is not None and _passes(o, file, line) for o in origins):
+                finding.location.module = name
+                finding.location.module_type = type(self._modules[path]).__name__
+                self._unplaced.remove(entry)
+
+    def _name_op_findings(self) -> None:
+        """Name each op-level finding's module as the run ends: a module called on its own before
+        its model was is named by its path in that model; one built with no forward around it by
+        the constructors that built it."""
+        for finding, module, built_as in self._op_owners:
+            loc = finding.location
+            name = late_name(module, built_as, self._name_of, loc.module)
+            if loc is not None and name and name != loc.module:
+                loc.module = name
+                loc.module_type = type(module).__name__
+        self._op_owners.clear()
 
     def module_name(self, path: str | None) -> str | None:
         """The module at `path` as the caller names it (`run`'s names), else the path."""

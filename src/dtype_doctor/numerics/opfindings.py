@@ -11,9 +11,10 @@ import torch
 
 from .. import catalog
 from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
+from ..remedies.places import BIRTH, OP
 from ..report import Evidence, Finding, Location, Operand, Origin, Severity
 from . import opsource
-from .frames import where
+from .frames import place, where
 from .opwatch import Hit
 
 # kind → (family for float16, family for bfloat16, severity, the cause in plain words)
@@ -75,6 +76,10 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
     if kind == "positions":
         names["factory"] = opsource.float32_factory(file, line, op)
         ctx.add("op-factory" if names["factory"] else "op-absorbed")
+        passed = opsource.float32_dtype_argument(*hit.caller)
+        if passed:  # the caller chose the dtype: everything the callee makes with it stays float32
+            names.update(passed=passed, caller=where(*hit.caller))
+            ctx.add("op-caller")
     elif kind == "cast-rounding":
         names["uncast"] = opsource.without_cast(file, line, op)
         if names["uncast"]:
@@ -83,13 +88,21 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
         ctx.add("op-absorbed")
         if born is not None and born.file and born.line:
             names["born"] = f"{born.file}:{born.line}"
-            names["born_fix"] = opsource.without_cast(born.file, born.line, born.op or "to")
+            cast = born.op or "to"
+            names["born_fix"] = (
+                opsource.module_in_float32(born.file, born.line, cast)  # the parameters' own cast
+                if born.kind == "parameter"
+                else None
+            ) or opsource.without_cast(born.file, born.line, cast)
             if names["born_fix"]:
                 ctx.add("op-born-fix")
     else:
-        names["upcast"] = opsource.upcast(file, line, op)
-        if names["upcast"]:
-            ctx.add("op-upcast")
+        limit = torch.finfo(hit.problem.dtype).max if kind == "overflow" else None
+        more, written = opsource.float32_names(file, line, op, len(hit.operands), limit)
+        ctx |= more
+        names.update(written)
+    at = {OP: place(file, line), BIRTH: place(born.file, born.line) if born is not None else None}
+    names["places"] = {kind: p for kind, p in at.items() if p is not None}
     return ctx, names
 
 

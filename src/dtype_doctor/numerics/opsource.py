@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import math
 
 _BINOPS = {
     ast.Add: ("add", "__add__", "__radd__", "__iadd__"),
@@ -111,8 +112,18 @@ def receiver(file: str | None, line: int | None, op: str) -> str | None:
     return _segment(file, found[3])  # type: ignore[arg-type]
 
 
-def upcast(file: str | None, line: int | None, op: str) -> str | None:
-    """The statement with the op's receiver upcast to float32 (`x.float().clamp(...)`)."""
+def upcast(file: str | None, line: int | None, op: str, tensors: int = 1) -> str | None:
+    """The statement with the op's receiver upcast to float32 (`x.float().clamp(...)`); with
+    `tensors` >= 2 (the op took that many floating tensors) every operand of the op is, so that
+    their dtypes agree (`a.float() @ b.float()`, `torch.bmm(q.float(), k.float())`)."""
+    found = upcast_operands(file, line, op, tensors)
+    return found[0] if found is not None else None
+
+
+def upcast_operands(
+    file: str | None, line: int | None, op: str, tensors: int = 1
+) -> tuple[str, list[str]] | None:
+    """`upcast`'s statement, and the source of each operand it upcasts."""
     found = _op_in(file, line, op)
     if found is None or found[3] is None:
         return None
@@ -122,8 +133,41 @@ def upcast(file: str | None, line: int | None, op: str) -> str | None:
         if not isinstance(target, (ast.Name, ast.Attribute)):
             return None
         name = _segment(file, target)  # type: ignore[arg-type]
-        return f"{name} = {name}.float()\n{text}" if name else None
-    return _replace(file, text, node, target, lambda src: _wrap(src, target) + ".float()")  # type: ignore[arg-type]
+        return (f"{name} = {name}.float()\n{text}", [name]) if name else None
+    operands = _operands(call, target) if tensors >= 2 else [target]
+    if len(operands) != tensors:
+        operands = [target]  # the line does not show which of its operands are the tensors
+    new: str | None = text
+    for operand in sorted(operands, key=lambda n: n.col_offset, reverse=True):  # type: ignore[attr-defined]
+        new = _replace(file, new, node, operand, lambda src, o=operand: _wrap(src, o) + ".float()")  # type: ignore[arg-type, misc]
+        if new is None:
+            return None
+    return new, [_segment(file, o) or "" for o in operands]  # type: ignore[arg-type]
+
+
+def _operands(call: ast.AST, receiver: ast.expr) -> list[ast.expr]:
+    """Every operand of the op that is not a literal: both sides of `a * b`, a call's receiver and
+    positional arguments (`torch.bmm(q, k)`, `a.mm(b)`, `torch.einsum("ij,jk", a, b)`)."""
+    if isinstance(call, ast.BinOp):
+        found = [call.left, call.right]
+    elif isinstance(call, ast.Call):
+        found = [receiver, *(a for a in call.args if a is not receiver)]
+    else:
+        found = [receiver]
+    return [n for n in found if not isinstance(n, (ast.Constant, ast.UnaryOp, ast.Starred))]
+
+
+def clamped_exp(file: str | None, line: int | None, op: str, limit: float) -> str | None:
+    """The statement with the exponent of `x.exp()` / `torch.exp(x)` clamped at ln(`limit`), so that
+    the result stays finite in the dtype whose largest value is `limit`."""
+    if _bare(op) not in ("exp", "exp_"):
+        return None
+    found = _op_in(file, line, op)
+    if found is None or found[3] is None:
+        return None
+    text, node, _call, target = found
+    bound = math.floor(math.log(limit) * 100) / 100
+    return _replace(file, text, node, target, lambda src: f"{_wrap(src, target)}.clamp(max={bound:g})")  # type: ignore[arg-type]
 
 
 def _in_place(op: str) -> bool:
@@ -143,6 +187,38 @@ def float32_factory(file: str | None, line: int | None, op: str) -> str | None:
         if kw.arg == "dtype":
             return _replace(file, text, node, kw.value, lambda _src: "torch.float32")  # type: ignore[arg-type]
     return None
+
+
+def float32_dtype_argument(file: str | None, line: int | None) -> str | None:
+    """The statement at `line` with the `dtype=` argument of its call made torch.float32 (the call
+    that passed a low dtype down to a factory: `self._build(n, dtype=torch.get_default_dtype())`)."""
+    found = statement(file, line)
+    if found is None:
+        return None
+    text, node = found
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Call):
+            continue
+        for kw in sub.keywords:
+            if kw.arg == "dtype" and ast.unparse(kw.value) not in ("torch.float32", "torch.float"):
+                return _replace(file, text, node, kw.value, lambda _src: "torch.float32")  # type: ignore[arg-type]
+    return None
+
+
+def module_in_float32(file: str | None, line: int | None, op: str) -> str | None:
+    """`without_cast` for a module-wide cast (`model = Net().to(torch.bfloat16)` → `model = Net()`),
+    with a forward pre-hook that casts what the model is given to float32, so that the float32
+    parameters never meet the low-precision inputs the code makes for them."""
+    uncast = without_cast(file, line, op)
+    found = statement(file, line)
+    if uncast is None or found is None or not isinstance(found[1], ast.Assign):
+        return None
+    target = found[1].targets[0]
+    if not isinstance(target, (ast.Name, ast.Attribute)):
+        return None
+    name = ast.unparse(target)
+    cast = "a.float() if torch.is_tensor(a) and a.is_floating_point() else a"
+    return f"{uncast}\n{name}.register_forward_pre_hook(lambda _, args: tuple({cast} for a in args))"
 
 
 def without_cast(file: str | None, line: int | None, op: str) -> str | None:
@@ -201,3 +277,65 @@ def dtype_of(file: str | None, line: int | None, op: str) -> str | None:
             if isinstance(node, ast.Name):
                 return ".".join([node.id, *reversed(parts)])
     return None
+
+
+_PRODUCTS = ("matmul", "__matmul__", "__rmatmul__", "bmm", "mm")
+
+
+def scaled_first(file: str | None, line: int | None, op: str) -> str | None:
+    """`s = a @ b / c` rewritten `s = (a / c) @ b` (`torch.bmm(q, k) / c` → `torch.bmm(q / c, k)`):
+    the same value, with the division applied before the product can overflow."""
+    if _bare(op) not in _PRODUCTS:
+        return None
+    found = _op_in(file, line, op)
+    if found is None:
+        return None
+    text, node, call, receiver = found
+    first = call.left if isinstance(call, ast.BinOp) else receiver
+    parent = next(
+        (
+            n
+            for n in ast.walk(node)
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and n.left is call
+        ),
+        None,
+    )
+    if parent is None or first is None or first.lineno != call.lineno:  # type: ignore[attr-defined]
+        return None
+    product, operand, scale = (_segment(file, n) for n in (call, first, parent.right))  # type: ignore[arg-type]
+    if not (product and operand and scale):
+        return None
+    start = first.col_offset - call.col_offset  # type: ignore[attr-defined]
+    divided = f"{_wrap(operand, first)} / {scale}"
+    divided = f"({divided})" if isinstance(call, ast.BinOp) else divided
+    new = product[:start] + divided + product[start + len(operand) :]
+    return _replace(file, text, node, parent, lambda _src: new)  # type: ignore[arg-type]
+
+
+def float32_names(
+    file: str | None, line: int | None, op: str, tensors: int, limit: float | None
+) -> tuple[set[str], dict[str, str]]:
+    """The catalog context and names of the remedies for an op whose result the low dtype cannot
+    hold (`limit`: its dtype's largest value; None when the op is not an overflow): `op-scale`
+    (`scaled`: a product's divisor applied to an operand first), `op-clamp` (`clamped`: an exp's
+    exponent bounded)
+    and `op-upcast` (`upcast`: the statement with every tensor operand upcast; `operands`: which)."""
+    ctx: set[str] = set()
+    names: dict[str, str] = {}
+    scaled = scaled_first(file, line, op) if limit else None
+    if scaled:
+        ctx.add("op-scale")
+        names["scaled"] = scaled
+        names["limit"] = f"{limit:g}"
+    clamped = clamped_exp(file, line, op, limit) if limit else None
+    if clamped:
+        ctx.add("op-clamp")
+        names["clamped"] = clamped
+        names["limit"] = f"{limit:g}"
+    found = upcast_operands(file, line, op, tensors)
+    if found is not None:
+        ctx.add("op-upcast")
+        names["upcast"], upcast = found
+        listed = ", ".join(f"`{o}`" for o in upcast)
+        names["operands"] = f"its operands {listed}" if len(upcast) > 1 else f"its operand {listed}"
+    return ctx, names

@@ -32,6 +32,7 @@ from . import opchecks, opsource
 from .frames import user_line
 from .opchecks import LOW, Problem
 from .optrace import OpTrace, Traced
+from .owner import owner
 
 SAMPLE_FIRST = 32  # calls of a line re-run in float32 every time
 SAMPLE_EVERY = 8  # then one in N
@@ -80,6 +81,8 @@ class Hit:
     module: str | None
     operands: list[torch.Tensor] = field(default_factory=list)
     caller: tuple[str | None, int | None] = (None, None)  # where a `dtype` argument came from
+    owner: Any = None  # the module whose method ran the op (owner.owner), named when the run ends
+    built_as: str | None = None  # its path while it was being built (`rotary_emb`)
 
 
 class OpWatch(TorchFunctionMode):
@@ -323,7 +326,8 @@ class OpWatch(TorchFunctionMode):
             return
         self._reported.add(key)
         where = module if module is not None else self._module()
-        self._on_hit(Hit(problem, op, site[0], site[1], where, operands, caller))
+        found, built_as = owner(sys._getframe(1))
+        self._on_hit(Hit(problem, op, site[0], site[1], where, operands, caller, found, built_as))
 
 
 def _low_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:

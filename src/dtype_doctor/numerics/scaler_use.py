@@ -22,9 +22,10 @@ import torch
 
 from .. import catalog
 from ..catalog.family_codes import GRAD_SCALER_MISUSE
+from ..remedies.places import LOSS
 from ..report import Finding, Location, Operand, Report, Severity
 from . import opsource
-from .frames import user_line, where
+from .frames import place, user_line, where
 
 _MESSAGES = {
     "clip-before-unscale": (
@@ -243,10 +244,11 @@ def misuse_finding(
     names: dict[str, str] | None = None,
 ) -> Finding:
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    at = place(file, line)  # the scaler call: its loop's fixes (a skip, the call order) go there
     return catalog.finding(
         GRAD_SCALER_MISUSE,
         {kind},
-        names={"device": device, **(names or {})},
+        names={"device": device, **(names or {}), "places": {LOSS: at} if at else None},
         severity=severity,
         message=message,
         location=Location(op=op, file=file, line=line),

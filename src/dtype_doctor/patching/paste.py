@@ -2,9 +2,8 @@
 (`Planner.pasted`) and the measuring script `scripts/fix_by_hand.py` both follow.
 
 At the statement holding LINE, indented like it:
-- a snippet statement that assigns what the line assigns (`x = ...` at `x = ...`) replaces the line;
-  `x = x.to(...)` (it reads what the line makes) goes after it instead, unless it calls what the
-  line calls (`x = f(x.float())` at `x = f(x)`: the line rewritten);
+- a snippet statement that assigns what the line assigns (`x = ...` at `x = ...`) replaces the line
+  (the line rewritten); a cast of it, `x = x.to(...)`, goes after it instead;
 - a `return` at a `return`, a call statement at a call of the same function, replaces the line;
 - a snippet that repeats the line's statement (`s = s.float()` then the line itself) replaces it, the
   line keeping its own text (comments, formatting) where the snippet repeats it;
@@ -31,6 +30,21 @@ def _targets(stmt: ast.stmt) -> set[str]:
     for t in targets:
         out.add(ast.unparse(t))
     return out
+
+
+_CASTS = {"to", "float", "double", "half", "bfloat16", "type"}
+
+
+def _recasts(stmt: ast.stmt) -> bool:
+    """`x = x.to(...)` (`x.float()`, `x.data.half()`, ...): the snippet casts what the line made, so it
+    goes after it; any other assignment to the line's target (`s = e if s is None else s.float() + e`,
+    `x = torch.clamp(x.float(), ...)`) is the line rewritten, read as "instead of it"."""
+    value = getattr(stmt, "value", None)
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _CASTS:
+        value = value.func.value
+        if isinstance(value, ast.Attribute) and value.attr == "data":
+            value = value.value
+    return value is not getattr(stmt, "value", None) and bool(_targets(stmt) & {ast.unparse(value)})
 
 
 def _same_call(a: ast.stmt, b: ast.stmt) -> bool:
@@ -96,13 +110,7 @@ def paste_span(text: str, line: int, snippet: str) -> tuple[int, int, str]:
         and isinstance(stmt, (ast.Assign, ast.AnnAssign))
         and _targets(first) & _targets(stmt)
     ):
-        value = getattr(first, "value", None)
-        reads = (
-            {ast.unparse(n) for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute))}
-            if value
-            else set()
-        )
-        if _targets(first) & reads and not _same_call(first, stmt):  # x = x.to(...): after the line
+        if _recasts(first):  # x = x.to(...): after the line that made x
             return starts[end], starts[end], new
         return starts[at - 1], starts[end], new  # a new way to make x: instead of it
     rewrites = isinstance(first, ast.Return) and isinstance(stmt, ast.Return)

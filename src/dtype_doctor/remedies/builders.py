@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .names import module_ref
+from .places import INPUT, MODEL
 
 MANY = 3  # more modules than this: one loop over named_modules() instead of a line each
 
@@ -45,13 +46,13 @@ def cast_passed(names: Mapping[str, Any]) -> str | None:
 
 def keep_on_convert(names: Mapping[str, Any]) -> str:
     """Cast the float32 model but the module at `path`, then cast at that module's border."""
-    path, dtype = str(names["path"]), names["want"]
+    path, dtype, model = str(names["path"]), names["want"], names.get("model") or "model"
     return (
         "from dtype_doctor.repair.fix import convert\n"
         "from dtype_doctor.numerics import keep_in_fp32\n"
         f"# from the float32 model: cast everything but {path!r}, then cast at its border\n"
-        f"convert(model, torch.{dtype}, keep_fp32=[{'^' + re.escape(path) + '$'!r}])\n"
-        f"keep_in_fp32(model, [{path!r}])"
+        f"convert({model}, torch.{dtype}, keep_fp32=[{'^' + re.escape(path) + '$'!r}])\n"
+        f"keep_in_fp32({model}, [{path!r}])"
     )
 
 
@@ -60,4 +61,12 @@ BUILDERS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "cast_held": cast_held,
     "cast_passed": cast_passed,
     "keep_on_convert": keep_on_convert,
+}
+
+# the kind of place (remedies.places) each builder's snippet is pasted at: where the names it reads exist
+PLACES: dict[str, str] = {
+    "convert_modules": MODEL,
+    "cast_held": MODEL,
+    "cast_passed": INPUT,
+    "keep_on_convert": MODEL,
 }

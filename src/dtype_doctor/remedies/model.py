@@ -13,7 +13,9 @@ class FixTemplate:
     the evidence without which the remedy does not apply at all (the processor gives no fix then);
     `build` names an edit builder of `remedies.builders` that writes the snippet from the evidence
     (for edits a format string cannot say: one line per path, a loop); `language` is `python` or
-    `shell` (empty: read off the snippet).
+    `shell` (empty: read off the snippet); `place` is the kind of the user's line it is pasted at
+    (`remedies.places`: input, call, model, birth, loss, op; empty: read off the names the snippet
+    reads).
     """
 
     title: str
@@ -24,3 +26,4 @@ class FixTemplate:
     needs: tuple[str, ...] = ()  # evidence names that must be known (non-empty)
     build: str = ""  # an edit builder's name in remedies.builders (empty: `snippet` formatted)
     language: str = ""
+    place: str = ""

@@ -5,6 +5,10 @@ Producers give a template (a family's, or a shared one of `catalog/shared_remedi
 family's applicable remedies best first; `first` puts remedies at the cause ahead of the others,
 `behind_verified` right after those a replay verified (a root cause's fix, added after the replay);
 `revise` rewrites a made fix (the user's name for the model, an import the place lacks).
+
+Every fix says where its snippet is pasted when the producer knows that place: an explicit
+`file`/`line`, else the producer's `places` (`remedies.places.Places`: the user's lines by kind)
+at the kind the remedy needs (`place_for`).
 """
 
 from __future__ import annotations
@@ -14,9 +18,29 @@ from dataclasses import replace
 from typing import Any
 
 from ..report import Fix
-from .builders import BUILDERS
+from .builders import BUILDERS, PLACES
 from .model import FixTemplate
 from .names import Names, present
+from .places import CALL, INPUT, MODEL, Place, Places, kind_of
+
+# the user's variables a snippet may read: a snippet reading one the producer does not know names a
+# placeholder (`x`) the program lacks, so it is placed nowhere (explain, from a log, never knows them)
+_VARIABLES = ("tensor", "array")
+
+# where a remedy goes when the producer does not know its own kind of place: the user's call of the
+# model sees the tensors it passes and the model itself
+_FALLBACK = {INPUT: CALL, MODEL: CALL}
+
+
+def place_for(template: FixTemplate, places: Places | None) -> Place | None:
+    """The user's line `template`'s snippet is pasted at, among the producer's `places`."""
+    if not places:
+        return None
+    kind = template.place or PLACES.get(template.build, "") or kind_of(template.snippet)
+    found = places.get(kind) if kind else None
+    if found is None and kind in _FALLBACK:
+        found = places.get(_FALLBACK[kind])
+    return found
 
 
 def make(
@@ -24,12 +48,14 @@ def make(
     *,
     file: str | None = None,
     line: int | None = None,
+    places: Places | None = None,
     **names: Any,
 ) -> Fix | None:
     """The remedy written with the producer's evidence, or None when evidence it needs is missing.
 
     template: one, or alternatives best first (the first whose `needs` the evidence meets is made).
-    file, line: where the snippet is pasted (also `{file}`/`{line}` in its text)."""
+    file, line: where the snippet is pasted (also `{file}`/`{line}` in its text); without them, the
+    place of the remedy's kind among `places`."""
     mapping = Names.known(names, listed=True)
     if file:
         mapping.setdefault("file", file)
@@ -42,13 +68,14 @@ def make(
     snippet = BUILDERS[template.build](mapping) if template.build else template.snippet.format_map(mapping)
     if snippet is None:
         return None
+    at = Place(file, line) if file and line is not None else place_for(template, places)
     return Fix(
         title=template.title.format_map(mapping),
         snippet=snippet,
         why=template.why.format_map(mapping),
         language=template.language,
-        file=file or None,
-        line=line if file else None,
+        file=at.file if at else file or None,
+        line=at.line if at else None,
     )
 
 
@@ -66,10 +93,12 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
 
     A template with `when` tags applies only if one of them is in `context`; one with `unless` tags
     is dropped if any is present. Context-specific fixes come first, in catalog order, then the
-    general ones."""
+    general ones. Each is placed at the kind of line it needs among the evidence `places`, but for
+    one whose snippet reads a variable the producer does not know."""
     ctx = set(context)
     specific: list[Fix] = []
     general: list[Fix] = []
+    places = names.pop("places", None)
     mapping = Names.known(names)
     for t in templates:
         if (t.unless and ctx & t.unless) or (t.when and not (ctx & t.when)):
@@ -86,7 +115,16 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             model = str(mapping.get("model") or "model")
             title = title.replace("'<root>'", f"`{model}`").replace("<root>", f"the whole model `{model}`")
             snippet = "\n".join(_in_comment(line, "<root>", model) for line in snippet.splitlines())
-        fix = Fix(title=title, snippet=snippet, why=t.why, language=t.language)
+        guess = any(f"{{{v}}}" in t.snippet and v not in mapping for v in _VARIABLES)
+        at = place_for(t, places) if snippet.strip() and not guess else None
+        fix = Fix(
+            title=title,
+            snippet=snippet,
+            why=t.why,
+            language=t.language,
+            file=at.file if at else None,
+            line=at.line if at else None,
+        )
         (specific if t.when else general).append(fix)
     return specific + general
 

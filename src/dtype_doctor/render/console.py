@@ -131,7 +131,7 @@ def render_brief(report: Report, console: Console) -> None:
         if cause:
             console.print(Text.assemble(("  root cause ", "bold magenta"), cause))
         if f.fixes and f.severity != Severity.INFO:
-            console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].title))
+            console.print(Text.assemble(("  fix ", "bold green"), f.fixes[0].headline()))
             if f.fixes[0].verification:
                 console.print(
                     Text(f"    {f.fixes[0].verification}", style="green" if f.fixes[0].verified else "dim")
@@ -211,7 +211,7 @@ def finding_panel(
     if finding.cause and (verbose or not folded):
         parts.append(Text.assemble(("cause  ", "bold"), finding.cause))
     for rank, fix in enumerate(finding.fixes if verbose else finding.fixes[:3], 1):
-        parts.append(Text.assemble((f"fix {rank}  ", "bold green"), fix.title))
+        parts.append(Text.assemble((f"fix {rank}  ", "bold green"), fix.headline()))
         if fix.verification:
             style = "green" if fix.verified else "red" if fix.verified is False else "dim"
             parts.append(Text(f"       {fix.verification}", style=style))

@@ -29,7 +29,7 @@ def annotation(finding: Finding, base: str | None = None) -> str:
     props.append(f"title={_property(f'dtype-doctor {finding.code}: {finding.title}')}")
     message = finding.message or finding.title
     if finding.fixes:
-        message += f"\nfix: {finding.fixes[0].title}"
+        message += f"\nfix: {finding.fixes[0].headline()}"
     return f"::{_COMMAND.get(finding.severity, 'warning')} {','.join(props)}::{_data(message)}"
 
 

@@ -219,7 +219,7 @@ def _finding(f: Finding, index: int, cause: str | None = None) -> str:
         why = f'<div class="why">{escape(fix.why)}</div>' if fix.why else ""
         if fix.verification:
             why += f'<div class="why verification">{escape(fix.verification)}</div>'
-        out.append(f'<div class="fix"><b>fix {rank}</b> {escape(fix.title)}{why}{snippet}</div>')
+        out.append(f'<div class="fix"><b>fix {rank}</b> {escape(fix.headline())}{why}{snippet}</div>')
     for ev in f.evidence:
         where = f"line {ev.line}: " if ev.line else ""
         source = f"{ev.source}: " if ev.source else ""

@@ -96,7 +96,7 @@ def _location(place: Place, base: str) -> dict[str, Any] | None:
 def _result(f: Finding, rule_index: int, base: str, edits: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     text = f.message or f.title
     if f.fixes:
-        text += f"\nFix: {f.fixes[0].title}"
+        text += f"\nFix: {f.fixes[0].headline()}"
     result: dict[str, Any] = {
         "ruleId": f.code,
         "ruleIndex": rule_index,

@@ -11,6 +11,7 @@ that made them tagged them already.
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from .. import remedies
 from ..catalog.shared_remedies import CAST_HELD
 from ..patches import patch_method
 from ..report import Fix, Origin
+from . import dtype_values, shared_modules
 from .conversions import watch_from_numpy
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, outermost_user_frame
@@ -90,17 +92,21 @@ class Births:
         self.prov = prov
         self.names = names
         self.on_error = on_error
+        self._decided_memo: tuple[Any, tuple[Tag, ...]] = (None, ())
 
     def start(self) -> Callable[[], None]:
         handles = [
             torch_module.register_module_parameter_registration_hook(self._on_parameter),
             torch_module.register_module_buffer_registration_hook(self._on_buffer),
+            torch_module.register_module_module_registration_hook(self._on_module),
         ]
         unpatch = patch_method(torch.nn.Parameter, "__new__", self._around_new_parameter)
+        unattr = patch_method(torch.nn.Module, "__setattr__", self._around_setattr)
         unload = self._watch_load()
         unnumpy = watch_from_numpy(self.prov, self.on_error)
 
         def undo() -> None:
+            unattr()
             unnumpy()
             unload()
             unpatch()
@@ -165,6 +171,32 @@ class Births:
             self.on_error(exc)
         return param
 
+    def _around_setattr(self, call_next: Callable[..., Any], module: Any, name: str, value: Any) -> Any:
+        """`self.<name> = <a dtype>`: where that dtype value came from (dtype_values)."""
+        if type(value) is torch.dtype:
+            try:
+                dtype_values.record_attribute(module, name, dtype_values.user_frame())
+            except Exception as exc:
+                self.on_error(exc)
+        return call_next(module, name, value)
+
+    def _on_module(self, parent: Any, name: str, child: Any) -> None:
+        try:
+            if isinstance(child, torch.nn.Module):
+                self._shared(parent, child)
+        except Exception as exc:  # never let the tool's bookkeeping fail the user's model
+            self.on_error(exc)
+
+    def _shared(self, parent: Any, child: Any) -> None:
+        """A module attached to a second model: its odd-dtype tensors' lineage gets the lines it
+        was handed over through (a memoised factory's lookup and its key)."""
+        held = shared_modules.record_child(parent, child)
+        sites = list(shared_modules.shared_sites(child))
+        for t in held:
+            tag = self.prov.lookup(t)
+            if tag is not None:
+                tag.parents = (*dtype_values.value_tags(sites, t.dtype), *tag.parents)
+
     def _on_parameter(self, module: Any, name: str, value: Any) -> None:
         self._born(module, name, value, "parameter")
 
@@ -191,6 +223,13 @@ class Births:
         except Exception as exc:  # never let the tool's bookkeeping fail the user's model
             self.on_error(exc)
 
+    def _decided(self, user: Frame | None, dtype: torch.dtype) -> tuple[Tag, ...]:
+        """dtype_values.decided_by, once per conversion statement (not per parameter)."""
+        key = (user, dtype, id(sys._getframe(3)))
+        if self._decided_memo[0] != key:
+            self._decided_memo = (key, dtype_values.decided_by(user, dtype))
+        return self._decided_memo[1]
+
     def _rebound(self, target: Any, value: Any) -> None:
         if not isinstance(target, torch.Tensor) or not isinstance(value, torch.Tensor):
             return
@@ -203,6 +242,8 @@ class Births:
         frames = (made.frame, made.user) if made is not None and made.frame is not None else caller_frames(4)
         op = made.op if made is not None and made.kind in ("cast", "op") else None
         parents = tuple(t for t in (before,) if t is not None and t.dtype != target.dtype)
+        if op is not None:  # a module-wide conversion: made under `if x.dtype == ...`, x decided it
+            parents = (*self._decided(frames[1], target.dtype), *parents)
         kind = before.kind if isinstance(before, BirthTag) else "parameter"
         attribute = before._attribute if isinstance(before, BirthTag) else None
         owner = before._owner() if isinstance(before, BirthTag) else None

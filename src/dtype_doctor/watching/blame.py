@@ -25,6 +25,7 @@ from torch.nn.parameter import is_lazy
 from .. import remedies
 from ..catalog.shared_remedies import CAST_PASSED, CONVERT_ISLAND, MAKE_IN_DTYPE
 from ..remedies.builders import MANY
+from ..remedies.places import Places
 from ..report import Fix
 from . import call_memo
 from .contracts.core import LOW_DTYPES
@@ -53,11 +54,12 @@ class Island:
             text += f" (made at {self.built[0]}:{self.built[1]})"
         return text
 
-    def fix(self) -> Fix | None:
+    def fix(self, places: Places | None = None) -> Fix | None:
+        """The island converted like the rest of the model, pasted where the model is (`places`)."""
         what = f"`{self.model}`" if self.paths == [""] else summary(self.paths)
         want, have = str(self.want)[6:], str(self.dtype)[6:]
         return remedies.make(
-            CONVERT_ISLAND, model=self.model, paths=self.paths, want=want, have=have, what=what
+            CONVERT_ISLAND, places=places, model=self.model, paths=self.paths, want=want, have=have, what=what
         )
 
     def build_fix(self) -> Fix | None:

@@ -8,6 +8,7 @@ adds notes and unlinks its own frames.
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from itertools import takewhile
 from typing import Any
@@ -21,7 +22,7 @@ from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location, Operand
-from . import findings
+from . import findings, value_births
 from .contracts import Contract, Slot, bind
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
 
@@ -168,6 +169,10 @@ def _failure_finding(
     finding.data["raised"] = type(exc).__name__
     if by_library:
         _library_fixes_first(finding)
+    if finding.code == family_codes.OVERFLOW_ON_CAST:  # `masked_fill(mask, fill)`: where fill was set
+        frame = _user_frame()
+        if frame is not None:
+            _value_births(finding, frame, frame.f_lineno, str(exc))
     return session.add_finding(finding, fix_context)
 
 
@@ -250,11 +255,11 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
     from .. import catalog
 
     text = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-    file = line = function = None
+    file = line = function = frame = None
     tb = exc.__traceback__
     while tb is not None:
         if frame_kind(tb.tb_frame.f_code) == USER:
-            code = tb.tb_frame.f_code
+            code, frame = tb.tb_frame.f_code, tb.tb_frame
             file, line, function = short_path(code.co_filename), tb.tb_lineno, code.co_name
         tb = tb.tb_next
     raiser, args = _innermost_module(exc.__traceback__)
@@ -272,11 +277,33 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
         operands = _safe_operands(session, raiser, args)
         if operands:
             finding.operands = operands
+    if frame is not None and line is not None:
+        _value_births(finding, frame, line, str(exc))
     finding.data["raised"] = type(exc).__name__
     from ..report import Severity
 
     finding.severity = Severity.ERROR
     return session.report.add(finding)
+
+
+def _user_frame() -> Any:
+    """The innermost frame of the user's own code on the live stack (the line whose op raised)."""
+    f = sys._getframe(1)
+    while f is not None and frame_kind(f.f_code) != USER:
+        f = f.f_back
+    return f
+
+
+def _value_births(finding: Any, frame: Any, line: int, text: str = "") -> None:
+    """A number the target dtype cannot hold, passed on at the failing line: where it was set."""
+    target = value_births.target_dtype(finding.operands, text)
+    found = value_births.out_of_range(frame, line, target)
+    if found:
+        finding.operands = [*found, *finding.operands]
+        said = "; ".join(
+            f"{o.role} = {o.name} set at {o.origin.file}:{o.origin.line}" for o in found if o.origin
+        )
+        finding.message = f"{finding.message} ({said})"
 
 
 def _traceback_text(exc: BaseException) -> str:

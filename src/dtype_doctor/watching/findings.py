@@ -17,7 +17,7 @@ from ..dtypes import canonical
 from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import attributes, births, blame, intent, snippets
+from . import attributes, births, blame, intent, snippets, user_places
 from .modules import Names
 from .names import (
     call_argument,
@@ -161,18 +161,20 @@ def build(
     why = (
         _safe(lambda: intent.rule_evidence(tensors, names, expected, place, root, prov)) if expected else None
     )
-    if (
+    floats = [s for s in operands if s.tensor.is_floating_point()]
+    lowered = (  # a rule asks for a wider dtype than the model's, and no parameter decides
         expected is not None
         and want in blame.LOW_DTYPES
         and expected not in blame.LOW_DTYPES
         and want != expected
-    ):
-        floats = [s for s in operands if s.tensor.is_floating_point()]
-        if any(s.tensor.dtype == want for s in floats) and not any(names.tensor(s.tensor) for s in floats):
-            for s in floats:  # no parameter decides: the models' dtype does, not the first operand
-                s.odd = s.tensor.dtype != want
-            expected = want
-            why = _safe(lambda: intent.model_evidence(root, prov, want))
+        and not any(names.tensor(s.tensor) for s in floats)
+    )
+    unruled = expected is None and any(s.tensor.dtype != want for s in floats)  # raised, no contract
+    if want is not None and (lowered or unruled) and any(s.tensor.dtype == want for s in floats):
+        for s in floats:  # the models' dtype decides, not the first operand
+            s.odd = s.tensor.dtype != want
+        expected = want
+        why = _safe(lambda: intent.model_evidence(root, prov, want))
     asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
     if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
         for s in operands:
@@ -197,6 +199,17 @@ def build(
         ctx.add("odd-module")
     origin = blamed.origin if blamed else None
     made = origin.name if origin and origin.kind in ("op", "cast", "output") else None
+    in_user_code = bool(frames) and inner is not None and frames[0].f_code is inner[0]
+    places = _safe(
+        lambda: user_places.collect(
+            tensor=odd.tensor,
+            variable=variable,
+            frames=frames,
+            rooted=rooted,
+            origin=causes.root_origin(origin) if origin is not None else None,
+            op_frame=frames[0] if in_user_code else None,
+        )
+    )
     fix_names = {
         "module": path or "<root>",
         "module_class": type(module).__name__ if module is not None else None,
@@ -213,6 +226,7 @@ def build(
         "line": origin.line if origin and origin.file else (uline or line),
         "device": operands[0].tensor.device.type if operands else "cpu",  # autocast's device_type
         "made_op": origin.op if origin and origin.kind == "op" else None,
+        "places": places or None,
     }
     extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
     if ufile and (ufile, uline) != (file, line):
@@ -239,7 +253,7 @@ def build(
     )  # fmt: skip
     fix_context = FixContext(fix_names, device=fix_names["device"])
     try:  # the names, the island and the static check: never at the cost of the finding
-        _better_fixes(finding, island, blamed, expected, rooted, want, root)
+        _better_fixes(finding, island, blamed, expected, rooted, want, root, places)
         scope = rooted[1] if rooted else (frames[-1] if frames else None)
         inside = frames[: frames.index(scope)] if scope in frames else []
         fix_context.scope, fix_context.root = scope, root
@@ -318,12 +332,13 @@ def _better_fixes(
     rooted: Any,
     want: torch.dtype | None,
     root: nn.Module | None,
+    places: Any = None,
 ) -> None:
     """Put the fixes at the cause first: the odd module island's, the root origin's, the input's."""
     if island is None and odd is not None and odd.origin is not None and expected is not None:
         at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
-            finding.fixes = [at_root, *finding.fixes]
+            finding.fixes = causes.with_root_fix(finding, at_root)
     if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:
         call = f"{short_path(rooted[1].f_code.co_filename)}:{rooted[1].f_lineno}"
         held_odd = [o.origin for o in finding.operands if o.origin and o.dtype != canonical(expected)]
@@ -335,7 +350,7 @@ def _better_fixes(
         if passed is not None:
             finding.fixes = [passed, *(x for x in finding.fixes if x.snippet != passed.snippet)]
     if island is not None:
-        extra_fixes = [x for x in (island.fix(), island.build_fix()) if x is not None]
+        extra_fixes = [x for x in (island.fix(places), island.build_fix()) if x is not None]
         finding.fixes = [*extra_fixes, *finding.fixes]
         finding.data["island"] = {
             "model": island.model,
@@ -460,7 +475,7 @@ def note_text(finding: Finding) -> str:
     width = terminal_width()
     folded = [piece for line in lines for piece in fold_prose_line(line, width, hang=4)]
     for fix in finding.fixes[:2]:
-        folded += fold_prose_line(f"  fix: {fix.title}", width, hang=5)
+        folded += fold_prose_line(f"  fix: {fix.headline()}", width, hang=5)
         if fix.verification:
             folded += fold_prose_line(f"       ({fix.verification})", width)
         if fix.snippet:

@@ -92,7 +92,8 @@ def asked_at(tag: Tag | None) -> str | None:
         if current.kind == "autocast":
             return "torch.autocast"
         if current.kind == "cast":
-            return f"{current.op}{at}"
+            chosen = _chosen(current)
+            return f"{current.op}{at}" + (f", its dtype {chosen}" if chosen else "")
         if isinstance(current, BirthTag) and current.op:
             return f"a module-wide .{current.op.rsplit('.', 1)[-1]}(){at}"
         same = [p for p in current.parents if p.dtype == current.dtype]
@@ -104,6 +105,17 @@ def asked_at(tag: Tag | None) -> str | None:
             return f"an explicit dtype at {file}:{line}"
         current = same[0] if same else None
     return None
+
+
+def _chosen(cast: Tag) -> str | None:
+    """`COMPUTE_DTYPE at x.py:8`: where a cast's dtype argument was written (a constant, a variable)."""
+    found = next((p for p in cast.parents if p.kind == "value"), None)
+    while found is not None and found.parents:
+        found = found.parents[0]
+    if found is None:
+        return None
+    file, line, _ = where(found.frame)
+    return f"{found.name} at {file}:{line}"
 
 
 def deliberate(t: torch.Tensor, prov: Provenance) -> str | None:

@@ -47,21 +47,33 @@ def _components(value: Any) -> dict[str, Any]:
 
 def expression_for(obj: Any, frames: list[FrameType]) -> tuple[str, FrameType] | None:
     """`unet` / `pipe.unet` / `model.classifier`: how the user's code reaches `obj`, and in which
-    frame; `self` only when no other name reaches it (a snippet is pasted where the model is used)."""
-    for allow_self in (False, True):
+    frame; `self` only when no other name reaches it (a snippet is pasted where the model is used);
+    a plain object's attribute (`forecaster.net`) only when nothing else does."""
+    for held, allow_self in ((False, False), (False, True), (True, False), (True, True)):
         for f in frames:
             for name, value in list(f.f_locals.items()):
                 if name.startswith("__") or not name.isidentifier() or (name == "self") != allow_self:
                     continue
-                if value is obj:
+                if value is obj and not held:
                     return name, f
-                children = _components(value)
-                if isinstance(value, nn.Module) and name != "self":
+                children = _held_modules(value) if held else _components(value)
+                if isinstance(value, nn.Module) and name != "self" and not held:
                     children = dict(value.named_children())
                 for key, comp in children.items():
                     if comp is obj and key.isidentifier():
                         return f"{name}.{key}", f
     return None
+
+
+def _held_modules(value: Any) -> dict[str, Any]:
+    """The modules a plain object holds as public attributes (`self.model` of a wrapper class)."""
+    if isinstance(value, nn.Module | torch.Tensor | type):
+        return {}
+    try:
+        held = vars(value)
+    except TypeError:  # no __dict__
+        return {}
+    return {k: v for k, v in list(held.items())[:200] if isinstance(v, nn.Module) and not k.startswith("_")}
 
 
 def module_modules(frame: FrameType) -> list[nn.Module]:

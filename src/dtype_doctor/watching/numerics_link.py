@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import computed_in
+
 
 def start(session: Any) -> Any:
     """A started NumericsMonitor writing into the session's report."""
@@ -17,12 +19,20 @@ def start(session: Any) -> Any:
         from ..errors import DoctorError
 
         raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
+    from . import user_places
     from .provenance import tag_to_origin
 
     def origin_of(t: torch.Tensor) -> Any:
         """Where `t` got its dtype (a report Origin), or None when the watch has not seen it made."""
         tag = session.prov.lookup(t)
         return tag_to_origin(tag, session.names.module) if tag is not None else None
+
+    def place_of(root: nn.Module) -> dict[str, Any] | None:
+        """The user's name for a root the monitor meets, and the lines its fixes are pasted at."""
+        try:
+            return user_places.of_root(root)
+        except Exception:
+            return None
 
     model = session.model if isinstance(session.model, nn.Module) else None
     monitor = NumericsMonitor(
@@ -31,5 +41,25 @@ def start(session: Any) -> Any:
         every=session._every,
         name_of=session.names.module,
         origin_of=origin_of,
+        place_of=place_of,
     )
-    return monitor.start()
+    return _Linked(monitor.start(), session)
+
+
+class _Linked:
+    """The started monitor; its stop() also says where each silent finding's low dtype was chosen."""
+
+    def __init__(self, monitor: Any, session: Any) -> None:
+        self.monitor = monitor
+        self.session = session
+
+    def stop(self) -> Any:
+        report = self.monitor.stop()
+        try:
+            computed_in.annotate(self.session.report, self.session.names, self.session.prov)
+        except Exception as exc:  # the tool's bookkeeping never replaces the user's outcome
+            self.session.internal_error(exc)
+        return report
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.monitor, name)

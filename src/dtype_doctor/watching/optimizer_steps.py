@@ -16,8 +16,9 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from .. import catalog
 from ..catalog.family_codes import OPTIMIZER_STATE_DTYPE
 from ..numerics.frames import user_line
-from ..report import Finding, Location, Operand, Severity
-from .provenance import short_path
+from ..report import Finding, Location, Operand, Origin, Severity
+from .intent import asked_at
+from .provenance import short_path, tag_to_origin
 
 SHOWN = 3  # parameters named in the message
 
@@ -27,16 +28,20 @@ def fp16_without_master_weights(
     name_of: Callable[[torch.Tensor], str | None],
     file: str | None = None,
     line: int | None = None,
+    born: Callable[[torch.Tensor], tuple[str, Origin] | None] | None = None,
 ) -> Finding | None:
     """The finding for `optimizer` when it trains float16 parameters itself (None when it does not:
     fp32 parameters, or an fp32 master copy being what it holds). `name_of` gives a parameter's
-    path in the model (`model.layers.0.weight`); one it cannot name is `param N`."""
+    path in the model (`model.layers.0.weight`); one it cannot name is `param N`. `born` gives where
+    a parameter was made float16 (`a module-wide .half() at x.py:9`) and its origin: the root."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     half = [p for p in params if p.dtype == torch.float16]
     if not half:
         return None
     shown = [name_of(p) or f"param {i}" for i, p in enumerate(half[:SHOWN])]
     more = ", ..." if len(half) > SHOWN else ""
+    birth = born(half[0]) if born is not None else None
+    asked = f"; they were made float16 by {birth[0]}" if birth is not None else ""
     return catalog.finding(
         OPTIMIZER_STATE_DTYPE,
         names={"dtype": "torch.float32", "device": half[0].device.type},
@@ -44,10 +49,12 @@ def fp16_without_master_weights(
         message=(
             f"{type(optimizer).__name__} updates {len(half)} of {len(params)} parameters in float16 "
             f"({', '.join(shown)}{more}) with no float32 master copy: small updates round away and "
-            "its state under- or overflows in float16"
+            f"its state under- or overflows in float16{asked}"
         ),
         location=Location(op=f"{type(optimizer).__name__}.step", file=file and short_path(file), line=line),
-        operands=[Operand(role="parameter", dtype="float16", name=shown[0])],
+        operands=[
+            Operand(role="parameter", dtype="float16", name=shown[0], origin=birth[1] if birth else None)
+        ],
     )
 
 
@@ -56,6 +63,13 @@ def _parameter_name(session: Any, param: torch.Tensor) -> str | None:
     outermost modules the program called (`run`, which is given none)."""
     found = session.names.tensor(param)
     return found[1] if found is not None and found[0] == "parameter" else None
+
+
+def _parameter_birth(session: Any, param: torch.Tensor) -> tuple[str, Origin] | None:
+    """Where the program asked for `param`'s dtype, and its origin (None: not asked, or unknown)."""
+    tag = session.prov.lookup(param)
+    at = asked_at(tag)
+    return (at, tag_to_origin(tag, session.names.module)) if at is not None and tag is not None else None
 
 
 def watch_optimizer_steps(session: Any) -> Callable[[], None]:
@@ -67,7 +81,12 @@ def watch_optimizer_steps(session: Any) -> Callable[[], None]:
             return
         seen.add(id(optimizer))
         try:
-            finding = fp16_without_master_weights(optimizer, partial(_parameter_name, session), *user_line())
+            finding = fp16_without_master_weights(
+                optimizer,
+                partial(_parameter_name, session),
+                *user_line(),
+                born=partial(_parameter_birth, session),
+            )
             if finding is not None:
                 session.report.add(finding)
         except Exception as exc:  # the tool never breaks the user's training step

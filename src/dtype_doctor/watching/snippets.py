@@ -141,7 +141,7 @@ def advice(fix: Fix) -> Fix:
     """The fix as words only: its snippet names what the user's code lacks, so it cannot be pasted."""
     if not fix.snippet.strip():
         return fix
-    return replace(fix, snippet="", language="", verified=None, verification="")
+    return replace(fix, snippet="", language="", verified=None, verification="", file=None, line=None)
 
 
 def _first(code: str, seen: set[str]) -> bool:

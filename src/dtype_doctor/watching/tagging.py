@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..tensors import iter_tensors
-from . import made_names
+from . import dtype_values, made_names
 from .mode import CAST
 from .modules import ModuleStack, Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualified_op_name
@@ -231,6 +231,8 @@ class Tagger:
         else:
             new_kind = "promotion" if promoted else "op"
         top = self.stack.top
+        if kind is CAST and inner is not None and inner == user:
+            tags = [*dtype_values.cast_value_tags(inner, dt), *tags]  # the dtype's own origin first
         if tags:
             name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
