@@ -15,6 +15,7 @@ from ..report import Report, Severity
 from ..sections import SourcePatch
 from .plan import Candidate, Cause, Planner, is_user_file, plan
 from .search import search
+from .shown import finding_files
 from .source import diff_bytes, unified_diff
 from .verify import Command, Replay, check_command, replay, run_command
 
@@ -65,24 +66,23 @@ def propose(
     planner = Planner(user_file, home)
     causes = planner.plan(report)
     if not causes:
-        what = (
-            "no root cause lies in (or is called from) a file of yours"
-            if report.findings
-            else "nothing to fix"
-        )
+        what = _why_none(report, planner) if report.findings else "nothing to fix"
         return Proposal(SourcePatch(verified=None if report.findings else True, outcome=what))
     originals = {path: src.text for path, src in planner.sources.items() if src is not None}
     encodings = {path: src.encoding for path, src in planner.sources.items() if src is not None}
 
     errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
     warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
+    codes = frozenset(f.code for f in report.findings if f.severity in (Severity.ERROR, Severity.WARNING))
 
     def run(files: dict[str, str]) -> Replay:
         result = replay(files, command, anchor, timeout=timeout, encodings=encodings)
         result.warnings_before = 0 if errors else warnings
+        result.causes = codes
         return result
 
-    chosen, files, result = search(causes, originals, run, on_progress=on_progress)
+    log: list[tuple[list[Candidate], Replay]] = []
+    chosen, files, result = search(causes, originals, run, on_progress=on_progress, log=log)
     diff = "".join(unified_diff(p, originals[p], text, encodings[p]) for p, text in files.items())
     changes = []
     for cause in causes:
@@ -90,6 +90,8 @@ def propose(
         if cand is not None:
             changes.append({"cause": cause.label, "change": cand.title})
     outcome = result.describe() if result is not None else ""
+    if result is not None:
+        outcome += "\n" + _why_chosen(chosen, result, log)
     if result is not None and not result.passed and result.tail:
         outcome += "\nthe patched copy's output ended with:\n" + textwrap.indent(result.tail, "  ")
     section = SourcePatch(
@@ -100,3 +102,32 @@ def propose(
         outcome=outcome,
     )
     return Proposal(section, {p: originals[p] for p in files}, files, {p: encodings[p] for p in files})
+
+
+def _why_none(report: Report, planner: Planner) -> str:
+    """Why no edit is proposed: the findings touch no file of the user's, or none gave an edit there."""
+    mine = [
+        path
+        for f in report.findings
+        for path in finding_files(f)
+        if f.severity in (Severity.ERROR, Severity.WARNING) and planner.source(path) is not None
+    ]
+    if not mine:
+        return "no root cause lies in (or is called from) a file of yours"
+    names = ", ".join(dict.fromkeys(mine))
+    return f"no edit of {names} could be derived from the findings: no shown fix with code could be pasted there, and no cast applies"
+
+
+def _why_chosen(chosen: list[Candidate], result: Replay, log: list[tuple[list[Candidate], Replay]]) -> str:
+    """Which edit set the patch is, and why: the first of those tried, in lineage order (each cause's
+    candidates at its earliest birth first), whose re-run passed; else the one that came closest."""
+    n = len(log)
+    sets = f"{n} edit set{'s' if n != 1 else ''} tried"
+    at = next((i for i, (cands, seen) in enumerate(log) if seen is result), None)
+    what = "; ".join(c.title for c in chosen) or "no edit"
+    if result.passed:
+        return (
+            f"chosen: {what}: the first of {sets} (earliest birth of the odd dtype first) whose re-run "
+            f"passed{f' (set {at + 1})' if at is not None and n > 1 else ''}"
+        )
+    return f"none of the {sets} passed its re-run; shown: the one that came closest ({what})"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from ..causes import by_cause, group_by_cause, root_origin
 from ..report import Finding, Operand, Origin, Report
 from . import finders as find
+from . import shown
 from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 
 LOW_NAMES = ("float16", "bfloat16")
@@ -89,7 +90,7 @@ class Planner:
             cause = Cause(label or findings[0].title)
             seen: set[tuple] = set()
             for f in findings:
-                for cand in map(self.with_import, self.candidates(f)):
+                for cand in map(self.with_import, self.in_lineage_order(f)):
                     key = tuple(sorted((e.path, e.start, e.end, e.text) for e in cand.edits))
                     if cand.edits and key not in seen:
                         seen.add(key)
@@ -106,6 +107,54 @@ class Planner:
             if src is not None and not find.binds_torch(src) and any("torch." in e.text for e in cand.edits):
                 extra.append(find.import_torch(src))
         return Candidate(cand.title, [*cand.edits, *extra]) if extra else cand
+
+    def in_lineage_order(self, f: Finding) -> list[Candidate]:
+        """The structural candidates (built root first) with the report's shown fixes, pasted, merged
+        in: a shown fix goes before the first structural candidate that edits later in the odd dtype's
+        lineage (earliest birth first); one that states no place after them, one whose replay the tool
+        saw fail last."""
+        ranks = shown.lineage(f)
+        out = [(self.edits_rank(ranks, c), c) for c in self.candidates(f)]
+        failed: list[Candidate] = []
+        for fix in shown.shown_fixes(f, self.source, self.births(f)):
+            cand = Candidate(fix.title, [fix.edit])
+            if fix.failed:
+                failed.append(cand)
+                continue
+            # a fix pasted where it states no place comes after every other
+            at = shown.rank(ranks, fix.edit.path, fix.line) if fix.stated else shown.UNKNOWN + 1
+            i = next((i for i, (r, _) in enumerate(out) if r > at), len(out))
+            out.insert(i, (at, cand))
+        return [c for _, c in out] + failed
+
+    def births(self, f: Finding) -> list[Origin]:
+        """Where the odd operands' dtypes were born, in user files, tensors first: each root origin,
+        else (a root inside a library) the user's line that called it, then where the operand entered."""
+        target = _target_dtype(f)
+        odd = [o for o in f.operands if o.dtype in _FLOATS and o.dtype != target and o.origin is not None]
+        odd.sort(key=_held)
+        out: list[Origin] = []
+        for o in odd:
+            assert o.origin is not None
+            root = root_origin(o.origin)
+            todo = [root]
+            while todo:  # breadth first: the nearest user line to the birth
+                origin = todo.pop(0)
+                if origin.line is not None and self.source(origin.file) is not None:
+                    out.append(origin)
+                    break
+                todo.extend(origin.chain)
+            out.append(o.origin)
+        return [r for r in out if r.line is not None and self.source(r.file) is not None]
+
+    def edits_rank(self, ranks: dict[tuple[str, int], int], cand: Candidate) -> int:
+        """The earliest lineage rank of the lines the candidate edits."""
+        found = [shown.UNKNOWN]
+        for e in cand.edits:
+            src = self.sources.get(e.path)
+            if src is not None:
+                found.append(shown.rank(ranks, e.path, shown.edit_line(src, e)))
+        return min(found)
 
     def candidates(self, f: Finding) -> Iterator[Candidate]:
         if f.code == "autocast-half-conflict":

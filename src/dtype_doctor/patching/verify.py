@@ -53,6 +53,8 @@ class Replay:
     tail: str = ""  # the end of what the program wrote, when it failed
     stopped: str = ""  # stopped by the guard or the clock: why (verifying/guard.py)
     warnings_before: int = 0  # a run with warnings only: the patch must leave fewer
+    left: tuple[str, ...] = ()  # the family codes of the error/warning findings the re-run reported
+    causes: frozenset[str] = frozenset()  # the codes of the run's own error/warning findings
     error_vs_fp32: str = ""  # what the re-run measured (watching/fp32_error.py), or why not
     error: float | None = None  # the same, as a number, when it was measured
     verdict: Verdict | None = None
@@ -71,6 +73,9 @@ class Replay:
             return Outcome(failed=f"exit 0, but {errs}")
         if self.warnings_before and self.warnings >= self.warnings_before:
             return Outcome(failed=f"exit 0, but the {self.warnings} warning(s) remain")
+        same = sorted({c for c in self.left if c in self.causes})
+        if same:  # the cause it was to fix still reported: not fixed, whatever else improved
+            return Outcome(failed=f"exit 0, but still reported: {', '.join(same)}")
         if self.error is not None:
             return Outcome(error=self.error)
         return Outcome(unmeasured=f"exit 0, no dtype error; error vs fp32: {self.measured}")
@@ -235,12 +240,13 @@ def _tree_files(anchor: str) -> list[str] | None:
 
 def _result(proc: rerun.Ran, report_path: str) -> Replay:
     errors = warnings = 0
-    measured, error = "", None
+    measured, error, left = "", None, ()
     try:
         with open(report_path, encoding="utf-8") as fh:
             report = Report.from_json(fh.read())
         errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
         warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
+        left = tuple(f.code for f in report.findings if f.severity in (Severity.ERROR, Severity.WARNING))
         measured = str(report.meta.get("error_vs_fp32") or "")
         value = report.meta.get("error_vs_fp32_value")
         error = float(value) if isinstance(value, (int, float)) else None
@@ -248,7 +254,14 @@ def _result(proc: rerun.Ran, report_path: str) -> Replay:
         pass
     tail = "\n".join(program_output(proc.stderr or "")[-6:]) if proc.code else ""
     return Replay(
-        proc.code, errors, warnings, tail, error_vs_fp32=measured, stopped=proc.stopped or "", error=error
+        proc.code,
+        errors,
+        warnings,
+        tail,
+        error_vs_fp32=measured,
+        stopped=proc.stopped or "",
+        error=error,
+        left=left,
     )
 
 
