@@ -14,12 +14,13 @@ import os
 import sys
 import sysconfig
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from ..causes import by_cause, group_by_cause, root_origin
 from ..report import Finding, Operand, Origin, Report
 from . import finders as find
 from . import shown
+from . import usage_edits as usage
+from .candidates import Candidate, Cause
 from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 
 LOW_NAMES = ("float16", "bfloat16")
@@ -33,20 +34,6 @@ _LIBRARY_ROOTS = tuple(
     for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
     if p
 )
-
-
-@dataclass
-class Candidate:
-    """One way to fix a cause: a title the user reads and the edits it makes."""
-
-    title: str
-    edits: list[Edit]
-
-
-@dataclass
-class Cause:
-    label: str
-    candidates: list[Candidate] = field(default_factory=list)
 
 
 def is_user_file(path: str | None) -> bool:
@@ -158,10 +145,10 @@ class Planner:
 
     def candidates(self, f: Finding) -> Iterator[Candidate]:
         if f.code == "autocast-half-conflict":
-            yield from self.autocast(f)
+            yield from usage.autocast(self, f)
             return
         if f.data.get("misuse") == "clip-before-unscale":
-            yield from self.unscale_before_clip(f)
+            yield from usage.unscale_before_clip(self, f)
             return
         target = _target_dtype(f)
         if target is None:
@@ -406,56 +393,6 @@ class Planner:
                     best = node
         if best is not None and isinstance(best.value, ast.Call):
             yield src, best.value
-
-    # ---- an autocast around a model that is already half -------------------------------------
-    def autocast(self, f: Finding) -> Iterator[Candidate]:
-        site = self.call_site(f)
-        if site is None:
-            return
-        src, line = site
-        found = find.autocast_with(src, line)
-        if found is None:
-            return
-        with_node, item = found
-        where = f"{src.path}:{with_node.lineno}"
-        yield Candidate(
-            f"remove the redundant torch.autocast around the half model ({where})",
-            [find.remove_with_item(src, with_node, item)],
-        )
-        edit = add_kwarg(src, item.context_expr, "enabled", "False")
-        if edit is not None:
-            yield Candidate(f"disable the torch.autocast around the half model ({where})", [edit])
-
-    # ---- clip_grad_norm_ on scaled gradients ---------------------------------------------------
-    def unscale_before_clip(self, f: Finding) -> Iterator[Candidate]:
-        """Move the clip after the loop's `scaler.unscale_(opt)`, else add that call before the clip."""
-        loc = f.location
-        src = self.source(loc.file if loc else None)
-        if src is None or loc is None or loc.line is None:
-            return
-        clip = find.scope_statement(src, loc.line, innermost_block=True)
-        block = find.block_of(src, clip)
-        if clip is None or block is None:
-            return
-        after = block[block.index(clip) + 1 :]
-        where = f"{src.path}:{clip.lineno}"
-        unscale = next((s for s in after if find.calls_method(s, "unscale_")), None)
-        if unscale is not None:
-            start, end = src.offset(clip.lineno, 0), src.offset((clip.end_lineno or clip.lineno) + 1, 0)
-            at = src.offset((unscale.end_lineno or unscale.lineno) + 1, 0)
-            moved = src.text[start:end]
-            yield Candidate(
-                f"clip after scaler.unscale_ ({where})",
-                [Edit(src.path, start, end, ""), Edit(src.path, at, at, moved)],
-            )
-            return
-        step = next((c for s in after for c in find.method_calls(s, "step") if c.args), None)
-        if step is not None and isinstance(step.func, ast.Attribute):
-            scaler, optimizer = src.segment(step.func.value), src.segment(step.args[0])
-            yield Candidate(
-                f"unscale the gradients before clipping ({where})",
-                [find.insert_before(src, clip.lineno, f"{scaler}.unscale_({optimizer})", block_level=True)],
-            )
 
 
 def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file) -> list[Cause]:

@@ -1,0 +1,21 @@
+"""What the planner proposes: a cause of a report and the candidate edits that may fix it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .source import Edit
+
+
+@dataclass
+class Candidate:
+    """One way to fix a cause: a title the user reads and the edits it makes."""
+
+    title: str
+    edits: list[Edit]
+
+
+@dataclass
+class Cause:
+    label: str
+    candidates: list[Candidate] = field(default_factory=list)
