@@ -129,7 +129,7 @@ def test_lightning_note_leads_with_the_fix_the_replay_verified(fit_bf16):
     assert first.verified is True and first.verification.startswith("verified: passes")
     (note,) = [n for n in info.value.__notes__ if n.startswith("dtype-doctor [matmul-dtype-mismatch]")]
     fixes = [line.strip()[len("fix: ") :] for line in note.splitlines() if line.strip().startswith("fix: ")]
-    assert fixes[0] == first.title and f"({first.verification})" in note
+    assert fixes[0].startswith(first.title) and f"({first.verification})" in note
 
 
 class HalfAdamW(Regressor):
