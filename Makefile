@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# two workers (pytest-xdist): CI's machine has 2 cores, and the serial suite took ~21 min there
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # the fast lane: each command's main path (tests/conftest.py marks it `fast`), under 1 min of CPU on 2 cores
 # (docs/benchmarks.md, "test lanes")
