@@ -54,6 +54,25 @@ def test_a_cast_of_what_the_line_makes_goes_after_it() -> None:
     assert _run(text + "out = totals(rows)\n")["out"].dtype == torch.float32
 
 
+def test_a_cast_at_a_line_that_makes_x_from_x_goes_before_it() -> None:
+    """`acc = acc.index_add(...)` reads acc: its cast belongs before the line, where the line reads it
+    (after it, the index_add has already raised)."""
+    text = (
+        "import torch\n"
+        "vals = torch.ones(4, dtype=torch.bfloat16)\n"
+        "acc = torch.zeros(4)\n"
+        "acc = acc.index_add(0, torch.arange(4), vals)\n"
+    )
+    try:
+        _run(text)
+        raise AssertionError("the unpatched program should raise")
+    except RuntimeError:
+        pass
+    pasted = paste(text, 4, "acc = acc.to(torch.bfloat16)")
+    assert "acc = acc.to(torch.bfloat16)\nacc = acc.index_add(" in pasted
+    assert _run(pasted)["acc"].dtype == torch.bfloat16
+
+
 def test_the_line_rewritten_around_its_own_call_replaces_it() -> None:
     text = paste(HALF_SUMS, 4, "acc = torch.sum(rows.float(), 0)")
     text = paste(text, 4, "acc = torch.sum(rows.double(), 0)")  # x = f(x.float()) at x = f(x)

@@ -3,7 +3,8 @@
 
 At the statement holding LINE, indented like it:
 - a snippet statement that assigns what the line assigns (`x = ...` at `x = ...`) replaces the line
-  (the line rewritten); a cast of it, `x = x.to(...)`, goes after it instead;
+  (the line rewritten); a cast of it, `x = x.to(...)`, goes after it instead, or before it when the
+  line reads x to make it (`x = x.scatter_(...)`: the line then reads the cast x);
 - a `return` at a `return`, a call statement at a call of the same function, replaces the line;
 - a snippet that repeats the line's statement (`s = s.float()` then the line itself) replaces it, the
   line keeping its own text (comments, formatting) where the snippet repeats it;
@@ -45,6 +46,18 @@ def _recasts(stmt: ast.stmt) -> bool:
         if isinstance(value, ast.Attribute) and value.attr == "data":
             value = value.value
     return value is not getattr(stmt, "value", None) and bool(_targets(stmt) & {ast.unparse(value)})
+
+
+def _reads_target(stmt: ast.stmt) -> bool:
+    """The line makes x from x (`x = x.scatter_(...)`, `x = f(x)`) and is not itself a cast of it:
+    a cast of x pasted there goes before it, where the line reads it."""
+    value = getattr(stmt, "value", None)
+    if value is None or _recasts(stmt):
+        return False
+    targets = _targets(stmt)
+    return any(
+        isinstance(n, (ast.Name, ast.Attribute)) and ast.unparse(n) in targets for n in ast.walk(value)
+    )
 
 
 def _same_call(a: ast.stmt, b: ast.stmt) -> bool:
@@ -110,6 +123,8 @@ def paste_span(text: str, line: int, snippet: str) -> tuple[int, int, str]:
         and isinstance(stmt, (ast.Assign, ast.AnnAssign))
         and _targets(first) & _targets(stmt)
     ):
+        if _recasts(first) and _reads_target(stmt):  # `x = x.scatter_(...)`: the line reads the cast x
+            return starts[at - 1], starts[at - 1], new
         if _recasts(first):  # x = x.to(...): after the line that made x
             return starts[end], starts[end], new
         return starts[at - 1], starts[end], new  # a new way to make x: instead of it
