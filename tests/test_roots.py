@@ -19,21 +19,10 @@ from transformers import BatchFeature
 
 from dtype_doctor import watch
 from dtype_doctor.causes import group_by_cause, root_origin
+from origin_lines import here, origin_lines
 
 UNTRACKED = "untracked (created before watch() started)"
 HERE = "tests/test_roots.py"
-
-
-def here() -> int:
-    return inspect.currentframe().f_back.f_lineno
-
-
-def _lines(origin) -> set[tuple[str | None, int | None]]:
-    """Every file:line an origin and its chain name."""
-    out = {(origin.file, origin.line)}
-    for c in origin.chain:
-        out |= _lines(c)
-    return out
 
 
 def _odd(finding):
@@ -70,7 +59,7 @@ def test_features_a_library_converts_with_from_numpy_name_your_line():
         encoder(feats)
     (finding,) = s.report.errors
     (odd,) = _odd(finding)
-    assert (HERE, made) in _lines(odd.origin)
+    assert (HERE, made) in origin_lines(odd.origin)
     assert f"from your line {HERE}:{made}" in group_by_cause(s.report).errors[0].root_cause
     assert encoder(feats.to(torch.float16)).dtype == torch.float16
 
@@ -141,7 +130,7 @@ def test_a_model_converted_inside_your_helper_names_the_line_that_called_it():
     finding = s.report.errors[0]
     weight = next(o for o in finding.operands if o.role == "weight").origin
     assert (weight.file, weight.line) == (HERE, inspect.getsourcelines(_load_tower)[1] + 1)
-    assert (HERE, called) in _lines(weight)
+    assert (HERE, called) in origin_lines(weight)
     assert _load_tower(torch.bfloat16)(torch.rand(1, 3, 16, 16, dtype=torch.bfloat16)).dtype == torch.bfloat16
 
 

@@ -15,26 +15,16 @@ from torch import nn
 
 from dtype_doctor import watch
 from dtype_doctor.causes import group_by_cause, root_origin
+from origin_lines import here, origin_lines
 
 HERE = "tests/test_roots_values.py"
-
-
-def here() -> int:
-    return inspect.currentframe().f_back.f_lineno
-
-
-def _lines(origin) -> set[tuple[str | None, int | None]]:
-    out = {(origin.file, origin.line)}
-    for c in origin.chain:
-        out |= _lines(c)
-    return out
 
 
 def _finding_lines(finding) -> set[tuple[str | None, int | None]]:
     out: set = set()
     for o in finding.operands:
         if o.origin is not None:
-            out |= _lines(o.origin)
+            out |= origin_lines(o.origin)
     return out
 
 
@@ -73,7 +63,7 @@ def test_a_dtype_constant_carried_into_a_cast_through_an_attribute_is_the_root()
     (odd,) = [o for o in finding.operands if o.dtype == "float32"]
     root = root_origin(odd.origin)
     assert (root.kind, root.name, root.file, root.line) == ("value", "ACCUMULATE_IN", HERE, ACCUMULATE_LINE)
-    assert (HERE, passed) in _lines(odd.origin)
+    assert (HERE, passed) in origin_lines(odd.origin)
     assert finding.root_cause.startswith(f"float32 `ACCUMULATE_IN` ({HERE}:{ACCUMULATE_LINE})")
     fixed = AdaptedNet(work_dtype=torch.float16).half()  # the edit: the constant in the model's dtype
     assert fixed(torch.randn(2, 8, dtype=torch.float16)).dtype == torch.float16
@@ -111,7 +101,7 @@ def test_a_conversion_decided_by_an_arrays_dtype_names_where_the_array_was_made(
     assert finding.location.module == "0"
     weight = next(o for o in finding.operands if o.role == "weight").origin
     assert weight.dtype == "float64"
-    assert (HERE, made) in _lines(weight)
+    assert (HERE, made) in origin_lines(weight)
     fixed = _build_regressor(np.ones(6, dtype=np.float32))  # the edit at that line
     assert fixed(torch.randn(2, 6)).dtype == torch.float32
 
