@@ -24,7 +24,8 @@ _BINOPS = {
 
 
 @functools.lru_cache(maxsize=256)
-def _tree(file: str) -> ast.Module | None:
+def source_tree(file: str) -> ast.Module | None:
+    """The parsed source of `file` as linecache holds it (None when it does not parse), cached."""
     try:
         return ast.parse("".join(linecache.getlines(file)))
     except (SyntaxError, ValueError):
@@ -35,7 +36,7 @@ def statement(file: str | None, line: int | None) -> tuple[str, ast.stmt] | None
     """The source of the simple statement that holds `line`, and its node."""
     if not file or not line:
         return None
-    tree = _tree(file)
+    tree = source_tree(file)
     if tree is None:
         return None
     best = None

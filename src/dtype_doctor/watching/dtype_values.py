@@ -24,8 +24,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from ..numerics.opsource import source_tree
 from .provenance import USER, Tag, frame_kind
-from .value_births import assigned_at, source_tree
+from .value_births import assigned_at
 
 _MAX_HOPS = 6
 

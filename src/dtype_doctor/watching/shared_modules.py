@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..numerics.opsource import source_tree
 from .dtype_values import Site, parse_line, user_frame
-from .value_births import assigned_at, source_tree
+from .value_births import assigned_at
 
 _attached: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()  # its first parent
 

@@ -10,25 +10,17 @@ that name before the line, in the same function, else at module level).
 from __future__ import annotations
 
 import ast
-import functools
 import linecache
 import re
 from types import FrameType
 
 import torch
 
+from ..numerics.opsource import source_tree
 from ..report import Operand, Origin
 from .provenance import short_path
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-@functools.lru_cache(maxsize=64)
-def source_tree(filename: str) -> ast.Module | None:
-    try:
-        return ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return None
 
 
 def _scope(tree: ast.Module, line: int) -> ast.AST:
