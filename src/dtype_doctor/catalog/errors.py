@@ -593,6 +593,13 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FixTemplate(  # the dtype read off the destination: it holds when that dtype changes
+                "Cast `{tensor}` to the dtype of `{dest}`, the destination's, before the indexed write",
+                "{tensor} = {tensor}.to({dest}.dtype)",
+                "read off the destination, the cast holds on every call and loop iteration, whatever "
+                "dtype the destination has then (a dtype literal holds only for the one seen here)",
+                needs=("tensor", "dest"),
+            ),
             FixTemplate(  # the value as the user's code names it, cast where it is written
                 "Cast `{tensor}` to the destination's dtype before the indexed write",
                 "{tensor} = {tensor}.to({dtype})",

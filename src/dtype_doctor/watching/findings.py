@@ -17,7 +17,7 @@ from ..dtypes import canonical
 from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import attributes, births, blame, intent, snippets, user_places
+from . import attributes, births, blame, intent, peer_dtype, provenance, snippets, user_places
 from .modules import Names
 from .names import (
     call_argument,
@@ -117,6 +117,7 @@ class FixContext:
     names: dict[str, Any]  # the names the catalog's fix templates use ({module}, {dtype}, ...)
     scope: FrameType | None = None  # the user's frame the fixes are pasted in
     inner: dict[str, str] = field(default_factory=dict)  # the user's locals inside the call: name -> where
+    spans: list[tuple[str, int, int, str]] = field(default_factory=list)  # the user's functions inside it
     root: nn.Module | None = None  # the model the failing call entered
     root_expr: str | None = None  # the user's expression for it (`pipe.unet`)
     call_src: str | None = None  # the source of the user's call of it
@@ -226,6 +227,7 @@ def build(
         "line": origin.line if origin and origin.file else (uline or line),
         "device": operands[0].tensor.device.type if operands else "cpu",  # autocast's device_type
         "made_op": origin.op if origin and origin.kind == "op" else None,
+        "dest": _safe(lambda: _destination(operands, op, frames[0] if in_user_code else None)),
         "places": places or None,
     }
     extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
@@ -259,6 +261,7 @@ def build(
         fix_context.scope, fix_context.root = scope, root
         fix_context.inner = {n: f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
                              for f in reversed(inside) for n in f.f_locals if n != "self"}  # fmt: skip
+        fix_context.spans = [provenance.code_span(f) for f in inside]
         fix_context.root_expr = rooted[0] if rooted else None
         fix_context.call_src = call_source(rooted[1], root) if rooted else None
         finding.fixes = refine(finding.fixes, fix_context)
@@ -297,6 +300,12 @@ def _operands(
         if s.odd and odd.operand is None:
             odd.operand, odd.tensor = ops[-1], s.tensor
     return ops, odd
+
+
+def _destination(operands: list[Seen], op: str, frame: Any) -> str | None:
+    """The user's name whose dtype is the dtype of the tensor `op` writes into (peer_dtype)."""
+    dest = next((s.tensor for s in operands if s.role == "destination"), None)
+    return peer_dtype.destination_holder(frame, op, dest)
 
 
 def _read_without_cast(t: torch.Tensor, prov: Provenance, origin: Origin) -> None:

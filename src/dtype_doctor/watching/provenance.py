@@ -16,7 +16,7 @@ import sys
 import sysconfig
 import weakref
 from collections.abc import Callable
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -94,6 +94,15 @@ def outermost_user_frame(depth: int = 2) -> Frame | None:
             found = (f.f_code, f.f_lineno)  # a file of yours (not exec'd text: no line to show)
         f = f.f_back
     return found
+
+
+def code_span(frame: FrameType) -> tuple[str, int, int, str]:
+    """(file as reports show it, first line, last line, "function (file:line)") of the function a
+    frame runs: a fix placed between those lines is pasted inside that function."""
+    code = frame.f_code
+    last = max((line for _, _, line in code.co_lines() if line), default=code.co_firstlineno)
+    where = f"{code.co_name} ({code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno})"
+    return short_path(code.co_filename), code.co_firstlineno, last, where
 
 
 def short_path(path: str) -> str:

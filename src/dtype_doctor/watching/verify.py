@@ -140,6 +140,7 @@ class Live:
     root_expr: str | None = None
     call_src: tuple[list[str], dict[str, str]] | None = None
     inner: dict[str, str] = field(default_factory=dict)
+    spans: list[tuple[str, int, int, str]] = field(default_factory=list)
 
     def edits(self, fix: Fix) -> list[tuple[str, str]]:
         return [("", fix.snippet)]
@@ -153,6 +154,9 @@ class Live:
             ast.parse(fix.snippet)
         except SyntaxError:
             return "does not parse"
+        inside = _inside(fix, self.spans)
+        if inside:  # applied to the caller's objects of the same names, it would not be the fix as pasted
+            return f"pasted in {inside}, inside the replayed call"
         names = (loaded_names(fix.snippet) or set()) - {"torch", "nn", "F"}
         missing = sorted(n for n in names if n not in self.env)
         places = sorted({self.inner[n] for n in missing if n in self.inner})
@@ -222,6 +226,13 @@ class Live:
         if got and got[0].is_meta:
             return Outcome(unmeasured="the replayed call passes (dtypes only, on meta)")
         return Outcome(error=max_relative_error(got, self.ref or []))
+
+
+def _inside(fix: Fix, spans: list[tuple[str, int, int, str]]) -> str | None:
+    """The user's function inside the replayed call that the fix's place (its file:line) lies in."""
+    if not fix.file or fix.line is None:
+        return None
+    return next((w for f, a, b, w in spans if f == fix.file and a <= fix.line <= b), None)
 
 
 def _stored(tree: ast.Module) -> set[str]:
@@ -329,7 +340,7 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
     put the ones that pass first (`made`: the context its fixes were made in, watching.findings.FixContext)."""
     scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
-    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {})
+    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, made.spans or [])
     tried = 0
     for fix in finding.fixes:
         runs = fix.language == "python" and has_code(fix.snippet)
