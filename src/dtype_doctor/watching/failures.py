@@ -22,7 +22,7 @@ from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location, Operand
-from . import findings, value_births
+from . import findings, promoted_root, value_births
 from .contracts import Contract, Slot, bind
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
 
@@ -101,6 +101,7 @@ def on_failure(
             return
         finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
     if finding is not None:
+        promoted_root.link(session.report.findings, finding)  # the root of a promotion before it
         session._failed[id(exc)] = finding  # a worker thread's crash names its thread on it
         session.keep_failing_call()
         if hasattr(exc, "add_note"):
