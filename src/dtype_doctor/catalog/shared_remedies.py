@@ -39,6 +39,15 @@ CONVERT_ISLAND = FixTemplate(
     language="python",
 )
 
+CONVERT_PARTLY = FixTemplate(
+    "Convert the whole model `{model}` to {want} ({file}:{line}): only {converted} is {want}, the rest {have}",
+    why="the model is only partly converted: casting the odd tensor that surfaced first fails at the next "
+    "layer still in {have}; one module-wide cast accounts for every odd parameter",
+    needs=("model", "paths", "want", "file"),
+    build="convert_modules",
+    language="python",
+)
+
 MAKE_IN_DTYPE = FixTemplate(
     "Make it in {want} where it is made ({file}:{line})",
     "{made}",

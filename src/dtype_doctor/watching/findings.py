@@ -11,13 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import catalog, causes
+from .. import catalog, causes, remedies
 from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import attributes, births, blame, intent, peer_dtype, provenance, snippets, user_places
+from . import attributes, births, blame, intent, partly, peer_dtype, provenance, snippets, user_places
 from .modules import Names
 from .names import (
     call_argument,
@@ -256,6 +256,8 @@ def build(
     fix_context = FixContext(fix_names, device=fix_names["device"])
     try:  # the names, the island and the static check: never at the cost of the finding
         _better_fixes(finding, island, blamed, expected, rooted, want, root, places)
+        if island is None and root is not None and expected is not None:  # a partly converted model
+            finding.fixes = remedies.first(finding.fixes, partly.whole_model_fix(root, expected, frames))
         scope = rooted[1] if rooted else (frames[-1] if frames else None)
         inside = frames[: frames.index(scope)] if scope in frames else []
         fix_context.scope, fix_context.root = scope, root
