@@ -75,3 +75,109 @@ def test_a_destination_whose_dtype_changes_in_a_loop_is_matched_by_its_own_dtype
     assert fix["snippet"] == "msg = msg.to(h.dtype)" and fix["line"] == 15, fix
     assert "inside the replayed call" in fix["verification"]  # pasted in forward: not replayed at the call
     _runs_pasted(tmp_path, "pool.py", fix)
+
+
+def _env_with_models() -> dict[str, str]:
+    return {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+
+
+def _first_fix_of(tmp_path: Path, name: str, source: str, code: str | None = None) -> tuple[dict, dict]:
+    """Like `_first_fix`, with tests/tiny_models.py importable (real library models)."""
+    (tmp_path / name).write_text(textwrap.dedent(source))
+    cmd = [sys.executable, "-m", "dtype_doctor", "run", "--json", "out.json", name]
+    subprocess.run(cmd, cwd=tmp_path, env=_env_with_models(), capture_output=True, text=True, timeout=600)
+    findings = json.loads((tmp_path / "out.json").read_text())["findings"]
+    finding = next(f for f in findings if f["severity"] == "error" and (code is None or f["code"] == code))
+    fix = next(x for x in finding["fixes"] if x["snippet"] and not x["snippet"].lstrip().startswith("#"))
+    return finding, fix
+
+
+def _runs_pasted_with_models(tmp_path: Path, name: str, fix: dict) -> None:
+    assert fix["file"] == name and fix["line"], fix
+    patched = tmp_path / f"patched_{name}"
+    patched.write_text(paste((tmp_path / name).read_text(), fix["line"], fix["snippet"]))
+    proc = subprocess.run(
+        [sys.executable, patched.name],
+        cwd=tmp_path,
+        env=_env_with_models(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (fix, patched.read_text(), proc.stderr[-1500:])
+
+
+PARTLY = """\
+    import torch
+    from tiny_models import vit
+
+
+    def cast_inputs(fn):
+        def run(pixels):
+            return fn(pixel_values=pixels.half()).last_hidden_state
+        return run
+
+
+    model = vit(add_pooling_layer=False)
+    model.embeddings.half()  # only the embeddings converted
+    encode = cast_inputs(model)
+    with torch.no_grad():
+        out = encode(torch.randn(1, 3, 16, 16))
+    print(out.dtype)
+"""
+
+
+def test_a_partly_converted_model_is_converted_whole_not_one_tensor_at_a_time(tmp_path: Path) -> None:
+    # a transformers ViT whose embeddings alone were made float16, called through a wrapper that casts
+    # the pixels: the first float32 layer fails, and so would every one after it
+    finding, fix = _first_fix_of(tmp_path, "encode.py", PARTLY)
+    assert fix["snippet"] == "model.to(torch.float16)", fix  # the outer name, not the wrapper's `fn`
+    assert fix["line"] == 13 and fix["verified"] is True, fix  # after the partial conversion; replayed whole
+    one = next(x for x in finding["fixes"] if ".data = " in x["snippet"])
+    assert one["verified"] is False and "same dtype" in one["verification"]  # the next layer still fails
+    load = next(x for x in finding["fixes"] if x["snippet"].startswith("model = model.float()"))
+    assert load["verified"] is not True and "local there" in load["verification"]  # UnboundLocalError there
+    _runs_pasted_with_models(tmp_path, "encode.py", fix)
+
+
+PROMPTED = """\
+    import torch
+    from torch import nn
+    from tiny_models import gpt2
+
+
+    class Prompted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = gpt2(head=False)
+            self.offset = torch.linspace(0, 1, self.lm.config.n_embd)  # a plain attribute: .half() skips it
+
+        def forward(self, ids):
+            h = self.lm.wte(ids) + self.offset
+            return self.lm(inputs_embeds=h).last_hidden_state
+
+
+    model = Prompted().half()
+    with torch.no_grad():
+        print(model(torch.tensor([[1, 2, 3]])).dtype)
+"""
+
+
+def test_a_failure_after_a_promotion_is_fixed_at_the_promoting_attribute(tmp_path: Path) -> None:
+    # the float32 attribute promotes the embeddings (a warning); GPT-2's first float16 norm then fails:
+    # the failure's root is the attribute's birth, and its first fix with code is made there
+    finding, fix = _first_fix_of(tmp_path, "prompted.py", PROMPTED)
+    assert "`offset` (prompted.py:10)" in finding["root_cause"], finding["root_cause"]
+    assert fix["snippet"].startswith('self.register_buffer("offset", ') and fix["line"] == 10, fix
+    _runs_pasted_with_models(tmp_path, "prompted.py", fix)
+
+
+def test_a_snippet_rebinding_a_global_inside_a_function_is_seen_to_fail(tmp_path: Path) -> None:
+    from dtype_doctor.remedies.places import unbound_at
+
+    path = tmp_path / "wrap.py"
+    path.write_text("def outer(fn):\n    def run(x):\n        return fn(x)\n    return run\n\nmodel = 1\n")
+    assert unbound_at(str(path), 2, "model = model.float()") == ("model", "outer")
+    assert unbound_at(str(path), 2, "fn = fn.float()") is None  # a parameter: bound there
+    assert unbound_at(str(path), 3, "fn = fn.float()") == ("fn", "run")  # the closure's: local if assigned
+    assert unbound_at(str(path), 6, "model = model.float()") is None  # the module's own name

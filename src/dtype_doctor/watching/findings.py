@@ -118,6 +118,7 @@ class FixContext:
     scope: FrameType | None = None  # the user's frame the fixes are pasted in
     inner: dict[str, str] = field(default_factory=dict)  # the user's locals inside the call: name -> where
     spans: list[tuple[str, int, int, str]] = field(default_factory=list)  # the user's functions inside it
+    files: dict[str, str] = field(default_factory=dict)  # the user's files as reports show them -> path
     root: nn.Module | None = None  # the model the failing call entered
     root_expr: str | None = None  # the user's expression for it (`pipe.unet`)
     call_src: str | None = None  # the source of the user's call of it
@@ -264,6 +265,9 @@ def build(
         fix_context.inner = {n: f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
                              for f in reversed(inside) for n in f.f_locals if n != "self"}  # fmt: skip
         fix_context.spans = [provenance.code_span(f) for f in inside]
+        fix_context.files = {
+            provenance.short_path(f.f_code.co_filename): f.f_code.co_filename for f in frames
+        }
         fix_context.root_expr = rooted[0] if rooted else None
         fix_context.call_src = call_source(rooted[1], root) if rooted else None
         finding.fixes = refine(finding.fixes, fix_context)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from ..remedies.places import unbound_at
 from ..report import Finding, Fix
 from ..tensors import iter_tensors, map_tensors
 from ..verifying import isolation, verifier
@@ -141,6 +142,7 @@ class Live:
     call_src: tuple[list[str], dict[str, str]] | None = None
     inner: dict[str, str] = field(default_factory=dict)
     spans: list[tuple[str, int, int, str]] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # a fix's `file` -> the path to read it at
 
     def edits(self, fix: Fix) -> list[tuple[str, str]]:
         return [("", fix.snippet)]
@@ -157,6 +159,10 @@ class Live:
         inside = _inside(fix, self.spans)
         if inside:  # applied to the caller's objects of the same names, it would not be the fix as pasted
             return f"pasted in {inside}, inside the replayed call"
+        path = self.files.get(fix.file or "")  # the replay's working directory is not the user's
+        unbound = unbound_at(path, fix.line, fix.snippet) if path and fix.line else None
+        if unbound:  # replayed on the caller's global of that name, it would pass; pasted, it raises
+            return f"pasted in {unbound[1]}, it makes `{unbound[0]}` local there, read before it is assigned"
         names = (loaded_names(fix.snippet) or set()) - {"torch", "nn", "F"}
         missing = sorted(n for n in names if n not in self.env)
         places = sorted({self.inner[n] for n in missing if n in self.inner})
@@ -340,7 +346,7 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
     put the ones that pass first (`made`: the context its fixes were made in, watching.findings.FixContext)."""
     scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
-    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, made.spans or [])
+    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, made.spans, made.files)
     tried = 0
     for fix in finding.fixes:
         runs = fix.language == "python" and has_code(fix.snippet)
