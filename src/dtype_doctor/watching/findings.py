@@ -258,7 +258,9 @@ def build(
     try:  # the names, the island and the static check: never at the cost of the finding
         _better_fixes(finding, island, blamed, expected, rooted, want, root, places)
         if island is None and root is not None and expected is not None:  # a partly converted model
-            finding.fixes = remedies.first(finding.fixes, partly.whole_model_fix(root, expected, frames))
+            finding.fixes = remedies.first(
+                finding.fixes, partly.whole_model_fix(root, expected, frames, prov)
+            )
         scope = rooted[1] if rooted else (frames[-1] if frames else None)
         inside = frames[: frames.index(scope)] if scope in frames else []
         fix_context.scope, fix_context.root = scope, root

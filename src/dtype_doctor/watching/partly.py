@@ -14,9 +14,10 @@ from .. import remedies
 from ..catalog.shared_remedies import CONVERT_PARTLY
 from ..remedies.places import after_built
 from ..report import Fix
+from .births import BirthTag
 from .blame import islands, majority, summary
 from .names import expression_for
-from .provenance import short_path
+from .provenance import Provenance, short_path
 
 
 def _outer_name(root: nn.Module, frames: list[FrameType]) -> tuple[str, FrameType] | None:
@@ -29,13 +30,31 @@ def _outer_name(root: nn.Module, frames: list[FrameType]) -> tuple[str, FrameTyp
     return None
 
 
-def whole_model_fix(root: nn.Module, want: torch.dtype, frames: list[FrameType]) -> Fix | None:
-    """`model.to(want)` after the model is built, when `root` holds parameters in `want` (someone
-    converted part of it) but most of them are in another dtype; None otherwise (a model mostly in
-    `want` whose other parameters may be kept wide on purpose is left to the per-tensor fixes)."""
+def _converted_from_outside(root: nn.Module, paths: list[str], prov: Provenance) -> bool:
+    """Each part of `root` in the wanted dtype got it from a conversion the user's code made from
+    outside the model's constructors (`model.stem.half()` in the script, a loader helper). A part
+    the model's own `__init__` keeps in that dtype (an embedding stored in bf16 beside float32
+    weights autocast runs) is the model's design: converting the rest would lower its intent."""
+    for path in paths:
+        param = next((p for p in root.get_submodule(path).parameters() if p.is_floating_point()), None)
+        tag = prov.lookup(param) if param is not None else None
+        user = getattr(tag, "user", None) if isinstance(tag, BirthTag) and tag.op else None
+        if user is None or user[0].co_name == "__init__":
+            return False
+    return True
+
+
+def whole_model_fix(
+    root: nn.Module, want: torch.dtype, frames: list[FrameType], prov: Provenance
+) -> Fix | None:
+    """`model.to(want)` after the model is built, when the user's code converted part of `root` to
+    `want` but most of its parameters are in another dtype; None otherwise (a model mostly in `want`
+    whose other parameters may be kept wide on purpose is left to the per-tensor fixes)."""
     have = majority([root])
     converted = islands(root, want)
     if have is None or have == want or not converted or converted == [""]:
+        return None
+    if not _converted_from_outside(root, converted, prov):
         return None
     found = _outer_name(root, frames)
     if found is None:
