@@ -181,3 +181,40 @@ def test_a_snippet_rebinding_a_global_inside_a_function_is_seen_to_fail(tmp_path
     assert unbound_at(str(path), 2, "fn = fn.float()") is None  # a parameter: bound there
     assert unbound_at(str(path), 3, "fn = fn.float()") == ("fn", "run")  # the closure's: local if assigned
     assert unbound_at(str(path), 6, "model = model.float()") is None  # the module's own name
+
+
+KEPT = """\
+    import torch
+    from torch import nn
+
+
+    class Lean(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(64, 32)
+            self.proj = nn.Linear(32, 32)
+            self.head = nn.Linear(32, 64)
+            {inside}
+
+        def forward(self, ids):
+            return self.head(self.proj(self.embed(ids)))
+
+
+    model = Lean()
+    {outside}
+    with torch.no_grad():
+        print(model(torch.tensor([[1, 2, 3]])).dtype)
+"""
+
+
+def test_a_part_kept_low_by_the_models_own_constructor_is_not_a_reason_to_lower_the_rest(
+    tmp_path: Path,
+) -> None:
+    convert = "self.embed.to(torch.bfloat16)  # stored in bf16 by design, the rest float32"
+    _, fix = _first_fix(tmp_path, "kept.py", KEPT.format(inside=convert, outside=""))
+    assert fix["snippet"].startswith("model = model.float()"), fix  # the float32 weights are kept
+    _runs_pasted(tmp_path, "kept.py", fix)
+    convert = "model.embed.to(torch.bfloat16)  # converted from outside: a partial conversion"
+    _, fix = _first_fix(tmp_path, "kept.py", KEPT.format(inside="pass", outside=convert))
+    assert fix["snippet"] == "model.to(torch.bfloat16)" and fix["line"] == 19, fix
+    _runs_pasted(tmp_path, "kept.py", fix)
