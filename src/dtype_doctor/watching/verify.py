@@ -346,7 +346,8 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
     put the ones that pass first (`made`: the context its fixes were made in, watching.findings.FixContext)."""
     scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
-    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, made.spans, made.files)
+    spans, files = getattr(made, "spans", []), getattr(made, "files", {})  # a context made elsewhere: none
+    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, spans, files)
     tried = 0
     for fix in finding.fixes:
         runs = fix.language == "python" and has_code(fix.snippet)
