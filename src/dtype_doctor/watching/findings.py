@@ -228,7 +228,9 @@ def build(
         "line": origin.line if origin and origin.file else (uline or line),
         "device": operands[0].tensor.device.type if operands else "cpu",  # autocast's device_type
         "made_op": origin.op if origin and origin.kind == "op" else None,
-        "dest": _safe(lambda: _destination(operands, op, frames[0] if in_user_code else None, odd.tensor)),
+        "dest": _safe(
+            lambda: peer_dtype.holder_for(operands, op, frames[0] if in_user_code else None, odd.tensor)
+        ),
         "places": places or None,
     }
     extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
@@ -308,13 +310,6 @@ def _operands(
         if s.odd and odd.operand is None:
             odd.operand, odd.tensor = ops[-1], s.tensor
     return ops, odd
-
-
-def _destination(operands: list[Seen], op: str, frame: Any, odd: torch.Tensor | None) -> str | None:
-    """The user's name whose dtype is the dtype of the tensor `op` writes into (peer_dtype), when
-    the value written is the odd one (the destination itself odd: its dtype is not the one to take)."""
-    dest = next((s.tensor for s in operands if s.role == "destination"), None)
-    return peer_dtype.destination_holder(frame, op, dest) if dest is not None and dest is not odd else None
 
 
 def _read_without_cast(t: torch.Tensor, prov: Provenance, origin: Origin) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import linecache
+from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 import torch
 
@@ -80,3 +82,12 @@ def destination_holder(frame: FrameType | None, op: str, destination: torch.Tens
         if name is not None:
             return name
     return None
+
+
+def holder_for(
+    operands: Sequence[Any], op: str, frame: FrameType | None, odd: torch.Tensor | None
+) -> str | None:
+    """`destination_holder` for a finding's operands (each with a `role` and a `tensor`), when the
+    value written is the odd one (a destination itself odd: its dtype is not the one to take)."""
+    dest = next((s.tensor for s in operands if s.role == "destination"), None)
+    return destination_holder(frame, op, dest) if dest is not None and dest is not odd else None
