@@ -78,7 +78,10 @@ def test_make_demo_tells_the_five_cases_in_150_lines(capsys):
     assert "latent_mask = latent_mask.to(torch.float16)" in text  # OneTrainer: the fix at the root
     assert "image_embeds = image_embeds.to(torch.float16)" in text  # XComposer: the fix at the root
     # the cases that run live under watch show the fix the tool replayed, before the demo applies one
-    assert text.count("verified: passes, max rel. error") >= 4, text
+    # 3: CogVLM's `pixels = pixels.to(...)` is placed inside the closure that reads `pixels`, where it
+    # would make it local (UnboundLocalError): not verified, though its replay on the caller's passed
+    assert text.count("verified: passes, max rel. error") >= 3, text
+    assert "it makes `pixels` local there" in " ".join(text.split())
 
 
 def test_the_demo_says_the_norm_dtypes_it_measured():
