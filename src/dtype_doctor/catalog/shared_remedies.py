@@ -22,6 +22,14 @@ CAST_AT_BIRTH = FixTemplate(
     language="python",
 )
 
+MAKE_AT_BIRTH = FixTemplate(
+    "Make {what} in {want} where it is born ({file}:{line})",
+    "{made}",
+    "every finding of this cause starts from the tensor this line makes; nothing after it needs a cast",
+    needs=("made", "want", "file"),
+    language="python",
+)
+
 REGISTER_BUFFER = FixTemplate(
     "Register `{name}` as a buffer where it is set ({file}:{line}), so that the model's .to()/.half() convert it",
     'self.register_buffer("{name}", {value}, persistent=False)',

@@ -181,6 +181,15 @@ def build(
             s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
         expected = asked
         why = _safe(lambda: intent.asked_evidence(tensors, prov, asked))
+    if expected is None:  # no rule, no model's parameters: a float64 beside narrower floats intrudes
+        narrower = _float64_intruded(floats)
+        if narrower is not None:
+            for s in floats:
+                s.odd = s.tensor.dtype == torch.float64
+            expected = narrower
+            why = (
+                f"the other operands are {canonical(narrower)}; float64 is NumPy's and Python floats' default"
+            )
     ops, odd = _operands(operands, names, prov, root)
     blamed = odd.operand
     ctx = set(context or ())
@@ -206,7 +215,7 @@ def build(
             variable=variable,
             frames=frames,
             rooted=rooted,
-            origin=causes.root_origin(origin) if origin is not None else None,
+            origin=causes.root_origin(origin, canonical(expected)) if origin is not None else None,
             op_frame=frames[0] if in_user_code else None,
         )
     )
@@ -268,6 +277,13 @@ def build(
     except Exception:
         fix_context.scope = None
     return finding, fix_context
+
+
+def _float64_intruded(floats: list[Seen]) -> torch.dtype | None:
+    """The one narrower dtype of operands a float64 one meets (float32 beside a NumPy float64), else None."""
+    dtypes = {s.tensor.dtype for s in floats}
+    narrower = dtypes - {torch.float64}
+    return narrower.pop() if torch.float64 in dtypes and len(narrower) == 1 else None
 
 
 def _operands(
@@ -336,7 +352,7 @@ def _better_fixes(
 ) -> None:
     """Put the fixes at the cause first: the odd module island's, the root origin's, the input's."""
     if island is None and odd is not None and odd.origin is not None and expected is not None:
-        at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
+        at_root = causes.root_fix(causes.root_origin(odd.origin, canonical(expected)), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
             finding.fixes = causes.with_root_fix(finding, at_root)
     if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:
