@@ -11,13 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import catalog, causes
+from .. import catalog, causes, remedies
 from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import attributes, births, blame, intent, snippets, user_places
+from . import attributes, births, blame, intent, shared_reads, snippets, user_places
 from .modules import Names
 from .names import (
     call_argument,
@@ -274,6 +274,9 @@ def build(
         # pasted where the attribute is set, whose own names it reuses: not checked in the call's frame
         registered = attributes.buffer_fix(blamed.origin) if blamed and blamed.origin and not island else None
         finding.fixes = [registered, *finding.fixes] if registered else finding.fixes
+        if blamed is not None and blamed.origin is not None and expected is not None and not island:
+            held = causes.root_origin(blamed.origin, canonical(expected))  # a shared module's: at its read
+            finding.fixes = remedies.first(finding.fixes, shared_reads.read_fix(held, root, frames, expected))
     except Exception:
         fix_context.scope = None
     return finding, fix_context
