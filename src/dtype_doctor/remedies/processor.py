@@ -94,10 +94,15 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
     A template with `when` tags applies only if one of them is in `context`; one with `unless` tags
     is dropped if any is present. Context-specific fixes come first, in catalog order, then the
     general ones. Each is placed at the kind of line it needs among the evidence `places`, but for
-    one whose snippet reads a variable the producer does not know."""
+    one whose snippet reads a variable the producer does not know; when the producer gives `places`
+    (it read the user's frames), such a remedy is shown without code, after the others."""
     ctx = set(context)
     specific: list[Fix] = []
     general: list[Fix] = []
+    unnamed: list[Fix] = []
+    # a producer that read the user's frames (it gives `places`) and left a variable or the dtype
+    # unknown: the user has no such name, so a snippet on a placeholder is advice, never code, and last
+    lacking = [v for v in (*_VARIABLES, "dtype") if names.get(v) is None] if "places" in names else []
     places = names.pop("places", None)
     mapping = Names.known(names)
     for t in templates:
@@ -115,6 +120,9 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             model = str(mapping.get("model") or "model")
             title = title.replace("'<root>'", f"`{model}`").replace("<root>", f"the whole model `{model}`")
             snippet = "\n".join(_in_comment(line, "<root>", model) for line in snippet.splitlines())
+        if any(f"{{{v}}}" in t.snippet for v in lacking):
+            unnamed.append(Fix(title=title, why=t.why))
+            continue
         guess = any(f"{{{v}}}" in t.snippet and v not in mapping for v in _VARIABLES)
         at = place_for(t, places) if snippet.strip() and not guess else None
         fix = Fix(
@@ -126,7 +134,7 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             line=at.line if at else None,
         )
         (specific if t.when else general).append(fix)
-    return specific + general
+    return specific + general + unnamed
 
 
 def first(fixes: list[Fix], *ahead: Fix | None) -> list[Fix]:
