@@ -22,8 +22,8 @@ _like: weakref.WeakKeyDictionary[nn.Module, dict[str, str]] = weakref.WeakKeyDic
 
 
 def shared_owner(origin: Origin | None, root: nn.Module | None) -> tuple[nn.Module, str] | None:
-    """(the module holding the parameter or buffer `origin` names, the attribute), when that module
-    is shared by another model."""
+    """(the module holding the parameter or buffer `origin` names, the attribute), when another model
+    than `root` holds that module too."""
     if origin is None or root is None or origin.kind not in ("parameter", "buffer") or not origin.name:
         return None
     path, _, attribute = origin.name.rpartition(".")
@@ -31,7 +31,7 @@ def shared_owner(origin: Origin | None, root: nn.Module | None) -> tuple[nn.Modu
         owner = root.get_submodule(path) if path else root
     except AttributeError:
         return None
-    return (owner, attribute) if shared_modules.shared_sites(owner) else None
+    return (owner, attribute) if shared_modules.shared_outside(owner, root) else None
 
 
 def _given(owner: nn.Module, method: str, frames: list[FrameType], dtype: torch.dtype) -> str | None:
