@@ -168,6 +168,7 @@ def test_a_birth_line_is_rewritten_only_where_the_user_chose_no_dtype(tmp_path):
             torch.ones(2),
         ])
         c = torch.from_numpy(arr) * 2
+        d = torch.load(f)["state"]["w"]
         """)
     )
     path = str(src)
@@ -179,5 +180,9 @@ def test_a_birth_line_is_rewritten_only_where_the_user_chose_no_dtype(tmp_path):
     assert made_in(path, 7, "torch.from_numpy", "torch.float32") == (
         "c = torch.from_numpy(arr).to(torch.float32) * 2",
         7,
+    )
+    assert made_in(path, 8, "torch.load", "torch.float16") == (  # the tensor taken from what it returns
+        'd = torch.load(f)["state"]["w"].to(torch.float16)',
+        8,
     )
     assert read_cast(path, 7, "missing", "x.dtype") is None

@@ -54,11 +54,32 @@ def made_in(path: str | None, line: int, op: str, dtype: str) -> tuple[str, int]
     calls = [c for c in find.calls_on(src, line) if call_name(c.func).rsplit(".", 1)[-1] == short]
     if not calls or any(find.explicit_dtype(c) for c in calls):
         return None
+    parents = _parents(stmt)
     edits: list[Edit] = []
     for call in calls:
         edit = add_kwarg(src, call, "dtype", dtype) if short in FACTORIES else None
-        edits.append(edit or _cast_after(src, call, dtype))
+        edits.append(edit or _cast_after(src, _taken(call, parents), dtype))
     return _statement(src, stmt, edits), stmt.lineno
+
+
+def _parents(stmt: ast.stmt) -> dict[int, ast.AST]:
+    return {id(child): node for node in ast.walk(stmt) for child in ast.iter_child_nodes(node)}
+
+
+def _taken(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr:
+    """What the statement takes from a call's result: the result indexed (`torch.load(f)["w"]`, a dict's
+    tensor) or with methods called on it (`from_numpy(a).cuda()`), outermost."""
+    while True:
+        outer = parents.get(id(node))
+        if isinstance(outer, ast.Subscript) and outer.value is node:
+            node = outer
+        elif isinstance(outer, ast.Attribute) and isinstance(parents.get(id(outer)), ast.Call):
+            call = parents[id(outer)]
+            if not isinstance(call, ast.Call) or call.func is not outer:
+                return node
+            node = call
+        else:
+            return node
 
 
 def read_cast(path: str | None, line: int, attribute: str, dtype: str) -> tuple[str, int] | None:
@@ -69,7 +90,7 @@ def read_cast(path: str | None, line: int, attribute: str, dtype: str) -> tuple[
     stmt = _simple(src, line) if src is not None else None
     if src is None or stmt is None:
         return None
-    parents = {id(child): node for node in ast.walk(stmt) for child in ast.iter_child_nodes(node)}
+    parents = _parents(stmt)
     for node in ast.walk(stmt):
         if isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.ctx, ast.Load):
             read: ast.expr = node
