@@ -102,10 +102,9 @@ ONE_PRECISION_RUN = FixTemplate(
 )
 FRAGILE_FP32 = FixTemplate(
     "Keep numerically fragile layers in float32 deliberately, casting at their boundary",
-    "layer = {module_ref}\n"
-    "layer.float()                                    # the whole layer, on purpose\n"
-    "y = layer({tensor}.float()).to({tensor}.dtype)   # or transformers' _keep_in_fp32_modules",
-    "fp32 norms/embeddings are fine when chosen on purpose and cast at the seam, not by accident.",
+    why="fp32 norms/embeddings are fine when chosen on purpose and cast at the seam, not by accident "
+    "(transformers: the model's _keep_in_fp32_modules).",
+    build="keep_module",
     when=_({"input-low"}),
     unless=_({"multi-error"}),
 )
@@ -975,8 +974,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "model.to(torch.bfloat16)",
             ),
             FixTemplate(
-                "Keep the overflowing layer in float32 and cast at its boundary",
-                "layer = {module_ref}.float()\nh = layer({tensor}.float()).to({dtype})",
+                "Keep the overflowing layer in float32 and cast at its boundary", build="keep_module"
             ),
         ),
         related=("grad-scaler-overflow", "overflow-on-cast"),
@@ -1244,6 +1242,15 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FixTemplate(
+                "Keep `{model}` in float32 and build `{optimizer}` over it ({at}): float32 master "
+                "weights and {optimizer_class} state",
+                why="the optimizer updates the parameters it was built over in their own dtype: in "
+                "float16 small updates round away and its state under- or overflows",
+                needs=("model", "optimizer", "built"),
+                build="master_weights",
+                language="python",
+            ),
             FixTemplate(
                 "Cast the model first, then build the optimizer (and keep fp32 master weights)",
                 "model = model.to({dtype})\n"

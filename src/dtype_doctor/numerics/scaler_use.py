@@ -25,7 +25,7 @@ from ..catalog.family_codes import GRAD_SCALER_MISUSE
 from ..remedies.places import LOSS
 from ..report import Finding, Location, Operand, Report, Severity
 from . import opsource
-from .frames import place, user_line, where
+from .frames import held_expression, place, user_frames, user_line, where
 
 _MESSAGES = {
     "clip-before-unscale": (
@@ -196,7 +196,13 @@ class ScalerUse:
                 continue
             file, line = user_line()
             self._say(
-                key, "clip-before-unscale", (file, line), op=name, what=name, scale=f"{scaler.get_scale():g}"
+                key,
+                "clip-before-unscale",
+                (file, line),
+                op=name,
+                what=name,
+                scale=f"{scaler.get_scale():g}",
+                **user_names(scaler, ids),
             )
 
     def _around_bf16(self, key: int, use: _Use) -> None:
@@ -232,6 +238,25 @@ class ScalerUse:
         if origin is not None:
             finding.operands.append(Operand(role="loss", origin=origin))
         self.report.add(finding)
+
+
+def user_names(scaler: Any, params: set[int]) -> dict[str, str]:
+    """The user's names for `scaler` and for the optimizer that trains any of `params` (ids): the
+    variables (or attributes: `self.scaler`) their frames hold them in; a name not found is left out."""
+    frames = user_frames()
+    out: dict[str, str] = {}
+    held = held_expression(lambda v: v is scaler, frames)
+    if held is not None:
+        out["scaler"] = held[0]
+
+    def trains(value: Any) -> bool:
+        groups = value.param_groups if isinstance(value, torch.optim.Optimizer) else ()
+        return any(id(p) in params for g in groups for p in g["params"])
+
+    held = held_expression(trains, frames)
+    if held is not None:
+        out["optimizer"] = held[0]
+    return out
 
 
 def misuse_finding(
