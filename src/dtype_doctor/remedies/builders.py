@@ -72,7 +72,7 @@ def master_weights(names: Mapping[str, Any]) -> str:
     the dtype it computed in (`compute`): what it returns, and the inputs it takes, stay as they were."""
     model, compute = names["model"], names.get("compute") or "float16"
     return (
-        f"{model} = {model}.float()  # float32 master weights: {names['optimizer']}'s state and updates in float32\n"
+        f"{model}.float()  # in place, float32 master weights: {names['optimizer']}'s state and updates in float32\n"
         f'{model}.forward = torch.autocast("{names.get("device") or "cuda"}", dtype=torch.{compute})({model}.forward)'
         f"  # computed in {compute} as before\n" + str(names["built"])
     )

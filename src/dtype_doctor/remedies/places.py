@@ -196,3 +196,17 @@ def assignment_of(path: str, target: str, before: int) -> tuple[int, str] | None
     except (OSError, ValueError):
         return None
     return (found.lineno, text) if text else None
+
+
+def trained_module(statement: str) -> str | None:
+    """`model` in `opt = Adam(model.parameters(), ...)`: the expression whose parameters (or
+    named_parameters) an optimizer's construction statement hands it, as written (None: none)."""
+    try:
+        tree = ast.parse(statement)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ("parameters", "named_parameters"):
+            return ast.unparse(func.value)
+    return None

@@ -17,7 +17,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from .. import catalog
 from ..catalog.family_codes import OPTIMIZER_STATE_DTYPE
 from ..numerics.frames import held_expression, place, user_line
-from ..remedies.places import BIRTH, assignment_of
+from ..remedies.places import BIRTH, assignment_of, trained_module
 from ..report import Finding, Location, Operand, Origin, Severity
 from .intent import asked_at
 from .names import user_frames
@@ -71,18 +71,23 @@ def user_names(optimizer: torch.optim.Optimizer, frames: list[Any]) -> dict[str,
     found = held_expression(lambda v: v is optimizer, frames)
     if found is None or not frames:
         return {}
-    trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    model = held_expression(lambda v: isinstance(v, nn.Module) and trained <= _ids(v), frames)
     file, line = frames[0].f_code.co_filename, frames[0].f_lineno
     built = assignment_of(file, found[0], line)
     at = place(file, built[0]) if built is not None else None
-    if model is None or built is None or at is None:
+    if built is None or at is None:
+        return {}
+    model = trained_module(built[1])  # as the statement names it: valid where it is pasted
+    if model is None:
+        trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        held = held_expression(lambda v: isinstance(v, nn.Module) and trained <= _ids(v), frames)
+        model = held[0] if held is not None else None
+    if model is None:
         return {}
     return {
         "compute": "float16",
         "optimizer": found[0],
         "optimizer_class": type(optimizer).__name__,
-        "model": model[0],
+        "model": model,
         "built": built[1],
         "file": at.file,
         "line": at.line,
