@@ -419,10 +419,9 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ONE_POLICY,
             FixTemplate(
                 "Keep the norm in float32 on purpose and cast around it",
-                "norm = {module_ref}.float()\nh = norm({tensor}.float()).to({dtype})\n"
-                "# or give the norm the input's dtype: norm.to({tensor}.dtype)",
-                "Norms are numerically fragile; fp32 parameters with fp16/bf16 input are the usual "
+                why="Norms are numerically fragile; fp32 parameters with fp16/bf16 input are the usual "
                 "choice, fp16 parameters with fp32 input are refused on CPU.",
+                build="keep_module",
             ),
             CAST_AT_SEAM,
             CREATE_WITH_DTYPE,

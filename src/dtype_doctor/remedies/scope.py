@@ -188,13 +188,20 @@ def names_at(path: str, line: int) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def module_names(path: str) -> frozenset[str] | None:
+    """The names the file's module level binds: all a snippet with no line may read (None: it
+    cannot be parsed); a function's parameters and locals exist only at its lines."""
+    tree = _tree(path)
+    return frozenset(local_names(tree)) if tree is not None else None
+
+
 @functools.lru_cache(maxsize=64)
-def file_names(path: str, reads: bool = True) -> frozenset[str] | None:
-    """Every name the file binds anywhere, and reads when `reads` (None: it cannot be parsed)."""
+def file_names(path: str) -> frozenset[str] | None:
+    """Every name the file binds or reads anywhere (None: it cannot be parsed)."""
     tree = _tree(path)
     if tree is None:
         return None
-    found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} if reads else set()
+    found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     found |= local_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
@@ -203,11 +210,11 @@ def file_names(path: str, reads: bool = True) -> frozenset[str] | None:
 
 
 def unresolved(snippet: str, path: str, line: int | None) -> list[str]:
-    """Why the snippet is not a statement in the user's names at `path`:`line` (with no line: a name
-    the file binds nowhere), one phrase per name; empty when it is, or when the file cannot be read."""
+    """Why the snippet is not a statement in the user's names at `path`:`line` (with no line: at
+    the module level, anywhere), one phrase per name; empty when it is, or when the file cannot be read."""
     names = snippet_names(snippet)
     everywhere = file_names(path)
-    here = names_at(path, line) if line else file_names(path, reads=False)
+    here = names_at(path, line) if line else module_names(path)
     if names is None or here is None or everywhere is None:
         return []
     needed, discarded = names
