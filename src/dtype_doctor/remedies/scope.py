@@ -18,7 +18,8 @@ from .places import _tree
 
 # names a pasted snippet may read without the file binding them: builtins, and torch, which an edit
 # that writes `torch.` into a file without it imports (patching)
-ALWAYS = frozenset(dir(builtins)) | {"torch", "__file__", "__name__"}
+_BUILTINS = frozenset(dir(builtins))
+ALWAYS = _BUILTINS | {"torch", "__file__", "__name__"}
 
 _NAMED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs, ast.MatchStar)
 _Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
@@ -92,7 +93,8 @@ def _local_reads(node: ast.AST, local: set[str]) -> set[str]:
 @functools.lru_cache(maxsize=256)
 def snippet_names(snippet: str) -> tuple[frozenset[str], frozenset[str]] | None:
     """(needed, discarded) of a Python snippet, None when it does not parse: the names it reads
-    before it binds them, and the names it assigns that none of its later lines reads."""
+    before it binds them (builtins aside), and the names it assigns that none of its later lines
+    reads. A lambda's parameters and a comprehension's variables are its own."""
     try:
         tree = ast.parse(snippet)
     except SyntaxError:
@@ -116,7 +118,7 @@ def snippet_names(snippet: str) -> tuple[frozenset[str], frozenset[str]] | None:
         for name, i in assigned.items()
         if not any(name in _local_reads(stmt, set()) for stmt in tree.body[i + 1 :])
     }
-    return frozenset(needed - ALWAYS), frozenset(discarded)
+    return frozenset(needed - _BUILTINS), frozenset(discarded)
 
 
 def _enclosing_scopes(tree: ast.Module, line: int) -> list[ast.AST]:
@@ -219,7 +221,7 @@ def unresolved(snippet: str, path: str, line: int | None) -> list[str]:
         return []
     needed, discarded = names
     where = f"{path}:{line}" if line else path
-    missing = needed - here
+    missing = needed - here - ALWAYS
     out = [f"`{n}`, which {where} does not have" for n in sorted(missing)]
     out += [f"`{n}`, assigned and never used" for n in sorted(discarded - everywhere - missing)]
     return out
