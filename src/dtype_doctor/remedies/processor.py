@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..report import Fix
+from ..verifying.contract import not_verified
 from .builders import BUILDERS, PLACES
 from .model import FixTemplate
 from .names import Names, present
@@ -167,7 +168,7 @@ def in_user_names(fix: Fix, program: str | None = None) -> Fix:
         snippet="",
         language="",
         verified=None,
-        verification=f"advice only, not code: {phrase(problems)}",
+        verification=not_verified(f"advice only, not code: {phrase(problems)}").text,
         file=None,
         line=None,
     )
