@@ -233,6 +233,10 @@ class ScalerUse:
             return
         self._said.add((key, kind))
         severity, text = _MESSAGES[kind]
+        use = self._uses.get(key)
+        scaler = use.ref() if use is not None else None
+        if scaler is not None and "scaler" not in names:  # the loop's fixes in the user's names
+            names = {**user_names(scaler), **names}
         message = text.format(at=where(*at), **names)
         finding = misuse_finding(kind, message, at[0], at[1], severity, op, names)
         if origin is not None:
@@ -240,9 +244,10 @@ class ScalerUse:
         self.report.add(finding)
 
 
-def user_names(scaler: Any, params: set[int]) -> dict[str, str]:
-    """The user's names for `scaler` and for the optimizer that trains any of `params` (ids): the
-    variables (or attributes: `self.scaler`) their frames hold them in; a name not found is left out."""
+def user_names(scaler: Any, params: set[int] | None = None) -> dict[str, str]:
+    """The user's names for `scaler` and for the optimizer that trains any of `params` (ids; None:
+    any optimizer): the variables (or attributes: `self.scaler`) their frames hold them in; a name
+    not found is left out."""
     frames = user_frames()
     out: dict[str, str] = {}
     held = held_expression(lambda v: v is scaler, frames)
@@ -251,7 +256,7 @@ def user_names(scaler: Any, params: set[int]) -> dict[str, str]:
 
     def trains(value: Any) -> bool:
         groups = value.param_groups if isinstance(value, torch.optim.Optimizer) else ()
-        return any(id(p) in params for g in groups for p in g["params"])
+        return any(params is None or id(p) in params for g in groups for p in g["params"])
 
     held = held_expression(trains, frames)
     if held is not None:
