@@ -213,3 +213,7 @@ def test_a_snippet_naming_what_its_place_lacks_is_advice_labelled_with_the_names
     assert remedies.in_user_names(unplaced, str(script)).snippet == ""  # the script has no `model`
     assert remedies.in_user_names(unplaced) is unplaced  # no script known (explain): not judged
     exec(compile(in_names.snippet, "fix", "exec"), runpy.run_path(str(script)))  # runs where it says
+    starred = script.with_name("starred.py")
+    starred.write_text("from torch.nn import *\nlayer = Linear(4, 2)\n")
+    anything = Fix(title="keep", snippet="model.float()", file=str(starred), line=2)
+    assert remedies.in_user_names(anything) is anything  # `import *`: its names are not written there

@@ -211,6 +211,14 @@ def file_names(path: str) -> frozenset[str] | None:
     return frozenset(found)
 
 
+def _star_import(path: str) -> bool:
+    """The file does `from x import *`: which names it has is not written in it."""
+    tree = _tree(path)
+    return tree is not None and any(
+        isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree)
+    )
+
+
 def unresolved(snippet: str, path: str, line: int | None) -> list[str]:
     """Why the snippet is not a statement in the user's names at `path`:`line` (with no line: at
     the module level, anywhere), one phrase per name; empty when it is, or when the file cannot be read."""
@@ -221,7 +229,7 @@ def unresolved(snippet: str, path: str, line: int | None) -> list[str]:
         return []
     needed, discarded = names
     where = f"{path}:{line}" if line else path
-    missing = needed - here - ALWAYS
+    missing = needed - here - ALWAYS if not _star_import(path) else set()
     out = [f"`{n}`, which {where} does not have" for n in sorted(missing)]
     out += [f"`{n}`, assigned and never used" for n in sorted(discarded - everywhere - missing)]
     return out
