@@ -172,9 +172,10 @@ def _header_names(stmt: ast.stmt) -> set[str]:
 def names_at(path: str, line: int) -> frozenset[str] | None:
     """The names a snippet pasted at `path`:`line` may read (None: the file cannot be parsed).
 
-    At module level, what the module's statements bound up to that line; inside a function, every
-    name the module binds (the function runs after it), the enclosing functions' parameters and
-    locals, and what the innermost one bound up to the line; a method does not see its class body."""
+    At module level, what the module's statements bound up to that line (and the line's own: a
+    cast of what it makes goes after it); inside a function, every name the module binds (the
+    function runs after it) and the enclosing functions' parameters and locals; a method does not
+    see its class body."""
     tree = _tree(path)
     if tree is None:
         return None
