@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..causes import root_origin
+from ..remedies.scope import unresolved
 from ..report import Finding, Fix, Origin, Severity
 from .paste import code_lines, paste_span
 from .source import Edit, Source
@@ -105,6 +106,8 @@ def shown_fixes(
         if where is None:
             continue
         src, line, stated = where
+        if unresolved(fix.snippet, src.path, line):
+            continue  # names what the file lacks there: a NameError, or a result nothing reads
         try:
             start, end, text = paste_span(src.text, line, fix.snippet.strip("\n"))
         except (SyntaxError, IndexError, ValueError):

@@ -14,10 +14,9 @@ from torch import nn
 from .. import catalog, causes, remedies
 from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
-from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import attributes, births, blame, intent, partly, peer_dtype, provenance, snippets, user_places
+from . import attributes, births, blame, intent, partly, peer_dtype, shared_reads, snippets, user_places
 from .modules import Names
 from .names import (
     call_argument,
@@ -28,7 +27,8 @@ from .names import (
     user_frames,
     visible,
 )
-from .provenance import Provenance, caller_frames, short_path, tag_to_origin, where
+from .notes import note_text  # noqa: F401  (the finding as an exception note: failures, session)
+from .provenance import Provenance, caller_frames, code_span, short_path, tag_to_origin, where
 
 
 def torch_name(dtype: torch.dtype | None) -> str | None:
@@ -183,6 +183,15 @@ def build(
             s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
         expected = asked
         why = _safe(lambda: intent.asked_evidence(tensors, prov, asked))
+    if expected is None:  # no rule, no model's parameters: a float64 beside narrower floats intrudes
+        narrower = _float64_intruded(floats)
+        if narrower is not None:
+            for s in floats:
+                s.odd = s.tensor.dtype == torch.float64
+            expected = narrower
+            why = (
+                f"the other operands are {canonical(narrower)}; float64 is NumPy's and Python floats' default"
+            )
     ops, odd = _operands(operands, names, prov, root)
     blamed = odd.operand
     ctx = set(context or ())
@@ -208,7 +217,7 @@ def build(
             variable=variable,
             frames=frames,
             rooted=rooted,
-            origin=causes.root_origin(origin) if origin is not None else None,
+            origin=causes.root_origin(origin, canonical(expected)) if origin is not None else None,
             op_frame=frames[0] if in_user_code else None,
         )
     )
@@ -268,19 +277,27 @@ def build(
         fix_context.scope, fix_context.root = scope, root
         fix_context.inner = {n: f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
                              for f in reversed(inside) for n in f.f_locals if n != "self"}  # fmt: skip
-        fix_context.spans = [provenance.code_span(f) for f in inside]
-        fix_context.files = {
-            provenance.short_path(f.f_code.co_filename): f.f_code.co_filename for f in frames
-        }
+        fix_context.spans = [code_span(f) for f in inside]
+        fix_context.files = {short_path(f.f_code.co_filename): f.f_code.co_filename for f in frames}
         fix_context.root_expr = rooted[0] if rooted else None
         fix_context.call_src = call_source(rooted[1], root) if rooted else None
         finding.fixes = refine(finding.fixes, fix_context)
         # pasted where the attribute is set, whose own names it reuses: not checked in the call's frame
         registered = attributes.buffer_fix(blamed.origin) if blamed and blamed.origin and not island else None
         finding.fixes = [registered, *finding.fixes] if registered else finding.fixes
+        if blamed is not None and blamed.origin is not None and expected is not None and not island:
+            held = causes.root_origin(blamed.origin, canonical(expected))  # a shared module's: at its read
+            finding.fixes = remedies.first(finding.fixes, shared_reads.read_fix(held, root, frames, expected))
     except Exception:
         fix_context.scope = None
     return finding, fix_context
+
+
+def _float64_intruded(floats: list[Seen]) -> torch.dtype | None:
+    """The one narrower dtype of operands a float64 one meets (float32 beside a NumPy float64), else None."""
+    dtypes = {s.tensor.dtype for s in floats}
+    narrower = dtypes - {torch.float64}
+    return narrower.pop() if torch.float64 in dtypes and len(narrower) == 1 else None
 
 
 def _operands(
@@ -349,7 +366,7 @@ def _better_fixes(
 ) -> None:
     """Put the fixes at the cause first: the odd module island's, the root origin's, the input's."""
     if island is None and odd is not None and odd.origin is not None and expected is not None:
-        at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
+        at_root = causes.root_fix(causes.root_origin(odd.origin, canonical(expected)), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
             finding.fixes = causes.with_root_fix(finding, at_root)
     if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:
@@ -453,46 +470,3 @@ def situation(ops: list[Operand], module: nn.Module | None, root: nn.Module | No
     if "RANK" in os.environ or (torch.distributed.is_available() and torch.distributed.is_initialized()):
         tags.add("distributed")
     return tags
-
-
-def _chain(origin: Origin, depth: int = 0, limit: int = 6) -> list[tuple[int, Origin]]:
-    """The ancestors of an origin, depth-first, as (depth, origin) pairs."""
-    out: list[tuple[int, Origin]] = []
-    for c in origin.chain:
-        if len(out) >= limit:
-            break
-        out.append((depth, c))
-        out.extend(_chain(c, depth + 1, limit - len(out)))
-    return out[:limit]
-
-
-def note_text(finding: Finding) -> str:
-    """The diagnosis as an exception note: a few plain lines, no colour."""
-    lines = [f"dtype-doctor [{finding.code}] {finding.title}"]
-    if finding.message:
-        lines.append(f"  {finding.message}")
-    if finding.location:
-        lines.append(f"  at {finding.location.describe()}")
-    intended = finding.data.get("intended")
-    if isinstance(intended, dict) and intended.get("evidence"):
-        said = f"  intended: {intended.get('dtype')}: {intended['evidence']}"
-        lines.append(said + (f"; {intended['deliberate']}" if intended.get("deliberate") else ""))
-    if finding.data.get("your_code"):
-        lines.append(f"  your code: {finding.data['your_code']}")
-    for o in finding.operands:
-        shape = "x".join(map(str, o.shape)) if o.shape is not None else ""
-        origin = o.origin.describe() if o.origin else ""
-        lines.append(f"  {o.role:<8} {o.dtype or '?':<9} {shape:<14} <- {origin}")
-        if o.origin:
-            lines.extend(f"  {'':<34}{'  ' * depth}<- {c.describe()}" for depth, c in _chain(o.origin))
-    width = terminal_width()
-    folded = [piece for line in lines for piece in fold_prose_line(line, width, hang=4)]
-    for fix in finding.fixes[:2]:
-        folded += fold_prose_line(f"  fix: {fix.headline()}", width, hang=5)
-        if fix.verification:
-            folded += fold_prose_line(f"       ({fix.verification})", width)
-        if fix.snippet:
-            folded += [
-                piece for s in fix.snippet.splitlines()[:3] for piece in fold_code_line(f"       {s}", width)
-            ]
-    return "\n".join(folded)
