@@ -14,6 +14,7 @@ import contextlib
 import copy
 import inspect
 import itertools
+import os
 import re
 import threading
 import types
@@ -140,6 +141,7 @@ class Live:
     root_expr: str | None = None
     call_src: tuple[list[str], dict[str, str]] | None = None
     inner: dict[str, str] = field(default_factory=dict)
+    scope: types.FrameType | None = None  # the frame whose names `env` holds
 
     def edits(self, fix: Fix) -> list[tuple[str, str]]:
         return [("", fix.snippet)]
@@ -153,6 +155,9 @@ class Live:
             ast.parse(fix.snippet)
         except SyntaxError:
             return "does not parse"
+        elsewhere = pasted_elsewhere(fix, self.scope, self.call.module)
+        if elsewhere:
+            return elsewhere
         names = (loaded_names(fix.snippet) or set()) - {"torch", "nn", "F"}
         missing = sorted(n for n in names if n not in self.env)
         places = sorted({self.inner[n] for n in missing if n in self.inner})
@@ -222,6 +227,31 @@ class Live:
         if got and got[0].is_meta:
             return Outcome(unmeasured="the replayed call passes (dtypes only, on meta)")
         return Outcome(error=max_relative_error(got, self.ref or []))
+
+
+def pasted_elsewhere(fix: Fix, scope: types.FrameType | None, module: nn.Module | None = None) -> str | None:
+    """Why a fix placed in the scope's file where the replayed call runs it (outside the scope's own
+    code, a `forward` statement; or anywhere in a scope that is itself inside the call of `module`)
+    cannot be replayed by running it in the scope before the call; None when it can."""
+    if scope is None or not fix.file or not fix.line:
+        return None
+    code = scope.f_code
+    file = os.path.normpath(fix.file)  # as reports show it: relative to the working directory of the run
+    if code.co_filename != file and not code.co_filename.endswith(os.sep + file):
+        return None
+    if any(line == fix.line for _, _, line in code.co_lines()) and not _inside_call(scope, module):
+        return None
+    return f"pasted at {fix.file}:{fix.line}, inside code the replayed call runs: only a re-run of the patched program runs it"
+
+
+def _inside_call(scope: types.FrameType, module: nn.Module | None) -> bool:
+    """The scope's frame ran inside a call of `module` (a frame below it has it as `self`)."""
+    frame = scope.f_back
+    while frame is not None and module is not None:
+        if frame.f_locals.get("self") is module:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _stored(tree: ast.Module) -> set[str]:
@@ -329,7 +359,7 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
     put the ones that pass first (`made`: the context its fixes were made in, watching.findings.FixContext)."""
     scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
-    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {})
+    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, scope)
     tried = 0
     for fix in finding.fixes:
         runs = fix.language == "python" and has_code(fix.snippet)
