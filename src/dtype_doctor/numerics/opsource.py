@@ -158,6 +158,47 @@ def _operands(call: ast.AST, receiver: ast.expr) -> list[ast.expr]:
     return [n for n in found if not isinstance(n, (ast.Constant, ast.UnaryOp, ast.Starred))]
 
 
+def called_upcast(
+    file: str | None, line: int | None, positions: list[int], hints: tuple[str, ...] = ()
+) -> tuple[str, list[str]] | None:
+    """The statement with the positional arguments at `positions` of the call it makes upcast
+    (`loss = nn.NLLLoss()(log_probs.float(), target)`): the op ran inside that call (a library
+    module's forward, a function), so its operands are those arguments. The call is the outermost
+    one with that many arguments, not one of torch's own functions; several such calls: the one
+    whose callee names one of `hints` (the module's type, its attribute name), else None."""
+    found = statement(file, line)
+    if found is None or not positions:
+        return None
+    text, node = found
+    calls = [
+        c
+        for c in ast.walk(node)
+        if isinstance(c, ast.Call) and len(c.args) > max(positions) and not _torch_function(c.func)
+    ]
+    inner = {id(n) for c in calls for a in [*c.args, *c.keywords] for n in ast.walk(a)}
+    calls = [c for c in calls if id(c) not in inner]  # `crit(x.view(-1, c), y)`: the outer call
+    if len(calls) > 1:
+        calls = [c for c in calls if any(h and h in ast.unparse(c.func) for h in hints)]
+    if len(calls) != 1:
+        return None
+    args = [calls[0].args[i] for i in positions]
+    if any(isinstance(a, (ast.Constant, ast.Starred)) for a in args):
+        return None
+    new: str | None = text
+    for arg in sorted(args, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        new = _replace(file, new, node, arg, lambda src, a=arg: _wrap(src, a) + ".float()")  # type: ignore[arg-type, misc]
+        if new is None:
+            return None
+    return new, [_segment(file, a) or "" for a in args]  # type: ignore[arg-type]
+
+
+def _torch_function(func: ast.expr) -> bool:
+    """`torch.x(...)`, `F.x(...)`, `torch.nn.functional.x(...)`: an op of torch's, not a callee."""
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    return isinstance(func, ast.Name) and func.id in ("torch", "F")
+
+
 def clamped_exp(file: str | None, line: int | None, op: str, limit: float) -> str | None:
     """The statement with the exponent of `x.exp()` / `torch.exp(x)` clamped at ln(`limit`), so that
     the result stays finite in the dtype whose largest value is `limit`."""
