@@ -71,3 +71,17 @@ def test_only_the_low_precision_input_is_upcast_an_integer_target_is_kept():
     fixed = _run(fix.snippet, {"self": model, "logits": logits, "labels": labels})["total"]
     assert fixed.dtype == torch.float32 and torch.isfinite(fixed)
     torch.testing.assert_close(fixed, model.criterion(logits.float().view(-1, 10), labels.view(-1)))
+
+
+def test_an_operand_that_starts_with_a_parenthesis_is_upcast_whole(tmp_path):
+    """`(q @ k) * 4.0 + mask`: the left operand is wrapped before `.float()`; `(q @ k) * 4.0.float()`
+    would upcast the literal (an AttributeError when pasted)."""
+    from dtype_doctor.numerics import opsource
+
+    path = tmp_path / "scores.py"
+    path.write_text("w = (q @ k) * 4.0 + mask\n")
+    snippet = opsource.upcast(str(path), 1, "add")
+    assert snippet == "w = ((q @ k) * 4.0).float() + mask"
+    q, k = torch.randn(3, 4).half(), torch.randn(4, 3).half()
+    w = _run(snippet, {"q": q, "k": k, "mask": torch.zeros(3, 3, dtype=torch.float16)})["w"]
+    assert w.dtype == torch.float32

@@ -275,7 +275,20 @@ def without_cast(file: str | None, line: int | None, op: str) -> str | None:
 
 def _wrap(src: str, node: ast.expr) -> str:
     simple = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
-    return src if isinstance(node, simple) or src.startswith("(") else f"({src})"
+    return src if isinstance(node, simple) or _enclosed(src) else f"({src})"
+
+
+def _enclosed(src: str) -> bool:
+    """`src` is one parenthesized expression: `(a * b)`, not `(a) * b` (whose `.float()` would bind
+    to `b` alone)."""
+    if not src.startswith("("):
+        return False
+    depth = 0
+    for i, ch in enumerate(src):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return i == len(src) - 1
+    return False
 
 
 def _replace(file: str, text: str, stmt: ast.stmt, node: ast.AST, make: object) -> str | None:
