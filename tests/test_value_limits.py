@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from dtype_doctor import watch
 from dtype_doctor.patching.paste import paste
@@ -76,6 +77,25 @@ print(causal(4, torch.float16))
 """
 
 
+WHERE_LITERAL = """\
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qk = nn.Linear(16, 32)
+
+    def forward(self, x, keep):
+        q, k = self.qk(x).chunk(2, -1)
+        scores = torch.where(keep, q @ k.transpose(-1, -2), -1e9)
+        return scores.softmax(-1) @ x
+
+
+torch.manual_seed(0)
+keep = torch.ones(2, 4, 4, dtype=torch.bool)
+keep[0] = False  # a fully padded sample: every score is the fill value
+out = Attn().half()(torch.randn(2, 4, 16).half(), keep)
+"""
+
+
 def _diagnose(tmp_path: Path, body: str):
     script = tmp_path / "bug.py"
     script.write_text(HEADER + body)
@@ -133,6 +153,23 @@ def test_a_call_written_over_lines_is_rewritten_whole(tmp_path):
     assert line == _line_of(OVER_LINES, "torch.full(")
     assert "torch.finfo(dtype).min," in snippet and "-1e9" not in snippet
     assert snippet.startswith("return torch.full(\n")
+
+
+def test_a_literal_torch_writes_as_inf_silently_takes_the_limit_of_the_other_branch(tmp_path):
+    """torch.where(keep, scores, -1e9) in float16 raises nothing: -1e9 is -inf, a fully masked row
+    is NaN after the softmax. Found by the numerics watch; the fix names the branch's dtype (not
+    the condition's), and the patched script's output is finite."""
+    script = tmp_path / "where.py"
+    script.write_text(HEADER + WHERE_LITERAL)
+    with watch(numerics=True) as s:
+        assert torch.isnan(runpy.run_path(str(script), run_name="__main__")["out"]).any()
+    first = next(f for f in s.report.errors if f.code == "fp16-overflow").fixes[0]
+    assert first.line == _line_of(WHERE_LITERAL, "torch.where")
+    assert (
+        first.snippet == "scores = torch.where(keep, q @ k.transpose(-1, -2), torch.finfo(torch.float16).min)"
+    )
+    script.write_text(paste(script.read_text(), first.line, first.snippet))
+    assert torch.isfinite(runpy.run_path(str(script), run_name="__main__")["out"]).all()
 
 
 @pytest.mark.parametrize(

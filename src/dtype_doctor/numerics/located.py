@@ -13,7 +13,7 @@ from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW
 from ..catalog.shared_remedies import KEEP_MODULE
 from ..remedies.places import OP
 from ..report import Evidence, Finding, Fix, Location
-from . import opsource
+from . import limit_source, opsource
 from .accuracy import Wrong
 from .advice import module_op_name
 from .analysis import Producer
@@ -152,6 +152,8 @@ def traced_text(finding: Finding, first: Traced) -> None:
     ctx, names = opsource.float32_names(first.file, first.line, first.op, len(first.ins), limit)
     if not ctx:  # the op ran inside a call on the user's line (a loss module): its arguments upcast
         ctx, names = _called_names(finding, first)
+    more, written = limit_source.limit_names(first.file, first.line, first.dtype)
+    ctx, names = ctx | more, {**names, **written}
     if ctx:  # the op bounded or computed in float32, in the user's statement
         at = frame_place(first.file, first.line)
         names.update(op=expr, at=f"at {place}", dtype_name=dtype, places={OP: at} if at else None)

@@ -14,7 +14,6 @@ import contextlib
 import copy
 import inspect
 import itertools
-import os
 import re
 import threading
 import types
@@ -30,6 +29,7 @@ from ..tensors import iter_tensors, map_tensors
 from ..verifying import isolation, verifier
 from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
 from ..verifying.verifier import Outcome
+from .replay_scope import pasted_elsewhere
 
 if TYPE_CHECKING:
     from .findings import FixContext
@@ -227,31 +227,6 @@ class Live:
         if got and got[0].is_meta:
             return Outcome(unmeasured="the replayed call passes (dtypes only, on meta)")
         return Outcome(error=max_relative_error(got, self.ref or []))
-
-
-def pasted_elsewhere(fix: Fix, scope: types.FrameType | None, module: nn.Module | None = None) -> str | None:
-    """Why a fix placed in the scope's file where the replayed call runs it (outside the scope's own
-    code, a `forward` statement; or anywhere in a scope that is itself inside the call of `module`)
-    cannot be replayed by running it in the scope before the call; None when it can."""
-    if scope is None or not fix.file or not fix.line:
-        return None
-    code = scope.f_code
-    file = os.path.normpath(fix.file)  # as reports show it: relative to the working directory of the run
-    if code.co_filename != file and not code.co_filename.endswith(os.sep + file):
-        return None
-    if any(line == fix.line for _, _, line in code.co_lines()) and not _inside_call(scope, module):
-        return None
-    return f"pasted at {fix.file}:{fix.line}, inside code the replayed call runs: only a re-run of the patched program runs it"
-
-
-def _inside_call(scope: types.FrameType, module: nn.Module | None) -> bool:
-    """The scope's frame ran inside a call of `module` (a frame below it has it as `self`)."""
-    frame = scope.f_back
-    while frame is not None and module is not None:
-        if frame.f_locals.get("self") is module:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _stored(tree: ast.Module) -> set[str]:
