@@ -64,6 +64,21 @@ class Clip(nn.Module):
 print(Clip()(torch.randn(3, dtype=torch.bfloat16).half()))
 """
 
+ATTRIBUTE = """\
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+        self.blocked = -1e6
+
+    def forward(self, h):
+        h = self.lin(h)
+        return h.index_fill(-1, torch.tensor([0]), self.blocked)
+
+
+print(Gate().half()(torch.randn(2, 6, dtype=torch.float16)))
+"""
+
 OVER_LINES = """\
 def causal(t, dtype):
     return torch.full(
@@ -145,6 +160,15 @@ def test_the_limit_of_another_dtype_is_taken_of_the_destination_where_it_is_set(
     use = finding.fixes[1]
     assert use.line == _line_of(LIMIT_OF_ANOTHER_DTYPE, "clamp")
     assert use.snippet == "return h.clamp(max=min(top, torch.finfo(h.dtype).max)) * 2"
+
+
+def test_an_attribute_holding_the_number_is_clamped_where_it_is_used(tmp_path):
+    script, finding = _diagnose(tmp_path, ATTRIBUTE)
+    line, snippet = _first_fix_runs(script, finding)
+    assert line == _line_of(ATTRIBUTE, "index_fill")
+    assert (
+        snippet == "return h.index_fill(-1, torch.tensor([0]), max(self.blocked, torch.finfo(h.dtype).min))"
+    )
 
 
 def test_a_call_written_over_lines_is_rewritten_whole(tmp_path):

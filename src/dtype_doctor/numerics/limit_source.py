@@ -91,12 +91,16 @@ def spots(
                 inner.add(id(node.operand))
             if too_big(found, dtype):
                 out.append(Spot(node, found < 0, "literal"))
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in (values or {}):
-            value = (values or {})[node.id]
+        elif (call := finfo_limit(node)) is not None:
+            if _wider(call.args[0], dtype, lookup):
+                out.append(Spot(node, node.attr == "min", "finfo"))  # type: ignore[attr-defined]
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            # a name set elsewhere (`values`), or one the frame holds (`self.mask_value`, an import)
+            value = (values or {}).get(node.id) if isinstance(node, ast.Name) else None
+            if value is None and lookup is not None and _dotted(node):
+                value = lookup(node)
             if too_big(value, dtype):
                 out.append(Spot(node, float(value) < 0, "name"))  # type: ignore[arg-type]
-        elif (call := finfo_limit(node)) is not None and _wider(call.args[0], dtype, lookup):
-            out.append(Spot(node, node.attr == "min", "finfo"))  # type: ignore[attr-defined]
     return sorted(out, key=lambda s: (s.node.lineno, s.node.col_offset))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import inspect
 import linecache
 from types import FrameType
 from typing import Any
@@ -91,7 +92,7 @@ def _torch_name(frame: FrameType) -> str | None:
 
 def _lookup(node: ast.expr, frame: FrameType) -> Any:
     """The object a dotted name (`x`, `self.mask`, `torch.float32`) is in the frame; None otherwise.
-    Only names and attributes are read: nothing is called."""
+    Only names and attributes are read: no property of the user's is called."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -102,6 +103,8 @@ def _lookup(node: ast.expr, frame: FrameType) -> Any:
     obj = next((s[node.id] for s in scopes if node.id in s), None)
     for part in reversed(parts):
         try:
+            if isinstance(inspect.getattr_static(obj, part, None), property):
+                return None  # the user's own code would run: not read
             obj = getattr(obj, part)
         except Exception:
             return None
