@@ -64,6 +64,11 @@ def finfo_limit(node: ast.AST) -> ast.Call | None:
     return None
 
 
+def _a_count(node: ast.expr) -> bool:
+    """A positive integer literal (`100000`): a size, a length or a step count, not a fill value."""
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
 def _wider(arg: ast.expr, dtype: torch.dtype, lookup: Lookup | None) -> bool:
     """`finfo(arg)` is the limit of a dtype wider than `dtype`."""
     other = lookup(arg) if lookup is not None else None
@@ -89,7 +94,7 @@ def spots(
         if found is not None:
             if isinstance(node, ast.UnaryOp):
                 inner.add(id(node.operand))
-            if too_big(found, dtype):
+            if too_big(found, dtype) and not _a_count(node):
                 out.append(Spot(node, found < 0, "literal"))
         elif (call := finfo_limit(node)) is not None:
             if _wider(call.args[0], dtype, lookup):
