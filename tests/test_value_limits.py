@@ -196,6 +196,34 @@ def test_a_literal_torch_writes_as_inf_silently_takes_the_limit_of_the_other_bra
     assert torch.isfinite(runpy.run_path(str(script), run_name="__main__")["out"]).all()
 
 
+TENSOR_OF_A_NUMBER = """\
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, keep):
+        logits = self.lin(x)
+        floor = torch.tensor(-1e9, dtype=logits.dtype)
+        return torch.where(keep, logits, floor).softmax(-1)
+
+
+out = Head().half()(torch.randn(2, 8).half(), torch.zeros(2, 8, dtype=torch.bool))
+"""
+
+
+def test_a_tensor_made_of_the_number_takes_the_limit_of_its_dtype_argument(tmp_path):
+    script = tmp_path / "floor.py"
+    script.write_text(HEADER + TENSOR_OF_A_NUMBER)
+    with watch(numerics=True) as s:
+        runpy.run_path(str(script), run_name="__main__")
+    fixes = next(f for f in s.report.errors if f.code == "fp16-overflow").fixes
+    assert fixes[0].snippet == "floor = torch.tensor(torch.finfo(logits.dtype).min, dtype=logits.dtype)"
+    assert not any("(-1e9).float()" in f.snippet for f in fixes)  # a number is not upcast
+    script.write_text(paste(script.read_text(), fixes[0].line, fixes[0].snippet))
+    assert torch.isfinite(runpy.run_path(str(script), run_name="__main__")["out"]).all()
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -138,12 +138,21 @@ def upcast_operands(
     operands = _operands(call, target) if tensors >= 2 else [target]
     if len(operands) != tensors:
         operands = [target]  # the line does not show which of its operands are the tensors
+    if any(_literal(o) for o in operands):
+        return None  # a number (`torch.tensor(-1e9, ...)`): nothing to upcast, `(-1e9).float()` fails
     new: str | None = text
     for operand in sorted(operands, key=lambda n: n.col_offset, reverse=True):  # type: ignore[attr-defined]
         new = _replace(file, new, node, operand, lambda src, o=operand: _wrap(src, o) + ".float()")  # type: ignore[arg-type, misc]
         if new is None:
             return None
     return new, [_segment(file, o) or "" for o in operands]  # type: ignore[arg-type]
+
+
+def _literal(node: ast.expr) -> bool:
+    """A number written in the source: `1e9`, `-1e9`."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant)
 
 
 def _operands(call: ast.AST, receiver: ast.expr) -> list[ast.expr]:
