@@ -111,6 +111,19 @@ out = Attn().half()(torch.randn(2, 4, 16).half(), keep)
 """
 
 
+SAME_NAME_OUTSIDE = """\
+class Masker(nn.Module):
+    def forward(self, x, bias):
+        bias = bias.masked_fill(bias < 0, -1e8)
+        return x + bias
+
+
+x = torch.randn(3, dtype=torch.float16)
+bias = torch.tensor([0.0, -1.0, 0.0], dtype=torch.float16)
+print(Masker()(x, bias))
+"""
+
+
 def _diagnose(tmp_path: Path, body: str):
     script = tmp_path / "bug.py"
     script.write_text(HEADER + body)
@@ -140,7 +153,17 @@ def test_an_in_place_fill_with_a_literal_takes_the_receivers_own_limit(tmp_path)
     assert line == _line_of(IN_PLACE_LITERAL, "masked_fill_")
     assert snippet == "scores.masked_fill_(pad, torch.finfo(scores.dtype).min)"
     assert "-1e9" in finding.fixes[0].title
-    assert finding.fixes[0].verification.startswith("not verified (pasted at")  # inside the call
+    assert "inside the replayed call" in finding.fixes[0].verification  # only a re-run runs it
+
+
+def test_a_fix_inside_the_forward_is_not_replayed_before_the_call_under_the_same_name(tmp_path):
+    """The caller's `bias` is not the forward's: the live replay would rebind the caller's and
+    run the unchanged forward, and call the fix failing. Only a re-run of the patched script runs it."""
+    script, finding = _diagnose(tmp_path, SAME_NAME_OUTSIDE)
+    fix = finding.fixes[0]
+    assert fix.verified is None and "inside the replayed call" in fix.verification
+    _, snippet = _first_fix_runs(script, finding)
+    assert snippet == "bias = bias.masked_fill(bias < 0, torch.finfo(bias.dtype).min)"
 
 
 def test_a_module_constant_is_clamped_where_it_is_used(tmp_path):

@@ -14,18 +14,28 @@ from ..report import Fix
 
 
 def pasted_elsewhere(fix: Fix, scope: types.FrameType | None, module: nn.Module | None = None) -> str | None:
-    """Why a fix placed in the scope's file where the replayed call runs it (outside the scope's own
-    code, a `forward` statement; or anywhere in a scope that is itself inside the call of `module`)
-    cannot be replayed by running it in the scope before the call; None when it can."""
+    """Why a fix placed where the replayed call runs it (a `forward` statement: a line of the scope's
+    file in no code of the scope or of the frames that called it; or any line of a scope that is
+    itself inside the call of `module`) cannot be replayed by running it in the scope before the
+    call; None when it can (its place runs before the call: the scope, a function around it)."""
     if scope is None or not fix.file or not fix.line:
         return None
-    code = scope.f_code
     file = os.path.normpath(fix.file)  # as reports show it: relative to the working directory of the run
-    if code.co_filename != file and not code.co_filename.endswith(os.sep + file):
+    if not _same_file(scope.f_code.co_filename, file):
         return None
-    if any(line == fix.line for _, _, line in code.co_lines()) and not _inside_call(scope, module):
+    frame: types.FrameType | None = scope
+    while frame is not None:  # the scope and its callers: code that runs before the replayed call
+        code = frame.f_code
+        if _same_file(code.co_filename, file) and any(line == fix.line for _, _, line in code.co_lines()):
+            break
+        frame = frame.f_back
+    if frame is not None and not _inside_call(scope, module):
         return None
-    return f"pasted at {fix.file}:{fix.line}, inside code the replayed call runs: only a re-run of the patched program runs it"
+    return f"pasted at {fix.file}:{fix.line}, inside the replayed call: only a re-run of the patched program runs it"
+
+
+def _same_file(filename: str, file: str) -> bool:
+    return filename == file or filename.endswith(os.sep + file)
 
 
 def _inside_call(scope: types.FrameType, module: nn.Module | None) -> bool:

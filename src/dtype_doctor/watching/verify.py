@@ -155,9 +155,6 @@ class Live:
             ast.parse(fix.snippet)
         except SyntaxError:
             return "does not parse"
-        elsewhere = pasted_elsewhere(fix, self.scope, self.call.module)
-        if elsewhere:
-            return elsewhere
         names = (loaded_names(fix.snippet) or set()) - {"torch", "nn", "F"}
         missing = sorted(n for n in names if n not in self.env)
         places = sorted({self.inner[n] for n in missing if n in self.inner})
@@ -166,6 +163,9 @@ class Live:
             return f"pasted in {places[0]}, where {what} is: inside the replayed call"
         if missing:
             return f"names {', '.join(missing)}, which the replay does not have"
+        elsewhere = pasted_elsewhere(fix, self.scope, self.call.module)
+        if elsewhere:
+            return elsewhere
         if _size(self.call.module) > MAX_ELEMENTS:
             return "model too large to copy for a replay"
         data = {n for n in _stored(ast.parse(fix.snippet)) if n in self.env}
