@@ -150,10 +150,13 @@ def traced_text(finding: Finding, first: Traced) -> None:
         return
     limit = torch.finfo(first.dtype).max
     ctx, names = opsource.float32_names(first.file, first.line, first.op, len(first.ins), limit)
-    if not ctx:  # the op ran inside a call on the user's line (a loss module): its arguments upcast
-        ctx, names = _called_names(finding, first)
-    more, written = limit_source.limit_names(first.file, first.line, first.dtype)
-    ctx, names = ctx | more, {**names, **written}
+    try:  # read off the user's statement: never at the cost of the finding
+        if not ctx:  # the op ran inside a call on the user's line (a loss module): its arguments upcast
+            ctx, names = _called_names(finding, first)
+        more, written = limit_source.limit_names(first.file, first.line, first.dtype)
+        ctx, names = ctx | more, {**names, **written}
+    except Exception:
+        pass
     if ctx:  # the op bounded or computed in float32, in the user's statement
         at = frame_place(first.file, first.line)
         names.update(op=expr, at=f"at {place}", dtype_name=dtype, places={OP: at} if at else None)

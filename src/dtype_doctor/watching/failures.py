@@ -300,7 +300,10 @@ def _value_births(finding: Any, frame: Any, line: int, text: str = "") -> None:
     """A number the target dtype cannot hold, passed on at the failing line: where it was set."""
     target = value_births.target_dtype(finding.operands, text)
     found = value_births.out_of_range(frame, line, target)
-    limits = value_limits.limit_fixes(frame, line, target, found)
+    try:
+        limits = value_limits.limit_fixes(frame, line, target, found)
+    except Exception:  # the fixes are extra: never at the cost of the finding or the user's error
+        limits = []
     if limits:  # the dtype's own limit in the user's names: the catalog's placeholder snippets as advice
         mine = visible(frame)
         rest = [snippets.advice(f) if (loaded_names(f.snippet) or set()) - mine else f for f in finding.fixes]
