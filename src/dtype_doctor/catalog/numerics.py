@@ -29,6 +29,15 @@ _OP_UPCAST = FixTemplate(
     when=frozenset({"op-upcast"}),
     place=OP,
 )
+_OP_LIMIT = FixTemplate(
+    "Use {dtype_name}'s own limit instead of {number} {at}: the number becomes inf in {dtype_name}",
+    "{limited}",
+    "{dtype_name} ends at {limit}; a number beyond it written into a {dtype_name} tensor is inf, and "
+    "a softmax over a row of them, or inf - inf, is NaN. torch.finfo of the destination's dtype is "
+    "the largest magnitude it holds (a mask's stand-in for -inf), whatever dtype the model runs in.",
+    when=frozenset({"op-limit"}),
+    place=OP,
+)
 _OP_SCALE_FIRST = FixTemplate(
     "Divide an operand, not the product, {at}: the same value, and `{op}` no longer passes {limit} "
     "before the division",
@@ -104,6 +113,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "from finite inputs; the modules after it only passed it on."
         ),
         fixes=(
+            _OP_LIMIT,
             _OP_SCALE_FIRST,
             _OP_CLAMP_EXP,
             _OP_UPCAST,

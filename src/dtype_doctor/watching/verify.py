@@ -29,6 +29,7 @@ from ..tensors import iter_tensors, map_tensors
 from ..verifying import isolation, verifier
 from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
 from ..verifying.verifier import Outcome
+from .replay_scope import pasted_elsewhere
 
 if TYPE_CHECKING:
     from .findings import FixContext
@@ -140,6 +141,7 @@ class Live:
     root_expr: str | None = None
     call_src: tuple[list[str], dict[str, str]] | None = None
     inner: dict[str, str] = field(default_factory=dict)
+    scope: types.FrameType | None = None  # the frame whose names `env` holds
 
     def edits(self, fix: Fix) -> list[tuple[str, str]]:
         return [("", fix.snippet)]
@@ -161,6 +163,9 @@ class Live:
             return f"pasted in {places[0]}, where {what} is: inside the replayed call"
         if missing:
             return f"names {', '.join(missing)}, which the replay does not have"
+        elsewhere = pasted_elsewhere(fix, self.scope, self.call.module)
+        if elsewhere:
+            return elsewhere
         if _size(self.call.module) > MAX_ELEMENTS:
             return "model too large to copy for a replay"
         data = {n for n in _stored(ast.parse(fix.snippet)) if n in self.env}
@@ -329,7 +334,7 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
     put the ones that pass first (`made`: the context its fixes were made in, watching.findings.FixContext)."""
     scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
-    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {})
+    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, scope)
     tried = 0
     for fix in finding.fixes:
         runs = fix.language == "python" and has_code(fix.snippet)
