@@ -293,6 +293,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._pending_step: int | None = None
         self._full = True  # this step counts underflow and zeros (set at its first measurement)
         self._low_precision_step = False
+        self._after_model_ops: list[Any] = []  # op findings after the model returned (a loss's ops)
 
     def scan_call(self, call: Callable[[], Any]) -> Any:
         """Run `call` (one more forward) only for the op-level scans waiting for a module call:
@@ -332,6 +333,8 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             self.producers.append(producer)
             finding = self._advisor.producer(producer, self._modules)
             made.setdefault(producer.path, finding)
+            if producer.kind == "loss":
+                self._explain_loss(finding)
             if located.wants_op_scan(producer) and producer.path not in self._op_scans:
                 self._op_scans[producer.path] = finding
             if self.shadow and producer.phase == "forward" and producer.kind == "module":

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import located
+from . import located, loss_cause
 from .opfindings import op_finding
 from .optrace import Traced
 from .opwatch import Hit
@@ -35,6 +35,9 @@ class OpTraces:
     _origin_of: Any
     _modules: dict[str, Any]
     _name_of: Any
+    _stack: list[Any]
+    _records: list[Any]
+    _after_model_ops: list[Any]
 
     def _end_trace(self) -> None:
         """Close the op trace of the outermost call that returned (one read of its flags); the
@@ -76,12 +79,21 @@ class OpTraces:
     def _on_op_hit(self, hit: Hit) -> None:
         finding = op_finding(hit, self.module_name, self._origin_of)
         self.report.add(finding)
+        if hit.module is None and not self._stack and self._records:  # after the model, as a loss is
+            self._after_model_ops.append(finding)
         if hit.owner is not None:
             self._op_owners.append((finding, hit.owner, hit.built_as))
         elif finding.location is not None and finding.location.module is None and hit.file and hit.line:
             # made outside every module (a timestep rounded in the script): the module whose input
             # descends from it is where the value does its harm
             self._unplaced.append((finding, os.path.basename(hit.file), hit.line))
+
+    def _explain_loss(self, finding: Any) -> None:
+        """A gradient arriving non-finite from the loss: an op of this step after the model that
+        makes inf in its dtype is its cause (`loss_cause`)."""
+        cause = loss_cause.cause_of(self._after_model_ops)
+        if cause is not None:
+            loss_cause.explain(finding, cause)
 
     def _place_unplaced(self, path: str, args: tuple, kwargs: dict | None) -> None:
         """A module is called: an unplaced op finding whose result this call's input descends from
