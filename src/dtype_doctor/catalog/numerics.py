@@ -92,6 +92,20 @@ _OP_ACCUMULATOR_ANY = FixTemplate(
     when=frozenset({"op-absorbed"}),
     unless=frozenset({"op-born-fix"}),
 )
+# a module's own tensor (a frequency table, a scale) sets an op's dtype, and a module-wide cast made it
+# low: kept in float32 through that cast, its values never lose their precision (made by
+# numerics/born_keep.py with remedies.make, first among the finding's fixes)
+KEEP_THROUGH_CAST = FixTemplate(
+    "Keep '{kept}' in float32 through the cast at {born}: its `{tensor}` sets the dtype here and lost "
+    "its precision at that cast",
+    "from dtype_doctor.numerics import keep_in_fp32\n"
+    "keep_in_fp32({model}, {kept_list}, out_dtype=torch.{dtype_name})",
+    "keep_in_fp32 before the cast leaves the module's parameters and buffers float32 (a later "
+    "`.to()`/`.half()` skips them) and casts its outputs to {dtype_name}: what it computes from "
+    "`{tensor}` is exact, and the model downstream keeps its dtype.",
+    needs=("kept", "model", "tensor"),
+    place=BIRTH,
+)
 _OP_LEVEL = frozenset({"op-level"})  # every op-level finding: module-wide fixes do not apply
 
 NUMERICS_FAMILIES: tuple[Family, ...] = (

@@ -129,6 +129,8 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._op_owners: list[tuple[Any, nn.Module, str | None]] = []  # op findings to name at stop
         self._unplaced: list[tuple[Any, str, int]] = []  # op findings made outside every module
         self._unplaced_calls = 0
+        # op findings whose dtype a module's own tensor set (born_keep)
+        self._born_keeps: list[tuple[Any, nn.Module, str]] = []
         self._roots: list[nn.Module] = []
         self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}

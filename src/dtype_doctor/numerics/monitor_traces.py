@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import located, loss_cause
+from . import born_keep, located, loss_cause
 from .opfindings import op_finding
 from .optrace import Traced
 from .opwatch import Hit
@@ -38,6 +38,8 @@ class OpTraces:
     _stack: list[Any]
     _records: list[Any]
     _after_model_ops: list[Any]
+    _born_keeps: list[tuple[Any, Any, str]]
+    _roots: list[Any]
 
     def _end_trace(self) -> None:
         """Close the op trace of the outermost call that returned (one read of its flags); the
@@ -81,6 +83,11 @@ class OpTraces:
         self.report.add(finding)
         if hit.module is None and not self._stack and self._records:  # after the model, as a loss is
             self._after_model_ops.append(finding)
+        if hit.problem.kind == "positions" and hit.operands:  # the dtype a module's own tensor set
+            module = hit.owner if hit.owner is not None else self._modules.get(hit.module or "")
+            tensor = born_keep.owned(module, hit.operands[0])
+            if tensor is not None:
+                self._born_keeps.append((finding, module, tensor))
         if hit.owner is not None:
             self._op_owners.append((finding, hit.owner, hit.built_as))
         elif finding.location is not None and finding.location.module is None and hit.file and hit.line:
@@ -126,6 +133,9 @@ class OpTraces:
                 loc.module = name
                 loc.module_type = type(module).__name__
         self._op_owners.clear()
+        for finding, module, tensor in self._born_keeps:  # named now: the module's path is known
+            born_keep.prepend_keep(finding, module, tensor, self._roots)
+        self._born_keeps.clear()
 
     def module_name(self, path: str | None) -> str | None:
         """The module at `path` as the caller names it (`run`'s names), else the path."""
