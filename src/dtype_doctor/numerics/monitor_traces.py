@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import born_keep, located, loss_cause
+from . import born_keep, consumer_cast, located, loss_cause
 from .opfindings import op_finding
 from .optrace import Traced
 from .opwatch import Hit
@@ -23,6 +23,10 @@ def _passes(origin: Any, file: str, line: int, depth: int = 0) -> bool:
     if origin.line == line and origin.file and os.path.basename(origin.file) == file:
         return True
     return depth < 8 and any(_passes(c, file, line, depth + 1) for c in origin.chain)
+
+
+def _reaches(origin: Any, file: str, line: int) -> bool:
+    return origin is not None and _passes(origin, file, line)
 
 
 class OpTraces:
@@ -121,6 +125,14 @@ class OpTraces:
                 finding.location.module = name
                 finding.location.module_type = type(self._modules[path]).__name__
                 self._unplaced.remove(entry)
+                if finding.data.get("kind") == "cast-rounding":  # the model reads it here: cast here
+                    self._cast_at_consumer(finding, path, args, file, line)
+
+    def _cast_at_consumer(self, finding: Any, path: str, args: tuple, file: str, line: int) -> None:
+        """The cast that rounds, dropped, and the module's input cast where the user's code calls it."""
+        index = consumer_cast.tensor_index(args, lambda t: _reaches(self._origin_of(t), file, line))
+        if index is not None:
+            consumer_cast.prepend(finding, self._modules[path], path.rpartition(".")[2], index)
 
     def _name_op_findings(self) -> None:
         """Name each op-level finding's module as the run ends: a module called on its own before

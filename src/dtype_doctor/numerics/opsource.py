@@ -340,3 +340,25 @@ def float32_names(
         listed = ", ".join(f"`{o}`" for o in upcast)
         names["operands"] = f"its operands {listed}" if len(upcast) > 1 else f"its operand {listed}"
     return ctx, names
+
+
+def cast_call_argument(file: str | None, line: int | None, callee: str, index: int, dtype: str) -> str | None:
+    """The statement with the `index`-th argument of its one call of `callee` (`self.proj(...)`,
+    `proj(...)`) cast to `dtype` (`self.proj(emb)` → `self.proj(emb.to(torch.bfloat16))`)."""
+    found = statement(file, line)
+    if found is None or not file:
+        return None
+    text, node = found
+    calls = [
+        n
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Attribute) and n.func.attr == callee)
+            or (isinstance(n.func, ast.Name) and n.func.id == callee)
+        )
+    ]
+    if len(calls) != 1 or index >= len(calls[0].args) or isinstance(calls[0].args[index], ast.Starred):
+        return None
+    arg = calls[0].args[index]
+    return _replace(file, text, node, arg, lambda src: f"{_wrap(src, arg)}.to(torch.{dtype})")
