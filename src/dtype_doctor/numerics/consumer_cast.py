@@ -43,7 +43,8 @@ def prepend(finding: Finding, module: nn.Module, attr: str, index: int) -> None:
     if dtype is None or not file or not line or _library(file) or not attr.isidentifier():
         return
     name = str(dtype).replace("torch.", "")
-    consumer = opsource.cast_call_argument(file, line, attr, index, name)
+    weight = isinstance(getattr(module, "weight", None), torch.Tensor)
+    consumer = opsource.cast_call_argument(file, line, attr, index, weight)
     uncast = opsource.without_cast(op.get("file"), op.get("line"), op.get("op", "to"))
     if not consumer or not uncast:
         return

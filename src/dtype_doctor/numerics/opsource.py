@@ -342,9 +342,13 @@ def float32_names(
     return ctx, names
 
 
-def cast_call_argument(file: str | None, line: int | None, callee: str, index: int, dtype: str) -> str | None:
-    """The statement with the `index`-th argument of its one call of `callee` (`self.proj(...)`,
-    `proj(...)`) cast to `dtype` (`self.proj(emb)` → `self.proj(emb.to(torch.bfloat16))`)."""
+def cast_call_argument(
+    file: str | None, line: int | None, callee: str, index: int, weight: bool
+) -> str | None:
+    """The statement with the `index`-th argument of its one call of the module `callee` (`self.proj(...)`,
+    `proj(...)`) cast to that module's dtype, read from its weights (`self.proj(emb)` →
+    `self.proj(emb.to(self.proj.weight.dtype))`; `next(M.parameters()).dtype` unless `weight`):
+    the statement stays right whatever dtype the model is run in."""
     found = statement(file, line)
     if found is None or not file:
         return None
@@ -360,5 +364,6 @@ def cast_call_argument(file: str | None, line: int | None, callee: str, index: i
     ]
     if len(calls) != 1 or index >= len(calls[0].args) or isinstance(calls[0].args[index], ast.Starred):
         return None
-    arg = calls[0].args[index]
-    return _replace(file, text, node, arg, lambda src: f"{_wrap(src, arg)}.to(torch.{dtype})")
+    arg, module = calls[0].args[index], _segment(file, calls[0].func)
+    dtype = f"{module}.weight.dtype" if weight else f"next({module}.parameters()).dtype"
+    return _replace(file, text, node, arg, lambda src: f"{_wrap(src, arg)}.to({dtype})")
