@@ -33,16 +33,17 @@ def _library(file: str) -> bool:
     return "site-packages" in real or "dist-packages" in real or not real.endswith(".py")
 
 
-def prepend(finding: Finding, module: nn.Module, attr: str, index: int) -> None:
+def prepend(finding: Finding, module: nn.Module, name: str, attr: str, index: int) -> None:
     """`finding` (a cast down that rounds, made outside the model) gets first the fix that drops the
-    cast and casts the input of `module` (called as `attr`, the value reaching its argument `index`)
-    where the user's code calls it; nothing when that line is a library's or does not show the call."""
+    cast and casts the input of `module` (`name` in reports, called as `attr`, what is computed from
+    the value reaching its argument `index`) where the user's code calls it; nothing when that line
+    is a library's or does not show the call."""
     op = finding.data.get("op") or {}
     dtype = low_dtype(module)
     file, line = user_line()
     if dtype is None or not file or not line or _library(file) or not attr.isidentifier():
         return
-    name = str(dtype).replace("torch.", "")
+    dtype_name = str(dtype).replace("torch.", "")
     weight = isinstance(getattr(module, "weight", None), torch.Tensor)
     consumer = opsource.cast_call_argument(file, line, attr, index, weight)
     uncast = opsource.without_cast(op.get("file"), op.get("line"), op.get("op", "to"))
@@ -56,8 +57,8 @@ def prepend(finding: Finding, module: nn.Module, attr: str, index: int) -> None:
         uncast=uncast,
         consumer_cast=consumer,
         consumer_at=where(file, line),
-        module=finding.location.module if finding.location is not None else attr,
-        dtype_name=name,
+        module=name,
+        dtype_name=dtype_name,
     )
     if fix is not None:
         finding.fixes.insert(0, fix)

@@ -129,6 +129,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._op_owners: list[tuple[Any, nn.Module, str | None]] = []  # op findings to name at stop
         self._unplaced: list[tuple[Any, str, int]] = []  # op findings made outside every module
         self._unplaced_calls = 0
+        self._consumer_wait: list[tuple[Any, str, int]] = []  # cast-rounding findings: the module to cast at
         # op findings whose dtype a module's own tensor set (born_keep)
         self._born_keeps: list[tuple[Any, nn.Module, str]] = []
         self._roots: list[nn.Module] = []
@@ -251,7 +252,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             if self._active:
                 try:
                     kwargs = _call_kwargs() if kwargs is None else kwargs
-                    if self._unplaced:
+                    if self._unplaced or self._consumer_wait:
                         self._place_unplaced(path, args, kwargs)
                     self._pre(module, path, args, kwargs)
                 except Exception as exc:

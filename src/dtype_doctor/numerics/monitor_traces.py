@@ -25,8 +25,11 @@ def _passes(origin: Any, file: str, line: int, depth: int = 0) -> bool:
     return depth < 8 and any(_passes(c, file, line, depth + 1) for c in origin.chain)
 
 
-def _reaches(origin: Any, file: str, line: int) -> bool:
-    return origin is not None and _passes(origin, file, line)
+def _computed_from(origin: Any, file: str, line: int) -> bool:
+    """Made from what `file`:`line` made, by at least one op after it (not that tensor itself)."""
+    if origin is None or (origin.line == line and os.path.basename(origin.file or "") == file):
+        return False
+    return _passes(origin, file, line)
 
 
 class OpTraces:
@@ -43,6 +46,7 @@ class OpTraces:
     _records: list[Any]
     _after_model_ops: list[Any]
     _born_keeps: list[tuple[Any, Any, str]]
+    _consumer_wait: list[tuple[Any, str, int]]
     _roots: list[Any]
 
     def _end_trace(self) -> None:
@@ -113,6 +117,7 @@ class OpTraces:
         self._unplaced_calls += 1
         if self._unplaced_calls > _PLACE_CALLS or self._origin_of is None:
             self._unplaced.clear()
+            self._consumer_wait.clear()
             return
         name = self.module_name(path)
         if not name:
@@ -125,14 +130,24 @@ class OpTraces:
                 finding.location.module = name
                 finding.location.module_type = type(self._modules[path]).__name__
                 self._unplaced.remove(entry)
-                if finding.data.get("kind") == "cast-rounding":  # the model reads it here: cast here
-                    self._cast_at_consumer(finding, path, args, file, line)
+                if finding.data.get("kind") == "cast-rounding":  # a low module reading it is cast
+                    self._consumer_wait.append(entry)
+        for entry in list(self._consumer_wait):
+            if self._cast_at_consumer(*entry, path, args):
+                self._consumer_wait.remove(entry)
 
-    def _cast_at_consumer(self, finding: Any, path: str, args: tuple, file: str, line: int) -> None:
-        """The cast that rounds, dropped, and the module's input cast where the user's code calls it."""
-        index = consumer_cast.tensor_index(args, lambda t: _reaches(self._origin_of(t), file, line))
-        if index is not None:
-            consumer_cast.prepend(finding, self._modules[path], path.rpartition(".")[2], index)
+    def _cast_at_consumer(self, finding: Any, file: str, line: int, path: str, args: tuple) -> bool:
+        """A cast that rounds, dropped, and the input of this module (with low-precision weights, its
+        input computed from the value) cast where the user's code calls it (`consumer_cast`)."""
+        module = self._modules[path]
+        if consumer_cast.low_dtype(module) is None:
+            return False
+        index = consumer_cast.tensor_index(args, lambda t: _computed_from(self._origin_of(t), file, line))
+        if index is None:
+            return False
+        name = self.module_name(path) or path
+        consumer_cast.prepend(finding, module, name, path.rpartition(".")[2], index)
+        return True
 
     def _name_op_findings(self) -> None:
         """Name each op-level finding's module as the run ends: a module called on its own before
