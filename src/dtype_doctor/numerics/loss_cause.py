@@ -1,4 +1,5 @@
-"""A non-finite gradient arriving at the model's output from the loss, explained by an op of the loss.
+"""A non-finite gradient arriving at the model's output from the loss, explained by an op of the loss;
+a module's wrong output, explained by an op-level finding inside it.
 
 The monitor sees the gradient reach the model output already inf/NaN (a `loss` producer). When, in
 the same step, an op the user's code ran after the model's forward was found to make inf in its
@@ -19,6 +20,27 @@ NONFINITE_KINDS = frozenset({"constant-rounds", "constant-underflow", "constant-
 def cause_of(ops: list[Finding]) -> Finding | None:
     """The last op-level finding of the step whose op can make a non-finite value."""
     return next((f for f in reversed(ops) if f.data.get("kind") in NONFINITE_KINDS), None)
+
+
+def inside(module: object, ops: list[tuple[Finding, object]]) -> Finding | None:
+    """The first op-level finding whose op ran in `module` (an nn.Module) or in a module inside it."""
+    within = {id(m) for m in module.modules()} if hasattr(module, "modules") else set()
+    return next((f for f, owner in ops if id(owner) in within), None)
+
+
+def wrong_module(finding: Finding, cause: Finding) -> None:
+    """A module's finite-but-wrong output whose op was not located, when an op-level finding ran
+    inside it: that op is where it went wrong (its fix leads); the module's finding follows from it."""
+    loc = cause.location
+    op = f"`{loc.op}`" if loc is not None and loc.op else "an op"
+    at = f" at {where(loc.file, loc.line)}" if loc is not None and loc.file and loc.line else ""
+    finding.message += (
+        f" Inside it, {op}{at} was found wrong in this dtype (its {cause.code} finding): fix that op first."
+    )
+    finding.severity = Severity.INFO
+    finding.fixes = []
+    finding.data["consequence_of"] = f"{loc.op if loc is not None else 'op'}{at}"
+    cause.severity = Severity.ERROR
 
 
 def explain(loss: Finding, cause: Finding) -> None:

@@ -129,6 +129,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._op_owners: list[tuple[Any, nn.Module, str | None]] = []  # op findings to name at stop
         self._unplaced: list[tuple[Any, str, int]] = []  # op findings made outside every module
         self._unplaced_calls = 0
+        self._op_modules: list[tuple[Any, nn.Module]] = []  # op findings and the module their op ran in
         self._consumer_wait: list[tuple[Any, str, int]] = []  # cast-rounding findings: the module to cast at
         # op findings whose dtype a module's own tensor set (born_keep)
         self._born_keeps: list[tuple[Any, nn.Module, str]] = []
@@ -196,7 +197,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             for wrong in self.accuracy.close():
                 if wrong.path in self._traced:
                     located.traced_text(self._wrong_findings[wrong.path], self._traced[wrong.path])
-                else:
+                elif not self._op_inside(self._wrong_findings[wrong.path], wrong.path):
                     located.unscanned(self._wrong_findings[wrong.path])
         self._name_op_findings()
         self._names.clear()  # a later start() adopts (and hooks) the roots again

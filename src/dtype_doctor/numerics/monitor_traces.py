@@ -47,6 +47,7 @@ class OpTraces:
     _after_model_ops: list[Any]
     _born_keeps: list[tuple[Any, Any, str]]
     _consumer_wait: list[tuple[Any, str, int]]
+    _op_modules: list[tuple[Any, Any]]
     _roots: list[Any]
 
     def _end_trace(self) -> None:
@@ -89,19 +90,28 @@ class OpTraces:
     def _on_op_hit(self, hit: Hit) -> None:
         finding = op_finding(hit, self.module_name, self._origin_of)
         self.report.add(finding)
+        owner = hit.owner if hit.owner is not None else self._modules.get(hit.module or "")
+        if owner is not None:
+            self._op_modules.append((finding, owner))
         if hit.module is None and not self._stack and self._records:  # after the model, as a loss is
             self._after_model_ops.append(finding)
         if hit.problem.kind == "positions" and hit.operands:  # the dtype a module's own tensor set
-            module = hit.owner if hit.owner is not None else self._modules.get(hit.module or "")
-            tensor = born_keep.owned(module, hit.operands[0])
+            tensor = born_keep.owned(owner, hit.operands[0])
             if tensor is not None:
-                self._born_keeps.append((finding, module, tensor))
+                self._born_keeps.append((finding, owner, tensor))
         if hit.owner is not None:
             self._op_owners.append((finding, hit.owner, hit.built_as))
         elif finding.location is not None and finding.location.module is None and hit.file and hit.line:
             # made outside every module (a timestep rounded in the script): the module whose input
             # descends from it is where the value does its harm
             self._unplaced.append((finding, os.path.basename(hit.file), hit.line))
+
+    def _op_inside(self, finding: Any, path: str) -> bool:
+        """A wrong module whose op was not located: an op-level finding inside it is its cause."""
+        cause = loss_cause.inside(self._modules.get(path), self._op_modules)
+        if cause is not None:
+            loss_cause.wrong_module(finding, cause)
+        return cause is not None
 
     def _explain_loss(self, finding: Any) -> None:
         """A gradient arriving non-finite from the loss: an op of this step after the model that
