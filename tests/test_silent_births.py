@@ -5,7 +5,7 @@
 - an op whose dtype a module's own buffer sets, made low by the module-wide cast: the module is kept
   in float32 through that cast (fixing the op alone leaves the buffer rounded);
 - a timestep cast down before the model: kept float32, and the input of the model's first module with
-  low-precision weights cast where the user's code calls it (two places, one fix);
+  low-precision weights cast where the user's code calls it (two places, one fix, one `--write` edit set);
 - keep_in_fp32 before a later `model.half()`: the kept module stays float32.
 
 Each script is the user's (real torch, transformers and diffusers modules); the first fix of the first
@@ -25,8 +25,9 @@ import pytest
 import torch
 
 import dtype_doctor as dd
-from cli_process import dtype_doctor
 from dtype_doctor.patching.paste import parts, paste_all
+from dtype_doctor.patching.plan import Planner
+from dtype_doctor.patching.search import patched
 from dtype_doctor.report import Finding, Fix, Report, Severity
 from dtype_doctor.watching.run import RunOptions, run_program
 
@@ -221,11 +222,14 @@ def test_a_timestep_rounded_by_its_cast_stays_float32_and_the_embedding_is_cast_
     _pasted_runs(path, fix)
 
 
-def test_run_numerics_write_applies_the_two_place_fix_and_the_script_runs(tmp_path):
+def test_the_two_place_fix_is_one_candidate_of_run_write_with_both_edits(tmp_path, monkeypatch):
     path = _script(tmp_path, TIMESTEP)
-    res = dtype_doctor("run", "--numerics", "--write", "--no-backup", path.name, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    text = path.read_text()
+    report = _numerics_run(path)
+    monkeypatch.chdir(tmp_path)  # the report's places are relative to where it ran
+    causes = Planner(lambda p: os.path.realpath(p) == os.path.realpath(path)).plan(report)
+    (first,) = [c for cause in causes for c in cause.candidates if c.title.startswith("Keep `timestep`")][:1]
+    assert len(first.edits) == 2
+    text = patched({first.edits[0].path: path.read_text()}, first.edits)[first.edits[0].path]
     assert "step = timestep\n" in text and ".to(next(self.time_embedder.parameters()).dtype)" in text
     exec(compile(text, str(path), "exec"), {"__name__": "__main__"})
 
