@@ -8,7 +8,8 @@ floating inputs are cast to float32 (autocast off inside). What leaves them is t
   dtype casts its inputs to it, so a value too large for float16 can pass from one kept module to
   the next (compare's "+keep" rows; under autocast nothing needs casting).
 `fp32_state` (the fp32 model's state dict) reloads the kept modules' weights, so weights of a model
-already cast are not rounded through the low dtype. The border casts of `fix` live here too.
+already cast are not rounded through the low dtype. A module-wide cast after `keep_in_fp32` (`model.half()`)
+leaves the kept modules float32 (their `_apply`), so the call may come before the model's cast. The border casts of `fix` live here too.
 """
 
 from __future__ import annotations
