@@ -117,7 +117,7 @@ class OpTraces:
         """A gradient arriving non-finite from the loss: an op of this step after the model that
         makes inf in its dtype is its cause (`loss_cause`)."""
         cause = loss_cause.cause_of(self._after_model_ops)
-        if cause is not None:
+        if cause is not None and not finding.data.get("consequence_of"):  # a forward overflow leads
             loss_cause.explain(finding, cause)
 
     def _place_unplaced(self, path: str, args: tuple, kwargs: dict | None) -> None:
@@ -173,6 +173,7 @@ class OpTraces:
         for finding, module, tensor in self._born_keeps:  # named now: the module's path is known
             born_keep.prepend_keep(finding, module, tensor, self._roots)
         self._born_keeps.clear()
+        self._op_modules.clear()
 
     def module_name(self, path: str | None) -> str | None:
         """The module at `path` as the caller names it (`run`'s names), else the path."""
