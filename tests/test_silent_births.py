@@ -193,7 +193,9 @@ class TinyDiT(nn.Module):
 
     def forward(self, latents, timestep):
         t_freq = self.time_proj(timestep).to(timestep.dtype)
-        return self.proj_in(latents) + self.time_embedder(t_freq)[:, None]  # embedded
+        return self.proj_in(latents) + self.time_embedder(  # embedded
+            t_freq
+        )[:, None]
 
 
 torch.manual_seed(0)
@@ -217,7 +219,7 @@ def test_a_timestep_rounded_by_its_cast_stays_float32_and_the_embedding_is_cast_
     (_, _, first), (named, at, second) = parts(fix.snippet)
     assert first == "step = timestep"
     assert (named, at) == ("train.py", _line(path, "embedded"))
-    assert "self.time_embedder(t_freq.to(next(self.time_embedder.parameters()).dtype))" in second
+    assert "t_freq.to(next(self.time_embedder.parameters()).dtype)" in second  # a call over 3 lines
     assert "'time_embedder'" in fix.title
     _pasted_runs(path, fix)
 

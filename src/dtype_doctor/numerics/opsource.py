@@ -352,7 +352,7 @@ def cast_call_argument(
     found = statement(file, line)
     if found is None or not file:
         return None
-    text, node = found
+    node = found[1]
     calls = [
         n
         for n in ast.walk(node)
@@ -366,4 +366,32 @@ def cast_call_argument(
         return None
     arg, module = calls[0].args[index], _segment(file, calls[0].func)
     dtype = f"{module}.weight.dtype" if weight else f"next({module}.parameters()).dtype"
-    return _replace(file, text, node, arg, lambda src: f"{_wrap(src, arg)}.to({dtype})")
+    return _rewritten(file, node, arg, lambda src: f"{_wrap(src, arg)}.to({dtype})")
+
+
+def _rewritten(file: str, stmt: ast.stmt, node: ast.expr, make: object) -> str | None:
+    """The statement's source (over several lines too) with `node`'s source replaced by make(it)."""
+    lines = linecache.getlines(file)
+
+    def offset(line: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        return sum(len(row) for row in lines[: line - 1]) + len(lines[line - 1].encode()[:col].decode())
+
+    full = "".join(lines)
+    start, end = (
+        offset(stmt.lineno, stmt.col_offset),
+        offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0),
+    )
+    a, b = (
+        offset(node.lineno, node.col_offset),
+        offset(node.end_lineno or node.lineno, node.end_col_offset or 0),
+    )
+    new = full[start:a] + make(full[a:b]) + full[b:end]  # type: ignore[operator]
+    indent = lines[stmt.lineno - 1][: stmt.col_offset]
+    if indent.strip() == "":  # continuation lines without the statement's own indentation
+        first, *rest = new.split("\n")
+        new = "\n".join([first, *(r[len(indent) :] if r.startswith(indent) else r for r in rest)])
+    try:
+        ast.parse(new)
+    except SyntaxError:
+        return None
+    return new
