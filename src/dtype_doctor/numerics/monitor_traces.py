@@ -108,9 +108,13 @@ class OpTraces:
 
     def _op_inside(self, finding: Any, path: str) -> bool:
         """A wrong module whose op was not located: an op-level finding inside it is its cause."""
-        cause = loss_cause.inside(self._modules.get(path), self._op_modules)
-        if cause is not None:
-            loss_cause.wrong_module(finding, cause)
+        try:
+            cause = loss_cause.inside(self._modules.get(path), self._op_modules)
+            if cause is not None:
+                loss_cause.wrong_module(finding, cause)
+        except Exception as exc:
+            self._op_error(exc)
+            return False
         return cause is not None
 
     def _explain_loss(self, finding: Any) -> None:
@@ -155,8 +159,12 @@ class OpTraces:
         index = consumer_cast.tensor_index(args, lambda t: _computed_from(self._origin_of(t), file, line))
         if index is None:
             return False
-        name = self.module_name(path) or path
-        consumer_cast.prepend(finding, module, name, path.rpartition(".")[2], index)
+        try:  # a fix that cannot be written costs the finding that fix, never the monitoring
+            consumer_cast.prepend(
+                finding, module, self.module_name(path) or path, path.rpartition(".")[2], index
+            )
+        except Exception as exc:
+            self._op_error(exc)
         return True
 
     def _name_op_findings(self) -> None:
@@ -171,7 +179,10 @@ class OpTraces:
                 loc.module_type = type(module).__name__
         self._op_owners.clear()
         for finding, module, tensor in self._born_keeps:  # named now: the module's path is known
-            born_keep.prepend_keep(finding, module, tensor, self._roots)
+            try:
+                born_keep.prepend_keep(finding, module, tensor, self._roots)
+            except Exception as exc:
+                self._op_error(exc)
         self._born_keeps.clear()
         self._op_modules.clear()
 
