@@ -165,10 +165,13 @@ assert (table.float() - exact).abs().max() < 0.05, "angles from a bfloat16 inv_f
 """
 
 
+@pytest.mark.parametrize(
+    "positions", ["torch.arange(n, dtype=self.inv_freq.dtype)", "torch.arange(n).type_as(self.inv_freq)"]
+)
 def test_an_op_whose_dtype_a_cast_buffer_sets_is_fixed_by_keeping_its_module_float32_through_the_cast(
-    tmp_path,
+    tmp_path, positions
 ):
-    path = _script(tmp_path, ROTARY)
+    path = _script(tmp_path, ROTARY.replace("torch.arange(n, dtype=self.inv_freq.dtype)", positions))
     report = _numerics_run(path)
     finding, fix = _first_fix(report)
     assert finding.location.line == _line(path, "positions")
