@@ -59,7 +59,8 @@ def test_each_misuse_is_a_finding_at_the_users_line_with_the_loop_in_order(misus
     (finding,) = [f for f in findings if f.code == "grad-scaler-misuse"]
     assert finding.data["misuse"] == KINDS[misuse]
     assert finding.location.file == __file__ and finding.location.line == line
-    (fix,) = finding.fixes
+    fix = finding.fixes[-1]  # the loop in order (a clip's finding first offers the unscale_ at its line)
+    assert len(finding.fixes) == (2 if misuse == "clip" else 1)
     assert fix.snippet.index("unscale_") < fix.snippet.index("clip_grad_norm_") < fix.snippet.index("step(")
     assert fix.snippet.index("scaler.step(") < fix.snippet.index("scaler.update()")
     _run_fix(fix.snippet)
@@ -73,7 +74,19 @@ def _run_fix(snippet: str) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with torch.autocast("cpu", dtype=torch.float16):
         loss = model(torch.randn(4, 8)).float().pow(2).mean()
-    exec(snippet, {"torch": torch, "model": model, "optimizer": optimizer, "loss": loss, "max_norm": 1.0})
+    scaler = torch.amp.GradScaler("cpu")  # the loop names the user's scaler and optimizer (`opt`)
+    exec(
+        snippet,
+        {
+            "torch": torch,
+            "model": model,
+            "optimizer": optimizer,
+            "loss": loss,
+            "max_norm": 1.0,
+            "scaler": scaler,
+            "opt": optimizer,
+        },
+    )
     assert not torch.equal(model.weight, before)
 
 

@@ -151,6 +151,7 @@ EVIDENCE = {
     "where": "'blocks.0.norm'",
     "named": "'blocks.0.norm.weight'",
     "limit": "65504",
+    "like": "q",
 }
 
 

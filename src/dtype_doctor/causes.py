@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from . import remedies
-from .catalog.shared_remedies import CAST_AT_BIRTH
+from .catalog.shared_remedies import CAST_AT_BIRTH, MAKE_AT_BIRTH
 from .report import Finding, Fix, Operand, Origin, Report
 
 OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
@@ -21,8 +21,17 @@ OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
 def _odd_operands(f: Finding) -> list[Operand]:
     """The operands whose dtype is not the one the op needed (all of them when unknown)."""
     expected = f.data.get("expected_dtype")
-    odd = [o for o in f.operands if expected and o.dtype and o.dtype != expected]
+    odd = [
+        o
+        for o in f.operands
+        if expected and o.dtype and o.dtype != expected and (_floating(o.dtype) or not _floating(expected))
+    ]
     return odd or [o for o in f.operands if o.origin is not None and o.origin.kind != "parameter"]
+
+
+def _floating(dtype: str | None) -> bool:
+    """A floating dtype's name (an index or mask operand is never the odd one)."""
+    return bool(dtype) and str(dtype).startswith(("float", "bfloat", "complex"))
 
 
 LIBRARIES = ("torch/", "transformers/", "diffusers/", "peft/", "timm/", "accelerate/", "open_clip/")
@@ -45,16 +54,18 @@ def _user_ancestor(origin: Origin, depth: int = 0) -> Origin | None:
     return None
 
 
-def root_origin(origin: Origin) -> Origin:
+def root_origin(origin: Origin, expected: str | None = None) -> Origin:
     """Follow an origin's chain to the tensor that first had this dtype (skipping call sites); a
-    root at a library line (its `Tensor.to`) gives way to the user's line that made the tensor."""
-    found = _root_origin(origin)
+    root at a library line (its `Tensor.to`) gives way to the user's line that made the tensor.
+    `expected`: the dtype the op needed; a promotion of two operands narrower than its result
+    (float16 with bfloat16 gives float32) goes on to the one of them that is not `expected`."""
+    found = _root_origin(origin, expected)
     if found.kind in ("op", "cast", "promotion") and _library_line(found):
         return _user_ancestor(found) or found
     return found
 
 
-def _root_origin(origin: Origin) -> Origin:
+def _root_origin(origin: Origin, expected: str | None = None) -> Origin:
     current = origin
     for _ in range(16):
         if current.op == OWN_CAST:  # the tool's own fix-mode cast is never a cause: what it cast is
@@ -64,6 +75,8 @@ def _root_origin(origin: Origin) -> Origin:
             current = before[0]
             continue
         parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
+        if current.kind == "promotion" and not parents and expected:
+            parents = [c for c in current.chain if c.kind != "call" and c.dtype not in (None, expected)]
         if current.kind == "input" and parents and parents[0].kind in ("op", "cast"):
             current = parents[0]  # an input born where it was made, not where it was passed
             continue
@@ -123,8 +136,26 @@ def root_fix(root: Origin, expected: str | None) -> Fix | None:
         made = next((c for c in root.chain if c.kind != "call"), root)
     name = made.name if made.kind in ("output", "op", "cast") else None
     if not (name and name.isidentifier()):
-        return None
+        return _made_in(root, expected)
     return remedies.make(CAST_AT_BIRTH, file=made.file, line=made.line, name=name, want=expected)
+
+
+def _made_in(root: Origin, expected: str | None) -> Fix | None:
+    """A tensor with no name of the user's (a factory's result inside an expression, the tensor a
+    parameter or buffer was made from): the line that made it, rewritten to make it in `expected`."""
+    made = root
+    if root.kind in ("parameter", "buffer"):  # `weight=torch.as_tensor(w)`: where its tensor was made
+        made = next((c for c in root.chain if c.kind != "call"), root)
+    if made.kind != "op" or not made.op or not made.file or made.line is None or not expected:
+        return None
+    from .patching.birth_line import made_in  # not at import: patching imports this module
+
+    found = made_in(made.file, made.line, made.op, f"torch.{expected}")
+    if found is None:
+        return None
+    what = f"`{root.name}` ({made.op})" if root is not made and root.name else f"the {made.op} result"
+    statement, line = found
+    return remedies.make(MAKE_AT_BIRTH, file=made.file, line=line, made=statement, what=what, want=expected)
 
 
 def _autocast_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
@@ -155,7 +186,7 @@ def _root_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:
     for op in _odd_operands(f):
         if op.origin is None or op.origin.kind == "unknown":
             continue
-        root = root_origin(op.origin)
+        root = root_origin(op.origin, f.data.get("expected_dtype"))
         if (root.kind == "parameter" and not root.file) or root.kind == "autocast" or root.op == OWN_CAST:
             continue  # a parameter is where it is; autocast's dtype is by design, not a cause
         key = (root.kind, root.name, root.op, root.file, root.line, root.dtype)

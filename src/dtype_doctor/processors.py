@@ -15,7 +15,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 
-from . import catalog
+from . import catalog, remedies
 from .catalog.family_codes import RANK_DIVERGENCE
 from .causes import group_by_cause
 from .dtype_map import report_map
@@ -50,8 +50,29 @@ def present(report: Report) -> Report:
     """What every output shows, computed once before any renderer reads it (commands/_output.emit,
     Report's display, the integrations): schema-1 meta sections typed, each finding's root cause
     set (causes.group_by_cause), a fix known to fail never first (failing_last), every fix labelled
-    (label_fixes). Renderers only read the result."""
-    return label_fixes(failing_last(group_by_cause(lift_meta_sections(report))))
+    (label_fixes), and no snippet naming what the user's code lacks at its place (in_user_names).
+    Renderers only read the result."""
+    return label_fixes(failing_last(in_user_names(group_by_cause(lift_meta_sections(report)))))
+
+
+def _script(report: Report) -> str | None:
+    """The script a `run` report ran (its first word: `run -m` has none)."""
+    program = report.meta.get("program") if report.tool == "run" else None
+    head = program.split(" ", 1)[0] if isinstance(program, str) else ""
+    return head if head.endswith(".py") else None
+
+
+def in_user_names(report: Report) -> Report:
+    """Each fix whose snippet names what the user's file lacks at its place as advice only, labelled
+    so (remedies.in_user_names); a report whose snippets all resolve comes back as it is."""
+    script = _script(report)
+    findings = []
+    for f in report.findings:
+        fixes = [remedies.in_user_names(fix, script) for fix in f.fixes]
+        findings.append(f if fixes == f.fixes else dataclasses.replace(f, fixes=fixes))
+    if all(a is b for a, b in zip(findings, report.findings, strict=True)):
+        return report
+    return _with_findings(report, findings)
 
 
 def failing_last(report: Report) -> Report:

@@ -102,10 +102,9 @@ ONE_PRECISION_RUN = FixTemplate(
 )
 FRAGILE_FP32 = FixTemplate(
     "Keep numerically fragile layers in float32 deliberately, casting at their boundary",
-    "layer = {module_ref}\n"
-    "layer.float()                                    # the whole layer, on purpose\n"
-    "y = layer({tensor}.float()).to({tensor}.dtype)   # or transformers' _keep_in_fp32_modules",
-    "fp32 norms/embeddings are fine when chosen on purpose and cast at the seam, not by accident.",
+    why="fp32 norms/embeddings are fine when chosen on purpose and cast at the seam, not by accident "
+    "(transformers: the model's _keep_in_fp32_modules).",
+    build="keep_module",
     when=_({"input-low"}),
     unless=_({"multi-error"}),
 )
@@ -420,10 +419,9 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ONE_POLICY,
             FixTemplate(
                 "Keep the norm in float32 on purpose and cast around it",
-                "norm = {module_ref}.float()\nh = norm({tensor}.float()).to({dtype})\n"
-                "# or give the norm the input's dtype: norm.to({tensor}.dtype)",
-                "Norms are numerically fragile; fp32 parameters with fp16/bf16 input are the usual "
+                why="Norms are numerically fragile; fp32 parameters with fp16/bf16 input are the usual "
                 "choice, fp16 parameters with fp32 input are refused on CPU.",
+                build="keep_module",
             ),
             CAST_AT_SEAM,
             CREATE_WITH_DTYPE,
@@ -975,8 +973,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "model.to(torch.bfloat16)",
             ),
             FixTemplate(
-                "Keep the overflowing layer in float32 and cast at its boundary",
-                "layer = {module_ref}.float()\nh = layer({tensor}.float()).to({dtype})",
+                "Keep the overflowing layer in float32 and cast at its boundary", build="keep_module"
             ),
         ),
         related=("grad-scaler-overflow", "overflow-on-cast"),
@@ -1244,6 +1241,15 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            FixTemplate(
+                "Keep `{model}` in float32 and build `{optimizer}` over it ({at}): float32 master "
+                "weights and {optimizer_class} state",
+                why="the optimizer updates the parameters it was built over in their own dtype: in "
+                "float16 small updates round away and its state under- or overflows",
+                needs=("model", "optimizer", "built"),
+                build="master_weights",
+                language="python",
+            ),
             FixTemplate(
                 "Cast the model first, then build the optimizer (and keep fp32 master weights)",
                 "model = model.to({dtype})\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..remedies.places import BIRTH, OP
+from ..remedies.places import BIRTH, LOSS, OP
 from .model import Family, FixTemplate
 
 _KEEP_FP32 = FixTemplate(
@@ -226,14 +226,21 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
                 when=frozenset({"detached-loss"}),
             ),
             FixTemplate(
+                "Unscale the gradients before the clip: `{scaler}.unscale_({optimizer})`",
+                "{scaler}.unscale_({optimizer})  # the gradients divided back by the scale; step skips its own",
+                "the clip then compares the true gradient norm with your threshold",
+                when=frozenset({"clip-before-unscale"}),
+                needs=("scaler", "optimizer"),
+                place=LOSS,
+            ),
+            FixTemplate(
                 "The GradScaler loop, in this order",
-                'scaler = torch.amp.GradScaler("{device}")\n'
-                "scaler.scale(loss).backward()\n"
-                "scaler.unscale_(optimizer)  # before anything reads the gradients\n"
+                "{scaler}.scale(loss).backward()\n"
+                "{scaler}.unscale_({optimizer})  # before anything reads the gradients\n"
                 "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
-                "scaler.step(optimizer)\n"
-                "scaler.update()\n"
-                "optimizer.zero_grad()",
+                "{scaler}.step({optimizer})\n"
+                "{scaler}.update()\n"
+                "{optimizer}.zero_grad()",
             ),
         ),
         severity="warning",

@@ -22,6 +22,23 @@ CAST_AT_BIRTH = FixTemplate(
     language="python",
 )
 
+MAKE_AT_BIRTH = FixTemplate(
+    "Make {what} in {want} where it is born ({file}:{line})",
+    "{made}",
+    "every finding of this cause starts from the tensor this line makes; nothing after it needs a cast",
+    needs=("made", "want", "file"),
+    language="python",
+)
+
+CAST_AT_READ = FixTemplate(
+    "Cast `{name}` where {method} reads it ({file}:{line}), to the dtype of `{like}`",
+    "{made}",
+    "the module is shared by models of different dtypes: one dtype held for all breaks one of them; "
+    "cast where it is read, each call gets its own",
+    needs=("made", "name", "like", "file"),
+    language="python",
+)
+
 REGISTER_BUFFER = FixTemplate(
     "Register `{name}` as a buffer where it is set ({file}:{line}), so that the model's .to()/.half() convert it",
     'self.register_buffer("{name}", {value}, persistent=False)',

@@ -25,7 +25,7 @@ from ..catalog.family_codes import GRAD_SCALER_MISUSE
 from ..remedies.places import LOSS
 from ..report import Finding, Location, Operand, Report, Severity
 from . import opsource
-from .frames import place, user_line, where
+from .frames import held_expression, place, user_frames, user_line, where
 
 _MESSAGES = {
     "clip-before-unscale": (
@@ -196,7 +196,13 @@ class ScalerUse:
                 continue
             file, line = user_line()
             self._say(
-                key, "clip-before-unscale", (file, line), op=name, what=name, scale=f"{scaler.get_scale():g}"
+                key,
+                "clip-before-unscale",
+                (file, line),
+                op=name,
+                what=name,
+                scale=f"{scaler.get_scale():g}",
+                **user_names(scaler, ids),
             )
 
     def _around_bf16(self, key: int, use: _Use) -> None:
@@ -227,11 +233,35 @@ class ScalerUse:
             return
         self._said.add((key, kind))
         severity, text = _MESSAGES[kind]
+        use = self._uses.get(key)
+        scaler = use.ref() if use is not None else None
+        if scaler is not None and "scaler" not in names:  # the loop's fixes in the user's names
+            names = {**user_names(scaler), **names}
         message = text.format(at=where(*at), **names)
         finding = misuse_finding(kind, message, at[0], at[1], severity, op, names)
         if origin is not None:
             finding.operands.append(Operand(role="loss", origin=origin))
         self.report.add(finding)
+
+
+def user_names(scaler: Any, params: set[int] | None = None) -> dict[str, str]:
+    """The user's names for `scaler` and for the optimizer that trains any of `params` (ids; None:
+    any optimizer): the variables (or attributes: `self.scaler`) their frames hold them in; a name
+    not found is left out."""
+    frames = user_frames()
+    out: dict[str, str] = {}
+    held = held_expression(lambda v: v is scaler, frames)
+    if held is not None:
+        out["scaler"] = held[0]
+
+    def trains(value: Any) -> bool:
+        groups = value.param_groups if isinstance(value, torch.optim.Optimizer) else ()
+        return any(params is None or id(p) in params for g in groups for p in g["params"])
+
+    held = held_expression(trains, frames)
+    if held is not None:
+        out["optimizer"] = held[0]
+    return out
 
 
 def misuse_finding(

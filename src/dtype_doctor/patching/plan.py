@@ -200,9 +200,12 @@ class Planner:
         if not direct and calls and _lowers(dtype, find.explicit_dtype(calls[0])):
             return  # maths begun with `dtype=torch.float32` on purpose (tables, phases): not lowered
         if origin.kind == "op" and op in FACTORIES and calls:
-            edit = add_kwarg(src, calls[0], "dtype", f"torch.{dtype}")
-            if edit is not None:
-                yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", [edit])
+            # every call of the factory on the line (`meshgrid(linspace(..), linspace(..))`): one birth each
+            edits = [
+                e for e in (add_kwarg(src, c, "dtype", f"torch.{dtype}") for c in calls) if e is not None
+            ]
+            if edits:
+                yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", edits)
         if origin.kind == "cast" and op in ("float", "double"):
             return  # `x.float().to(half)` only undoes the upcast: drop_upcast says so, last
         value = find.assigned_value(src, origin.line, origin.name)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..causes import root_origin
+from ..remedies.scope import unresolved
 from ..report import Finding, Fix, Origin, Severity
 from .paste import code_lines, parts, paste_span
 from .source import Edit, Source
@@ -108,7 +109,7 @@ def shown_fixes(
         src, line, stated = where
         edits = _part_edits(f, fix.snippet.strip("\n"), src, line, source)
         if not edits:
-            continue  # a part that does not paste, or would lower a deliberate float32 region
+            continue  # a part names what its place lacks, does not paste, or lowers a float32 region
         title = fix.title
         if not stated:
             title += f" (pasted at {src.path}:{line}: the fix states no place)"
@@ -121,13 +122,14 @@ def _part_edits(
     f: Finding, snippet: str, src: Source, line: int, source: Callable[[str], Source | None]
 ) -> list[Edit]:
     """One edit per part of the snippet (paste.parts): the first at (src, line), each later one at the
-    FILE:LINE that heads it. Empty when a part does not paste or casts a deliberate float32 region down."""
+    FILE:LINE that heads it. Empty when a part names what its place lacks, does not paste, or casts a
+    deliberate float32 region down."""
     edits: list[Edit] = []
     for named, at, code in parts(snippet):
         where = _resolve(named, finding_files(f), source) if named else src
         at = at or line
-        if where is None or lowers(where, at, code):
-            return []
+        if where is None or lowers(where, at, code) or unresolved(code, where.path, at):
+            return []  # names what the file lacks there: a NameError, or a result nothing reads
         try:
             start, end, text = paste_span(where.text, at, code)
         except (SyntaxError, IndexError, ValueError):

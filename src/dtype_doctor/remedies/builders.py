@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .names import module_ref
-from .places import INPUT, MODEL
+from .places import BIRTH, INPUT, MODEL
 
 MANY = 3  # more modules than this: one loop over named_modules() instead of a line each
 
@@ -56,11 +56,35 @@ def keep_on_convert(names: Mapping[str, Any]) -> str:
     )
 
 
+def keep_module(names: Mapping[str, Any]) -> str | None:
+    """The module the finding names kept in float32 by dtype_doctor's own helper, which casts its
+    inputs up and its outputs back at its border (None: no module, or the whole model)."""
+    module = names.get("module")
+    if not isinstance(module, str) or module in ("", "<root>"):
+        return None
+    model = names.get("model") or "model"
+    return f"from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, [{module!r}])"
+
+
+def master_weights(names: Mapping[str, Any]) -> str:
+    """The model the optimizer trains made float32 before the user's own statement that builds the
+    optimizer (`built`, kept as written: its class, its arguments), its forward run under autocast in
+    the dtype it computed in (`compute`): what it returns, and the inputs it takes, stay as they were."""
+    model, compute = names["model"], names.get("compute") or "float16"
+    return (
+        f"{model}.float()  # in place, float32 master weights: {names['optimizer']}'s state and updates in float32\n"
+        f'{model}.forward = torch.autocast("{names.get("device") or "cuda"}", dtype=torch.{compute})({model}.forward)'
+        f"  # computed in {compute} as before\n" + str(names["built"])
+    )
+
+
 BUILDERS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "convert_modules": convert_modules,
     "cast_held": cast_held,
     "cast_passed": cast_passed,
     "keep_on_convert": keep_on_convert,
+    "master_weights": master_weights,
+    "keep_module": keep_module,
 }
 
 # the kind of place (remedies.places) each builder's snippet is pasted at: where the names it reads exist
@@ -69,4 +93,6 @@ PLACES: dict[str, str] = {
     "cast_held": MODEL,
     "cast_passed": INPUT,
     "keep_on_convert": MODEL,
+    "keep_module": MODEL,
+    "master_weights": BIRTH,  # the optimizer's: the statement that builds it
 }

@@ -43,6 +43,8 @@ class Names(dict):
         "param": "the parameter",
         "input": "the input",
         "model": "model",
+        "optimizer": "optimizer",
+        "scaler": "scaler",
         "dtype": "torch.float16",
         "other_dtype": "torch.float32",
         "file": "your code",

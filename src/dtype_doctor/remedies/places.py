@@ -164,3 +164,49 @@ def backward_line(path: str, after: int = 0) -> int | None:
     )
     later = [n for n in found if n >= after]
     return (later or found or [None])[0]
+
+
+def assignment_of(path: str, target: str, before: int) -> tuple[int, str] | None:
+    """(line, source text) of the statement that assigns `target` (`opt`, `self.optimizer`) and that
+    the program ran before line `before`: the last one before it in the blocks around it, else the
+    only one in the file (an attribute set in `__init__`, read in a training method)."""
+    tree = _tree(path)
+    if tree is None:
+        return None
+
+    def assigns(stmt: ast.stmt) -> bool:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        return isinstance(stmt, ast.Assign | ast.AnnAssign) and any(
+            t is not None and ast.unparse(t) == target for t in targets
+        )
+
+    near = [
+        stmt
+        for block in _enclosing(tree, before)
+        for stmt in block
+        if (stmt.end_lineno or stmt.lineno) < before and assigns(stmt)
+    ]
+    anywhere = [node for node in ast.walk(tree) if isinstance(node, ast.stmt) and assigns(node)]
+    found = max(near, key=lambda s: s.lineno) if near else (anywhere[0] if len(anywhere) == 1 else None)
+    if found is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = ast.get_source_segment(fh.read(), found)
+    except (OSError, ValueError):
+        return None
+    return (found.lineno, text) if text else None
+
+
+def trained_module(statement: str) -> str | None:
+    """`model` in `opt = Adam(model.parameters(), ...)`: the expression whose parameters (or
+    named_parameters) an optimizer's construction statement hands it, as written (None: none)."""
+    try:
+        tree = ast.parse(statement)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ("parameters", "named_parameters"):
+            return ast.unparse(func.value)
+    return None

@@ -4,7 +4,8 @@ Producers give a template (a family's, or a shared one of `catalog/shared_remedi
 `make` writes it in the user's names, with the place its snippet is pasted; `ranked` gives a
 family's applicable remedies best first; `first` puts remedies at the cause ahead of the others,
 `behind_verified` right after those a replay verified (a root cause's fix, added after the replay);
-`revise` rewrites a made fix (the user's name for the model, an import the place lacks).
+`revise` rewrites a made fix (the user's name for the model, an import the place lacks);
+`in_user_names` keeps a snippet as code only when every name it reads exists at its place.
 
 Every fix says where its snippet is pasted when the producer knows that place: an explicit
 `file`/`line`, else the producer's `places` (`remedies.places.Places`: the user's lines by kind)
@@ -13,15 +14,18 @@ at the kind the remedy needs (`place_for`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from ..report import Fix
+from ..verifying.contract import not_verified
 from .builders import BUILDERS, PLACES
 from .model import FixTemplate
 from .names import Names, present
 from .places import CALL, INPUT, MODEL, Place, Places, kind_of
+from .scope import phrase, unresolved
 
 # the user's variables a snippet may read: a snippet reading one the producer does not know names a
 # placeholder (`x`) the program lacks, so it is placed nowhere (explain, from a log, never knows them)
@@ -94,10 +98,15 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
     A template with `when` tags applies only if one of them is in `context`; one with `unless` tags
     is dropped if any is present. Context-specific fixes come first, in catalog order, then the
     general ones. Each is placed at the kind of line it needs among the evidence `places`, but for
-    one whose snippet reads a variable the producer does not know."""
+    one whose snippet reads a variable the producer does not know; when the producer gives `places`
+    (it read the user's frames), such a remedy is shown without code, after the others."""
     ctx = set(context)
     specific: list[Fix] = []
     general: list[Fix] = []
+    unnamed: list[Fix] = []
+    # a producer that read the user's frames (it gives `places`) and left a variable or the dtype
+    # unknown: the user has no such name, so a snippet on a placeholder is advice, never code, and last
+    lacking = [v for v in (*_VARIABLES, "dtype") if names.get(v) is None] if "places" in names else []
     places = names.pop("places", None)
     mapping = Names.known(names)
     for t in templates:
@@ -115,6 +124,9 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             model = str(mapping.get("model") or "model")
             title = title.replace("'<root>'", f"`{model}`").replace("<root>", f"the whole model `{model}`")
             snippet = "\n".join(_in_comment(line, "<root>", model) for line in snippet.splitlines())
+        if any(f"{{{v}}}" in t.snippet for v in lacking):
+            unnamed.append(Fix(title=title, why=t.why))
+            continue
         guess = any(f"{{{v}}}" in t.snippet and v not in mapping for v in _VARIABLES)
         at = place_for(t, places) if snippet.strip() and not guess else None
         fix = Fix(
@@ -126,7 +138,7 @@ def ranked(templates: Iterable[FixTemplate], context: Iterable[str] = (), **name
             line=at.line if at else None,
         )
         (specific if t.when else general).append(fix)
-    return specific + general
+    return specific + general + unnamed
 
 
 def first(fixes: list[Fix], *ahead: Fix | None) -> list[Fix]:
@@ -143,6 +155,44 @@ def behind_verified(fixes: list[Fix], fix: Fix | None) -> list[Fix]:
         return fixes
     ahead = next((i for i, x in enumerate(fixes) if not x.verified), len(fixes))
     return [*fixes[:ahead], fix, *fixes[ahead:]]
+
+
+def in_user_names(fix: Fix, program: str | None = None) -> Fix:
+    """`fix` when its snippet is a statement in the user's names at the place it states (`program`,
+    the user's script, at any line when it states none); else the fix as words only, labelled with
+    the names that break it (`remedies.scope.unresolved`): a snippet that would raise NameError when
+    pasted, or that assigns a result nothing reads, is never shown as code. A place in a file that
+    cannot be read (a library's, a report read back elsewhere) is not judged."""
+    if fix.language != "python" or not fix.snippet.strip():
+        return fix
+    path, line = (fix.file, fix.line) if fix.file else (program, None)
+    if not path or (fix.file and line is None) or not os.path.isfile(path):
+        return fix
+    problems = _unresolved_parts(fix.snippet, path, line)
+    if not problems:
+        return fix
+    return replace(
+        fix,
+        snippet="",
+        language="",
+        verified=None,
+        verification=not_verified(f"advice only, not code: {phrase(problems)}").text,
+        file=None,
+        line=None,
+    )
+
+
+def _unresolved_parts(snippet: str, path: str, line: int | None) -> list[str]:
+    """`unresolved` for each part of a snippet that edits several places (`# and at FILE:LINE:`), each
+    judged at its own place (a part in a file that cannot be read is not judged)."""
+    from ..patching.paste import parts  # standard library only; imported here, not at load (a cycle)
+
+    problems: list[str] = []
+    for named, at, code in parts(snippet):
+        where, here = (named, at) if named else (path, line)
+        if os.path.isfile(where):
+            problems += unresolved(code, where, here)
+    return problems
 
 
 def revise(fix: Fix, **changes: Any) -> Fix:

@@ -23,7 +23,7 @@ from .. import remedies
 from ..catalog.shared_remedies import CAST_HELD
 from ..patches import patch_method
 from ..report import Fix, Origin
-from . import dtype_values, shared_modules
+from . import dtype_values, shared_modules, shared_reads
 from .conversions import watch_from_numpy
 from .modules import Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, outermost_user_frame
@@ -274,6 +274,8 @@ def held_fix(
             held = root.get_buffer(qual) if origin.kind == "buffer" else root.get_parameter(qual)
         except (AttributeError, TypeError):
             continue  # named relative to another model: no path to write
+        if shared_reads.shared_owner(origin, root) is not None:
+            continue  # held by a module another model shares: cast once, it would be wrong for one of them
         path = attribute_path(model, qual, origin.kind)
         if held.is_floating_point() and held.dtype != want and path not in paths:
             paths.append(path)

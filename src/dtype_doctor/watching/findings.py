@@ -11,13 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import catalog, causes
+from .. import catalog, causes, remedies
 from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..render.fold import fold_code_line, fold_prose_line, terminal_width
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import attributes, births, blame, intent, snippets, user_places
+from . import attributes, births, blame, intent, shared_reads, snippets, user_places
 from .modules import Names
 from .names import (
     call_argument,
@@ -181,6 +181,15 @@ def build(
             s.odd = s.tensor.is_floating_point() and s.tensor.dtype != asked
         expected = asked
         why = _safe(lambda: intent.asked_evidence(tensors, prov, asked))
+    if expected is None:  # no rule, no model's parameters: a float64 beside narrower floats intrudes
+        narrower = _float64_intruded(floats)
+        if narrower is not None:
+            for s in floats:
+                s.odd = s.tensor.dtype == torch.float64
+            expected = narrower
+            why = (
+                f"the other operands are {canonical(narrower)}; float64 is NumPy's and Python floats' default"
+            )
     ops, odd = _operands(operands, names, prov, root)
     blamed = odd.operand
     ctx = set(context or ())
@@ -206,7 +215,7 @@ def build(
             variable=variable,
             frames=frames,
             rooted=rooted,
-            origin=causes.root_origin(origin) if origin is not None else None,
+            origin=causes.root_origin(origin, canonical(expected)) if origin is not None else None,
             op_frame=frames[0] if in_user_code else None,
         )
     )
@@ -265,9 +274,19 @@ def build(
         # pasted where the attribute is set, whose own names it reuses: not checked in the call's frame
         registered = attributes.buffer_fix(blamed.origin) if blamed and blamed.origin and not island else None
         finding.fixes = [registered, *finding.fixes] if registered else finding.fixes
+        if blamed is not None and blamed.origin is not None and expected is not None and not island:
+            held = causes.root_origin(blamed.origin, canonical(expected))  # a shared module's: at its read
+            finding.fixes = remedies.first(finding.fixes, shared_reads.read_fix(held, root, frames, expected))
     except Exception:
         fix_context.scope = None
     return finding, fix_context
+
+
+def _float64_intruded(floats: list[Seen]) -> torch.dtype | None:
+    """The one narrower dtype of operands a float64 one meets (float32 beside a NumPy float64), else None."""
+    dtypes = {s.tensor.dtype for s in floats}
+    narrower = dtypes - {torch.float64}
+    return narrower.pop() if torch.float64 in dtypes and len(narrower) == 1 else None
 
 
 def _operands(
@@ -336,7 +355,7 @@ def _better_fixes(
 ) -> None:
     """Put the fixes at the cause first: the odd module island's, the root origin's, the input's."""
     if island is None and odd is not None and odd.origin is not None and expected is not None:
-        at_root = causes.root_fix(causes.root_origin(odd.origin), canonical(expected))
+        at_root = causes.root_fix(causes.root_origin(odd.origin, canonical(expected)), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
             finding.fixes = causes.with_root_fix(finding, at_root)
     if island is None and odd is not None and odd.origin is not None and expected is not None and rooted:

@@ -9,7 +9,6 @@ module reached from that variable (`model.get_submodule("h.0.ln_1")`). Library p
 from __future__ import annotations
 
 import ast
-import builtins
 import functools
 import linecache
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..remedies.scope import snippet_names
 from .provenance import USER, frame_kind
 
 LIBRARY_WORDS = frozenset({"torch", "nn", "F", "dtype_doctor", "dd", "np", "math"})
@@ -159,30 +159,8 @@ def tensor_name(t: torch.Tensor, frames: list[FrameType]) -> str | None:
 
 def loaded_names(snippet: str) -> set[str] | None:
     """Names a Python snippet reads before assigning them (None: it does not parse)."""
-    try:
-        tree = ast.parse(snippet)
-    except SyntaxError:
-        return None
-    stored: set[str] = set()
-    loaded: set[str] = set()
-    for stmt in tree.body:
-        inner = _stores(stmt) if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else set()
-        for node in ast.walk(stmt):
-            loads = isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-            if loads and node.id not in stored and node.id not in inner:
-                loaded.add(node.id)
-        stored |= _stores(stmt)
-    return {n for n in loaded if not hasattr(builtins, n)}
-
-
-def _stores(stmt: ast.AST) -> set[str]:
-    out: set[str] = set()
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            out.add(node.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return out
+    names = snippet_names(snippet)
+    return set(names[0]) if names is not None else None
 
 
 def visible(frame: FrameType) -> set[str]:

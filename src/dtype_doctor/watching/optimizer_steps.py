@@ -6,18 +6,21 @@ the loss stalls or `grad_norm` turns NaN with no op ever mixing dtypes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 import torch
+from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import catalog
 from ..catalog.family_codes import OPTIMIZER_STATE_DTYPE
-from ..numerics.frames import user_line
+from ..numerics.frames import held_expression, place, user_line
+from ..remedies.places import BIRTH, assignment_of, trained_module
 from ..report import Finding, Location, Operand, Origin, Severity
 from .intent import asked_at
+from .names import user_frames
 from .provenance import short_path, tag_to_origin
 
 SHOWN = 3  # parameters named in the message
@@ -29,11 +32,13 @@ def fp16_without_master_weights(
     file: str | None = None,
     line: int | None = None,
     born: Callable[[torch.Tensor], tuple[str, Origin] | None] | None = None,
+    names: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Finding | None:
     """The finding for `optimizer` when it trains float16 parameters itself (None when it does not:
     fp32 parameters, or an fp32 master copy being what it holds). `name_of` gives a parameter's
     path in the model (`model.layers.0.weight`); one it cannot name is `param N`. `born` gives where
-    a parameter was made float16 (`a module-wide .half() at x.py:9`) and its origin: the root."""
+    a parameter was made float16 (`a module-wide .half() at x.py:9`) and its origin: the root.
+    `names` gives the user's names for the optimizer and its model, where it was built (`user_names`)."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     half = [p for p in params if p.dtype == torch.float16]
     if not half:
@@ -44,7 +49,7 @@ def fp16_without_master_weights(
     asked = f"; they were made float16 by {birth[0]}" if birth is not None else ""
     return catalog.finding(
         OPTIMIZER_STATE_DTYPE,
-        names={"dtype": "torch.float32", "device": half[0].device.type},
+        names={"dtype": "torch.float32", "device": half[0].device.type, **(names() if names else {})},
         severity=Severity.WARNING,
         message=(
             f"{type(optimizer).__name__} updates {len(half)} of {len(params)} parameters in float16 "
@@ -56,6 +61,42 @@ def fp16_without_master_weights(
             Operand(role="parameter", dtype="float16", name=shown[0], origin=birth[1] if birth else None)
         ],
     )
+
+
+def user_names(optimizer: torch.optim.Optimizer, frames: list[Any]) -> dict[str, Any]:
+    """The remedy's evidence in the user's own names: the variable holding `optimizer` (`opt`,
+    `self.optimizer`), its class, the model that holds the parameters it trains (`model`), the dtype
+    its forward computes in, and the statement that built it with the line it is at (`built`, `places`); {}
+    when one is not found."""
+    found = held_expression(lambda v: v is optimizer, frames)
+    if found is None or not frames:
+        return {}
+    file, line = frames[0].f_code.co_filename, frames[0].f_lineno
+    built = assignment_of(file, found[0], line)
+    at = place(file, built[0]) if built is not None else None
+    if built is None or at is None:
+        return {}
+    model = trained_module(built[1])  # as the statement names it: valid where it is pasted
+    if model is None:
+        trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        held = held_expression(lambda v: isinstance(v, nn.Module) and trained <= _ids(v), frames)
+        model = held[0] if held is not None else None
+    if model is None:
+        return {}
+    return {
+        "compute": "float16",
+        "optimizer": found[0],
+        "optimizer_class": type(optimizer).__name__,
+        "model": model,
+        "built": built[1],
+        "file": at.file,
+        "line": at.line,
+        "places": {BIRTH: at},
+    }
+
+
+def _ids(module: nn.Module) -> set[int]:
+    return {id(p) for p in module.parameters()}
 
 
 def _parameter_name(session: Any, param: torch.Tensor) -> str | None:
@@ -86,6 +127,7 @@ def watch_optimizer_steps(session: Any) -> Callable[[], None]:
                 partial(_parameter_name, session),
                 *user_line(),
                 born=partial(_parameter_birth, session),
+                names=partial(user_names, optimizer, user_frames(depth=2)),
             )
             if finding is not None:
                 session.report.add(finding)

@@ -62,13 +62,12 @@ def record_child(parent: nn.Module, child: nn.Module) -> list[torch.Tensor]:
         return []
     if first() is parent:  # set again on the same parent (a dead one's module is reused)
         return []
+    _others.setdefault(child, []).append(weakref.ref(parent))
     frame = user_frame()
     if frame is None:
         return []
     now = torch.get_default_dtype()
     held = [t for t in (*child.parameters(), *child.buffers()) if t.is_floating_point() and t.dtype != now]
-    if not held:
-        return []
     tree = parse_line(frame.f_code.co_filename, frame.f_lineno)
     stmt = tree.body[0] if isinstance(tree, ast.Module) and tree.body else None
     value = getattr(stmt, "value", None)
@@ -92,6 +91,18 @@ def record_child(parent: nn.Module, child: nn.Module) -> list[torch.Tensor]:
 
 
 _shared: weakref.WeakKeyDictionary[nn.Module, tuple[Site, ...]] = weakref.WeakKeyDictionary()
+_others: weakref.WeakKeyDictionary[nn.Module, list[Any]] = weakref.WeakKeyDictionary()  # later parents
+
+
+def shared_outside(module: Any, model: nn.Module) -> bool:
+    """`module` is shared (record_child) and one of its parents is not part of `model`: another model
+    holds it too (a module reused inside one model, a tied block, is not)."""
+    try:
+        refs = [_attached.get(module), *_others.get(module, ())] if module in _shared else []
+    except TypeError:
+        return False
+    inside = {id(m) for m in model.modules()} if refs else set()
+    return any(ref is not None and ref() is not None and id(ref()) not in inside for ref in refs)
 
 
 def shared_sites(module: Any) -> tuple[Site, ...]:
