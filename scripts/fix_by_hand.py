@@ -41,7 +41,7 @@ def _load_rule():
 
 
 _rule = _load_rule()
-paste, _code_lines = _rule.paste, _rule.code_lines
+paste_all, _code_lines = _rule.paste_all, _rule.code_lines
 
 
 def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
@@ -93,7 +93,7 @@ def judge(exe: str, script: Path, numerics: bool) -> tuple[bool, str]:
             return False, f"no place stated: {fix['title']!r} {snippet!r}"
         line = places[-1][1]
         try:
-            patched = paste(copy.read_text(), line, snippet)
+            patched = paste_all(copy.read_text(), copy.name, line, snippet)
         except (SyntaxError, IndexError) as exc:
             return False, f"cannot paste at :{line}: {exc} {snippet!r}"
         copy.write_text(patched)

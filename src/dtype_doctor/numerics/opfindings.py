@@ -75,7 +75,10 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
     ctx: set[str] = {"op-level"}
     if kind == "positions":
         names["factory"] = opsource.float32_factory(file, line, op)
-        ctx.add("op-factory" if names["factory"] else "op-absorbed")
+        if names["factory"]:
+            ctx.add("op-factory")
+        elif op in ("arange", "range", "linspace"):  # positions made low and kept: an accumulator
+            ctx.add("op-absorbed")
         passed = opsource.float32_dtype_argument(*hit.caller)
         if passed:  # the caller chose the dtype: everything the callee makes with it stays float32
             names.update(passed=passed, caller=where(*hit.caller))

@@ -403,3 +403,58 @@ def float32_names(
         listed = ", ".join(f"`{o}`" for o in upcast)
         names["operands"] = f"its operands {listed}" if len(upcast) > 1 else f"its operand {listed}"
     return ctx, names
+
+
+def cast_call_argument(
+    file: str | None, line: int | None, callee: str, index: int, weight: bool
+) -> str | None:
+    """The statement with the `index`-th argument of its one call of the module `callee` (`self.proj(...)`,
+    `proj(...)`) cast to that module's dtype, read from its weights (`self.proj(emb)` →
+    `self.proj(emb.to(self.proj.weight.dtype))`; `next(M.parameters()).dtype` unless `weight`):
+    the statement stays right whatever dtype the model is run in."""
+    found = statement(file, line)
+    if found is None or not file:
+        return None
+    node = found[1]
+    calls = [
+        n
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Attribute) and n.func.attr == callee)
+            or (isinstance(n.func, ast.Name) and n.func.id == callee)
+        )
+    ]
+    if len(calls) != 1 or index >= len(calls[0].args) or isinstance(calls[0].args[index], ast.Starred):
+        return None
+    arg, module = calls[0].args[index], _segment(file, calls[0].func)
+    dtype = f"{module}.weight.dtype" if weight else f"next({module}.parameters()).dtype"
+    return _rewritten(file, node, arg, lambda src: f"{_wrap(src, arg)}.to({dtype})")
+
+
+def _rewritten(file: str, stmt: ast.stmt, node: ast.expr, make: object) -> str | None:
+    """The statement's source (over several lines too) with `node`'s source replaced by make(it)."""
+    lines = linecache.getlines(file)
+
+    def offset(line: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        return sum(len(row) for row in lines[: line - 1]) + len(lines[line - 1].encode()[:col].decode())
+
+    full = "".join(lines)
+    start, end = (
+        offset(stmt.lineno, stmt.col_offset),
+        offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0),
+    )
+    a, b = (
+        offset(node.lineno, node.col_offset),
+        offset(node.end_lineno or node.lineno, node.end_col_offset or 0),
+    )
+    new = full[start:a] + make(full[a:b]) + full[b:end]  # type: ignore[operator]
+    indent = lines[stmt.lineno - 1][: stmt.col_offset]
+    if indent.strip() == "":  # continuation lines without the statement's own indentation
+        first, *rest = new.split("\n")
+        new = "\n".join([first, *(r[len(indent) :] if r.startswith(indent) else r for r in rest)])
+    try:
+        ast.parse(new)
+    except SyntaxError:
+        return None
+    return new

@@ -104,7 +104,7 @@ class Planner:
         out = [(self.edits_rank(ranks, c), c) for c in self.candidates(f)]
         failed: list[Candidate] = []
         for fix in shown.shown_fixes(f, self.source, self.births(f)):
-            cand = Candidate(fix.title, [fix.edit])
+            cand = Candidate(fix.title, [fix.edit, *fix.more])
             if fix.failed:
                 failed.append(cand)
                 continue
