@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import dtype_doctor as dd
-from dtype_doctor.patching.paste import parts, paste_all
+from dtype_doctor.editing.paste import parts, paste_all
 from dtype_doctor.patching.plan import Planner
 from dtype_doctor.patching.search import patched
 from dtype_doctor.report import Finding, Fix, Report, Severity

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dtype_doctor import watch
-from dtype_doctor.patching.paste import paste
+from dtype_doctor.editing.paste import paste
 
 HEADER = """\
 import torch

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..causes import root_origin
+from ..editing.paste import code_lines, parts, paste_span
+from ..editing.source import Edit, Source
 from ..remedies.scope import unresolved
 from ..report import Finding, Fix, Origin, Severity
-from .paste import code_lines, parts, paste_span
-from .source import Edit, Source
 
 _PLACE = re.compile(r"([\w./\\-]+\.py):(\d+)")
 _LOW = re.compile(r"\b(float16|bfloat16|half)\b|\.half\(\)|\.bfloat16\(\)")

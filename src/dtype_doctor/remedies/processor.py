@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from ..editing.paste import parts
 from ..report import Fix
 from ..verifying.contract import not_verified
 from .builders import BUILDERS, PLACES
@@ -185,8 +186,6 @@ def in_user_names(fix: Fix, program: str | None = None) -> Fix:
 def _unresolved_parts(snippet: str, path: str, line: int | None) -> list[str]:
     """`unresolved` for each part of a snippet that edits several places (`# and at FILE:LINE:`), each
     judged at its own place (a part in a file that cannot be read is not judged)."""
-    from ..patching.paste import parts  # standard library only; imported here, not at load (a cycle)
-
     problems: list[str] = []
     for named, at, code in parts(snippet):
         where, here = (named, at) if named else (path, line)
