@@ -8,7 +8,7 @@ For each script, in a temporary copy: `dtype-doctor run --json` (retried with `-
 error (else warning) finding is taken with the place it states (its `file`/`line`, else the last
 `FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning what the line
 assigns replaces it, `x = x.to(...)` after a line that makes `x` goes after it, anything else goes
-before the line, indented like it: the rule of src/dtype_doctor/patching/paste.py, which `run --write`
+before the line, indented like it: the rule of src/dtype_doctor/editing/paste.py, which `run --write`
 follows too), and the patched copy is run with plain python: exit 0 is "works".
 One line per script, then `fix by hand: W/N`. Exit code is always 0. Standard library only.
 """
@@ -28,9 +28,9 @@ from pathlib import Path
 
 TIMEOUT = 300
 _PLACE = re.compile(r"([\w./-]+\.py):(\d+)")
-# the paste rule is the package's own (patching/paste.py, standard library only), loaded by path so that
+# the paste rule is the package's own (editing/paste.py, standard library only), loaded by path so that
 # this script measures exactly what `run --write` pastes, without importing the package (or torch)
-_RULE = Path(__file__).resolve().parents[1] / "src" / "dtype_doctor" / "patching" / "paste.py"
+_RULE = Path(__file__).resolve().parents[1] / "src" / "dtype_doctor" / "editing" / "paste.py"
 
 
 def _load_rule():
@@ -41,7 +41,7 @@ def _load_rule():
 
 
 _rule = _load_rule()
-paste, _code_lines = _rule.paste, _rule.code_lines
+paste_all, _code_lines = _rule.paste_all, _rule.code_lines
 
 
 def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
@@ -93,7 +93,7 @@ def judge(exe: str, script: Path, numerics: bool) -> tuple[bool, str]:
             return False, f"no place stated: {fix['title']!r} {snippet!r}"
         line = places[-1][1]
         try:
-            patched = paste(copy.read_text(), line, snippet)
+            patched = paste_all(copy.read_text(), copy.name, line, snippet)
         except (SyntaxError, IndexError) as exc:
             return False, f"cannot paste at :{line}: {exc} {snippet!r}"
         copy.write_text(patched)

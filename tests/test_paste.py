@@ -1,4 +1,4 @@
-"""The shown fix is the written edit: one paste rule (patching/paste.py) puts a shown fix at the place
+"""The shown fix is the written edit: one paste rule (editing/paste.py) puts a shown fix at the place
 it states, the planner tries it with the structural edits in lineage order, never where it would lower
 a deliberate float32 statement, and `run --numerics --write` writes it for a silent finding. Every
 pasted text here is executed."""
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from dtype_doctor.patching.paste import paste
+from dtype_doctor.editing.paste import paste
+from dtype_doctor.editing.source import Edit
 from dtype_doctor.patching.plan import Candidate, Cause, Planner
 from dtype_doctor.patching.search import patched, search
-from dtype_doctor.patching.source import Edit
 from dtype_doctor.patching.verify import Replay
 from dtype_doctor.report import Report
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from dtype_doctor.editing.source import Source, add_kwarg, apply, cast_expr, unified_diff
 from dtype_doctor.errors import DoctorError
 from dtype_doctor.patching import plan
-from dtype_doctor.patching.source import Source, add_kwarg, apply, cast_expr, unified_diff
 from dtype_doctor.patching.write import write_files
 from dtype_doctor.render.console import make_console, render
 from dtype_doctor.render.html import render_html

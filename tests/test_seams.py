@@ -18,8 +18,8 @@ import pytest
 
 from cli_process import ENV, dtype_doctor
 from dtype_doctor import catalog
-from dtype_doctor.patching.birth_line import made_in, read_cast
-from dtype_doctor.patching.paste import paste
+from dtype_doctor.editing.birth_line import made_in, read_cast
+from dtype_doctor.editing.paste import paste
 
 NLL_WEIGHT = """\
 import numpy as np

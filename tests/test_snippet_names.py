@@ -13,7 +13,7 @@ import torch
 
 from dtype_doctor import remedies
 from dtype_doctor.cli import main
-from dtype_doctor.patching.paste import paste
+from dtype_doctor.editing.paste import paste
 from dtype_doctor.report import Fix
 
 

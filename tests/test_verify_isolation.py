@@ -303,9 +303,9 @@ def test_run_diff_leaves_the_users_folder_and_stdin_alone(tmp_path):
 
 
 def test_a_patch_that_changes_only_comments_is_never_rerun_nor_verified():
+    from dtype_doctor.editing.source import Edit
     from dtype_doctor.patching import search
     from dtype_doctor.patching.plan import Candidate, Cause
-    from dtype_doctor.patching.source import Edit
 
     text = "x = 1\n"
     comment = Edit("train.py", 0, 0, "# upcast every operand with .float()\n")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from dtype_doctor.editing.source import Source, apply, castable
 from dtype_doctor.patching import finders as find
 from dtype_doctor.patching.plan import Planner
-from dtype_doctor.patching.source import Source, apply, castable
 from dtype_doctor.report import Finding, Operand, Origin, Report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from . import remedies
 from .catalog.shared_remedies import CAST_AT_BIRTH, MAKE_AT_BIRTH
+from .editing.birth_line import made_in
 from .report import Finding, Fix, Operand, Origin, Report
 
 OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
@@ -148,8 +149,6 @@ def _made_in(root: Origin, expected: str | None) -> Fix | None:
         made = next((c for c in root.chain if c.kind != "call"), root)
     if made.kind != "op" or not made.op or not made.file or made.line is None or not expected:
         return None
-    from .patching.birth_line import made_in  # not at import: patching imports this module
-
     found = made_in(made.file, made.line, made.op, f"torch.{expected}")
     if found is None:
         return None

@@ -15,6 +15,7 @@ deepspeed, gradscaler, cuda, windows...
 
 from __future__ import annotations
 
+from ..remedies.places import BIRTH, OP
 from .model import Family, FixTemplate, MessagePattern
 
 _ = frozenset
@@ -123,6 +124,28 @@ NATIVE_AMP = FixTemplate(
     "Use PyTorch native AMP (torch.autocast + torch.amp.GradScaler) instead of apex.amp",
     'with torch.autocast("{device}", dtype=torch.float16):\n    loss = model(x)\nscaler.scale(loss).backward()',
 )
+
+# a number the destination dtype cannot hold: the statements are written by watching/value_limits.py
+LIMIT_AT_BIRTH = FixTemplate(
+    "Set `{value}` to the limit of the dtype it is written into, where it is set ({born})",
+    "{born_fix}",
+    "`{value}` is {number}, the limit of another dtype: {target} ends at {target_max}. "
+    "torch.finfo of the destination's dtype gives the largest magnitude that dtype holds, "
+    "whatever the model runs in.",
+    when=_({"value-born"}),
+    needs=("born_fix",),
+    place=BIRTH,
+)
+LIMIT_AT_USE = FixTemplate(
+    "Use the destination dtype's own limit instead of {number} {at}",
+    "{limited}",
+    "{target} ends at {target_max}; torch.finfo({dest}) gives the largest magnitude the "
+    "destination holds (a mask's stand-in for -inf), and follows the model's dtype if it changes.",
+    when=_({"value-limit"}),
+    needs=("limited",),
+    place=OP,
+)
+
 
 # What the log scanner looks for in one pass: every pattern needle contains one of these (a needle
 # that contains none is scanned for itself). Fewer, shorter triggers make the scan of a 50 MB log
@@ -1005,6 +1028,8 @@ ERROR_FAMILIES: tuple[Family, ...] = (
             ),
         ),
         fixes=(
+            LIMIT_AT_BIRTH,
+            LIMIT_AT_USE,
             FixTemplate(
                 "Use the dtype's own limit instead of a hard-coded big number",
                 "scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)",

@@ -29,6 +29,15 @@ _OP_UPCAST = FixTemplate(
     when=frozenset({"op-upcast"}),
     place=OP,
 )
+_OP_LIMIT = FixTemplate(
+    "Use {dtype_name}'s own limit instead of {number} {at}: the number becomes inf in {dtype_name}",
+    "{limited}",
+    "{dtype_name} ends at {limit}; a number beyond it written into a {dtype_name} tensor is inf, and "
+    "a softmax over a row of them, or inf - inf, is NaN. torch.finfo of the destination's dtype is "
+    "the largest magnitude it holds (a mask's stand-in for -inf), whatever dtype the model runs in.",
+    when=frozenset({"op-limit"}),
+    place=OP,
+)
 _OP_SCALE_FIRST = FixTemplate(
     "Divide an operand, not the product, {at}: the same value, and `{op}` no longer passes {limit} "
     "before the division",
@@ -92,6 +101,33 @@ _OP_ACCUMULATOR_ANY = FixTemplate(
     when=frozenset({"op-absorbed"}),
     unless=frozenset({"op-born-fix"}),
 )
+# a module's own tensor (a frequency table, a scale) sets an op's dtype, and a module-wide cast made it
+# low: kept in float32 through that cast, its values never lose their precision (made by
+# numerics/born_keep.py with remedies.make, first among the finding's fixes)
+KEEP_THROUGH_CAST = FixTemplate(
+    "Keep '{kept}' in float32 through the cast at {born}: its `{tensor}` sets the dtype here and lost "
+    "its precision at that cast",
+    "from dtype_doctor.numerics import keep_in_fp32\n"
+    "keep_in_fp32({model}, {kept_list}, out_dtype=torch.{dtype_name})",
+    "keep_in_fp32 before the cast leaves the module's parameters and buffers float32 (a later "
+    "`.to()`/`.half()` skips them) and casts its outputs to {dtype_name}: what it computes from "
+    "`{tensor}` is exact, and the model downstream keeps its dtype.",
+    needs=("kept", "model", "tensor"),
+    place=BIRTH,
+)
+# a value kept float32 up to its embedding: the cast dropped where it was made, and the input of the
+# model's first module that reads what is computed from it cast at the user's line that calls it
+# (made by numerics/consumer_cast.py with remedies.make, first among the finding's fixes)
+UNCAST_TO_CONSUMER = FixTemplate(
+    "Keep `{receiver}` in float32 {at}, and cast what is computed from it to {dtype_name} where "
+    "'{module}' reads it ({consumer_at})",
+    "{uncast}\n# and at {consumer_at}:\n{consumer_cast}",
+    "The exact value reaches the arithmetic that needs it (a timestep's sin/cos, a position's angle) "
+    "in float32; only its result, the input of '{module}' whose weights are {dtype_name}, is cast. "
+    "Dropping the cast alone would hand '{module}' a float32 input its {dtype_name} weights refuse.",
+    needs=("uncast", "consumer_cast"),
+    place=OP,
+)
 _OP_LEVEL = frozenset({"op-level"})  # every op-level finding: module-wide fixes do not apply
 
 NUMERICS_FAMILIES: tuple[Family, ...] = (
@@ -104,6 +140,7 @@ NUMERICS_FAMILIES: tuple[Family, ...] = (
             "from finite inputs; the modules after it only passed it on."
         ),
         fixes=(
+            _OP_LIMIT,
             _OP_SCALE_FIRST,
             _OP_CLAMP_EXP,
             _OP_UPCAST,

@@ -13,7 +13,7 @@ from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW
 from ..catalog.shared_remedies import KEEP_MODULE
 from ..remedies.places import OP
 from ..report import Evidence, Finding, Fix, Location
-from . import opsource
+from . import limit_source, opsource
 from .accuracy import Wrong
 from .advice import module_op_name
 from .analysis import Producer
@@ -150,11 +150,34 @@ def traced_text(finding: Finding, first: Traced) -> None:
         return
     limit = torch.finfo(first.dtype).max
     ctx, names = opsource.float32_names(first.file, first.line, first.op, len(first.ins), limit)
+    try:  # read off the user's statement: never at the cost of the finding
+        if not ctx:  # the op ran inside a call on the user's line (a loss module): its arguments upcast
+            ctx, names = _called_names(finding, first)
+        more, written = limit_source.limit_names(first.file, first.line, first.dtype)
+        ctx, names = ctx | more, {**names, **written}
+    except Exception:
+        pass
     if ctx:  # the op bounded or computed in float32, in the user's statement
         at = frame_place(first.file, first.line)
         names.update(op=expr, at=f"at {place}", dtype_name=dtype, places={OP: at} if at else None)
         ahead = [f for f in catalog.fixes_for(finding.code, ctx, **names) if f.snippet in names.values()]
         finding.fixes = remedies.first(finding.fixes, *ahead)
+
+
+def _called_names(finding: Finding, first: Traced) -> tuple[set[str], dict[str, Any]]:
+    """`op-upcast` and the statement with the module's low-precision inputs upcast where the user
+    passes them (`nn.NLLLoss()(log_probs.float(), target)`: the loss reduced in float32)."""
+    low = ("float16", "bfloat16")
+    roles = [o.role.split() for o in finding.operands if o.dtype in low]
+    positions = sorted({int(r[1]) for r in roles if len(r) == 2 and r[0] == "input" and r[1].isdigit()})
+    loc = finding.location
+    hints = (loc.module_type or "", (loc.module or "").rpartition(".")[2]) if loc is not None else ()
+    found = opsource.called_upcast(first.file, first.line, positions, hints)
+    if found is None:
+        return set(), {}
+    listed = ", ".join(f"`{o}`" for o in found[1])
+    operands = f"its operands {listed}" if len(found[1]) > 1 else f"its operand {listed}"
+    return {"op-upcast"}, {"upcast": found[0], "operands": operands}
 
 
 def wants_op_scan(p: Producer) -> bool:

@@ -129,6 +129,10 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._op_owners: list[tuple[Any, nn.Module, str | None]] = []  # op findings to name at stop
         self._unplaced: list[tuple[Any, str, int]] = []  # op findings made outside every module
         self._unplaced_calls = 0
+        self._op_modules: list[tuple[Any, nn.Module]] = []  # op findings and the module their op ran in
+        self._consumer_wait: list[tuple[Any, str, int]] = []  # cast-rounding findings: the module to cast at
+        # op findings whose dtype a module's own tensor set (born_keep)
+        self._born_keeps: list[tuple[Any, nn.Module, str]] = []
         self._roots: list[nn.Module] = []
         self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
@@ -193,7 +197,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             for wrong in self.accuracy.close():
                 if wrong.path in self._traced:
                     located.traced_text(self._wrong_findings[wrong.path], self._traced[wrong.path])
-                else:
+                elif not self._op_inside(self._wrong_findings[wrong.path], wrong.path):
                     located.unscanned(self._wrong_findings[wrong.path])
         self._name_op_findings()
         self._names.clear()  # a later start() adopts (and hooks) the roots again
@@ -249,7 +253,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             if self._active:
                 try:
                     kwargs = _call_kwargs() if kwargs is None else kwargs
-                    if self._unplaced:
+                    if self._unplaced or self._consumer_wait:
                         self._place_unplaced(path, args, kwargs)
                     self._pre(module, path, args, kwargs)
                 except Exception as exc:
@@ -293,6 +297,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._pending_step: int | None = None
         self._full = True  # this step counts underflow and zeros (set at its first measurement)
         self._low_precision_step = False
+        self._after_model_ops: list[Any] = []  # op findings after the model returned (a loss's ops)
 
     def scan_call(self, call: Callable[[], Any]) -> Any:
         """Run `call` (one more forward) only for the op-level scans waiting for a module call:
@@ -332,6 +337,8 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             self.producers.append(producer)
             finding = self._advisor.producer(producer, self._modules)
             made.setdefault(producer.path, finding)
+            if producer.kind == "loss":
+                self._explain_loss(finding)
             if located.wants_op_scan(producer) and producer.path not in self._op_scans:
                 self._op_scans[producer.path] = finding
             if self.shadow and producer.phase == "forward" and producer.kind == "module":

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import located
+from . import born_keep, consumer_cast, located, loss_cause
 from .opfindings import op_finding
 from .optrace import Traced
 from .opwatch import Hit
@@ -25,6 +25,13 @@ def _passes(origin: Any, file: str, line: int, depth: int = 0) -> bool:
     return depth < 8 and any(_passes(c, file, line, depth + 1) for c in origin.chain)
 
 
+def _computed_from(origin: Any, file: str, line: int) -> bool:
+    """Made from what `file`:`line` made, by at least one op after it (not that tensor itself)."""
+    if origin is None or (origin.line == line and os.path.basename(origin.file or "") == file):
+        return False
+    return _passes(origin, file, line)
+
+
 class OpTraces:
     """Hooks the monitor hands to its OpWatch, and the trace's placement."""
 
@@ -35,6 +42,13 @@ class OpTraces:
     _origin_of: Any
     _modules: dict[str, Any]
     _name_of: Any
+    _stack: list[Any]
+    _records: list[Any]
+    _after_model_ops: list[Any]
+    _born_keeps: list[tuple[Any, Any, str]]
+    _consumer_wait: list[tuple[Any, str, int]]
+    _op_modules: list[tuple[Any, Any]]
+    _roots: list[Any]
 
     def _end_trace(self) -> None:
         """Close the op trace of the outermost call that returned (one read of its flags); the
@@ -76,12 +90,39 @@ class OpTraces:
     def _on_op_hit(self, hit: Hit) -> None:
         finding = op_finding(hit, self.module_name, self._origin_of)
         self.report.add(finding)
+        owner = hit.owner if hit.owner is not None else self._modules.get(hit.module or "")
+        if owner is not None:
+            self._op_modules.append((finding, owner))
+        if hit.module is None and not self._stack and self._records:  # after the model, as a loss is
+            self._after_model_ops.append(finding)
+        if hit.problem.kind == "positions" and hit.operands:  # the dtype a module's own tensor set
+            tensor = born_keep.owned(owner, hit.operands[0])
+            if tensor is not None:
+                self._born_keeps.append((finding, owner, tensor))
         if hit.owner is not None:
             self._op_owners.append((finding, hit.owner, hit.built_as))
         elif finding.location is not None and finding.location.module is None and hit.file and hit.line:
             # made outside every module (a timestep rounded in the script): the module whose input
             # descends from it is where the value does its harm
             self._unplaced.append((finding, os.path.basename(hit.file), hit.line))
+
+    def _op_inside(self, finding: Any, path: str) -> bool:
+        """A wrong module whose op was not located: an op-level finding inside it is its cause."""
+        try:
+            cause = loss_cause.inside(self._modules.get(path), self._op_modules)
+            if cause is not None:
+                loss_cause.wrong_module(finding, cause)
+        except Exception as exc:
+            self._op_error(exc)
+            return False
+        return cause is not None
+
+    def _explain_loss(self, finding: Any) -> None:
+        """A gradient arriving non-finite from the loss: an op of this step after the model that
+        makes inf in its dtype is its cause (`loss_cause`)."""
+        cause = loss_cause.cause_of(self._after_model_ops)
+        if cause is not None and not finding.data.get("consequence_of"):  # a forward overflow leads
+            loss_cause.explain(finding, cause)
 
     def _place_unplaced(self, path: str, args: tuple, kwargs: dict | None) -> None:
         """A module is called: an unplaced op finding whose result this call's input descends from
@@ -90,6 +131,7 @@ class OpTraces:
         self._unplaced_calls += 1
         if self._unplaced_calls > _PLACE_CALLS or self._origin_of is None:
             self._unplaced.clear()
+            self._consumer_wait.clear()
             return
         name = self.module_name(path)
         if not name:
@@ -102,6 +144,28 @@ class OpTraces:
                 finding.location.module = name
                 finding.location.module_type = type(self._modules[path]).__name__
                 self._unplaced.remove(entry)
+                if finding.data.get("kind") == "cast-rounding":  # a low module reading it is cast
+                    self._consumer_wait.append(entry)
+        for entry in list(self._consumer_wait):
+            if self._cast_at_consumer(*entry, path, args):
+                self._consumer_wait.remove(entry)
+
+    def _cast_at_consumer(self, finding: Any, file: str, line: int, path: str, args: tuple) -> bool:
+        """A cast that rounds, dropped, and the input of this module (with low-precision weights, its
+        input computed from the value) cast where the user's code calls it (`consumer_cast`)."""
+        module = self._modules[path]
+        if consumer_cast.low_dtype(module) is None:
+            return False
+        index = consumer_cast.tensor_index(args, lambda t: _computed_from(self._origin_of(t), file, line))
+        if index is None:
+            return False
+        try:  # a fix that cannot be written costs the finding that fix, never the monitoring
+            consumer_cast.prepend(
+                finding, module, self.module_name(path) or path, path.rpartition(".")[2], index
+            )
+        except Exception as exc:
+            self._op_error(exc)
+        return True
 
     def _name_op_findings(self) -> None:
         """Name each op-level finding's module as the run ends: a module called on its own before
@@ -114,6 +178,13 @@ class OpTraces:
                 loc.module = name
                 loc.module_type = type(module).__name__
         self._op_owners.clear()
+        for finding, module, tensor in self._born_keeps:  # named now: the module's path is known
+            try:
+                born_keep.prepend_keep(finding, module, tensor, self._roots)
+            except Exception as exc:
+                self._op_error(exc)
+        self._born_keeps.clear()
+        self._op_modules.clear()
 
     def module_name(self, path: str | None) -> str | None:
         """The module at `path` as the caller names it (`run`'s names), else the path."""

@@ -13,7 +13,7 @@ from .. import catalog
 from ..catalog.family_codes import FINITE_BUT_WRONG, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
 from ..remedies.places import BIRTH, INPUT, OP
 from ..report import Evidence, Finding, Location, Operand, Origin, Severity
-from . import opsource
+from . import limit_source, opsource
 from .frames import place, where
 from .opwatch import Hit
 
@@ -75,7 +75,10 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
     ctx: set[str] = {"op-level"}
     if kind == "positions":
         names["factory"] = opsource.float32_factory(file, line, op)
-        ctx.add("op-factory" if names["factory"] else "op-absorbed")
+        if names["factory"]:
+            ctx.add("op-factory")
+        elif op in ("arange", "range", "linspace"):  # positions made low and kept: an accumulator
+            ctx.add("op-absorbed")
         passed = opsource.float32_dtype_argument(*hit.caller)
         if passed:  # the caller chose the dtype: everything the callee makes with it stays float32
             names.update(passed=passed, caller=where(*hit.caller))
@@ -101,6 +104,10 @@ def _fix_names(hit: Hit, born: Origin | None) -> tuple[set[str], dict[str, Any]]
         more, written = opsource.float32_names(file, line, op, len(hit.operands), limit)
         ctx |= more
         names.update(written)
+        if kind in ("overflow", "constant-overflow"):  # a literal the dtype cannot hold: its own limit
+            more, written = limit_source.limit_names(file, line, hit.problem.dtype)
+            ctx |= more
+            names.update(written)
     at = {OP: place(file, line), BIRTH: place(born.file, born.line) if born is not None else None}
     if names.get("passed"):  # the caller's line, where the dtype it passes is chosen
         at[INPUT] = place(*hit.caller)

@@ -138,12 +138,21 @@ def upcast_operands(
     operands = _operands(call, target) if tensors >= 2 else [target]
     if len(operands) != tensors:
         operands = [target]  # the line does not show which of its operands are the tensors
+    if any(_literal(o) for o in operands):
+        return None  # a number (`torch.tensor(-1e9, ...)`): nothing to upcast, `(-1e9).float()` fails
     new: str | None = text
     for operand in sorted(operands, key=lambda n: n.col_offset, reverse=True):  # type: ignore[attr-defined]
         new = _replace(file, new, node, operand, lambda src, o=operand: _wrap(src, o) + ".float()")  # type: ignore[arg-type, misc]
         if new is None:
             return None
     return new, [_segment(file, o) or "" for o in operands]  # type: ignore[arg-type]
+
+
+def _literal(node: ast.expr) -> bool:
+    """A number written in the source: `1e9`, `-1e9`."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant)
 
 
 def _operands(call: ast.AST, receiver: ast.expr) -> list[ast.expr]:
@@ -156,6 +165,47 @@ def _operands(call: ast.AST, receiver: ast.expr) -> list[ast.expr]:
     else:
         found = [receiver]
     return [n for n in found if not isinstance(n, (ast.Constant, ast.UnaryOp, ast.Starred))]
+
+
+def called_upcast(
+    file: str | None, line: int | None, positions: list[int], hints: tuple[str, ...] = ()
+) -> tuple[str, list[str]] | None:
+    """The statement with the positional arguments at `positions` of the call it makes upcast
+    (`loss = nn.NLLLoss()(log_probs.float(), target)`): the op ran inside that call (a library
+    module's forward, a function), so its operands are those arguments. The call is the outermost
+    one with that many arguments, not one of torch's own functions; several such calls: the one
+    whose callee names one of `hints` (the module's type, its attribute name), else None."""
+    found = statement(file, line)
+    if found is None or not positions:
+        return None
+    text, node = found
+    calls = [
+        c
+        for c in ast.walk(node)
+        if isinstance(c, ast.Call) and len(c.args) > max(positions) and not _torch_function(c.func)
+    ]
+    inner = {id(n) for c in calls for a in [*c.args, *c.keywords] for n in ast.walk(a)}
+    calls = [c for c in calls if id(c) not in inner]  # `crit(x.view(-1, c), y)`: the outer call
+    if len(calls) > 1:
+        calls = [c for c in calls if any(h and h in ast.unparse(c.func) for h in hints)]
+    if len(calls) != 1:
+        return None
+    args = [calls[0].args[i] for i in positions]
+    if any(isinstance(a, (ast.Constant, ast.Starred)) for a in args):
+        return None
+    new: str | None = text
+    for arg in sorted(args, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        new = _replace(file, new, node, arg, lambda src, a=arg: _wrap(src, a) + ".float()")  # type: ignore[arg-type, misc]
+        if new is None:
+            return None
+    return new, [_segment(file, a) or "" for a in args]  # type: ignore[arg-type]
+
+
+def _torch_function(func: ast.expr) -> bool:
+    """`torch.x(...)`, `F.x(...)`, `torch.nn.functional.x(...)`: an op of torch's, not a callee."""
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    return isinstance(func, ast.Name) and func.id in ("torch", "F")
 
 
 def clamped_exp(file: str | None, line: int | None, op: str, limit: float) -> str | None:
@@ -234,7 +284,20 @@ def without_cast(file: str | None, line: int | None, op: str) -> str | None:
 
 def _wrap(src: str, node: ast.expr) -> str:
     simple = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
-    return src if isinstance(node, simple) or src.startswith("(") else f"({src})"
+    return src if isinstance(node, simple) or _enclosed(src) else f"({src})"
+
+
+def _enclosed(src: str) -> bool:
+    """`src` is one parenthesized expression: `(a * b)`, not `(a) * b` (whose `.float()` would bind
+    to `b` alone)."""
+    if not src.startswith("("):
+        return False
+    depth = 0
+    for i, ch in enumerate(src):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return i == len(src) - 1
+    return False
 
 
 def _replace(file: str, text: str, stmt: ast.stmt, node: ast.AST, make: object) -> str | None:
@@ -340,3 +403,58 @@ def float32_names(
         listed = ", ".join(f"`{o}`" for o in upcast)
         names["operands"] = f"its operands {listed}" if len(upcast) > 1 else f"its operand {listed}"
     return ctx, names
+
+
+def cast_call_argument(
+    file: str | None, line: int | None, callee: str, index: int, weight: bool
+) -> str | None:
+    """The statement with the `index`-th argument of its one call of the module `callee` (`self.proj(...)`,
+    `proj(...)`) cast to that module's dtype, read from its weights (`self.proj(emb)` →
+    `self.proj(emb.to(self.proj.weight.dtype))`; `next(M.parameters()).dtype` unless `weight`):
+    the statement stays right whatever dtype the model is run in."""
+    found = statement(file, line)
+    if found is None or not file:
+        return None
+    node = found[1]
+    calls = [
+        n
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Attribute) and n.func.attr == callee)
+            or (isinstance(n.func, ast.Name) and n.func.id == callee)
+        )
+    ]
+    if len(calls) != 1 or index >= len(calls[0].args) or isinstance(calls[0].args[index], ast.Starred):
+        return None
+    arg, module = calls[0].args[index], _segment(file, calls[0].func)
+    dtype = f"{module}.weight.dtype" if weight else f"next({module}.parameters()).dtype"
+    return _rewritten(file, node, arg, lambda src: f"{_wrap(src, arg)}.to({dtype})")
+
+
+def _rewritten(file: str, stmt: ast.stmt, node: ast.expr, make: object) -> str | None:
+    """The statement's source (over several lines too) with `node`'s source replaced by make(it)."""
+    lines = linecache.getlines(file)
+
+    def offset(line: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        return sum(len(row) for row in lines[: line - 1]) + len(lines[line - 1].encode()[:col].decode())
+
+    full = "".join(lines)
+    start, end = (
+        offset(stmt.lineno, stmt.col_offset),
+        offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0),
+    )
+    a, b = (
+        offset(node.lineno, node.col_offset),
+        offset(node.end_lineno or node.lineno, node.end_col_offset or 0),
+    )
+    new = full[start:a] + make(full[a:b]) + full[b:end]  # type: ignore[operator]
+    indent = lines[stmt.lineno - 1][: stmt.col_offset]
+    if indent.strip() == "":  # continuation lines without the statement's own indentation
+        first, *rest = new.split("\n")
+        new = "\n".join([first, *(r[len(indent) :] if r.startswith(indent) else r for r in rest)])
+    try:
+        ast.parse(new)
+    except SyntaxError:
+        return None
+    return new

@@ -47,7 +47,7 @@ _ARITH = _UPDATES | {
     "prod", "matmul", "mm", "bmm", "outer", "sqrt", "log", "log1p", "expm1", "__mul__", "__rmul__",
     "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__",
 }  # fmt: skip
-_CASTS = {"to", "half", "bfloat16", "type"}
+_CASTS = {"to", "half", "bfloat16", "type", "type_as"}
 _RANGES = {"arange", "range", "linspace"}
 # torch's own Python wrappers between the user's call and the mode (Tensor.norm, torch.functional)
 _WRAPPERS = tuple(
@@ -195,8 +195,8 @@ class OpWatch(TorchFunctionMode):
             return None
         if group in ("bound", "arith") and (group == "bound" or base in _ADDS):
             self._constants(base, name, dtype, args, kwargs, bound=group == "bound")
-        if group == "bound" or self._module() is not None:
-            return None
+        if group == "bound" or (self._module() is not None and not (group == "cast" and _integers(args))):
+            return None  # inside a forward only integers cast to a low dtype (positions) are checked
         site = _user_site()
         if site is None:  # called from a library's code (an optimizer, a scheduler): not the user's op
             return None
@@ -273,8 +273,11 @@ class OpWatch(TorchFunctionMode):
                     if src.is_floating_point()
                     else _integer_cast(src, result.dtype)
                 )
-                if problem is not None:
-                    self._report(problem, name, [src], site)
+                if problem is not None:  # integers: the tensor whose dtype they took, where one is named
+                    given = [t for t in args[1:] if isinstance(t, torch.Tensor) and t.dtype == result.dtype]
+                    self._report(
+                        problem, name, given[:1] if not src.is_floating_point() and given else [src], site
+                    )
             return
         finite = bool(torch.isfinite(result).all())
         if finite and not sampled:
@@ -348,7 +351,15 @@ def _cast_dtype(name: str, args: tuple, kwargs: dict) -> torch.dtype | None:
     for value in (*args[1:], kwargs.get("dtype")):
         if isinstance(value, torch.dtype):
             return value if value in LOW else None
+        if isinstance(value, torch.Tensor) and value.is_floating_point():  # `.type_as(t)`, `.to(t)`
+            return value.dtype if value.dtype in LOW else None
     return None
+
+
+def _integers(args: tuple) -> bool:
+    """The cast's source is an integer tensor (positions, steps), not a mask."""
+    src = args[0] if args else None
+    return isinstance(src, torch.Tensor) and not src.is_floating_point() and src.dtype is not torch.bool
 
 
 def _user_site() -> tuple[str, int] | None:

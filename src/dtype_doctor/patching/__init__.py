@@ -11,12 +11,12 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..editing.source import diff_bytes, unified_diff
 from ..report import Report, Severity
 from ..sections import SourcePatch
 from .plan import Candidate, Cause, Planner, is_user_file, plan
 from .search import search
 from .shown import finding_files
-from .source import diff_bytes, unified_diff
 from .verify import Command, Replay, check_command, replay, run_command
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .source import Edit
+from ..editing.source import Edit
 
 
 @dataclass

@@ -10,18 +10,16 @@ No torch import.
 from __future__ import annotations
 
 import ast
-import os
-import sys
-import sysconfig
 from collections.abc import Callable, Iterator
 
 from ..causes import by_cause, group_by_cause, root_origin
+from ..editing import finders as find
+from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
+from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
-from . import finders as find
 from . import shown
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
-from .source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 
 LOW_NAMES = ("float16", "bfloat16")
 _FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -29,22 +27,6 @@ _FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 _CONTAINERS = frozenset(
     {"Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Module", "Identity"}
 )
-_LIBRARY_ROOTS = tuple(
-    os.path.realpath(p)
-    for p in {sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib")} | {sys.prefix}
-    if p
-)
-
-
-def is_user_file(path: str | None) -> bool:
-    """A Python file of the user's (relative to the working directory or absolute), not a library's."""
-    if not path or not path.endswith(".py") or not os.path.isfile(path):
-        return False
-    real = os.path.realpath(path)
-    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # dtype_doctor itself
-    if real.startswith(here + os.sep) or "site-packages" in real or "dist-packages" in real:
-        return False
-    return not any(real.startswith(root + os.sep) for root in _LIBRARY_ROOTS if root != os.sep)
 
 
 class Planner:
@@ -104,7 +86,7 @@ class Planner:
         out = [(self.edits_rank(ranks, c), c) for c in self.candidates(f)]
         failed: list[Candidate] = []
         for fix in shown.shown_fixes(f, self.source, self.births(f)):
-            cand = Candidate(fix.title, [fix.edit])
+            cand = Candidate(fix.title, [fix.edit, *fix.more])
             if fix.failed:
                 failed.append(cand)
                 continue

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..editing.source import Edit, apply
 from .plan import Candidate, Cause
-from .source import Edit, apply
 from .verify import Patched, Replay, attempt
 
 MAX_REPLAYS = 8

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..causes import root_origin
+from ..editing.paste import code_lines, parts, paste_span
+from ..editing.source import Edit, Source
 from ..remedies.scope import unresolved
 from ..report import Finding, Fix, Origin, Severity
-from .paste import code_lines, paste_span
-from .source import Edit, Source
 
 _PLACE = re.compile(r"([\w./\\-]+\.py):(\d+)")
 _LOW = re.compile(r"\b(float16|bfloat16|half)\b|\.half\(\)|\.bfloat16\(\)")
@@ -38,6 +38,7 @@ class Shown:
     line: int
     failed: bool  # the tool's own replay of it failed
     stated: bool  # at the place the fix states (else at a birth or the finding's line)
+    more: tuple[Edit, ...] = ()  # the later parts of a fix that edits several places
 
 
 def finding_files(f: Finding) -> list[str]:
@@ -106,20 +107,35 @@ def shown_fixes(
         if where is None:
             continue
         src, line, stated = where
-        if unresolved(fix.snippet, src.path, line):
-            continue  # names what the file lacks there: a NameError, or a result nothing reads
-        try:
-            start, end, text = paste_span(src.text, line, fix.snippet.strip("\n"))
-        except (SyntaxError, IndexError, ValueError):
-            continue
-        if lowers(src, line, fix.snippet):
-            continue  # a deliberate float32 region made half: never a fix
+        edits = _part_edits(f, fix.snippet.strip("\n"), src, line, source)
+        if not edits:
+            continue  # a part names what its place lacks, does not paste, or lowers a float32 region
         title = fix.title
         if not stated:
             title += f" (pasted at {src.path}:{line}: the fix states no place)"
         elif f"{os.path.basename(src.path)}:{line}" not in title:
             title += f" ({src.path}:{line})"
-        yield Shown(title, Edit(src.path, start, end, text), line, fix.verified is False, stated)
+        yield Shown(title, edits[0], line, fix.verified is False, stated, tuple(edits[1:]))
+
+
+def _part_edits(
+    f: Finding, snippet: str, src: Source, line: int, source: Callable[[str], Source | None]
+) -> list[Edit]:
+    """One edit per part of the snippet (paste.parts): the first at (src, line), each later one at the
+    FILE:LINE that heads it. Empty when a part names what its place lacks, does not paste, or casts a
+    deliberate float32 region down."""
+    edits: list[Edit] = []
+    for named, at, code in parts(snippet):
+        where = _resolve(named, finding_files(f), source) if named else src
+        at = at or line
+        if where is None or lowers(where, at, code) or unresolved(code, where.path, at):
+            return []  # names what the file lacks there: a NameError, or a result nothing reads
+        try:
+            start, end, text = paste_span(where.text, at, code)
+        except (SyntaxError, IndexError, ValueError):
+            return []
+        edits.append(Edit(where.path, start, end, text))
+    return edits
 
 
 def lowers(src: Source, line: int, snippet: str) -> bool:

@@ -7,10 +7,10 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ..editing import finders as find
+from ..editing.source import Edit, add_kwarg
 from ..report import Finding
-from . import finders as find
 from .candidates import Candidate
-from .source import Edit, add_kwarg
 
 if TYPE_CHECKING:
     from .plan import Planner

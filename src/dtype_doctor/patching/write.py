@@ -17,8 +17,8 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
+from ..editing.source import python_encoding
 from ..errors import DoctorError
-from .source import python_encoding
 
 MAX_BACKUPS = 1000
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from ..editing.paste import parts
 from ..report import Fix
 from ..verifying.contract import not_verified
 from .builders import BUILDERS, PLACES
@@ -168,7 +169,7 @@ def in_user_names(fix: Fix, program: str | None = None) -> Fix:
     path, line = (fix.file, fix.line) if fix.file else (program, None)
     if not path or (fix.file and line is None) or not os.path.isfile(path):
         return fix
-    problems = unresolved(fix.snippet, path, line)
+    problems = _unresolved_parts(fix.snippet, path, line)
     if not problems:
         return fix
     return replace(
@@ -180,6 +181,17 @@ def in_user_names(fix: Fix, program: str | None = None) -> Fix:
         file=None,
         line=None,
     )
+
+
+def _unresolved_parts(snippet: str, path: str, line: int | None) -> list[str]:
+    """`unresolved` for each part of a snippet that edits several places (`# and at FILE:LINE:`), each
+    judged at its own place (a part in a file that cannot be read is not judged)."""
+    problems: list[str] = []
+    for named, at, code in parts(snippet):
+        where, here = (named, at) if named else (path, line)
+        if os.path.isfile(where):
+            problems += unresolved(code, where, here)
+    return problems
 
 
 def revise(fix: Fix, **changes: Any) -> Fix:

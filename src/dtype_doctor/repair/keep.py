@@ -8,7 +8,8 @@ floating inputs are cast to float32 (autocast off inside). What leaves them is t
   dtype casts its inputs to it, so a value too large for float16 can pass from one kept module to
   the next (compare's "+keep" rows; under autocast nothing needs casting).
 `fp32_state` (the fp32 model's state dict) reloads the kept modules' weights, so weights of a model
-already cast are not rounded through the low dtype. The border casts of `fix` live here too.
+already cast are not rounded through the low dtype. A module-wide cast after `keep_in_fp32` (`model.half()`)
+leaves the kept modules float32 (their `_apply`), so the call may come before the model's cast. The border casts of `fix` live here too.
 """
 
 from __future__ import annotations
@@ -104,6 +105,30 @@ def _fp32_forward(module: nn.Module, out_dtype: torch.dtype | None, cast_back: b
     return forward
 
 
+class _KeptApply:
+    """The `_apply` of a kept module: a later module-wide cast (`model.half()`, `model.to(bf16)`)
+    leaves its float32 tensors float32 (their values never go through the low dtype), while a move
+    to another device still applies. A weak reference to the module, as its forward holds; a deep
+    copy of the module gets one of its own."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self._ref = weakref.ref(module)
+
+    def __call__(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        def keep(t: torch.Tensor) -> torch.Tensor:
+            out = fn(t)
+            if t.dtype == torch.float32 and out.is_floating_point() and out.dtype != torch.float32:
+                return t.to(device=out.device)
+            return out
+
+        module = self._ref()
+        return type(module)._apply(module, keep, *args, **kwargs)
+
+    def __deepcopy__(self, memo: dict) -> _KeptApply:
+        module = self._ref()
+        return _KeptApply(memo.get(id(module), module))
+
+
 class KeepFp32:
     """Handle of applied keep-in-float32 wrappers; `.remove()` restores forward and dtypes."""
 
@@ -143,8 +168,14 @@ class KeepFp32:
             if weights:
                 module.load_state_dict(weights, strict=False)
         module.forward = _fp32_forward(module, out_dtype, cast_back)
+        own_apply = module.__dict__.get("_apply")
+        module._apply = _KeptApply(module)  # type: ignore[method-assign]
 
         def undo() -> None:
+            if own_apply is not None:
+                module._apply = own_apply  # type: ignore[method-assign]
+            else:
+                module.__dict__.pop("_apply", None)
             if own is not None:
                 module.forward = own
             else:

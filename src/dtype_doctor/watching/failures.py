@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .. import remedies
 from ..catalog import family_codes
 from ..catalog.libraries import EXPLAIN_ENVIRONMENT
 from ..dtypes import canonical
@@ -22,8 +23,9 @@ from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location, Operand
-from . import findings, promoted_root, value_births
+from . import findings, promoted_root, snippets, value_births, value_limits
 from .contracts import Contract, Slot, bind
+from .names import loaded_names, visible
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
 
 EARLIER = "  earlier: "  # the note's lines on silent promotions seen before the failure
@@ -299,6 +301,14 @@ def _value_births(finding: Any, frame: Any, line: int, text: str = "") -> None:
     """A number the target dtype cannot hold, passed on at the failing line: where it was set."""
     target = value_births.target_dtype(finding.operands, text)
     found = value_births.out_of_range(frame, line, target)
+    try:
+        limits = value_limits.limit_fixes(frame, line, target, found)
+    except Exception:  # the fixes are extra: never at the cost of the finding or the user's error
+        limits = []
+    if limits:  # the dtype's own limit in the user's names: the catalog's placeholder snippets as advice
+        mine = visible(frame)
+        rest = [snippets.advice(f) if (loaded_names(f.snippet) or set()) - mine else f for f in finding.fixes]
+        finding.fixes = remedies.first(rest, *limits)
     if found:
         finding.operands = [*found, *finding.operands]
         said = "; ".join(

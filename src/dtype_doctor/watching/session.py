@@ -335,6 +335,12 @@ class Session:
             inputs = [s.tensor for s in bind(c, args, kwargs) if s.tensor.is_floating_point()]
         return args, kwargs, inputs, finding
 
+    def _tool_rerun(self) -> bool:
+        """The numerics monitor runs a copy of the user's module itself (a float32 re-run, an op scan):
+        what its ops do is not the user's program."""
+        numerics = self._numerics
+        return numerics is not None and numerics.busy
+
     def _in_user_code(self) -> bool:
         inner, _ = caller_frames(3)
         if inner is not None and frame_kind(inner[0]) == USER:
@@ -419,7 +425,7 @@ class Session:
         autocast_to = _autocast_dtype(wide[0].device.type)
         if autocast_to is not None and dtypes <= {torch.float32, autocast_to}:
             return args, kwargs, floats, None  # what autocast does on purpose
-        if not self._in_user_code():
+        if self._tool_rerun() or not self._in_user_code():
             return args, kwargs, floats, None
         slots: list[Slot] = []
         for i, a in enumerate(args):
@@ -448,6 +454,8 @@ class Session:
         self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
     ) -> None:
         self.repeats.found()
+        if self._tool_rerun():
+            return  # the numerics monitor's own float32 re-run failed: not the user's program
         try:
             failures.on_failure(self, exc, func, kind, args, kwargs, finding)
         except Exception as err:

@@ -14,6 +14,7 @@ from torch import nn
 
 from .. import remedies
 from ..catalog.shared_remedies import CAST_AT_READ
+from ..editing.birth_line import read_cast
 from ..report import Fix, Origin
 from . import attributes, shared_modules
 
@@ -63,8 +64,6 @@ def read_fix(
     if like is None:
         return None
     seen[attribute] = like
-    from ..patching.birth_line import read_cast  # not at import: patching imports the causes
-
     rewritten = read_cast(file, line, attribute, f"{like}.dtype")
     if rewritten is None:
         return None

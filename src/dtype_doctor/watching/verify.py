@@ -30,6 +30,7 @@ from ..tensors import iter_tensors, map_tensors
 from ..verifying import isolation, verifier
 from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
 from ..verifying.verifier import Outcome
+from .replay_scope import pasted_elsewhere
 
 if TYPE_CHECKING:
     from .findings import FixContext
@@ -141,6 +142,7 @@ class Live:
     root_expr: str | None = None
     call_src: tuple[list[str], dict[str, str]] | None = None
     inner: dict[str, str] = field(default_factory=dict)
+    scope: types.FrameType | None = None  # the frame whose names `env` holds
     spans: list[tuple[str, int, int, str]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # a fix's `file` -> the path to read it at
 
@@ -156,7 +158,7 @@ class Live:
             ast.parse(fix.snippet)
         except SyntaxError:
             return "does not parse"
-        inside = _inside(fix, self.spans)
+        inside = next((w for f, a, b, w in self.spans if f == fix.file and a <= (fix.line or 0) <= b), None)
         if inside:  # applied to the caller's objects of the same names, it would not be the fix as pasted
             return f"pasted in {inside}, inside the replayed call"
         path = self.files.get(fix.file or "")  # the replay's working directory is not the user's
@@ -171,6 +173,9 @@ class Live:
             return f"pasted in {places[0]}, where {what} is: inside the replayed call"
         if missing:
             return f"names {', '.join(missing)}, which the replay does not have"
+        elsewhere = pasted_elsewhere(fix, self.scope, self.call.module)
+        if elsewhere:
+            return elsewhere
         if _size(self.call.module) > MAX_ELEMENTS:
             return "model too large to copy for a replay"
         data = {n for n in _stored(ast.parse(fix.snippet)) if n in self.env}
@@ -232,13 +237,6 @@ class Live:
         if got and got[0].is_meta:
             return Outcome(unmeasured="the replayed call passes (dtypes only, on meta)")
         return Outcome(error=max_relative_error(got, self.ref or []))
-
-
-def _inside(fix: Fix, spans: list[tuple[str, int, int, str]]) -> str | None:
-    """The user's function inside the replayed call that the fix's place (its file:line) lies in."""
-    if not fix.file or fix.line is None:
-        return None
-    return next((w for f, a, b, w in spans if f == fix.file and a <= fix.line <= b), None)
 
 
 def _stored(tree: ast.Module) -> set[str]:
@@ -347,7 +345,7 @@ def verify(finding: Finding, call: Call, made: FixContext, ref: list[torch.Tenso
     scope = made.scope
     env = {**scope.f_globals, **scope.f_locals} if scope is not None else {}
     spans, files = getattr(made, "spans", []), getattr(made, "files", {})  # a context made elsewhere: none
-    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, spans, files)
+    live = Live(env, call, ref, made.root_expr, made.call_src, made.inner or {}, scope, spans, files)
     tried = 0
     for fix in finding.fixes:
         runs = fix.language == "python" and has_code(fix.snippet)

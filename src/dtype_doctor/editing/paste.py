@@ -11,12 +11,16 @@ At the statement holding LINE, indented like it:
 - a `register_...` call at an assignment replaces it (the attribute becomes a buffer where it was set);
 - anything else goes before the line.
 
+A fix that edits several places shows each later part under a `# and at FILE:LINE:` line; each part
+is pasted by the same rule at its own line (`parts`, `paste_all`).
+
 Standard library only, and nothing from the package: the measuring script loads this file by path.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 
 
@@ -141,3 +145,32 @@ def paste(text: str, line: int, snippet: str) -> str:
     """`text` with `snippet` pasted at `line` (1-based) the way a user reads "at FILE:LINE"."""
     start, end, new = paste_span(text, line, snippet)
     return text[:start] + new + text[end:]
+
+
+_PART = re.compile(r"^\s*#\s*and at\s+(\S+\.py):(\d+):?\s*$")
+
+
+def parts(snippet: str) -> list[tuple[str | None, int | None, str]]:
+    """(file, line, code) of each part of a snippet: the first at the fix's own place (None, None),
+    each later one at the `# and at FILE:LINE:` line that heads it. Parts without code are dropped."""
+    found: list[tuple[str | None, int | None, list[str]]] = [(None, None, [])]
+    for row in snippet.splitlines():
+        head = _PART.match(row)
+        if head:
+            found.append((head.group(1), int(head.group(2)), []))
+        else:
+            found[-1][2].append(row)
+    return [(f, n, "\n".join(rows)) for f, n, rows in found if code_lines("\n".join(rows))]
+
+
+def paste_all(text: str, name: str, line: int, snippet: str) -> str:
+    """`text` (the file `name`) with each part of `snippet` meant for it pasted: the first at `line`,
+    a later one at its own line when its FILE is this file (by its base name)."""
+    spans = [
+        paste_span(text, at or line, code)
+        for file, at, code in parts(snippet)
+        if file is None or os.path.basename(file) == os.path.basename(name)
+    ]
+    for start, end, new in sorted(spans, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text

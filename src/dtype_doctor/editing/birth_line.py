@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 
 from . import finders as find
-from .plan import is_user_file
 from .source import FACTORIES, Edit, Source, add_kwarg, apply, call_name, castable
+from .user_files import is_user_file
 
 
 def _source(path: str | None) -> Source | None:
