@@ -261,6 +261,8 @@ def with_root_fix(f: Finding, fix: Fix | None) -> list[Fix]:
     region's later maths mixes dtypes again; the cast where its result leaves the region comes first."""
     intended = f.data.get("intended")
     deliberate = intended.get("deliberate") if isinstance(intended, dict) else None
+    if fix is not None and f.data.get("partly_converted") and f.fixes:  # the group's one edit stays first
+        return [f.fixes[0], *remedies.behind_verified(f.fixes[1:], fix)]
     if fix is None or not (deliberate and fix.file and f"{fix.file}:{fix.line})" in str(deliberate)):
         return remedies.behind_verified(f.fixes, fix)
     if any(x.snippet.strip() == fix.snippet.strip() for x in f.fixes):

@@ -269,9 +269,9 @@ def build(
     try:  # the names, the island and the static check: never at the cost of the finding
         _better_fixes(finding, island, blamed, expected, rooted, want, root, places)
         if island is None and root is not None and expected is not None:  # a partly converted model
-            finding.fixes = remedies.first(
-                finding.fixes, partly.whole_model_fix(root, expected, frames, prov)
-            )
+            whole = partly.whole_model_fix(root, expected, frames, prov)
+            if whole is not None:  # the group's one edit: no cast of a single tensor goes before it
+                finding.fixes, finding.data["partly_converted"] = remedies.first(finding.fixes, whole), True
         scope = rooted[1] if rooted else (frames[-1] if frames else None)
         inside = frames[: frames.index(scope)] if scope in frames else []
         fix_context.scope, fix_context.root = scope, root
