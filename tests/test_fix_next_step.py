@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from dtype_doctor.patching.paste import paste
+from dtype_doctor.editing.paste import paste
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
