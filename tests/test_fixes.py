@@ -136,7 +136,7 @@ def test_snippets_use_names_the_user_has(reports):
         assert "from_pretrained" not in code and "model.device" not in code, fix.snippet
     # module paths that are not attributes ('1', 'h.0.ln_1') are reached with get_submodule
     gpt_snippets = [_code(fix.snippet) for fix in _fixes(reports["gpt2"])]
-    assert not any("h.0." in s and "get_submodule" not in s for s in gpt_snippets), gpt_snippets
+    assert not any(".h.0." in s and "get_submodule" not in s for s in gpt_snippets), gpt_snippets
     # the norm's input is `x` only inside GPT-2's own forward: a snippet reading it is advice without code
     gpt_fixes = [fix for f in reports["gpt2"].findings for fix in f.fixes]
     assert gpt_fixes and not any("x.float()" in s or "x = x.to" in s for s in gpt_snippets), gpt_snippets

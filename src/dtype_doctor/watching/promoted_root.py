@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from ..catalog.family_codes import SILENT_PROMOTION
+from ..catalog.shared_remedies import CAST_AT_BIRTH, MAKE_AT_BIRTH
 from ..report import Finding, Origin
 from ..verifying.contract import has_code
 
@@ -65,6 +66,9 @@ def _graft(node: Origin, wide: Origin) -> None:
         node.chain[at] = wide
 
 
+_AT_BIRTH = {CAST_AT_BIRTH.why, MAKE_AT_BIRTH.why}
+
+
 def _fixes_first(failed: Finding, promotion: Finding) -> None:
     """The promotion's fixes that edit code (copies: each finding's labels are its own) ahead."""
     taken = {x.snippet.strip() for x in failed.fixes}
@@ -73,4 +77,5 @@ def _fixes_first(failed: Finding, promotion: Finding) -> None:
         for x in promotion.fixes
         if x.language == "python" and has_code(x.snippet) and x.snippet.strip() not in taken
     ]
-    failed.fixes = [*ahead, *failed.fixes]
+    births = [x for x in failed.fixes if x.why in _AT_BIRTH]  # an edit at the birth stays the first
+    failed.fixes = [*births, *ahead, *(x for x in failed.fixes if x.why not in _AT_BIRTH)]
