@@ -140,12 +140,20 @@ def upcast_operands(
         operands = [target]  # the line does not show which of its operands are the tensors
     if any(_literal(o) for o in operands):
         return None  # a number (`torch.tensor(-1e9, ...)`): nothing to upcast, `(-1e9).float()` fails
+    return _upcast_each(file, text, node, operands)  # type: ignore[arg-type]
+
+
+def _upcast_each(
+    file: str | None, text: str, node: ast.AST, nodes: list[ast.expr]
+) -> tuple[str, list[str]] | None:
+    """`text` with each of `nodes` (in the statement `node`) made `.float()`, last first so that the
+    earlier positions hold, and the source of each; None when one cannot be rewritten."""
     new: str | None = text
-    for operand in sorted(operands, key=lambda n: n.col_offset, reverse=True):  # type: ignore[attr-defined]
+    for operand in sorted(nodes, key=lambda n: (n.lineno, n.col_offset), reverse=True):
         new = _replace(file, new, node, operand, lambda src, o=operand: _wrap(src, o) + ".float()")  # type: ignore[arg-type, misc]
         if new is None:
             return None
-    return new, [_segment(file, o) or "" for o in operands]  # type: ignore[arg-type]
+    return new, [_segment(file, o) or "" for o in nodes]  # type: ignore[arg-type]
 
 
 def _literal(node: ast.expr) -> bool:
@@ -193,12 +201,7 @@ def called_upcast(
     args = [calls[0].args[i] for i in positions]
     if any(isinstance(a, (ast.Constant, ast.Starred)) for a in args):
         return None
-    new: str | None = text
-    for arg in sorted(args, key=lambda n: (n.lineno, n.col_offset), reverse=True):
-        new = _replace(file, new, node, arg, lambda src, a=arg: _wrap(src, a) + ".float()")  # type: ignore[arg-type, misc]
-        if new is None:
-            return None
-    return new, [_segment(file, a) or "" for a in args]  # type: ignore[arg-type]
+    return _upcast_each(file, text, node, args)
 
 
 def _torch_function(func: ast.expr) -> bool:
