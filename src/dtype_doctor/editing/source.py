@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import linecache
 import os
 import tokenize
 from dataclasses import dataclass
@@ -40,6 +41,24 @@ def read_python(path: str) -> tuple[str, str]:
         raw = fh.read()
     encoding = python_encoding(raw)
     return raw.decode(encoding), encoding
+
+
+def file_stamp(path: str) -> tuple:
+    """What tells one version of a file from another: its absolute path, modification time and size.
+    A cache keyed on the bare name would hand back the tree of a file edited since (`run --write`),
+    or of another directory's file of that name (report places are relative to where the run was)."""
+    full = os.path.abspath(path)
+    try:
+        stat = os.stat(full)
+    except (OSError, ValueError):
+        return (path,)  # not on disk (a notebook cell's name): linecache holds its one version
+    return (full, stat.st_mtime_ns, stat.st_size)
+
+
+def current_lines(file: str) -> list[str]:
+    """`linecache.getlines`, after dropping a cached copy that no longer matches the file on disk."""
+    linecache.checkcache(file)
+    return linecache.getlines(file)
 
 
 def encoding_of(path: str) -> str:

@@ -13,6 +13,8 @@ import functools
 import linecache
 import math
 
+from ..editing.source import current_lines, file_stamp
+
 _BINOPS = {
     ast.Add: ("add", "__add__", "__radd__", "__iadd__"),
     ast.Sub: ("sub", "__sub__", "__rsub__", "__isub__", "rsub"),
@@ -23,11 +25,16 @@ _BINOPS = {
 }
 
 
-@functools.lru_cache(maxsize=256)
 def source_tree(file: str) -> ast.Module | None:
-    """The parsed source of `file` as linecache holds it (None when it does not parse), cached."""
+    """The parsed source of `file` as it is now (None when it does not parse), cached per version;
+    linecache then holds that version for the segments read from it."""
+    return _tree_at(file_stamp(file), file)
+
+
+@functools.lru_cache(maxsize=256)
+def _tree_at(stamp: tuple, file: str) -> ast.Module | None:
     try:
-        return ast.parse("".join(linecache.getlines(file)))
+        return ast.parse("".join(current_lines(file)))
     except (SyntaxError, ValueError):
         return None
 

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from ..editing.source import file_stamp, read_python
+
 # the kinds of place, and the evidence names a snippet reads that need each
 INPUT, CALL, MODEL, BIRTH, LOSS, OP = "input", "call", "model", "birth", "loss", "op"
 _READS = (
@@ -48,12 +50,15 @@ def kind_of(snippet: str) -> str:
     return ""
 
 
-@functools.lru_cache(maxsize=64)
 def _tree(path: str) -> ast.Module | None:
+    return _parsed(file_stamp(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(stamp: tuple) -> ast.Module | None:
     try:
-        with open(path, encoding="utf-8") as fh:
-            return ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
+        return ast.parse(read_python(stamp[0])[0])
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return None
 
 

@@ -14,7 +14,8 @@ import builtins
 import functools
 from collections.abc import Iterable, Iterator
 
-from .places import _tree
+from ..editing.source import file_stamp
+from .places import _parsed, _tree
 
 # names a pasted snippet may read without the file binding them: builtins, and torch, which an edit
 # that writes `torch.` into a file without it imports (patching)
@@ -198,10 +199,14 @@ def module_names(path: str) -> frozenset[str] | None:
     return frozenset(local_names(tree)) if tree is not None else None
 
 
-@functools.lru_cache(maxsize=64)
 def file_names(path: str) -> frozenset[str] | None:
     """Every name the file binds or reads anywhere (None: it cannot be parsed)."""
-    tree = _tree(path)
+    return _names_at(file_stamp(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _names_at(stamp: tuple) -> frozenset[str] | None:
+    tree = _parsed(stamp)
     if tree is None:
         return None
     found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}

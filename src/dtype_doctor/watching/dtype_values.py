@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from ..editing.source import file_stamp
 from ..numerics.opsource import source_tree
 from .provenance import USER, Tag, frame_kind
 from .value_births import assigned_at
@@ -50,10 +51,13 @@ class _Code(NamedTuple):
 _attributes: weakref.WeakKeyDictionary[nn.Module, dict[str, tuple[Site, ...]]] = weakref.WeakKeyDictionary()
 
 
-@functools.lru_cache(maxsize=256)
 def parse_line(filename: str, line: int) -> ast.AST | None:
     """The statement at `line` (its first line), parsed; None when it does not parse alone."""
-    text = linecache.getline(filename, line).strip()
+    return _parse_statement(linecache.getline(filename, line).strip())
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_statement(text: str) -> ast.AST | None:
     if text.endswith(":"):
         text += " pass"
     try:
@@ -227,9 +231,13 @@ def _value(frame: FrameType, expr: ast.expr) -> Any:
     return None
 
 
-@functools.lru_cache(maxsize=256)
 def _tested_dtypes(filename: str, line: int) -> tuple[str, ...]:
     """The names whose `.dtype` an `if` around `line` tests (`if sample.dtype == np.float64:`)."""
+    return _tested_at(file_stamp(filename), filename, line)
+
+
+@functools.lru_cache(maxsize=256)
+def _tested_at(stamp: tuple, filename: str, line: int) -> tuple[str, ...]:
     tree = source_tree(filename)
     names: list[str] = []
     for node in ast.walk(tree) if tree is not None else ():

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..editing.source import current_lines
 from ..remedies.scope import snippet_names
 from .provenance import USER, frame_kind
 
@@ -100,7 +101,7 @@ def _calls_in(file: str, stamp: int) -> list[ast.Call]:
 
 def _call_at(file: str, line: int) -> list[ast.Call]:
     """The calls written on `line` of `file` (a call over several lines counts on each of them)."""
-    lines = linecache.getlines(file)
+    lines = current_lines(file)
     if not lines:
         return []
     calls = _calls_in(file, hash(tuple(lines)))
