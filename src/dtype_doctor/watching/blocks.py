@@ -34,3 +34,8 @@ class RepeatedBlocks:
     def first(self, key: tuple, path: str | None, finding: Any) -> None:
         if self.enabled and path is not None:
             self._first.setdefault((module_pattern(path), key), finding)
+
+    def forget(self, finding: Any) -> None:
+        """`finding` was taken back: a later copy of its block builds its own."""
+        for key in [k for k, v in self._first.items() if v is finding]:
+            del self._first[key]

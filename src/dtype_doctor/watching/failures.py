@@ -92,7 +92,7 @@ def on_failure(
 ) -> None:
     """An op raised: note the diagnosis (the finding made before it ran, or one made now)."""
     if finding is not None and finding.code == family_codes.SILENT_PROMOTION:
-        _withdraw(session, finding)  # the op raised: nothing was promoted
+        withdraw(session, finding)  # the op raised: nothing was promoted
         finding = None
     if _noted(exc):
         return
@@ -110,8 +110,9 @@ def on_failure(
             exc.add_note(findings.note_text(finding) + _earlier(session, finding))
 
 
-def _withdraw(session: Session, finding: Any) -> None:
-    """Take back the one occurrence of `finding` recorded for an op that then raised."""
+def withdraw(session: Session, finding: Any) -> None:
+    """Take back one occurrence of `finding` (recorded for an op that then raised, or for a promotion
+    its module cast back)."""
     finding.count -= 1
     if finding.count > 0:
         return
@@ -123,6 +124,7 @@ def _withdraw(session: Session, finding: Any) -> None:
             break
     for key in [k for k, v in session._seen.items() if v is finding]:
         del session._seen[key]
+    session.blocks.forget(finding)
 
 
 def _earlier(session: Session, finding: Any) -> str:
@@ -200,13 +202,30 @@ def on_exit(session: Session, exc: BaseException) -> None:
         for finding in carried:
             session.report.add(finding)
         return  # its message already shows them: no note repeating them
-    if not errors and DTYPE_TEXT.search(said) and not isinstance(exc, KeyboardInterrupt):
+    if (
+        not errors
+        and DTYPE_TEXT.search(said)
+        and not isinstance(exc, KeyboardInterrupt)
+        and not _own_assert(exc)
+    ):
         _crash_finding(session, exc)
     if _noted(exc):
         return
     errors = [f for f in session.report.findings if f.code != family_codes.TOOL_INTERNAL_ERROR]
     if errors and hasattr(exc, "add_note"):
         exc.add_note("\n".join(findings.note_text(f) for f in errors[-2:]))
+
+
+def _own_assert(exc: BaseException) -> bool:
+    """An `assert` of the user's own code failed: their check of a symptom (an output's dtype, a
+    finite loss), which the findings of the run explain; not a dtype error that torch or a library
+    raised."""
+    if not isinstance(exc, AssertionError):
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and frame_kind(tb.tb_frame.f_code) == USER
 
 
 def _renote(session: Session, exc: BaseException) -> None:

@@ -54,6 +54,23 @@ def asked_for(tag: Tag | None) -> bool | None:
     return False
 
 
+def upcast_from_low(tag: Tag | None) -> bool:
+    """The tensor's float32 comes from a cast of float16/bfloat16 data (`x.float()` on a half
+    activation): precision raised on purpose. A cast of integers or float64 to float32 only picks the
+    default float, which is not an upcast."""
+    current = tag
+    for _ in range(_MAX_STEPS):
+        if current is None or current.dtype in LOW:
+            return False
+        if current.kind == "cast":
+            return any(p.dtype in LOW for p in current.parents)
+        same = [p for p in current.parents if p.dtype == current.dtype]
+        if not same:
+            return False
+        current = same[0]
+    return False
+
+
 def _holds_low(root: Any) -> bool:
     try:
         return any(p.dtype in LOW for p in root.parameters()) if root is not None else False

@@ -158,6 +158,7 @@ _NONE: list = []  # the stack of a thread that has run no module yet (never appe
 class _Stacks(threading.local):
     stack: list = _NONE
     nested: set[int] | frozenset[int] = frozenset()  # ids of the modules on_nested is called for
+    exits: list = _NONE  # (depth, module, callback(output)) awaiting that call's return, innermost last
 
 
 class ModuleStack:
@@ -244,11 +245,34 @@ class ModuleStack:
         stack.append(module)
         _raise_recursion_limit()
 
+    def on_return(self, callback: Callable[[Any], None]) -> None:
+        """Call `callback(output)` when the innermost running module call returns (not when it raises)."""
+        local = self._local
+        if local.stack is _NONE or not local.stack:
+            return
+        if local.exits is _NONE:
+            local.exits = []
+        local.exits.append((len(local.stack), local.stack[-1], callback))
+
+    def _returned(self, depth: int, module: nn.Module, output: Any) -> None:
+        exits = self._local.exits
+        while exits and exits[-1][0] >= depth:
+            at, owner, callback = exits.pop()
+            if at == depth and owner is module and output is not None:
+                try:
+                    with _no_torch_function():
+                        callback(output)
+                except Exception as exc:
+                    self._on_error(exc)
+
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if is_dynamo_compiling() or compiler_flags._is_compiling_flag:
             return
-        stack = self._local.stack
+        local = self._local
+        stack = local.stack
         depth = len(stack)
+        if local.exits:
+            self._returned(depth, module, output)
         if depth and stack[-1] is module:
             stack.pop()
             if depth % _LEVELS == 1:

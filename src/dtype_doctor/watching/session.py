@@ -21,7 +21,7 @@ from ..catalog.family_codes import (
 from ..errors import DtypeMismatchError
 from ..report import Finding, Report
 from ..signatures import argument_names
-from . import call_memo, clean_calls, failures, findings, numerics_link, threads, warning_origin
+from . import call_memo, clean_calls, contained, failures, findings, numerics_link, threads, warning_origin
 from .births import Births
 from .blocks import RepeatedBlocks
 from .compiled import CompileNotice
@@ -136,6 +136,7 @@ class Session:
                 if exc is None and fp32_error.wanted():  # run --diff's re-run of the patched copy
                     self.report.meta["error_vs_fp32"] = fp32_error.measure(self)
                 verify_session(self, failed=exc is not None or bool(self.failed_calls))
+                contained.settle_deliberate(self, failed=exc is not None)
         except Exception as err:
             self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):
@@ -187,8 +188,7 @@ class Session:
                 )
 
     def keep_failing_call(self) -> None:
-        """The running root call raised a dtype error: keep it, so that the fixes are replayed on
-        this call at the end even when the program caught the error and ran on."""
+        """Keep the running root call that raised a dtype error: its fixes are replayed at the end."""
         root = self._root
         if root is not None and id(root) in self.calls:
             self.failed_calls.setdefault(id(root), self.calls[id(root)])
@@ -442,6 +442,7 @@ class Session:
         expected = context_dt if context_dt in {s.tensor.dtype for s in slots} else low[0]
         m = Mismatch(expected, [s for s in slots if s.tensor.dtype != expected], SILENT_PROMOTION)
         finding = self._report(qualified_op_name(func), slots, m, {"promotion"})
+        contained.judge(self, finding, [s.tensor for s in slots])
         if self.mode == "strict":
             raise DtypeMismatchError(findings.note_text(finding), finding)
         if self.mode == "fix":
