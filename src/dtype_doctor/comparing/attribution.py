@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..numerics.apart import call_apart
 from ..repair.keep import KEEP_STRATEGIES, keep_in_fp32
 from ..tensors import float_tensors, has_nonfinite, isolate_state, map_tensors
 from .measure import ErrorStats, error_stats
@@ -128,7 +129,7 @@ def shadow_errors(
             a, k = cast_like(isolate_state((args, kwargs)), seen_dtypes.get(name, []), input_dtype)
             overflow = has_nonfinite((a, k)) and not has_nonfinite((args, kwargs))
             with torch.no_grad(), context():
-                low = twin(*a, **k)
+                low = call_apart(twin, *a, **k)
             err = error_stats(low, output)
         except Exception as exc:
             text = f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from ..tensors import isolate_state, iter_tensors, map_tensors
+from .apart import call_apart, rng_state, set_rng_state
 from .opscan import OpHit, copy_without_hooks, in_range_parts, rel_l2, scan_ops
-from .shadow import rng_state, set_rng_state
 from .stats import measurable, measured_tensors
 
 THRESHOLD = 0.1  # relative L2 error of a module output vs its float32 re-run
@@ -162,7 +162,7 @@ class AccuracyCheck:
         twin.train(module.training)
         try:
             with torch.no_grad(), torch.autocast(device, enabled=False):
-                out = twin(*a, **k)
+                out = call_apart(twin, *a, **k)
             return list(measured_tensors(out))
         except Exception:
             return None

@@ -25,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..dtypes import dtype_name
 from ..tensors import iter_tensors, map_tensors
+from .apart import call_apart, rng_state, set_rng_state
 from .frames import user_line
 
 _INPLACE_DUNDERS = frozenset(
@@ -226,14 +227,14 @@ def scan_ops(module: nn.Module, args: tuple, kwargs: dict, threshold: float = 0.
     """
     twin = copy_without_hooks(module)
     device = next((t.device.type for t in iter_tensors((args, kwargs))), "cpu")
-    state = torch.get_rng_state()
+    state = rng_state()
     scan = _Scan(device, threshold)
     a, k = map_tensors((args, kwargs), lambda t: t.detach().clone())
     try:
         with torch.no_grad(), scan:
-            twin(*a, **k)
+            call_apart(twin, *a, **k)
     except Exception:
         pass  # the op before the failure may already be named
     finally:
-        torch.set_rng_state(state)
+        set_rng_state(state)
     return scan.hit

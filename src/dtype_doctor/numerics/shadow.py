@@ -3,38 +3,17 @@ call's inputs cast up, with the random numbers the real call drew."""
 
 from __future__ import annotations
 
-import random
-import sys
 from typing import Any
 
 import torch
 from torch import nn
 
 from ..tensors import map_tensors
+from .apart import call_apart, rng_state, set_rng_state
 from .opscan import copy_without_hooks
 from .stats import measured_tensors
 
 MAX_PARAMS = 50_000_000  # above this no float32 copy of a producer is made
-
-
-def rng_state() -> tuple:
-    """Every RNG state a forward may draw from: the CPU one, CUDA's if CUDA is initialised, NumPy's
-    global one if NumPy is loaded (a model's random masks: a speech encoder's time masking draws
-    from it) and Python's `random`."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    numpy = sys.modules.get("numpy")
-    drawn = numpy.random.get_state() if numpy is not None else None
-    return torch.get_rng_state(), cuda, drawn, random.getstate()
-
-
-def set_rng_state(state: tuple) -> None:
-    cpu, cuda, drawn, python = state
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-    if drawn is not None:
-        sys.modules["numpy"].random.set_state(drawn)
-    random.setstate(python)
 
 
 def twin(module: nn.Module, memo: dict) -> nn.Module | None:
@@ -53,7 +32,7 @@ def run(twin: nn.Module, args: tuple, kwargs: dict, rng: tuple | None) -> Any:
         if rng is not None:
             set_rng_state(rng)
         with torch.no_grad(), torch.autocast(device_type=device, enabled=False):
-            return twin(*_to_float32(args), **_to_float32(kwargs))
+            return call_apart(twin, *_to_float32(args), **_to_float32(kwargs))
     finally:
         set_rng_state(after)
 
