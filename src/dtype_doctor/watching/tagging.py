@@ -17,6 +17,7 @@ import torch
 
 from ..tensors import iter_tensors
 from . import dtype_values, made_names
+from .followed_dtype import followed_at
 from .mode import CAST
 from .modules import ModuleStack, Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualified_op_name
@@ -237,6 +238,8 @@ class Tagger:
             name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
             return
+        if new_kind == "op" and inner is not None and self._followed(inner, o):
+            return  # `torch.zeros(n, dtype=w.dtype)`: born where w's dtype was
         # a tensor born with no tracked parent (a factory): one Tag per call site, shared
         # codes by id (provenance keeps them alive): hashing a code object hashes its bytecode
         key = (
@@ -259,6 +262,17 @@ class Tagger:
             if key is not None:
                 self._born[key] = tag
         prov.set(o, tag)
+
+    def _followed(self, inner: Frame, o: torch.Tensor) -> bool:
+        """A factory given `dtype=x.dtype`: `o` shares the origin of x, whose dtype it took."""
+        other = followed_at(inner, o.dtype)
+        if other is None or other is o:
+            return False
+        tag = self.prov.lookup(other) or self._parameter_tag([other], other.dtype)
+        if tag is None:
+            return False
+        self.prov.set(o, tag)
+        return True
 
     def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
         """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
