@@ -22,6 +22,9 @@ OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
 def _odd_operands(f: Finding) -> list[Operand]:
     """The operands whose dtype is not the one the op needed (all of them when unknown)."""
     expected = f.data.get("expected_dtype")
+    named = f.data.get("odd_roles")  # an integer made where a float was wanted (a loss target)
+    if named:
+        return [o for o in f.operands if o.role in named] or f.operands
     odd = [
         o
         for o in f.operands

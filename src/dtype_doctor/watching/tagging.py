@@ -88,6 +88,17 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
     return None
 
 
+# conversions whose result's dtype is inferred from the data (Python ints give int64): an integer
+# tensor made there is born there too (a target a loss needs floating); other integer results
+# (indices, masks, counts) stay untagged
+_FROM_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.asarray"})
+_INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
+
+def _inferred_integer(func: Any, out: torch.Tensor) -> bool:
+    return out.dtype in _INTEGERS and _cached_op_name(func) in _FROM_DATA
+
+
 class Tagger:
     def __init__(self, prov: Provenance, names: Names, stack: ModuleStack) -> None:
         self.prov = prov
@@ -157,7 +168,7 @@ class Tagger:
         if out._base is not None and self.prov.lookup(out) is not None:
             return  # a view of a tagged tensor: looked up through its base
         if not inputs:  # a factory, integer operands: a floating result is born
-            if out.is_floating_point():
+            if out.is_floating_point() or _inferred_integer(func, out):
                 self._new_tag(func, kind, (), out, False)
             return
         if out.dtype is not inputs[0].dtype:
@@ -297,7 +308,7 @@ class Tagger:
 
         def tag(value: Any, name: str) -> None:
             if isinstance(value, torch.Tensor):
-                if value.is_floating_point():
+                if value.is_floating_point() or (value.dtype in _INTEGERS and self.prov.lookup(value)):
                     prev = self.prov.lookup(value)
                     parents = (prev,) if prev is not None and prev.kind != "input" else ()
                     self.prov.set(
