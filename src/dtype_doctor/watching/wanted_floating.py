@@ -38,3 +38,11 @@ def wanted_floating(text: str, tensors: list[torch.Tensor]) -> torch.dtype | Non
         floats = {t.dtype for t in tensors if t.is_floating_point()}
         return floats.pop() if len(floats) == 1 else wanted
     return None
+
+
+def narrower_than_float64(dtypes: list[str | None]) -> str | None:
+    """The one narrower floating dtype a float64 operand meets (an fp32 model given NumPy's float64),
+    by the operands' dtype names; None when there is no float64 or several narrower ones."""
+    floating = {d for d in dtypes if d and d.startswith(("float", "bfloat"))}
+    narrower = floating - {"float64"}
+    return narrower.pop() if "float64" in floating and len(narrower) == 1 else None
