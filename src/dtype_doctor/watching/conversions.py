@@ -33,7 +33,7 @@ def watch_from_numpy(prov: Provenance, on_error: Callable[[BaseException], None]
                 inner, user = caller_frames(2)
                 name = made_name(inner, op) if inner is not None and inner == user else None
                 caller = sys._getframe(1)
-                here = (caller.f_code, caller.f_lineno) == inner
+                here = inner is not None and inner == user and (caller.f_code, caller.f_lineno) == inner
                 array = array_birth(caller, op, out.dtype) if here else None  # where the array was made
                 parents = (array,) if array is not None else ()
                 prov.set(out, Tag("op", out.dtype, op, name, None, inner, user, parents))
