@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from . import remedies
 from .catalog.shared_remedies import CAST_AT_BIRTH, MAKE_AT_BIRTH
+from .editing.array_cast import astype_at
 from .editing.birth_line import made_in
 from .report import Finding, Fix, Operand, Origin, Report
 
@@ -22,6 +23,9 @@ OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
 def _odd_operands(f: Finding) -> list[Operand]:
     """The operands whose dtype is not the one the op needed (all of them when unknown)."""
     expected = f.data.get("expected_dtype")
+    named = f.data.get("odd_roles")  # an integer made where a float was wanted (a loss target)
+    if named:
+        return [o for o in f.operands if o.role in named] or f.operands
     odd = [
         o
         for o in f.operands
@@ -132,6 +136,8 @@ def _farthest_value(origin: Origin) -> Origin | None:
 
 def root_fix(root: Origin, expected: str | None) -> Fix | None:
     """Cast the tensor where the user made it: the one line that fixes every finding of the cause."""
+    if root.kind == "array":
+        return _array_made_in(root, expected)
     made = root
     if root.kind == "input":
         made = next((c for c in root.chain if c.kind != "call"), root)
@@ -155,6 +161,18 @@ def _made_in(root: Origin, expected: str | None) -> Fix | None:
     what = f"`{root.name}` ({made.op})" if root is not made and root.name else f"the {made.op} result"
     statement, line = found
     return remedies.make(MAKE_AT_BIRTH, file=made.file, line=line, made=statement, what=what, want=expected)
+
+
+def _array_made_in(root: Origin, expected: str | None) -> Fix | None:
+    """A NumPy array a tensor was converted from: made in `expected` where it is assigned."""
+    if not expected or not root.file or root.line is None:
+        return None
+    found = astype_at(root.file, root.line, expected)
+    if found is None:
+        return None
+    statement, line = found
+    what = f"the NumPy array `{root.name}`" if root.name else "the NumPy array"
+    return remedies.make(MAKE_AT_BIRTH, file=root.file, line=line, made=statement, what=what, want=expected)
 
 
 def _autocast_key(f: Finding) -> tuple[tuple, str, Fix | None] | None:

@@ -42,7 +42,8 @@ class Severity(str, Enum):
 class Origin:
     """Where a tensor got its dtype.
 
-    kind: parameter | buffer | input | op | promotion | cast | value (a Python number) | unknown
+    kind: parameter | buffer | input | op | promotion | cast | value (a Python number) | array (a NumPy
+    array a tensor was converted from) | unknown
     `chain` holds the origins of the tensors this one was made from, outermost first.
     """
 
@@ -68,6 +69,8 @@ class Origin:
             return text
         elif self.kind in ("op", "cast", "promotion", "autocast"):
             text = f"{self.kind} {self.op or '?'}"
+        elif self.kind == "array":  # the NumPy array a tensor was converted from
+            text = f"NumPy array {self.name or '?'}"
         elif self.kind == "value":  # a dtype or a number chosen in the source, not a tensor
             text = f"value {self.name or '?'}"
         else:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from ..causes import by_cause, group_by_cause, root_origin
 from ..editing import finders as find
+from ..editing.array_cast import astype_edit
 from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
@@ -172,6 +173,11 @@ class Planner:
         src = self.source(origin.file)
         if src is not None and origin.line is not None and origin.kind == "attribute":
             yield from self.as_buffer(src, origin)
+            return
+        if src is not None and origin.line is not None and origin.kind == "array":  # a NumPy array's birth
+            edit = astype_edit(src, origin.line, dtype)
+            if edit is not None:
+                yield Candidate(f"make `{origin.name}` {dtype} where it is assigned", [edit])
             return
         if src is None or origin.line is None or origin.kind not in ("op", "cast", "promotion", "output"):
             return

@@ -27,6 +27,7 @@ from . import findings, promoted_root, snippets, value_births, value_limits
 from .contracts import Contract, Slot, bind
 from .names import loaded_names, visible
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
+from .wanted_floating import narrower_than_float64, wanted_floating
 
 EARLIER = "  earlier: "  # the note's lines on silent promotions seen before the failure
 
@@ -158,11 +159,12 @@ def _failure_finding(
     if not slots:
         return None
     by_library = _kernel_library_raised(exc.__traceback__)
+    wanted = wanted_floating(str(exc), [s.tensor for s in slots])  # an integer made for a float
     finding, fix_context = findings.build(
         _family(exc, by_library),
         op,
         [findings.Seen(s.role, s.tensor) for s in slots],
-        expected=None,
+        expected=wanted,
         names=session.names,
         prov=session.prov,
         module=session.stack.top,
@@ -172,6 +174,8 @@ def _failure_finding(
         severity="error",
     )
     finding.data["raised"] = type(exc).__name__
+    if wanted is not None:  # the integer operand is the odd one
+        finding.data["odd_roles"] = [o.role for o in finding.operands if o.dtype and "int" in o.dtype]
     if by_library:
         _library_fixes_first(finding)
     if finding.code == family_codes.OVERFLOW_ON_CAST:  # `masked_fill(mask, fill)`: where fill was set
@@ -299,6 +303,9 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
         operands = _safe_operands(session, raiser, args)
         if operands:
             finding.operands = operands
+            narrower = narrower_than_float64([o.dtype for o in operands])
+            if narrower is not None and not finding.data.get("expected_dtype"):
+                finding.data["expected_dtype"] = narrower  # float64 met the model's dtype
     if frame is not None and line is not None:
         _value_births(finding, frame, line, str(exc))
     finding.data["raised"] = type(exc).__name__

@@ -17,6 +17,7 @@ import torch
 
 from ..tensors import iter_tensors
 from . import dtype_values, made_names
+from .followed_dtype import followed_at
 from .mode import CAST
 from .modules import ModuleStack, Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualified_op_name
@@ -85,6 +86,17 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
     except (RuntimeError, ValueError):
         pass
     return None
+
+
+# conversions whose result's dtype is inferred from the data (Python ints give int64): an integer
+# tensor made there is born there too (a target a loss needs floating); other integer results
+# (indices, masks, counts) stay untagged
+_FROM_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.asarray"})
+_INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
+
+def _inferred_integer(func: Any, out: torch.Tensor) -> bool:
+    return out.dtype in _INTEGERS and _cached_op_name(func) in _FROM_DATA
 
 
 class Tagger:
@@ -156,7 +168,7 @@ class Tagger:
         if out._base is not None and self.prov.lookup(out) is not None:
             return  # a view of a tagged tensor: looked up through its base
         if not inputs:  # a factory, integer operands: a floating result is born
-            if out.is_floating_point():
+            if out.is_floating_point() or _inferred_integer(func, out):
                 self._new_tag(func, kind, (), out, False)
             return
         if out.dtype is not inputs[0].dtype:
@@ -237,6 +249,8 @@ class Tagger:
             name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
             return
+        if new_kind == "op" and inner is not None and self._followed(inner, o):
+            return  # `torch.zeros(n, dtype=w.dtype)`: born where w's dtype was
         # a tensor born with no tracked parent (a factory): one Tag per call site, shared
         # codes by id (provenance keeps them alive): hashing a code object hashes its bytecode
         key = (
@@ -259,6 +273,17 @@ class Tagger:
             if key is not None:
                 self._born[key] = tag
         prov.set(o, tag)
+
+    def _followed(self, inner: Frame, o: torch.Tensor) -> bool:
+        """A factory given `dtype=x.dtype`: `o` shares the origin of x, whose dtype it took."""
+        other = followed_at(inner, o.dtype)
+        if other is None or other is o:
+            return False
+        tag = self.prov.lookup(other) or self._parameter_tag([other], other.dtype)
+        if tag is None:
+            return False
+        self.prov.set(o, tag)
+        return True
 
     def _parameter_tag(self, inputs: Any, dt: torch.dtype) -> Tag | None:
         """An output that took its dtype from a parameter or buffer: tag that tensor once, by name."""
@@ -283,7 +308,7 @@ class Tagger:
 
         def tag(value: Any, name: str) -> None:
             if isinstance(value, torch.Tensor):
-                if value.is_floating_point():
+                if value.is_floating_point() or (value.dtype in _INTEGERS and self.prov.lookup(value)):
                     prev = self.prov.lookup(value)
                     parents = (prev,) if prev is not None and prev.kind != "input" else ()
                     self.prov.set(
