@@ -93,6 +93,20 @@ def _redecorated(stmt: ast.stmt | None, first: ast.stmt) -> ast.FunctionDef | No
     return stmt if first.name == stmt.name and only_dots else None
 
 
+def _wraps(first: ast.stmt, stmt: ast.stmt | None) -> bool:
+    """The snippet is a `with` block whose one statement is the line rewritten (it assigns the same
+    names, or returns as the line does): `with torch.autocast(..., enabled=False): x = a.float() @ b`."""
+    if not isinstance(first, ast.With) or len(first.body) != 1 or stmt is None:
+        return False
+    inner = first.body[0]
+    if isinstance(inner, ast.Return) and isinstance(stmt, ast.Return):
+        return True
+    same_kind = isinstance(inner, (ast.Assign, ast.AnnAssign)) and isinstance(
+        stmt, (ast.Assign, ast.AnnAssign)
+    )
+    return same_kind and bool(_targets(inner)) and _targets(inner) == _targets(stmt)
+
+
 def code_lines(snippet: str) -> list[str]:
     """The snippet's lines that are code (not blank, not only a comment)."""
     return [ln for ln in snippet.splitlines() if ln.split("#")[0].strip()]
@@ -141,6 +155,8 @@ def paste_span(text: str, line: int, snippet: str) -> tuple[int, int, str]:
         )
         return starts[start - 1], starts[redecorated.lineno - 1], block(rows)
     new = block(snippet_lines)
+    if len(body_nodes) == 1 and _wraps(first, stmt):  # `with ...:` around the line rewritten: instead of it
+        return starts[at - 1], starts[end], new
     if (
         stmt is not None
         and isinstance(stmt, (ast.Assign, ast.AnnAssign))

@@ -23,7 +23,7 @@ from .candidates import Candidate
 LOW = ("float16", "bfloat16")
 # ops whose dtype= computes them in a wider dtype than their input
 DTYPE_ARG = frozenset({"softmax", "log_softmax", "cumsum", "cumprod", "sum", "mean", "prod", "nansum"})
-_DEVICE = re.compile(r"autocast\(\s*(?:device_type\s*=\s*)?(['\"])(\w+)\1")
+DEVICE = re.compile(r"autocast\(\s*(?:device_type\s*=\s*)?(['\"])(\w+)\1")
 _WRAPPED = ("float", "double")
 
 
@@ -45,7 +45,7 @@ def region_device(origin: Origin) -> str | None:
     """'cpu' for a birth inside `torch.autocast('cpu', ...)` (the region's chain entry)."""
     for c in origin.chain:
         if c.kind == "call" and c.name and "autocast" in c.name:
-            m = _DEVICE.search(c.name)
+            m = DEVICE.search(c.name)
             if m:
                 return m.group(2)
     return None
@@ -87,16 +87,16 @@ def at_birth(src: Source, birth: Origin, device: str | None) -> Iterator[Candida
     stmt = src.statement_at(birth.line or 0)
     if stmt is None or not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)):
         return
-    operands = _operands(stmt, op)
+    operands = operands_of(stmt, op)
     if not operands:
         return
     yield Candidate(
         f"compute `{op}` in float32: its operands .float() inside torch.autocast(enabled=False) ({where})",
-        [_wrap(src, stmt, operands, device)],
+        [wrapped_in_fp32(src, stmt, operands, device)],
     )
 
 
-def _operands(stmt: ast.stmt, op: str) -> list[ast.expr]:
+def operands_of(stmt: ast.stmt, op: str) -> list[ast.expr]:
     """The tensor operands of the op on the statement: a `@`'s two sides, a call's positional args
     (a method call's receiver too); those already `.float()`ed count as done."""
     found: list[ast.expr] = []
@@ -127,7 +127,7 @@ def _wrapped(node: ast.expr) -> bool:
     )
 
 
-def _wrap(src: Source, stmt: ast.stmt, operands: list[ast.expr], device: str) -> Edit:
+def wrapped_in_fp32(src: Source, stmt: ast.stmt, operands: list[ast.expr], device: str) -> Edit:
     """The statement, its operands `.float()`, in `with torch.autocast(device_type=D, enabled=False):`."""
     start = src.offset(stmt.lineno, 0)
     end = src.offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
