@@ -83,6 +83,30 @@ def _statement(tree: ast.Module, line: int) -> ast.stmt | None:
     return min(around, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if around else None
 
 
+def _redecorated(stmt: ast.stmt | None, first: ast.stmt) -> ast.FunctionDef | None:
+    """`stmt` when the snippet's first statement is the same function shown as its decorators and
+    signature over a body of `...` (`@staticmethod @custom_bwd(...) def backward(ctx, g): ...`)."""
+    if not isinstance(stmt, ast.FunctionDef) or not isinstance(first, ast.FunctionDef):
+        return None
+    body = first.body
+    only_dots = len(body) == 1 and isinstance(body[0], ast.Expr) and getattr(body[0].value, "value", 0) is ...
+    return stmt if first.name == stmt.name and only_dots else None
+
+
+def _wraps(first: ast.stmt, stmt: ast.stmt | None) -> bool:
+    """The snippet is a `with` block whose one statement is the line rewritten (it assigns the same
+    names, or returns as the line does): `with torch.autocast(..., enabled=False): x = a.float() @ b`."""
+    if not isinstance(first, ast.With) or len(first.body) != 1 or stmt is None:
+        return False
+    inner = first.body[0]
+    if isinstance(inner, ast.Return) and isinstance(stmt, ast.Return):
+        return True
+    same_kind = isinstance(inner, (ast.Assign, ast.AnnAssign)) and isinstance(
+        stmt, (ast.Assign, ast.AnnAssign)
+    )
+    return same_kind and bool(_targets(inner)) and _targets(inner) == _targets(stmt)
+
+
 def code_lines(snippet: str) -> list[str]:
     """The snippet's lines that are code (not blank, not only a comment)."""
     return [ln for ln in snippet.splitlines() if ln.split("#")[0].strip()]
@@ -121,7 +145,18 @@ def paste_span(text: str, line: int, snippet: str) -> tuple[int, int, str]:
             before = snippet_lines[: same.lineno - 1]
             after = snippet_lines[(same.end_lineno or same.lineno) :]
             return starts[at - 1], starts[end], block(before) + own + block(after)
+    redecorated = _redecorated(stmt, first)
+    if redecorated is not None:  # the function's decorators and signature, body `...`: its decorators
+        start = min((d.lineno for d in redecorated.decorator_list), default=redecorated.lineno)
+        rows = (
+            snippet_lines[first.decorator_list[0].lineno - 1 : first.lineno - 1]
+            if first.decorator_list
+            else []
+        )
+        return starts[start - 1], starts[redecorated.lineno - 1], block(rows)
     new = block(snippet_lines)
+    if len(body_nodes) == 1 and _wraps(first, stmt):  # `with ...:` around the line rewritten: instead of it
+        return starts[at - 1], starts[end], new
     if (
         stmt is not None
         and isinstance(stmt, (ast.Assign, ast.AnnAssign))

@@ -13,6 +13,7 @@ from .. import catalog, remedies
 from ..catalog.family_codes import FP16_HEADROOM, FP16_OVERFLOW, FP16_UNDERFLOW, NONFINITE_VALUES
 from ..catalog.shared_remedies import KEEP_OVERFLOWED
 from ..report import Evidence, Finding, Location, Operand, Report, Severity
+from . import autocast_entry
 from .analysis import Call, Grad, Producer, Sighting, TensorInfo
 from .analysis import Operand as AnalysedOperand
 from .stats import ABSMAX, BF16_MAX, FP16_MAX, MIN_NONZERO, N_TINY, N_ZERO, fmt, is_light
@@ -93,6 +94,7 @@ class Advisor:
         self.report = report
         self.evidence = evidence or (lambda path: {})  # the user's name for a path's model, its places
         self._producers: dict[tuple, tuple[Finding, set[str], dict[str, Any]]] = {}
+        self.regions: dict[str | None, Any] = {}  # module path → (file, line, text) of its autocast region
         # (phase, name) → [dtype, max finite absmax, below-tiny count, non-zero count, min non-zero]
         self._ranges: dict[tuple[str, str], list[Any]] = {}
 
@@ -181,6 +183,7 @@ class Advisor:
         _drop_empty_keep(finding)
         self.report.add(finding)
         self._producers[key] = (finding, ctx, names)
+        autocast_entry.annotate(finding, p, module, self.regions.get(p.path))  # the region chose its dtype
         return finding
 
     def shadow(self, path: str, fp32_absmax: float) -> None:

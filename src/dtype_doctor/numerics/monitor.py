@@ -20,7 +20,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
 from ..tensors import LEAVES
-from . import advice, located, shadow
+from . import advice, autocast_entry, located, shadow
 from .accuracy import AccuracyCheck
 from .analysis import (
     Call,
@@ -92,6 +92,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         name_of: Callable[[nn.Module], str | None] | None = None,
         origin_of: Callable[[torch.Tensor], Any] | None = None,
         place_of: Callable[[nn.Module], dict[str, Any] | None] | None = None,
+        region_of: Callable[[], Any] | None = None,
     ) -> None:
         if every < 1 or underflow_every < 1:
             raise ValueError("every and underflow_every must be >= 1")
@@ -114,6 +115,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._place_of = place_of  # a root → the user's name for it and the places of its fixes
         self._root_places: dict[int, dict[str, Any]] = {}  # id(root) → place_of(root), at its 1st call
         self._advisor = advice.Advisor(self.report, self.evidence)
+        self._region_of = region_of  # the `with torch.autocast(...)` a module call runs in (file, line, text)
         self._active = False
         self._explicit_steps = not auto_step  # steps end only at step()
         self._handles: list[Any] = []
@@ -199,6 +201,12 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
                     located.traced_text(self._wrong_findings[wrong.path], self._traced[wrong.path])
                 elif not self._op_inside(self._wrong_findings[wrong.path], wrong.path):
                     located.unscanned(self._wrong_findings[wrong.path])
+                    autocast_entry.lowered_ops(  # under autocast: the ops it lowers in that forward
+                        self._wrong_findings[wrong.path],
+                        self._modules.get(wrong.path),
+                        self._advisor.regions.get(wrong.path),
+                        wrong.dtype,
+                    )
         self._name_op_findings()
         self._names.clear()  # a later start() adopts (and hooks) the roots again
         self._params.clear()
@@ -382,6 +390,9 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             self._begin_root(module)
         if self._scans_waiting:
             self._scan(path, module, args, kwargs)
+        regions = self._advisor.regions
+        if self._region_of is not None and path not in regions and torch._C._is_any_autocast_enabled():
+            regions[path] = self._region_of()
         if self._scan_only or self.step_index % self.every:
             stack.append(Frame(path, None))
             return

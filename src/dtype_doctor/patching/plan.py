@@ -18,7 +18,7 @@ from ..editing.array_cast import astype_edit
 from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
-from . import shown
+from . import autocast_edits, shown
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
 
@@ -133,6 +133,7 @@ class Planner:
         if f.data.get("misuse") == "clip-before-unscale":
             yield from usage.unscale_before_clip(self, f)
             return
+        yield from autocast_edits.candidates(self, f)  # float32 where autocast chose the low dtype
         target = _target_dtype(f)
         if target is None:
             return

@@ -23,7 +23,7 @@ from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location, Operand
-from . import findings, promoted_root, snippets, value_births, value_limits
+from . import autograd_functions, findings, promoted_root, snippets, value_births, value_limits
 from .contracts import Contract, Slot, bind
 from .names import loaded_names, visible
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
@@ -104,6 +104,10 @@ def on_failure(
             return
         finding = _failure_finding(session, exc, func, kind, args, kwargs) or finding
     if finding is not None:
+        try:  # a custom Function's backward run without its forward's autocast state
+            autograd_functions.link(finding, _user_frame())
+        except Exception as err:  # never at the cost of the user's error
+            session.internal_error(err)
         promoted_root.link(session.report.findings, finding)  # the root of a promotion before it
         session._failed[id(exc)] = finding  # a worker thread's crash names its thread on it
         session.keep_failing_call()
@@ -308,6 +312,10 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
                 finding.data["expected_dtype"] = narrower  # float64 met the model's dtype
     if frame is not None and line is not None:
         _value_births(finding, frame, line, str(exc))
+        try:  # a custom Function's backward run without its forward's autocast state
+            autograd_functions.link(finding, frame, line)
+        except Exception as err:  # never at the cost of the user's error
+            session.internal_error(err)
     finding.data["raised"] = type(exc).__name__
     from ..report import Severity
 

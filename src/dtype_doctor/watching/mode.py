@@ -108,6 +108,9 @@ _PASS_THROUGH = 0  # getters, sizes, hooks: nothing to check or tag
 _VIEWS = 1  # views share their base's origin
 _TAG = 2  # operands in one dtype: nothing can fail, the output is only tagged
 _TAG_OUTSIDE_AUTOCAST = 3  # a list rule: as _TAG, except under autocast
+# ops that take dtype= to compute in a wider dtype: under autocast, left in its dtype, each is the
+# last place the region's tensor could be asked for in float32 (log_softmax before a loss)
+TAKES_DTYPE = frozenset({"softmax", "log_softmax", "cumsum", "cumprod"})
 _JUDGE = 4  # casts (a new origin when the dtype changes), rules that judge more than dtypes
 _REBIND = 5  # `param.data = t`: the parameter takes t's dtype where t was made
 _CODES: dict[Any, int] = {}
@@ -148,6 +151,8 @@ def _classified(func: Any, on_error: Any) -> int:
         on_error(exc)
         kind = PASS
     code = _REBIND if kind is PASS and func == _DATA_SETTER else _code_of(kind)
+    if code is _TAG and getattr(func, "__name__", None) in TAKES_DTYPE:
+        code = _TAG_OUTSIDE_AUTOCAST  # under autocast its output dtype is a birth (tagging.py)
     try:
         _KINDS[func] = kind
         _CODES[func] = code

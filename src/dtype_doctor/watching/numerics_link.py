@@ -20,7 +20,8 @@ def start(session: Any) -> Any:
 
         raise DoctorError(f"numerics monitoring is not available in this build ({exc})") from None
     from . import user_places
-    from .provenance import tag_to_origin
+    from .autocast_regions import enclosing_region
+    from .provenance import tag_to_origin, where
 
     def origin_of(t: torch.Tensor) -> Any:
         """Where `t` got its dtype (a report Origin), or None when the watch has not seen it made."""
@@ -34,6 +35,14 @@ def start(session: Any) -> Any:
         except Exception:
             return None
 
+    def region_of() -> tuple[str, int, str] | None:
+        """(file, line, text) of the `with torch.autocast(...)` the running module call is in."""
+        found = enclosing_region(2)
+        if found is None:
+            return None
+        file, line, _ = where(found[0])
+        return (file or "?", line or 0, found[1])
+
     model = session.model if isinstance(session.model, nn.Module) else None
     monitor = NumericsMonitor(
         report=session.report,
@@ -42,6 +51,7 @@ def start(session: Any) -> Any:
         name_of=session.names.module,
         origin_of=origin_of,
         place_of=place_of,
+        region_of=region_of,
     )
     return _Linked(monitor.start(), session)
 

@@ -142,7 +142,7 @@ RANKS = {"input": 0, "output": 0, "parameter": 1, "buffer": 1, "op": 2}
 class Tag:
     """How a tensor got its dtype. kind: input | op | cast | promotion | parameter | buffer."""
 
-    __slots__ = ("dtype", "frame", "kind", "module", "name", "op", "parents", "rank", "user")
+    __slots__ = ("dtype", "frame", "kind", "module", "name", "op", "parents", "rank", "region", "user")
 
     def __init__(
         self,
@@ -164,6 +164,7 @@ class Tag:
         self.frame = frame
         self.user = user
         self.parents = parents
+        self.region: tuple[Frame, str] | None = None  # autocast chose the dtype: its `with` (frame, text)
 
 
 _NAME, _MODULE = Tag.name, Tag.module  # the slots a ParamTag fills when first read
@@ -346,6 +347,10 @@ def tag_to_origin(tag: Tag, name_of: Any, depth: int = 0) -> Origin:
         if frame is not None and frame != tag.frame and (frame is tag.user or frame != tag.user):
             ufile, uline, _ = where(frame)
             origin.chain.append(Origin(kind="call", name="your code", file=ufile, line=uline))
+    region = getattr(tag, "region", None)
+    if region is not None:  # autocast chose this dtype: the region that asked for it
+        rfile, rline, _ = where(region[0])
+        origin.chain.append(Origin(kind="call", name=f"inside `{region[1]}`", file=rfile, line=rline))
     if depth < 4:
         origin.chain.extend(tag_to_origin(p, name_of, depth + 1) for p in tag.parents)
     return origin

@@ -17,8 +17,9 @@ import torch
 
 from ..tensors import iter_tensors
 from . import dtype_values, made_names
+from .autocast_regions import enclosing_region
 from .followed_dtype import followed_at
-from .mode import CAST
+from .mode import CAST, TAKES_DTYPE
 from .modules import ModuleStack, Names
 from .provenance import Frame, ParamTag, Provenance, Tag, caller_frames, qualified_op_name
 
@@ -128,6 +129,8 @@ class Tagger:
                     if o is i:
                         continue
                     parent = lookup(i) or self._parameter_tag(inputs, di)
+                    if parent is not None and parent.kind == "autocast" and self._kept_low(func, o, parent):
+                        continue
                     if parent is not None:
                         self.prov.set(o, parent)
                     else:  # made during the run from an untracked tensor: born here
@@ -196,6 +199,20 @@ class Tagger:
                         break
         return parent, same
 
+    def _kept_low(self, func: Any, o: torch.Tensor, parent: Tag) -> bool:
+        """An op that takes dtype= (log_softmax, softmax, cumsum) left an autocast-born tensor in
+        autocast's dtype: born again here, the region's last chance to compute it in float32."""
+        if getattr(func, "__name__", None) not in TAKES_DTYPE or autocast_dtype(o.device.type) != o.dtype:
+            return False
+        inner, user = caller_frames(4)
+        if inner is None or inner != user:
+            return False  # inside a library: its caller's line is no place to pass dtype=
+        tag = Tag("autocast", o.dtype, _cached_op_name(func), made_name(inner, _cached_op_name(func)),
+                  self.stack.top, inner, user, (parent,))  # fmt: skip
+        tag.region = enclosing_region(3)
+        self.prov.set(o, tag)
+        return True
+
     def _dtype_from_other(self, o: torch.Tensor) -> bool:
         """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it."""
         inner, _user = caller_frames(4)
@@ -247,7 +264,10 @@ class Tagger:
             tags = [*dtype_values.cast_value_tags(inner, dt), *tags]  # the dtype's own origin first
         if tags:
             name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
-            prov.set(o, Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags)))
+            tag = Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, tuple(tags))
+            if new_kind == "autocast":
+                tag.region = enclosing_region(3)
+            prov.set(o, tag)
             return
         if new_kind == "op" and inner is not None and self._followed(inner, o):
             return  # `torch.zeros(n, dtype=w.dtype)`: born where w's dtype was
@@ -270,6 +290,8 @@ class Tagger:
         if tag is None:
             name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
             tag = Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, ())
+            if new_kind == "autocast":
+                tag.region = enclosing_region(3)
             if key is not None:
                 self._born[key] = tag
         prov.set(o, tag)
