@@ -31,6 +31,7 @@ from .forks import ForkNotice
 from .mode import CAST, Front, FrontedMode, Generic, WatchMode
 from .modules import ModuleStack, Names, roots_of
 from .optimizer_steps import watch_optimizer_steps
+from .promotion_intent import meant
 from .provenance import USER, Provenance, Tag, caller_frames, frame_kind, qualified_op_name
 from .scaler_patch import patch_grad_scaler
 from .tagging import Tagger
@@ -425,7 +426,7 @@ class Session:
         autocast_to = _autocast_dtype(wide[0].device.type)
         if autocast_to is not None and dtypes <= {torch.float32, autocast_to}:
             return args, kwargs, floats, None  # what autocast does on purpose
-        if self._tool_rerun() or not self._in_user_code():
+        if self._tool_rerun() or not self._in_user_code() or meant(wide, self):
             return args, kwargs, floats, None
         slots: list[Slot] = []
         for i, a in enumerate(args):
