@@ -29,6 +29,7 @@ from ..report import Finding
 from ..tensors import map_tensors
 from ..verifying import isolation
 from ..verifying.contract import THRESHOLD
+from . import upcast_flags
 from .verify import Call, _floats, max_relative_error, reference
 
 CODES = ("fp16-overflow", "nonfinite-values")
@@ -101,6 +102,7 @@ def _attach_one(f: Finding, born: dict, ancestors: list, calls: list[Call]) -> N
     paths = candidates(call.module, ancestors)
     if model is None or not paths:
         return
+    upcast_flags.attach(f, ancestors, call, file, _run)
     outcome = isolation.in_child(lambda: smallest_finite(call, paths))
     if not outcome.value:
         return
