@@ -89,6 +89,7 @@ class Hit:
 # or NaN in them was never computed, and no overflow was born there
 _UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
 
+
 class OpWatch(TorchFunctionMode):
     """Push under the watch's own mode; `on_hit(hit)` receives each problem; `module()` gives the
     module whose forward runs now (None between modules); `busy()` is True while the tool itself
@@ -134,6 +135,8 @@ class OpWatch(TorchFunctionMode):
                 values = (*args, *kwargs.values())
                 if not any(type(v) is float and not math.isfinite(v) for v in values):  # an inf on purpose
                     operands = [t for t in _tensors(values) if t is not result]
+                    if kwargs.get("beta") == 0 and args and operands and operands[0] is args[0]:
+                        operands = operands[1:]  # addmm & co with beta=0 never read their input
                     name = getattr(func, "__name__", "") or "op"
                     if name not in _UNINITIALISED:  # its values are whatever memory held, not made
                         self.trace.record(name, result, operands, user_line(), self._module())
