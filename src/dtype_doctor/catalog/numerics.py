@@ -115,6 +115,29 @@ KEEP_THROUGH_CAST = FixTemplate(
     needs=("kept", "model", "tensor"),
     place=BIRTH,
 )
+# an overflow in a module of a model that a module-wide cast made float16: the smallest module around
+# it whose float32 run is finite (tried on the user's call), kept in float32 through that cast (made by
+# watching/keep_through_cast.py with remedies.make, first among the finding's fixes)
+KEEP_OVERFLOW_THROUGH_CAST = FixTemplate(
+    "Keep '{kept}' in float32 through the cast at {born}: the cast made it {dtype_name}, whose range "
+    "its values exceed",
+    "from dtype_doctor.numerics import keep_in_fp32\nkeep_in_fp32({model}, {kept_list})",
+    "keep_in_fp32 before the cast leaves the module's parameters float32 (a later `.to()`/`.half()` "
+    "skips them) and runs it in float32, casting its outputs back: the smallest module around the "
+    "overflow whose float32 run on your call was finite, tried from the overflowing one outwards.",
+    needs=("kept", "model"),
+    place=BIRTH,
+)
+# the model's own switch for computing a part in float32 (an attribute or config entry named for an
+# upcast, False where the overflow ran), set True where the user's code passes it (made by
+# watching/upcast_flags.py after a replay with it set)
+SET_UPCAST_FLAG = FixTemplate(
+    "Set the model's own `{flag}` to True at {at}: it is False there; your call replayed with it "
+    "True on the model's modules gave finite outputs",
+    "# at {at}, in the call that builds the model:\n#     {flag}=True",
+    "The model has a switch for this overflow; the code path ran with it off.",
+    needs=("flag", "at"),
+)
 # a value kept float32 up to its embedding: the cast dropped where it was made, and the input of the
 # model's first module that reads what is computed from it cast at the user's line that calls it
 # (made by numerics/consumer_cast.py with remedies.make, first among the finding's fixes)

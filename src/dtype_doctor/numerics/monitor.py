@@ -287,9 +287,16 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
     def _adopt_root(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if self._busy or self._stack:
             return
-        prefix = "" if not self._roots else type(module).__name__
-        self._adopt(module, prefix)
+        self._adopt(module, self._root_prefix(module))
         self._pre(module, self._names[id(module)], args, kwargs)
+
+    def _root_prefix(self, module: nn.Module) -> str:
+        """A module called on its own is named by its path in the model the user built (the caller's
+        name for it, `decoder` of `vae.decode`), else the first root "" and later ones their class."""
+        named = self._name_of(module) if self._name_of is not None else None
+        if named and named != type(module).__name__ and named not in self._modules:
+            return named
+        return "" if not self._roots else type(module).__name__
 
     # -- step bookkeeping ---------------------------------------------------------------------
     def _reset_step(self) -> None:

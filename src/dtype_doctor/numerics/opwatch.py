@@ -85,6 +85,11 @@ class Hit:
     built_as: str | None = None  # its path while it was being built (`rotary_emb`)
 
 
+# factories that hand back uninitialised memory (`baddbmm(torch.empty(...), q, k, beta=0)`): an inf
+# or NaN in them was never computed, and no overflow was born there
+_UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
+
+
 class OpWatch(TorchFunctionMode):
     """Push under the watch's own mode; `on_hit(hit)` receives each problem; `module()` gives the
     module whose forward runs now (None between modules); `busy()` is True while the tool itself
@@ -130,8 +135,11 @@ class OpWatch(TorchFunctionMode):
                 values = (*args, *kwargs.values())
                 if not any(type(v) is float and not math.isfinite(v) for v in values):  # an inf on purpose
                     operands = [t for t in _tensors(values) if t is not result]
+                    if kwargs.get("beta") == 0 and args and operands and operands[0] is args[0]:
+                        operands = operands[1:]  # addmm & co with beta=0 never read their input
                     name = getattr(func, "__name__", "") or "op"
-                    self.trace.record(name, result, operands, user_line(), self._module())
+                    if name not in _UNINITIALISED:  # its values are whatever memory held, not made
+                        self.trace.record(name, result, operands, user_line(), self._module())
         except Exception as exc:
             self._on_error(exc)
         return out

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import computed_in
+from . import computed_in, keep_through_cast
 
 
 def start(session: Any) -> Any:
@@ -67,6 +67,7 @@ class _Linked:
         report = self.monitor.stop()
         try:
             computed_in.annotate(self.session.report, self.session.names, self.session.prov)
+            keep_through_cast.attach(self.session)
         except Exception as exc:  # the tool's bookkeeping never replaces the user's outcome
             self.session.internal_error(exc)
         return report
