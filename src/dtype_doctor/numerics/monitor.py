@@ -19,7 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
-from ..tensors import LEAVES
+from ..tensors import LEAVES, own_paths_collide
 from . import advice, located, shadow
 from .accuracy import AccuracyCheck
 from .analysis import (
@@ -280,6 +280,8 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         if self._busy or self._stack:
             return
         prefix = "" if not self._roots else type(module).__name__
+        if prefix and not own_paths_collide(module, self._roots):
+            prefix = ""  # named by its own paths, as `run` names it (watching.modules.Names.add_root)
         self._adopt(module, prefix)
         self._pre(module, self._names[id(module)], args, kwargs)
 
