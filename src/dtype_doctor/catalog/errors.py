@@ -813,7 +813,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Run this model in float32 on this device (fp16/bf16 belongs on the GPU)",
-                'model = model.float()   # or model.to("cuda", torch.float16)',
+                "model = model.float()",
                 unless=_({"cuda"}),
             ),
             FixTemplate(

@@ -47,6 +47,14 @@ CAST_AT_WRITE = FixTemplate(
     language="python",
 )
 
+WIDEN_FOR_NUMPY = FixTemplate(
+    "Convert `{name}` to float32 where it goes to NumPy, which has no {dtype} ({file}:{line})",
+    "{made}",
+    "float32 holds every {dtype} value exactly: nothing is lost, and the model keeps the dtype you chose",
+    needs=("made", "dtype", "file"),
+    language="python",
+)
+
 CAST_AT_READ = FixTemplate(
     "Cast `{name}` where {method} reads it ({file}:{line}), to the dtype of `{like}`",
     "{made}",
