@@ -27,6 +27,7 @@ __all__ = [
     "iter_tensors",
     "map_tensors",
     "module_tensors",
+    "own_paths_collide",
     "walk",
 ]
 
@@ -188,6 +189,12 @@ def module_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 _PLAIN = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
+
+
+def own_paths_collide(module: nn.Module, others: Any) -> bool:
+    """True if a non-root module path of `module` is also a module path in one of `others`."""
+    mine = {name for name, _ in module.named_modules() if name}
+    return any(name in mine for other in others for name, _ in other.named_modules() if name)
 
 
 def isolate_state(obj: Any) -> Any:

@@ -22,6 +22,7 @@ _ = frozenset
 
 # A dtype spelling inside a message: Float, c10::Half, struct c10::Half, torch.cuda.HalfTensor,
 # CUDABFloat16Type, torch.float16, kFloat16... (dtypes.canonical names it).
+INTEGER_STORE = frozenset({"integer-store"})  # floats written into an integer destination (findings)
 DT = r"(?:(?:struct|class) |long |unsigned |signed )?[\w:.]{1,40}"
 
 # torch < 1.0 legacy tensor types and torch 1.0-1.4 backends: one text is a dtype mismatch or a device
@@ -620,15 +621,18 @@ ERROR_FAMILIES: tuple[Family, ...] = (
                 "read off the destination, the cast holds on every call and loop iteration, whatever "
                 "dtype the destination has then (a dtype literal holds only for the one seen here)",
                 needs=("tensor", "dest"),
+                unless=INTEGER_STORE,  # floats cast into an int8 cache are truncated: the store is odd
             ),
             FixTemplate(  # the value as the user's code names it, cast where it is written
                 "Cast `{tensor}` to the destination's dtype before the indexed write",
                 "{tensor} = {tensor}.to({dtype})",
                 needs=("tensor", "dtype"),
+                unless=INTEGER_STORE,
             ),
             FixTemplate(
                 "Cast the value to the destination's dtype before the indexed write",
                 "cache[idx] = value.to(cache.dtype)",
+                unless=INTEGER_STORE,
             ),
             CREATE_WITH_DTYPE,
             ONE_POLICY,
@@ -809,7 +813,7 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         fixes=(
             FixTemplate(
                 "Run this model in float32 on this device (fp16/bf16 belongs on the GPU)",
-                'model = model.float()   # or model.to("cuda", torch.float16)',
+                "model = model.float()",
                 unless=_({"cuda"}),
             ),
             FixTemplate(

@@ -30,6 +30,31 @@ MAKE_AT_BIRTH = FixTemplate(
     language="python",
 )
 
+CHOOSE_DTYPE = FixTemplate(
+    "Choose {want} where the dtype is chosen ({file}:{line}): `{tensor}` is {have}, not a compute dtype",
+    "{made}",
+    "everything made in this dtype (a cache, a buffer) is born {have}; the values written into it are {want}",
+    needs=("made", "want", "file"),
+    language="python",
+)
+
+CAST_AT_WRITE = FixTemplate(
+    "Cast the written values to the dtype of `{dest}` where they are written ({file}:{line})",
+    "{made}",
+    "autocast made them {have} by design and leaves `{dest}` alone: the seam is the write; read off the "
+    "destination, the cast holds with autocast on or off",
+    needs=("made", "dest", "file"),
+    language="python",
+)
+
+WIDEN_FOR_NUMPY = FixTemplate(
+    "Convert `{name}` to float32 where it goes to NumPy, which has no {dtype} ({file}:{line})",
+    "{made}",
+    "float32 holds every {dtype} value exactly: nothing is lost, and the model keeps the dtype you chose",
+    needs=("made", "dtype", "file"),
+    language="python",
+)
+
 CAST_AT_READ = FixTemplate(
     "Cast `{name}` where {method} reads it ({file}:{line}), to the dtype of `{like}`",
     "{made}",

@@ -19,7 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
-from ..tensors import LEAVES
+from ..tensors import LEAVES, own_paths_collide
 from . import advice, autocast_entry, located, shadow
 from .accuracy import AccuracyCheck
 from .analysis import (
@@ -296,7 +296,9 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         named = self._name_of(module) if self._name_of is not None else None
         if named and named != type(module).__name__ and named not in self._modules:
             return named
-        return "" if not self._roots else type(module).__name__
+        if not self._roots or not own_paths_collide(module, self._roots):
+            return ""  # named by its own paths, as `run` names it (watching.modules.Names.add_root)
+        return type(module).__name__
 
     # -- step bookkeeping ---------------------------------------------------------------------
     def _reset_step(self) -> None:

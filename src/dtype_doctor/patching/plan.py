@@ -423,12 +423,20 @@ def _target_dtype(f: Finding) -> str | None:
     the one the op needed."""
     low = {o.dtype for o in f.operands if o.dtype in LOW_NAMES}
     expected = f.data.get("expected_dtype")
+    if low and isinstance(expected, str) and expected not in LOW_NAMES and _by_autocast(f):
+        return expected  # autocast made them half by design: the model's own dtype is not lowered
     if len(low) == 1:
         return low.pop()
     if isinstance(expected, str):
         return expected
     wide = {o.dtype for o in f.operands if o.dtype in ("float32", "float64")}
     return "float32" if wide == {"float32", "float64"} and not low else None  # a float64 intruder
+
+
+def _by_autocast(f: Finding) -> bool:
+    """Every half operand was made half by autocast (its root origin is autocast's)."""
+    low = [o for o in f.operands if o.dtype in LOW_NAMES]
+    return all(o.origin is not None and root_origin(o.origin).kind == "autocast" for o in low)
 
 
 def _module_path(module: str | None, param: str | None) -> str:

@@ -11,14 +11,14 @@ Source parses are cached per file, answers per (code, line).
 from __future__ import annotations
 
 import ast
-import linecache
 import sys
 from types import CodeType
 
+from ..editing.source import current_lines, file_stamp
 from .provenance import Frame, frame_kind
 
 Span = tuple[int, int, int, str]  # first body line, last line, the region's own line, its text
-_spans: dict[str, list[Span]] = {}
+_spans: dict[tuple, list[Span]] = {}  # by file version: an edited file is read again
 _answers: dict[tuple[int, int], tuple[int, str] | None] = {}
 _kept: list[CodeType] = []  # codes keyed by id above stay alive
 _MAX_FRAMES = 64
@@ -40,12 +40,13 @@ def _is_autocast(expr: ast.expr) -> bool:
 
 
 def _file_spans(filename: str) -> list[Span]:
-    spans = _spans.get(filename)
+    version = file_stamp(filename)
+    spans = _spans.get(version)
     if spans is not None:
         return spans
     spans = []
     try:
-        tree = ast.parse("".join(linecache.getlines(filename)))
+        tree = ast.parse("".join(current_lines(filename)))
     except (SyntaxError, ValueError):
         tree = None
     for node in ast.walk(tree) if tree is not None else ():
@@ -65,11 +66,11 @@ def _file_spans(filename: str) -> list[Span]:
                             "@" + ast.unparse(dec),
                         )
                     )
-    _spans[filename] = spans
+    _spans[version] = spans
     return spans
 
 
-def _region_at(code: CodeType, line: int) -> tuple[int, str] | None:
+def region_at(code: CodeType, line: int) -> tuple[int, str] | None:
     key = (id(code), line)
     if key in _answers:
         return _answers[key]
@@ -96,7 +97,7 @@ def enclosing_region(depth: int = 2) -> tuple[Frame, str] | None:
             return None
         code = f.f_code
         if frame_kind(code) and not code.co_filename.startswith("<"):
-            found = _region_at(code, f.f_lineno)
+            found = region_at(code, f.f_lineno)
             if found is not None:
                 return (code, found[0]), found[1]
         f = f.f_back

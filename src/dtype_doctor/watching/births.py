@@ -205,7 +205,9 @@ class Births:
 
     def _born(self, module: Any, name: str, value: Any, kind: str) -> None:
         try:
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
+            if isinstance(value, torch.Tensor) and not value.is_floating_point():
+                self._born_chosen(module, name, value, kind)
+            elif isinstance(value, torch.Tensor) and value.is_floating_point():
                 made = self.prov.lookup(value)  # the tensor it was made from, in its dtype
                 parents = (made,) if made is not None and made.dtype == value.dtype else ()
                 if parents and isinstance(made, BirthTag):
@@ -214,6 +216,17 @@ class Births:
                 self.prov.set(value, tag)
         except Exception as exc:  # never let the tool's bookkeeping fail the user's model
             self.on_error(exc)
+
+    def _born_chosen(self, module: Any, name: str, value: torch.Tensor, kind: str) -> None:
+        """A non-floating parameter or buffer made with a `dtype=` the code computed (a cache
+        allocated in the dtype read off a weight that quantization made int8): born here, the
+        lines that dtype value came through as its parents. Integer tensors made in a literal
+        dtype or none (position ids, masks) are not followed."""
+        frames = caller_frames(4)
+        sites = dtype_values.factory_value_sites(frames[0], value.dtype)
+        if sites:
+            tags = dtype_values.value_tags(sites, value.dtype)
+            self.prov.set(value, BirthTag(self.names, value, kind, name, module, frames, parents=tags))
 
     def rebound(self, target: Any, value: Any) -> None:
         """`target.data = value` (a module-wide cast, or the user's own): the parameter is born

@@ -17,6 +17,7 @@ import linecache
 from collections import Counter
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,6 +43,7 @@ class Island:
     dtype: torch.dtype
     want: torch.dtype
     built: tuple[str, int, str] | None = None  # (file, line, source) of the line that made it
+    upstream: bool = False  # a model whose output fed the op, not the op's own module
 
     @property
     def label(self) -> str:
@@ -154,6 +156,70 @@ def decide(
     island = Island(model=name, paths=paths, dtype=have, want=want)
     island.built = made_at(root, paths, frames)
     return island
+
+
+def upstream(
+    tensor: torch.Tensor, prov: Any, frames: list[FrameType], want: torch.dtype | None
+) -> Island | None:
+    """An Island upstream of the op: the odd tensor took its dtype from the output of a whole model
+    the user called (a second text encoder built with no dtype beside fp16 models), so the cause is
+    that model's dtype, born where it was built, not the tensor it handed on."""
+    have = tensor.dtype
+    if want is None or have == want or not ({have, want} & set(LOW_DTYPES)):
+        return None
+    tag, seen = prov.lookup(tensor), 0
+    todo = [tag] if tag is not None else []
+    while todo and seen < 64:
+        tag, seen = todo.pop(0), seen + 1
+        model = tag.module if tag.kind == "output" else None
+        if isinstance(model, nn.Module) and tag.dtype == have:
+            own = _float_params(model)
+            if own and all(p.dtype == have for p in own):
+                held = [m for f in frames for m in module_modules(f)]
+                if majority(held, skip={id(p) for p in own}) == want and _sibling_in(model, held, want):
+                    return _built_island(model, frames, have, want)
+        todo.extend(p for p in tag.parents if p.dtype == have)
+    return None
+
+
+def _kind(model: nn.Module) -> tuple[object, ...]:
+    config = getattr(model, "config", None)
+    return (
+        (type(config),) if config is not None and not isinstance(config, dict) else (type(model).__module__,)
+    )
+
+
+def _sibling_in(model: nn.Module, held: list[nn.Module], want: torch.dtype) -> bool:
+    """A model of the same kind (one config class, else one source module) held in `want`: this one
+    was left in the default by oversight (the second text encoder of a pair). A model of another kind
+    (a vision tower feeding a language model) may be kept wide on purpose: not blamed."""
+    inside = {id(m) for m in model.modules()}
+    return any(
+        id(other) not in inside
+        and model not in list(other.modules())
+        and _kind(other) == _kind(model)
+        and majority([other]) == want
+        for other in held
+    )
+
+
+def _built_island(
+    model: nn.Module, frames: list[FrameType], have: torch.dtype, want: torch.dtype
+) -> Island | None:
+    """The model as an Island, named where a line of the user's built it (`text_encoder_2 = ...`,
+    not the loop variable `te` of a function that only uses it), else by the first name reaching it."""
+    first, rest = None, list(frames)
+    while rest:
+        found = expression_for(model, rest)
+        if found is None:
+            break
+        island = Island(model=found[0], paths=[""], dtype=have, want=want, upstream=True)
+        island.built = made_at(model, [""], [found[1]])
+        if island.built is not None:
+            return island
+        first = first or island
+        rest = rest[rest.index(found[1]) + 1 :]
+    return first
 
 
 def made_at(root: nn.Module, paths: list[str], frames: list[FrameType]) -> tuple[str, int, str] | None:

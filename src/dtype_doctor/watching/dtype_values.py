@@ -26,6 +26,7 @@ from torch import nn
 
 from ..editing.source import file_stamp
 from ..numerics.opsource import source_tree
+from . import read_dtype
 from .provenance import USER, Tag, frame_kind
 from .value_births import assigned_at
 
@@ -140,6 +141,7 @@ def resolve(frame: FrameType, expr: ast.expr, hops: int = 0) -> list[Site]:
     found = assigned_at(filename, line, name)
     if found is None:
         return []
+    read_dtype.record(frame, found[0], found[1])  # `dtype = w.dtype` of an int8 weight: where to read it
     return [Site(filename, found[0], found[1], name)]
 
 
@@ -219,6 +221,35 @@ def cast_value_tags(inner: Any, dtype: torch.dtype) -> tuple[Tag, ...]:
     if frame is None or _value(frame, expr) is not dtype:  # `.to(device)`, `.to(other_tensor)`
         return ()
     return value_tags(resolve(frame, expr), dtype)
+
+
+def _factory_dtype_expr(code: Any, line: int) -> ast.expr | None:
+    """The `dtype=` argument of a call on this line when it is a name or an attribute other than
+    `torch.<dtype>` (`torch.zeros(shape, dtype=dtype)`); None otherwise."""
+    tree = parse_line(code.co_filename, line)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Call):
+            expr = next((kw.value for kw in node.keywords if kw.arg == "dtype"), None)
+            literal = (
+                isinstance(expr, ast.Attribute)
+                and isinstance(expr.value, ast.Name)
+                and expr.value.id == "torch"
+            )
+            if isinstance(expr, (ast.Name, ast.Attribute)) and not literal:
+                return expr
+    return None
+
+
+def factory_value_sites(inner: Any, dtype: torch.dtype) -> list[Site]:
+    """For a tensor made at the user's line `inner` (code, line) with a computed `dtype=`: the
+    lines that dtype value came through, nearest first (the farthest chose it)."""
+    if inner is None or not hasattr(inner[0], "co_filename"):
+        return []
+    expr = _factory_dtype_expr(inner[0], inner[1])
+    frame = _live(inner[0], inner[1]) if expr is not None else None
+    if frame is None or expr is None or _value(frame, expr) is not dtype:
+        return []
+    return resolve(frame, expr)
 
 
 def _value(frame: FrameType, expr: ast.expr) -> Any:

@@ -23,7 +23,7 @@ from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location, Operand
-from . import autograd_functions, findings, promoted_root, snippets, value_births, value_limits
+from . import autograd_functions, findings, numpy_seam, promoted_root, snippets, value_births, value_limits
 from .contracts import Contract, Slot, bind
 from .names import loaded_names, visible
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
@@ -37,6 +37,7 @@ TENSOR_REPR_DTYPE = re.compile(r"dtype=torch\.\w+")
 DTYPE_TEXT = re.compile(r"dtype|scalar ?type|Half|Float|BFloat16|same type|ScalarType", re.IGNORECASE)
 # a GPU library's status (cuBLAS, cuDNN) names no dtype: explain's rules tell a dtype refusal from the rest
 KERNEL_LIBRARIES = frozenset(lib.module for lib in EXPLAIN_ENVIRONMENT)
+NUMPY_DTYPE = re.compile(r"\bGot unsupported ScalarType\b")  # Tensor.numpy() of bfloat16/float8
 LIBRARY_STATUS = re.compile(r"CUBLAS_STATUS_|CUDNN_STATUS_|cuDNN error")
 
 
@@ -316,6 +317,8 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
             autograd_functions.link(finding, frame, line)
         except Exception as err:  # never at the cost of the user's error
             session.internal_error(err)
+        if NUMPY_DTYPE.search(text):  # NumPy has no bfloat16: the tensor, and the line widened
+            numpy_seam.complete(finding, frame, lambda t: findings.origin_of(t, session.names, session.prov))
     finding.data["raised"] = type(exc).__name__
     from ..report import Severity
 

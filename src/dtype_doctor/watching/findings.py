@@ -16,7 +16,19 @@ from ..catalog.libraries import MODEL_LIBRARIES
 from ..dtypes import canonical
 from ..report import Finding, Location, Operand, Origin, Severity
 from ..signatures import argument_names
-from . import attributes, births, blame, intent, partly, peer_dtype, shared_reads, snippets, user_places
+from . import (
+    attributes,
+    autocast_region,
+    births,
+    blame,
+    intent,
+    partly,
+    peer_dtype,
+    shared_reads,
+    site_fixes,
+    snippets,
+    user_places,
+)
 from .modules import Names
 from .names import (
     call_argument,
@@ -177,6 +189,10 @@ def build(
             s.odd = s.tensor.dtype != want
         expected = want
         why = _safe(lambda: intent.model_evidence(root, prov, want))
+    if expected is None and site_fixes.integer_store(operands, floats):  # floats into an int8 cache
+        expected = floats[0].tensor.dtype
+        why = f"the values written are {canonical(expected)}; an integer store cannot hold them"
+        context = {*(context or ()), "integer-store"}
     asked = _safe(lambda: intent.intended([s.tensor for s in operands], prov, root))
     if asked is not None and asked != expected:  # the wide operands were only defaulted: they are odd
         for s in operands:
@@ -204,6 +220,8 @@ def build(
     rooted = _safe(lambda: expression_for(root, frames) if root is not None else None)
     variable = _safe(lambda: _user_name(blamed, odd.tensor, root, rooted, frames) if blamed else None)
     island = _safe(lambda: blame.decide(module, root, _activation(ops), frames))
+    if island is None and odd.tensor is not None:  # the odd operand came out of a whole odd model
+        island = _safe(lambda: blame.upstream(odd.tensor, prov, frames, expected))
     if island is not None:
         expected = island.want
         why = f"the models around it are {canonical(island.want)}; its {canonical(island.dtype)} module is the odd one"
@@ -288,6 +306,8 @@ def build(
         if blamed is not None and blamed.origin is not None and expected is not None and not island:
             held = causes.root_origin(blamed.origin, canonical(expected))  # a shared module's: at its read
             finding.fixes = remedies.first(finding.fixes, shared_reads.read_fix(held, root, frames, expected))
+        if blamed is not None and not island:  # the seam of autocast's dtype; a dtype read off int8
+            site_fixes.at_sites(finding, blamed, expected, frames[0] if in_user_code else None)
     except Exception:
         fix_context.scope = None
     return finding, fix_context
@@ -312,6 +332,7 @@ def _operands(
             origin = _safe(lambda: attributes.attribute_origin(s.tensor, root, origin)) or origin  # noqa: B023
         if s.odd:
             _safe(lambda: _read_without_cast(s.tensor, prov, origin))  # noqa: B023
+            _safe(lambda: autocast_region.attach(origin, user_frames(3)))  # noqa: B023
         name = origin.name if origin.kind in ("parameter", "buffer", "input") else None
         if origin.kind == "parameter" and odd.param is None:
             odd.param = origin.name
@@ -380,7 +401,10 @@ def _better_fixes(
         if passed is not None:
             finding.fixes = [passed, *(x for x in finding.fixes if x.snippet != passed.snippet)]
     if island is not None:
-        extra_fixes = [x for x in (island.fix(places), island.build_fix()) if x is not None]
+        pair = (island.fix(places), island.build_fix())
+        if island.upstream and island.built:  # it fed the op: made right where it is made, first
+            pair = pair[::-1]
+        extra_fixes = [x for x in pair if x is not None]
         finding.fixes = [*extra_fixes, *finding.fixes]
         finding.data["island"] = {
             "model": island.model,

@@ -19,6 +19,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ..errors import DtypeMismatchError
 from ..signatures import call_kwargs
+from ..tensors import own_paths_collide
 from .compiled import compiler_flags, is_dynamo_compiling
 
 _no_torch_function = torch._C.DisableTorchFunction
@@ -48,6 +49,7 @@ class Names:
         self._objects: list[nn.Module] = []
         self._missed: set[int] = set()
         self._contained: set[int] = set()
+        self._own_paths: set[str] = set()  # roots named by their own named_modules() paths
         self._built = False
 
     def add_root(self, module: nn.Module) -> None:
@@ -61,8 +63,14 @@ class Names:
         inside = {id(m) for m in module.modules()}
         self.roots = {k: r for k, r in self.roots.items() if id(r) not in inside}
         self._contained.clear()
-        prefix = "" if "" not in self.roots else type(module).__name__
-        self.roots[prefix] = module
+        key = "" if "" not in self.roots else type(module).__name__
+        if key and not own_paths_collide(module, self.roots.values()):
+            # a second model the script calls is named by its own named_modules() paths (what
+            # `unet.get_submodule(...)` takes); its class prefixes them only where they would be
+            # ambiguous with a model seen before (two text encoders of one config)
+            key = f"{key}#{id(module)}"
+            self._own_paths.add(key)
+        self.roots[key] = module
         self._built = False
         self._missed.clear()
 
@@ -70,7 +78,8 @@ class Names:
         self._modules.clear()
         self._tensors.clear()
         self._objects = []
-        for prefix, root in self.roots.items():
+        for key, root in self.roots.items():
+            prefix = "" if key in self._own_paths else key
             for name, mod in root.named_modules(remove_duplicate=False):
                 full = ".".join(p for p in (prefix, name) if p)
                 if id(mod) not in self._modules:

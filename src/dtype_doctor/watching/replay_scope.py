@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import types
+from typing import Any
 
 from torch import nn
 
@@ -46,3 +47,18 @@ def _inside_call(scope: types.FrameType, module: nn.Module | None) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def other_model(names: set[str], env: dict[str, Any], module: Any, used: set[str]) -> str | None:
+    """A model among the snippet's `names` that the replayed call of `module` neither runs, nor reads
+    in its arguments (`used`), nor is held in, when no name the snippet uses is one it runs:
+    `text_encoder_2.to(...)` replayed on the UNet's call changes nothing the call receives."""
+    held = {id(m) for m in module.modules()} if isinstance(module, nn.Module) else set()
+    models = {n: v for n in names if isinstance(v := env.get(n), nn.Module)}
+    if not models or any(id(v) in held for v in models.values()):
+        return None
+    if any(id(module) in {id(m) for m in v.modules()} for v in models.values()):
+        return None  # a model holding the call's (the pipeline's text encoder beside its UNet)
+    if set(models) & used:
+        return None
+    return min(models)

@@ -361,4 +361,15 @@ class Tagger:
                 continue  # handed through unchanged: its origin stands
             prev = self.prov.lookup(value)
             parents = (prev,) if prev is not None else ()
+            held = self._held_birth(module, value.dtype)  # the model's own dtype, where it was chosen
+            parents = (*parents, held) if held is not None and held is not prev else parents
             self.prov.set(value, Tag("output", value.dtype, cls, name, module, user, None, parents))
+
+    def _held_birth(self, module: torch.nn.Module, dtype: torch.dtype) -> Tag | None:
+        """The birth of the module's first floating parameter when it is in `dtype` (`.to(bfloat16)`
+        at the line that converted the model): an output in the model's dtype got it there too."""
+        for p in module.parameters():
+            if p.is_floating_point():
+                tag = self.prov.lookup(p) if p.dtype == dtype else None
+                return tag if tag is not None and tag.kind in ("parameter", "buffer") else None
+        return None

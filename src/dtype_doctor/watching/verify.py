@@ -30,7 +30,7 @@ from ..tensors import iter_tensors, map_tensors
 from ..verifying import isolation, verifier
 from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
 from ..verifying.verifier import Outcome
-from .replay_scope import pasted_elsewhere
+from .replay_scope import other_model, pasted_elsewhere
 
 if TYPE_CHECKING:
     from .findings import FixContext
@@ -178,6 +178,9 @@ class Live:
             return elsewhere
         if _size(self.call.module) > MAX_ELEMENTS:
             return "model too large to copy for a replay"
+        other = other_model(names | _stored(ast.parse(fix.snippet)), self.env, self.call.module, self._used())
+        if other:  # `text_encoder_2.to(...)` when the call is the UNet's: its output was made before
+            return f"`{other}` is not a model the replayed call runs: what it made came before the call"
         data = {n for n in _stored(ast.parse(fix.snippet)) if n in self.env}
         data = {n for n in data if not isinstance(self.env[n], nn.Module)}
         passed = {id(t) for t in iter_tensors((self.call.args, self.call.kwargs))}

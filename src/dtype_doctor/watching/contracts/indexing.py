@@ -26,6 +26,10 @@ def _setitem(contract: Contract, slots: list[Slot], context: torch.dtype | None 
         return None  # basic indexing copies into the destination, casting it
     if key.tensor.dtype == torch.bool and val.tensor.numel() == 1:
         return None  # goes through masked_fill, which casts
+    if val.tensor.is_floating_point() and not dst.tensor.is_floating_point():
+        # floats written into an integer store (a cache allocated in a quantized weight's int8):
+        # the store is the odd one, casting the values to it would truncate them
+        return Mismatch(val.tensor.dtype, [dst], contract.code)
     return Mismatch(dst.tensor.dtype, [val], contract.code)
 
 
