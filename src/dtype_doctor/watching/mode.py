@@ -12,6 +12,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..errors import DtypeMismatchError
+from .cast_back import CastBack
 from .compiled import compiler_flags, is_dynamo_compiling
 from .contracts import CONTRACTS, Contract
 
@@ -203,6 +204,7 @@ class WatchMode(TorchFunctionMode):
         self._call = session.call_state  # type: ignore[attr-defined]  # .lazy: a clean call's repeat
         # runs an op instead of calling it (check's dry run: a repeated call answered from a memo)
         self._run: Callable[[Any, tuple, dict], Any] | None = None
+        self._cast_back = CastBack()  # a promotion its statement casts back: told, not blamed
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         try:
@@ -338,6 +340,8 @@ class WatchMode(TorchFunctionMode):
         if inputs is not None and not self._call.lazy:
             try:
                 s.tag(func, kind, inputs, out)
+                if kind is CAST:
+                    self._cast_back.cast(s.report, inputs, out)  # type: ignore[attr-defined]
             except Exception as exc:
                 s.internal_error(exc)
         return out
