@@ -844,6 +844,16 @@ ERROR_FAMILIES: tuple[Family, ...] = (
         ),
         fixes=(
             FixTemplate(
+                "Keep the trained parameters in float32 where they were made float16 ({born})",
+                "{born_fix}",
+                "GradScaler and the optimizer need float32 master weights; the frozen ones can stay "
+                "float16. A module that mixes them casts its input to its trained weights' dtype and "
+                "its output back (as peft's and diffusers' cast_training_params expect).",
+                when=_({"trainable-born"}),
+                needs=("born_fix",),
+                place=BIRTH,
+            ),
+            FixTemplate(
                 "Keep the parameters in float32 and let autocast run the ops in fp16",
                 "model = model.float()            # no model.half() when training with GradScaler\n"
                 'with torch.autocast("{device}", dtype=torch.float16):\n    loss = model(x)\n'

@@ -10,9 +10,14 @@ from torch import nn
 
 from .. import catalog
 from ..catalog.family_codes import FP16_GRADIENT_UNSCALE
+from ..numerics import kept_births
+from ..numerics.frames import place
+from ..numerics.frames import where as shown_at
+from ..remedies.places import BIRTH
 from ..report import Finding, Location, Operand, Origin
 from .modules import Names
-from .provenance import Provenance, caller_frames, where
+from .provenance import Provenance, caller_frames, tag_to_origin, where
+from .rounded_updates import dtype_birth
 
 _ADAPTER = re.compile(r"lora|adapter|peft|ia3|prefix", re.IGNORECASE)
 _SHOWN = 8
@@ -58,9 +63,8 @@ def fp16_gradient_finding(
                 dtype="float16",
                 shape=list(p.shape),
                 name=qual,
-                origin=Origin(
-                    kind="parameter", name=qual, module=mod_path, op=owners.get(qual), dtype="float16"
-                ),
+                origin=_origin(p, prov, names)
+                or Origin(kind="parameter", name=qual, module=mod_path, op=owners.get(qual), dtype="float16"),
             )
         )
     adapters = sorted({a for q, _, owner in bad if owner is not None for a in _adapter_of(q, names)})
@@ -78,6 +82,10 @@ def fp16_gradient_finding(
         )
     inner, _ = caller_frames(3)
     file, line, function = where(inner)
+    born = _born_fix(bad[0][1], prov)
+    if born:
+        context.add("trainable-born")
+        message += f"; they were made float16 at {born['born']}"
     return catalog.finding(
         FP16_GRADIENT_UNSCALE,
         context=context,
@@ -90,9 +98,27 @@ def fp16_gradient_finding(
             "other_dtype": "torch.float16",
             "file": file,
             "line": line,
+            **born,
         },
         message=message,
         location=Location(op="GradScaler.unscale_", file=file, line=line, function=function),
         operands=operands,
         data={"fp16_params": [q for q, _, _ in bad], "owners": owners, "total_params": total},
     )
+
+
+def _origin(p: torch.Tensor, prov: Provenance, names: Names) -> Origin | None:
+    """Where the watch saw `p` made float16 (a module-wide cast, a load), as an Origin."""
+    tag = prov.lookup(p)
+    return tag_to_origin(tag, names.module) if tag is not None and tag.dtype == p.dtype else None
+
+
+def _born_fix(p: torch.Tensor, prov: Provenance) -> dict[str, Any]:
+    """The names of the fix at the statement that made `p` float16: the trainable parameters kept
+    (or cast back to) float32 there (`kept_births`); {} when it is not known."""
+    file, line = dtype_birth(prov, p)
+    fix = kept_births.trainable_fp32(file, line)
+    at = place(file, line)
+    if not fix or at is None:
+        return {}
+    return {"born": shown_at(file, line), "born_fix": fix, "places": {BIRTH: at}}

@@ -22,6 +22,7 @@ from ..report import Finding, Location, Operand, Origin, Severity
 from .intent import asked_at
 from .names import user_frames
 from .provenance import short_path, tag_to_origin
+from .rounded_updates import watch_rounded_updates
 
 SHOWN = 3  # parameters named in the message
 
@@ -135,4 +136,10 @@ def watch_optimizer_steps(session: Any) -> Callable[[], None]:
             session.internal_error(exc)
 
     handle = register_optimizer_step_pre_hook(before_step)
-    return handle.remove
+    rounded = watch_rounded_updates(session)  # bfloat16 parameters and buffers whose updates round away
+
+    def remove() -> None:
+        handle.remove()
+        rounded()
+
+    return remove
