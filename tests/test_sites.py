@@ -179,7 +179,12 @@ def test_values_autocast_made_half_are_cast_where_they_are_written(tmp_path: Pat
     written = next(o for o in f["operands"] if o["dtype"] == "bfloat16")
     assert 18 in _lines(written["origin"])  # the `with torch.autocast(...)` line
     assert f["fixes"][0]["snippet"] == "h[slots] = self.image(feats).to(h.dtype)"
-    assert "        h[slots] = self.image(feats).to(h.dtype)" in after.splitlines()
+    # run --write keeps the first edit set whose re-run passes, earliest birth first: the autocast
+    # region's float32 computation of the written values, or the cast at the write
+    lines = after.splitlines()
+    assert "        h[slots] = self.image(feats).to(h.dtype)" in lines or (
+        "            h[slots] = self.image(feats.float())" in lines and "enabled=False" in after
+    )
     assert (
         "Embedding(20, 8)" in after and "bfloat16)\n" not in after.split("net = Tagger()")[0]
     )  # model not lowered
