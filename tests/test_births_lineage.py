@@ -164,14 +164,3 @@ net = nn.Sequential(nn.Linear(5, 2))
 for batch in DataLoader(Rows(8), batch_size=4):
     print(net(batch).shape)
 """
-
-
-def test_a_numpy_array_converted_in_getitem_is_born_where_it_was_assigned(tmp_path: Path) -> None:
-    path = _script(tmp_path, WINDOWS)
-    birth = _line(path, "BIRTH")
-    f, _ = _error(_run(path))
-    assert _reaches(f, path, birth)
-    # the seam cast a live replay verified may come first; the birth's edit is the first unverified one
-    fix = next(x for x in f.fixes if not x.verified and x.snippet.strip())
-    assert fix.line == birth and ".astype(np.float32)" in fix.snippet
-    _pasted_runs(path, fix)

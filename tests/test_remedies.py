@@ -152,6 +152,8 @@ EVIDENCE = {
     "named": "'blocks.0.norm.weight'",
     "limit": "65504",
     "like": "q",
+    "dest": "cache",
+    "dtype": "bfloat16",
 }
 
 

@@ -9,13 +9,11 @@ factory: the line of yours that made it, also through a library (a feature extra
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .array_births import array_birth
 from .provenance import Provenance, Tag, caller_frames, qualified_op_name
 from .tagging import made_name
 
@@ -32,11 +30,7 @@ def watch_from_numpy(prov: Provenance, on_error: Callable[[BaseException], None]
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 inner, user = caller_frames(2)
                 name = made_name(inner, op) if inner is not None and inner == user else None
-                caller = sys._getframe(1)
-                here = inner is not None and inner == user and (caller.f_code, caller.f_lineno) == inner
-                array = array_birth(caller, op, out.dtype) if here else None  # where the array was made
-                parents = (array,) if array is not None else ()
-                prov.set(out, Tag("op", out.dtype, op, name, None, inner, user, parents))
+                prov.set(out, Tag("op", out.dtype, op, name, None, inner, user))
         except Exception as exc:  # never let the tool's bookkeeping fail the user's program
             on_error(exc)
         return out

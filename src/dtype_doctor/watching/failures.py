@@ -27,7 +27,7 @@ from . import autograd_functions, findings, numpy_seam, promoted_root, snippets,
 from .contracts import Contract, Slot, bind
 from .names import loaded_names, visible
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
-from .wanted_floating import narrower_than_float64, wanted_floating
+from .wanted_floating import wanted_floating
 
 EARLIER = "  earlier: "  # the note's lines on silent promotions seen before the failure
 
@@ -308,9 +308,6 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
         operands = _safe_operands(session, raiser, args)
         if operands:
             finding.operands = operands
-            narrower = narrower_than_float64([o.dtype for o in operands])
-            if narrower is not None and not finding.data.get("expected_dtype"):
-                finding.data["expected_dtype"] = narrower  # float64 met the model's dtype
     if frame is not None and line is not None:
         _value_births(finding, frame, line, str(exc))
         try:  # a custom Function's backward run without its forward's autocast state

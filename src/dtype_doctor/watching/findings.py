@@ -386,6 +386,7 @@ def _better_fixes(
     places: Any = None,
 ) -> None:
     """Put the fixes at the cause first: the odd module island's, the root origin's, the input's."""
+    at_root = None
     if island is None and odd is not None and odd.origin is not None and expected is not None:
         at_root = causes.root_fix(causes.root_origin(odd.origin, canonical(expected)), canonical(expected))
         if at_root is not None and all(x.title != at_root.title for x in finding.fixes):
@@ -394,8 +395,9 @@ def _better_fixes(
         call = f"{short_path(rooted[1].f_code.co_filename)}:{rooted[1].f_lineno}"
         held_odd = [o.origin for o in finding.operands if o.origin and o.dtype != canonical(expected)]
         held = births.held_fix(held_odd, root, rooted[0], expected, call) if root is not None else None
-        if held is not None:
-            finding.fixes = [held, *finding.fixes]
+        if held is not None:  # after the edit at the birth, when there is one: that is the root
+            born = finding.fixes[:1] if at_root is not None and finding.fixes[:1] == [at_root] else []
+            finding.fixes = [*born, held, *finding.fixes[len(born) :]]
     if island is None and rooted is not None and want is not None and root is not None:
         passed = blame.input_fix(rooted[1], root, rooted[0], want)
         if passed is not None:

@@ -32,25 +32,26 @@ _WRITES = frozenset(
 _VALUE_KEYWORDS = ("values", "source", "src", "value")
 
 
-def _dtype_of(dest: ast.expr, want: str | None) -> ast.expr:
-    """`dest.dtype` when `dest` is a name or an attribute chain (read, not recomputed), else the
-    destination's dtype as seen (`torch.float32`)."""
+def _named(dest: ast.expr) -> bool:
+    """`dest` is a name or an attribute chain: its `.dtype` is read where the write is, not recomputed.
+    A destination made on the line (`h.new_zeros(...)`) has no name to read; the dtype seen at the
+    failure is no answer either: it may change between iterations of a loop."""
     node = dest
     while isinstance(node, ast.Attribute):
         node = node.value
-    if isinstance(node, ast.Name) or not want:
-        return ast.Attribute(dest, "dtype", ast.Load())
-    return ast.Attribute(ast.Name("torch", ast.Load()), want, ast.Load())
+    return isinstance(node, ast.Name)
 
 
 def _cast(expr: ast.expr, dest: ast.expr, want: str | None = None) -> ast.expr:
-    return ast.Call(ast.Attribute(expr, "to", ast.Load()), [_dtype_of(dest, want)], [])
+    return ast.Call(ast.Attribute(expr, "to", ast.Load()), [ast.Attribute(dest, "dtype", ast.Load())], [])
 
 
 def _rewrite(stmt: ast.stmt, want: str | None = None) -> tuple[str, str] | None:
     """(the statement with the written values cast to the destination's dtype, the destination)."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
         dest = stmt.targets[0].value  # `dest[idx] = v`
+        if not _named(dest):
+            return None
         stmt.value = _cast(stmt.value, dest, want)
         return ast.unparse(stmt), ast.unparse(dest)
     for node in ast.walk(stmt):
@@ -61,6 +62,8 @@ def _rewrite(stmt: ast.stmt, want: str | None = None) -> tuple[str, str] | None:
         receiver = node.func.value
         function = isinstance(receiver, ast.Name) and receiver.id == "torch"
         dest = node.args[0] if function and node.args else receiver
+        if not _named(dest):
+            return None
         keyword = next((k for k in node.keywords if k.arg in _VALUE_KEYWORDS), None)
         if keyword is not None:
             keyword.value = _cast(keyword.value, dest, want)

@@ -223,13 +223,9 @@ class Tagger:
         while f is not None and (f.f_code is not inner[0]):
             f = f.f_back
         other = f.f_locals.get(name) if f is not None else None
-        if not isinstance(other, torch.Tensor) or other is o or other.dtype != o.dtype:
+        if not isinstance(other, torch.Tensor) or other.dtype != o.dtype:
             return False
-        tag = self.prov.lookup(other) or self._parameter_tag([other], other.dtype)
-        if tag is None:
-            return False
-        self.prov.set(o, tag)
-        return True
+        return self._share_origin(o, other)
 
     def tag_copy(self, src: Any, out: torch.Tensor) -> None:
         if isinstance(src, torch.Tensor) and src.dtype == out.dtype:
@@ -299,7 +295,11 @@ class Tagger:
     def _followed(self, inner: Frame, o: torch.Tensor) -> bool:
         """A factory given `dtype=x.dtype`: `o` shares the origin of x, whose dtype it took."""
         other = followed_at(inner, o.dtype)
-        if other is None or other is o:
+        return other is not None and self._share_origin(o, other)
+
+    def _share_origin(self, o: torch.Tensor, other: torch.Tensor) -> bool:
+        """`o` took its dtype from `other`: it gets other's origin (False when other has none)."""
+        if other is o:
             return False
         tag = self.prov.lookup(other) or self._parameter_tag([other], other.dtype)
         if tag is None:
