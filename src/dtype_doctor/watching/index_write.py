@@ -42,17 +42,17 @@ def _named(dest: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-def _cast(expr: ast.expr, dest: ast.expr, want: str | None = None) -> ast.expr:
+def _cast(expr: ast.expr, dest: ast.expr) -> ast.expr:
     return ast.Call(ast.Attribute(expr, "to", ast.Load()), [ast.Attribute(dest, "dtype", ast.Load())], [])
 
 
-def _rewrite(stmt: ast.stmt, want: str | None = None) -> tuple[str, str] | None:
+def _rewrite(stmt: ast.stmt) -> tuple[str, str] | None:
     """(the statement with the written values cast to the destination's dtype, the destination)."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
         dest = stmt.targets[0].value  # `dest[idx] = v`
         if not _named(dest):
             return None
-        stmt.value = _cast(stmt.value, dest, want)
+        stmt.value = _cast(stmt.value, dest)
         return ast.unparse(stmt), ast.unparse(dest)
     for node in ast.walk(stmt):
         if not (
@@ -66,23 +66,23 @@ def _rewrite(stmt: ast.stmt, want: str | None = None) -> tuple[str, str] | None:
             return None
         keyword = next((k for k in node.keywords if k.arg in _VALUE_KEYWORDS), None)
         if keyword is not None:
-            keyword.value = _cast(keyword.value, dest, want)
+            keyword.value = _cast(keyword.value, dest)
         elif len(node.args) >= (3 if function else 2):
-            node.args[-1] = _cast(node.args[-1], dest, want)
+            node.args[-1] = _cast(node.args[-1], dest)
         else:
             continue
         return ast.unparse(stmt), ast.unparse(dest)
     return None
 
 
-def seam_fix(frame: FrameType | None, have: str | None, want: str | None = None) -> Fix | None:
+def seam_fix(frame: FrameType | None, have: str | None) -> Fix | None:
     """The user's failing line (run in `frame`), its written values cast to the destination's dtype."""
     if frame is None:
         return None
     found = statement(frame.f_code.co_filename, frame.f_lineno)
     if found is None or found[1].lineno != found[1].end_lineno:
         return None  # one line replaced by one line
-    done = _rewrite(found[1], want)
+    done = _rewrite(found[1])
     if done is None:
         return None
     made, dest = done

@@ -39,7 +39,5 @@ def at_sites(
     if origin is None:
         return
     if op_frame is not None and causes.root_origin(origin, canonical(expected)).kind == "autocast":
-        finding.fixes = remedies.first(
-            finding.fixes, index_write.seam_fix(op_frame, blamed.dtype, canonical(expected))
-        )
+        finding.fixes = remedies.first(finding.fixes, index_write.seam_fix(op_frame, blamed.dtype))
     finding.fixes = remedies.first(finding.fixes, read_dtype.fix(origin, expected))
