@@ -12,7 +12,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .function_memo import CallMemo
-from .hybrid import _META, HybridMode, _is_real, _Log
+from .hybrid import META, HybridMode, Log, is_real
 
 __all__ = ["Fronts", "hybrid"]
 
@@ -37,7 +37,7 @@ class Fronts:
     def attention(self, watched: Any, func: Any, args: tuple, kwargs: dict) -> Any:
         self.mode.aside += 1  # first: the hybrid would keep a real mask real when moved to meta
         try:  # its arguments are tensors, None and scalars, never nested
-            to_meta = lambda x: watched(torch.Tensor.to, (x, _META), {}) if _is_real(x) else x  # noqa: E731
+            to_meta = lambda x: watched(torch.Tensor.to, (x, META), {}) if is_real(x) else x  # noqa: E731
             args = tuple(map(to_meta, args))
             kwargs = {key: to_meta(value) for key, value in kwargs.items()}
             return watched(func, args, kwargs)
@@ -70,13 +70,13 @@ class _FrontMode(TorchFunctionMode):
         return front(lambda f, a, k: f(*a, **k), func, args, kwargs)
 
 
-def hybrid(memo: dict[tuple, Any] | None = None, session: Any = None) -> ContextManager[_Log]:
+def hybrid(memo: dict[tuple, Any] | None = None, session: Any = None) -> ContextManager[Log]:
     """A context that runs the enclosed forward as the hybrid; yields the log of assumptions.
     memo: the meta kernels' answers of an earlier dry run to reuse (a check's fix replays reuse its
     own). session: the watch session of the dry run, not entered yet: it takes the fronts into its
     own mode now (Session.hand_first) instead of a TorchFunctionMode of theirs in front of it, and
     runs the ops it sees through function_memo.CallMemo."""
-    log = _Log()
+    log = Log()
     mode = HybridMode(log, memo)
     fronts = Fronts(mode)
     if session is not None:
@@ -86,6 +86,6 @@ def hybrid(memo: dict[tuple, Any] | None = None, session: Any = None) -> Context
 
 
 @contextlib.contextmanager
-def _entered(log: _Log, mode: HybridMode, front_mode: Any) -> Iterator[_Log]:
+def _entered(log: Log, mode: HybridMode, front_mode: Any) -> Iterator[Log]:
     with front_mode, mode:
         yield log

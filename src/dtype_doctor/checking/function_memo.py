@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .hybrid import HybridMode, Recording, _remade, _spec_of, op_key
+from .hybrid import HybridMode, Recording, op_key, remade, spec_of
 
 __all__ = ["CallMemo"]
 
@@ -48,14 +48,14 @@ class CallMemo:
         spec = self.memo.get(key)
         if spec is not None:
             with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY):  # past the hybrid, which would make a
-                return _remade(spec)  # small tensor made from nothing real
+                return remade(spec)  # small tensor made from nothing real
         mode, version = self.mode, self.mode.log.version
         recording = mode.recording = Recording()
         try:
             out = func(*args, **kwargs)
         finally:
             mode.recording = None
-        spec = _spec_of(out) if recording.fresh(out) and mode.log.version == version else None
+        spec = spec_of(out) if recording.fresh(out) and mode.log.version == version else None
         if spec is None:
             self.misses[func] = self.misses.get(func, 0) + 1
         else:

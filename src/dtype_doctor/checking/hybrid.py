@@ -28,7 +28,7 @@ from ..dtypes import dtype_name
 __all__ = ["Assumption", "HybridMode", "Recording"]
 
 aten = torch.ops.aten
-_META = torch.device("meta")
+META = torch.device("meta")
 _SMALL = 1 << 16  # elements: a floating tensor made from nothing (a mask of ones) up to this is real
 _MAX_MATERIALISE = 1 << 24  # elements: a meta tensor whose values must be assumed is made real up to this
 _VALUE_OPS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
@@ -59,7 +59,7 @@ class Assumption:
 
 
 @dataclass
-class _Log:
+class Log:
     items: dict[tuple, Assumption] = field(default_factory=dict)
     version: int = 0  # bumped by each add: a call that assumed something is never memoized
 
@@ -110,7 +110,7 @@ def _is_meta(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_meta
 
 
-def _is_real(x: Any) -> bool:
+def is_real(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and not x.is_meta
 
 
@@ -127,7 +127,7 @@ def _typical(t: torch.Tensor) -> torch.Tensor:
 
 
 def _to_meta(x: Any) -> Any:
-    return x.to(_META) if _is_real(x) else x
+    return x.to(META) if is_real(x) else x
 
 
 _READS = {
@@ -204,7 +204,7 @@ def _key_of(x: Any) -> Any:
     raise TypeError
 
 
-def _spec_of(out: Any) -> Any:
+def spec_of(out: Any) -> Any:
     """How to make `out` again (a meta tensor's metadata, or a tuple of them); None if it cannot be."""
     if type(out) is torch.Tensor:
         if (
@@ -217,16 +217,16 @@ def _spec_of(out: Any) -> Any:
             return None
         return (out.shape, out.stride(), out.dtype)
     if type(out) is tuple or type(out) is list:
-        specs = [_spec_of(x) for x in out]
+        specs = [spec_of(x) for x in out]
         return None if any(s is None for s in specs) else (type(out), specs)
     return None
 
 
-def _remade(spec: tuple) -> Any:
+def remade(spec: tuple) -> Any:
     if len(spec) == 3:
-        return torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=_META)
+        return torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=META)
     cls, specs = spec
-    return cls(_remade(s) for s in specs)
+    return cls(remade(s) for s in specs)
 
 
 class HybridMode(TorchDispatchMode):
@@ -244,7 +244,7 @@ class HybridMode(TorchDispatchMode):
         # switches per op, ~8% of a dry run); a dry run on meta is never compiled
         return False
 
-    def __init__(self, log: _Log, memo: dict[tuple, Any] | None = None) -> None:
+    def __init__(self, log: Log, memo: dict[tuple, Any] | None = None) -> None:
         super().__init__()
         self.log = log
         self.aside = 0  # > 0 while an op runs all on meta (attention: its causal mask is never read)
@@ -261,9 +261,9 @@ class HybridMode(TorchDispatchMode):
             return func(*args, **kwargs)
         spec = self._memo.get(key)
         if spec is not None:
-            return _remade(spec)
+            return remade(spec)
         out = func(*args, **kwargs)
-        spec = _spec_of(out)
+        spec = spec_of(out)
         if spec is not None:
             self._memo[key] = spec
         return out
@@ -276,7 +276,7 @@ class HybridMode(TorchDispatchMode):
         except TypeError:  # a real tensor among the operands, or an argument no key is made of
             return None
         spec = self._memo.get(key)
-        return None if spec is None else _filled(func, args, _remade(spec))
+        return None if spec is None else _filled(func, args, remade(spec))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = self._dispatch(func, args, kwargs or {})
@@ -299,15 +299,15 @@ class HybridMode(TorchDispatchMode):
             self.log.add(_name(func), _read_text(metas[0]))
             args, kwargs = tree_map(lambda x: _typical(x) if _is_meta(x) else x, (args, kwargs))
             return func(*args, **kwargs)
-        if func is aten._to_copy.default and _is_real(args[0]) and kwargs.get("device") == _META:
+        if func is aten._to_copy.default and is_real(args[0]) and kwargs.get("device") == META:
             kwargs = {k: v for k, v in kwargs.items() if k != "device"}  # real values stay real
             return func(*args, **kwargs)
-        if func is aten._to_copy.default and metas and kwargs.get("device") not in (None, _META):
+        if func is aten._to_copy.default and metas and kwargs.get("device") not in (None, META):
             self.log.add("copy to CPU (.cpu()/.tolist())", _read_text(args[0]))
             return func(_typical(args[0]), **kwargs)
         if not metas:
             return self._real(func, args, kwargs, tensors)
-        if func._schema.is_mutable and any(_is_real(t) for t in _mutated(func, args, kwargs)):
+        if func._schema.is_mutable and any(is_real(t) for t in _mutated(func, args, kwargs)):
             return self._into_real(func, args, kwargs)
         return _filled(func, args, self._meta(func, args, kwargs))
 
@@ -341,7 +341,7 @@ class HybridMode(TorchDispatchMode):
                 index = _bool_index(index, self.log)
                 indices.extend(index if isinstance(index, tuple) else (index,))
             args = (args[0], indices, *args[2:])
-        has_real = any(_is_real(t) for t in _flat_tensors(args, kwargs))
+        has_real = any(is_real(t) for t in _flat_tensors(args, kwargs))
         margs, mkwargs = _flat_map(_to_meta, args, kwargs) if has_real else (args, kwargs)
         try:
             return self._memoized(func, margs, mkwargs)
@@ -361,7 +361,7 @@ class HybridMode(TorchDispatchMode):
         self.log.add(_name(func), _read_text(metas[0]))
         rargs, rkwargs = tree_map(lambda x: _typical(x) if _is_meta(x) else x, (args, kwargs))
         out = func(*rargs, **rkwargs)
-        return tree_map(lambda x: _to_meta(x) if _is_real(x) and not _carries_values(x.dtype) else x, out)
+        return tree_map(lambda x: _to_meta(x) if is_real(x) and not _carries_values(x.dtype) else x, out)
 
     def _other_dtype(self, func: Any, args: tuple, kwargs: dict, exc: BaseException) -> Any:
         """A meta kernel that rejects a reduced dtype all floating operands share: a gap of meta."""
@@ -418,7 +418,7 @@ def _read_text(t: torch.Tensor) -> str:
     return f"read the value of a {dtype_name(t.dtype)} {shape} computed on meta: assumed {typical}"
 
 
-def _bool_index(index: Any, log: _Log) -> Any:
+def _bool_index(index: Any, log: Log) -> Any:
     """A boolean index selects a data-dependent number of rows: turn it into integer indices."""
     if not isinstance(index, torch.Tensor) or index.dtype not in (torch.bool, torch.uint8):
         return index

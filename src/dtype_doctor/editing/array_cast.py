@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from .birth_line import _source
+from .birth_line import user_source
 from .source import Edit, Source, apply, is_atom
 
 
@@ -40,7 +40,7 @@ def astype_edit(src: Source, line: int, dtype: str) -> Edit | None:
 
 def astype_at(path: str | None, line: int, dtype: str) -> tuple[str, int] | None:
     """(the assignment at `line` with its value made `dtype`, its first line), or None."""
-    src = _source(path)
+    src = user_source(path)
     stmt = src.statement_at(line) if src is not None else None
     edit = astype_edit(src, line, dtype) if src is not None else None
     if src is None or stmt is None or edit is None:

@@ -13,7 +13,7 @@ from .source import FACTORIES, Edit, Source, add_kwarg, apply, call_name, castab
 from .user_files import is_user_file
 
 
-def _source(path: str | None) -> Source | None:
+def user_source(path: str | None) -> Source | None:
     if not is_user_file(path):
         return None
     try:
@@ -46,7 +46,7 @@ def made_in(path: str | None, line: int, op: str, dtype: str) -> tuple[str, int]
     """(the statement at `line` with every call of `op` on that line making its tensor in `dtype`,
     the statement's first line), or None: `dtype=` into a torch factory written without one, else
     `.to(dtype)` after the call. A call written with its own `dtype=` is the user's choice: None."""
-    src = _source(path)
+    src = user_source(path)
     stmt = _simple(src, line) if src is not None else None
     if src is None or stmt is None:
         return None
@@ -86,7 +86,7 @@ def read_cast(path: str | None, line: int, attribute: str, dtype: str) -> tuple[
     """(the statement at `line` with its read of `self.ATTRIBUTE` cast to `dtype`, the statement's
     first line), or None: the subscript read when it is indexed (`self.cache[pos].to(...)`: only
     the rows used are cast), else the attribute itself."""
-    src = _source(path)
+    src = user_source(path)
     stmt = _simple(src, line) if src is not None else None
     if src is None or stmt is None:
         return None

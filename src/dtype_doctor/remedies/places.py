@@ -50,12 +50,12 @@ def kind_of(snippet: str) -> str:
     return ""
 
 
-def _tree(path: str) -> ast.Module | None:
-    return _parsed(file_stamp(path))
+def tree_of(path: str) -> ast.Module | None:
+    return parsed_tree(file_stamp(path))
 
 
 @functools.lru_cache(maxsize=64)
-def _parsed(stamp: tuple) -> ast.Module | None:
+def parsed_tree(stamp: tuple) -> ast.Module | None:
     try:
         return ast.parse(read_python(stamp[0])[0])
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
@@ -102,7 +102,7 @@ def _sets(stmt: ast.stmt, name: str) -> bool:
 
 def statement_line(path: str, line: int) -> int:
     """The first line of the innermost statement holding `line` (a call written over lines)."""
-    tree = _tree(path)
+    tree = tree_of(path)
     if tree is None:
         return line
     stmts = [
@@ -118,7 +118,7 @@ def after_built(path: str, name: str, before: int) -> int | None:
     that reads `name` pasted there sees the model as the program will use it. None when no
     statement of those blocks makes `name`: then the first line of the function that takes it as a
     parameter, or None (it comes from elsewhere: a global made in another file)."""
-    tree = _tree(path)
+    tree = tree_of(path)
     if tree is None:
         return None
     best: ast.stmt | None = None
@@ -156,7 +156,7 @@ def _parameter_start(tree: ast.Module, name: str, line: int) -> int | None:
 
 def backward_line(path: str, after: int = 0) -> int | None:
     """The first `… .backward(…)` statement of the file at or after line `after` (else the first)."""
-    tree = _tree(path)
+    tree = tree_of(path)
     if tree is None:
         return None
     found = sorted(
@@ -190,7 +190,7 @@ def unbound_at(path: str, line: int, snippet: str) -> tuple[str, str] | None:
     """(name, function) when `snippet` reads a name and assigns it (`model = model.float()`) and,
     pasted at `line` inside a function that does not bind that name, would make it local there:
     read before assignment (UnboundLocalError). None when it would not (or the source is unknown)."""
-    tree = _tree(path)
+    tree = tree_of(path)
     try:
         code = ast.parse(snippet)
     except SyntaxError:
@@ -215,7 +215,7 @@ def assignment_of(path: str, target: str, before: int) -> tuple[int, str] | None
     """(line, source text) of the statement that assigns `target` (`opt`, `self.optimizer`) and that
     the program ran before line `before`: the last one before it in the blocks around it, else the
     only one in the file (an attribute set in `__init__`, read in a training method)."""
-    tree = _tree(path)
+    tree = tree_of(path)
     if tree is None:
         return None
 

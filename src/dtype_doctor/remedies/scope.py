@@ -15,7 +15,7 @@ import functools
 from collections.abc import Iterable, Iterator
 
 from ..editing.source import file_stamp
-from .places import _parsed, _tree
+from .places import parsed_tree, tree_of
 
 # names a pasted snippet may read without the file binding them: builtins, and torch, which an edit
 # that writes `torch.` into a file without it imports (patching)
@@ -177,7 +177,7 @@ def names_at(path: str, line: int) -> frozenset[str] | None:
     cast of what it makes goes after it); inside a function, every name the module binds (the
     function runs after it) and the enclosing functions' parameters and locals; a method does not
     see its class body."""
-    tree = _tree(path)
+    tree = tree_of(path)
     if tree is None:
         return None
     scopes = _enclosing_scopes(tree, line)
@@ -195,7 +195,7 @@ def names_at(path: str, line: int) -> frozenset[str] | None:
 def module_names(path: str) -> frozenset[str] | None:
     """The names the file's module level binds: all a snippet with no line may read (None: it
     cannot be parsed); a function's parameters and locals exist only at its lines."""
-    tree = _tree(path)
+    tree = tree_of(path)
     return frozenset(local_names(tree)) if tree is not None else None
 
 
@@ -206,7 +206,7 @@ def file_names(path: str) -> frozenset[str] | None:
 
 @functools.lru_cache(maxsize=64)
 def _names_at(stamp: tuple) -> frozenset[str] | None:
-    tree = _parsed(stamp)
+    tree = parsed_tree(stamp)
     if tree is None:
         return None
     found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
@@ -219,7 +219,7 @@ def _names_at(stamp: tuple) -> frozenset[str] | None:
 
 def _star_import(path: str) -> bool:
     """The file does `from x import *`: which names it has is not written in it."""
-    tree = _tree(path)
+    tree = tree_of(path)
     return tree is not None and any(
         isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree)
     )

@@ -16,12 +16,12 @@ from ..verifying.isolation import generators, restore_generators, sealed
 from .verify import (
     MAX_ELEMENTS,
     Call,
-    _floats,
-    _is_meta,
-    _run,
-    _size,
+    floats_in,
     max_relative_error,
+    on_meta,
     reference,
+    run_call,
+    size_of,
 )
 
 ENV = "DTYPE_DOCTOR_ERROR_VS_FP32"
@@ -37,17 +37,17 @@ def measure(session: Any) -> str:
     threshold (verifying/backends/patched.py)."""
     if not session.calls:
         return "not measured (no model call was watched)"
-    call = Call(*max(session.calls.values(), key=lambda c: _size(c[0])))  # the model, not a helper layer
+    call = Call(*max(session.calls.values(), key=lambda c: size_of(c[0])))  # the model, not a helper layer
     what = f"the last call of {type(call.module).__name__}, replayed on copies"
-    if _is_meta(call.module):
+    if on_meta(call.module):
         return "not measured (a meta model has no values)"
-    if _size(call.module) > MAX_ELEMENTS:
+    if size_of(call.module) > MAX_ELEMENTS:
         return "not measured (the model is too large to copy for a replay)"
     try:
         with sealed([call.module]):  # the program's generators and hooks as they were
             state = generators()
             module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs))
-            got = _floats(_run(call, module, args, kwargs, []))
+            got = floats_in(run_call(call, module, args, kwargs, []))
             restore_generators(
                 state
             )  # float32 draws what the call drew (torch, random, NumPy): the same inputs

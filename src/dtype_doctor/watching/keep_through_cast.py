@@ -30,7 +30,7 @@ from ..tensors import map_tensors
 from ..verifying import isolation
 from ..verifying.contract import THRESHOLD
 from . import upcast_flags
-from .verify import Call, _floats, max_relative_error, reference
+from .verify import Call, floats_in, max_relative_error, reference
 
 CODES = ("fp16-overflow", "nonfinite-values")
 _CASTS = ("to", "half", "bfloat16", "type")
@@ -43,7 +43,7 @@ def _run(call: Call) -> list[torch.Tensor]:
             stack.enter_context(torch.autocast(device, dtype=dtype))
         stack.enter_context(torch.no_grad())
         args, kwargs = map_tensors((call.args, call.kwargs), lambda t: t.clone())
-        return _floats(getattr(call.module, call.method)(*args, **kwargs))
+        return floats_in(getattr(call.module, call.method)(*args, **kwargs))
 
 
 def candidates(owner: nn.Module, ancestors: list[tuple[str, nn.Module]]) -> list[str]:

@@ -99,7 +99,7 @@ def _calls_in(file: str, stamp: int) -> list[ast.Call]:
     return [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
 
 
-def _call_at(file: str, line: int) -> list[ast.Call]:
+def calls_at(file: str, line: int) -> list[ast.Call]:
     """The calls written on `line` of `file` (a call over several lines counts on each of them)."""
     lines = current_lines(file)
     if not lines:
@@ -111,9 +111,9 @@ def _call_at(file: str, line: int) -> list[ast.Call]:
 def _calls_of(frame: FrameType, root: Any) -> list[ast.Call]:
     """The calls of `root` (or of one of its methods) on the frame's current line."""
     out = []
-    for call in _call_at(frame.f_code.co_filename, frame.f_lineno):
+    for call in calls_at(frame.f_code.co_filename, frame.f_lineno):
         text = ast.unparse(call.func)
-        func = _resolve(text, frame) if _is_path(text) else None
+        func = resolve_text(text, frame) if is_path(text) else None
         if func is root or getattr(func, "__self__", None) is root:
             out.append(call)
     return out
@@ -132,16 +132,16 @@ def call_argument(frame: FrameType, root: Any, param: str | None, position: int 
         if node is None:
             continue
         text = ast.unparse(node)
-        if _is_path(text) and isinstance(_resolve(text, frame), torch.Tensor):
+        if is_path(text) and isinstance(resolve_text(text, frame), torch.Tensor):
             return text
     return None
 
 
-def _is_path(text: str) -> bool:
+def is_path(text: str) -> bool:
     return all(part.isidentifier() for part in text.split("."))
 
 
-def _resolve(text: str, frame: FrameType) -> Any:
+def resolve_text(text: str, frame: FrameType) -> Any:
     head, *rest = text.split(".")
     obj = frame.f_locals.get(head, frame.f_globals.get(head))
     for part in rest:
@@ -177,11 +177,11 @@ def passed_inputs(frame: FrameType, root: Any, want: torch.dtype) -> list[str]:
         for arg in [*call.args, *(k.value for k in call.keywords)]:
             # the argument itself when it is a name, else the names inside its expression
             nodes = (
-                [arg] if _is_path(ast.unparse(arg)) else [n for n in ast.walk(arg) if isinstance(n, ast.Name)]
+                [arg] if is_path(ast.unparse(arg)) else [n for n in ast.walk(arg) if isinstance(n, ast.Name)]
             )
             for node in nodes:
                 text = ast.unparse(node)
-                value = _resolve(text, frame)
+                value = resolve_text(text, frame)
                 if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != want:
                     out.append(text)
     return list(dict.fromkeys(out))

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .names import _call_at, _is_path, _resolve
+from .names import calls_at, is_path, resolve_text
 
 # methods whose result keeps the receiver's dtype (when no dtype= is given)
 _KEEPS = frozenset(
@@ -31,8 +31,8 @@ _KEEPS = frozenset(
 def _holder(node: ast.expr, frame: FrameType, dtype: torch.dtype) -> str | None:
     """The name path in `node` whose tensor has `dtype` and decides the dtype `node` evaluates to."""
     text = ast.unparse(node)
-    if _is_path(text):
-        value = _resolve(text, frame)
+    if is_path(text):
+        value = resolve_text(text, frame)
         return text if isinstance(value, torch.Tensor) and value.dtype == dtype else None
     if isinstance(node, ast.Subscript):
         return _holder(node.value, frame, dtype)
@@ -51,7 +51,7 @@ def _destinations(frame: FrameType, method: str) -> list[ast.expr]:
     """The destination expressions of `method` (a tensor method, or torch's function of that name,
     whose first argument is the destination) on the frame's current line; `x[i] = v` targets too."""
     found: list[ast.expr] = []
-    for call in _call_at(frame.f_code.co_filename, frame.f_lineno):
+    for call in calls_at(frame.f_code.co_filename, frame.f_lineno):
         func = call.func
         if not isinstance(func, ast.Attribute) or func.attr != method:
             continue

@@ -50,13 +50,13 @@ class Call:
     autocast: tuple = ()  # (device, dtype) pairs in force at the call
 
 
-def _floats(value: Any) -> list[torch.Tensor]:
+def floats_in(value: Any) -> list[torch.Tensor]:
     """The first 64 non-empty floating tensors, eight containers deep at most."""
     found = (t for t in iter_tensors(value, max_depth=8) if t.is_floating_point() and t.numel())
     return list(itertools.islice(found, 64))
 
 
-def _size(module: nn.Module) -> int:
+def size_of(module: nn.Module) -> int:
     sizes = getattr(_replaying, "sizes", None)  # a session's fixes replay the same model: counted once
     if sizes is not None and id(module) in sizes and sizes[id(module)][0] is module:
         return sizes[id(module)][1]
@@ -66,16 +66,16 @@ def _size(module: nn.Module) -> int:
     return size
 
 
-def _is_meta(module: nn.Module) -> bool:
+def on_meta(module: nn.Module) -> bool:
     return any(p.is_meta for p in module.parameters())
 
 
-def _run(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: list) -> Any:
+def run_call(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: list) -> Any:
     with contextlib.ExitStack() as stack:
         for c in [*(torch.autocast(d, dtype=t) for d, t in call.autocast), *contexts]:
             stack.enter_context(c)
         stack.enter_context(torch.no_grad())
-        if _is_meta(module):
+        if on_meta(module):
             with _replaying.session_type(model=module) as s:  # the verifying session's own kind
                 out = getattr(module, call.method)(*args, **kwargs)
             errors = [f for f in s.report.errors if f.code != "tool-internal-error"]
@@ -87,7 +87,7 @@ def _run(call: Call, module: nn.Module, args: tuple, kwargs: dict, contexts: lis
 
 def reference(call: Call) -> list[torch.Tensor] | None:
     """The call's floating outputs in float32 (None on meta or when fp32 does not run)."""
-    if _is_meta(call.module) or _size(call.module) > MAX_ELEMENTS or _not_in_process(call):
+    if on_meta(call.module) or size_of(call.module) > MAX_ELEMENTS or _not_in_process(call):
         return None
     memo: dict[int, Any] = {}
     module, args, kwargs = copy.deepcopy((call.module, call.args, call.kwargs), memo)
@@ -95,7 +95,7 @@ def reference(call: Call) -> list[torch.Tensor] | None:
     up = map_tensors((args, kwargs), lambda t: t.float() if t.is_floating_point() else t)
     try:
         plain = Call(call.module, call.method, call.args, call.kwargs)  # fp32: no autocast
-        return _floats(_run(plain, module, up[0], up[1], []))
+        return floats_in(run_call(plain, module, up[0], up[1], []))
     except Exception:
         return None
 
@@ -176,7 +176,7 @@ class Live:
         elsewhere = pasted_elsewhere(fix, self.scope, self.call.module)
         if elsewhere:
             return elsewhere
-        if _size(self.call.module) > MAX_ELEMENTS:
+        if size_of(self.call.module) > MAX_ELEMENTS:
             return "model too large to copy for a replay"
         other = other_model(names | _stored(ast.parse(fix.snippet)), self.env, self.call.module, self._used())
         if other:  # `text_encoder_2.to(...)` when the call is the UNet's: its output was made before
@@ -230,11 +230,11 @@ class Live:
         args, kwargs = map_tensors((args, kwargs), lambda t: subst.get(id(t), t))
         _same_draws()  # the forward draws what the fp32 reference drew, whatever the snippet drew
         try:
-            out = _run(call, module, args, kwargs, contexts)
+            out = run_call(call, module, args, kwargs, contexts)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
             return Outcome(failed=f"replayed, {type(exc).__name__}: {first}")
-        got = _floats(out)
+        got = floats_in(out)
         if _made_anew(tree):
             return Outcome(unmeasured="passes (the module is made anew: no comparison with fp32)")
         if got and got[0].is_meta:
@@ -371,7 +371,7 @@ def _beyond(fix: Fix, env: dict[str, Any], inner: dict[str, str]) -> str:
 
 def _not_in_process(call: Call) -> str | None:
     """Why the call cannot be replayed here (the in-process fallback runs library code only)."""
-    if not getattr(_replaying, "in_process", False) or _is_meta(call.module):
+    if not getattr(_replaying, "in_process", False) or on_meta(call.module):
         return None
     if all(isolation.library_code(m) for m in call.module.modules()):
         return None
@@ -386,10 +386,10 @@ def verify_session(session: Any, failed: bool = True) -> None:
     block failed, or on meta (check's dry run), where the replay runs under watch."""
     # check's dry run puts the whole model on meta: its first parameter tells (walking them all
     # cost a quarter of a millisecond per watched block of a small model)
-    on_meta = not failed and any(
+    dry_run = not failed and any(
         getattr(next(c[0].parameters(), None), "is_meta", False) for c in session.calls.values()
     )
-    if getattr(_replaying, "on", False) or not (failed or on_meta):
+    if getattr(_replaying, "on", False) or not (failed or dry_run):
         _forget(session)
         return
     _replaying.on = True
