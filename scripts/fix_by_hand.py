@@ -1,47 +1,31 @@
 #!/usr/bin/env python3
-"""Measure whether the first fix works when pasted by hand, as given: a measuring tool, not a test.
+"""Measure whether the first fix works when applied as the report gives it: a measuring tool, not a test.
 
     python scripts/fix_by_hand.py [--exe DTYPE_DOCTOR] [--numerics] SCRIPT.py ...
 
 For each script, in a temporary copy: `dtype-doctor run --json` (retried with `--numerics` when plain
-`run` reports no error or warning, as the patterns' scorer does); the first fix with code of the first
-error (else warning) finding is taken with the place it states (its `file`/`line`, else the last
-`FILE:LINE` its title names); the snippet is pasted there as a user would (a statement assigning what the line
-assigns replaces it, `x = x.to(...)` after a line that makes `x` goes after it, anything else goes
-before the line, indented like it: the rule of src/dtype_doctor/editing/paste.py, which `run --write`
-follows too), and the patched copy is run with plain python: exit 0 is "works".
-One line per script, then `fix by hand: W/N`. Exit code is always 0. Standard library only.
+`run` reports no error or warning, as the patterns' scorer does); the first fix of the first error
+(else warning) finding is taken as it is: its `edits`, in ruff's shape (the text from `location` up to,
+not including, `end_location` replaced by `content`; rows and columns 1-based, columns in characters).
+They are applied here by this file's own few lines (nothing of the package is imported), and the
+patched copy is run with plain python: exit 0 is "works". A first fix without edits is advice: it
+does not work by hand. Then, with `--write-too`, `run --write` on a second copy must write exactly
+the same files. One line per script, then `fix by hand: W/N`. Exit code is always 0. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-TIMEOUT = 300
-_PLACE = re.compile(r"([\w./-]+\.py):(\d+)")
-# the paste rule is the package's own (editing/paste.py, standard library only), loaded by path so that
-# this script measures exactly what `run --write` pastes, without importing the package (or torch)
-_RULE = Path(__file__).resolve().parents[1] / "src" / "dtype_doctor" / "editing" / "paste.py"
-
-
-def _load_rule():
-    spec = importlib.util.spec_from_file_location("_paste_rule", _RULE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_rule = _load_rule()
-paste_all, _code_lines = _rule.paste_all, _rule.code_lines
+TIMEOUT = 600
 
 
 def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
@@ -55,52 +39,85 @@ def _report(exe: str, script: str, cwd: str, flags: list[str]) -> list[dict]:
         os.remove(out)
     _run([exe, "run", *flags, "--json", out, script], cwd)
     try:
-        return json.load(open(out))["findings"]
+        with open(out, encoding="utf-8") as fh:
+            return json.load(fh)["findings"]
     except (OSError, ValueError, KeyError):
         return []
 
 
 def first_fix(findings: list[dict]) -> tuple[dict, dict] | None:
-    """(finding, fix): the first fix with code of the first error finding, else of the first warning."""
+    """(finding, its first fix) of the first error finding, else of the first warning."""
     for severity in ("error", "warning"):
         for f in findings:
-            if f.get("severity") != severity:
-                continue
-            for fix in f.get("fixes", []):
-                if _code_lines(fix.get("snippet", "")) and fix.get("language", "python") == "python":
-                    return f, fix
+            if f.get("severity") == severity and f.get("fixes"):
+                return f, f["fixes"][0]
     return None
 
 
-def judge(exe: str, script: Path, numerics: bool) -> tuple[bool, str]:
+def _offset(text: str, row: int, column: int) -> int:
+    lines = text.splitlines(keepends=True)
+    return sum(len(line) for line in lines[: row - 1]) + column - 1
+
+
+def apply_edits(root: Path, edits: list[dict]) -> list[Path]:
+    """Apply ruff-shaped edits to the files under `root` they name (by file name); the files written."""
+    by_file: dict[str, list[dict]] = {}
+    for e in edits:
+        by_file.setdefault(Path(e["filename"]).name, []).append(e)
+    written = []
+    for name, mine in by_file.items():
+        path = root / name
+        with open(path, encoding="utf-8", newline="") as fh:
+            text = fh.read()
+        spans = sorted(
+            (
+                (
+                    _offset(text, e["location"]["row"], e["location"]["column"]),
+                    _offset(text, e["end_location"]["row"], e["end_location"]["column"]),
+                    e["content"],
+                )
+                for e in mine
+            ),
+            reverse=True,
+        )
+        for start, end, content in spans:
+            text = text[:start] + content + text[end:]
+        with open(path, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        written.append(path)
+    return written
+
+
+def judge(exe: str, script: Path, numerics: bool, write_too: bool) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / script.name
         shutil.copy(script, copy)
         flags = ["--numerics"] if numerics else []
         findings = _report(exe, copy.name, tmp, flags)
         if not numerics and not any(f.get("severity") in ("error", "warning") for f in findings):
-            findings = _report(exe, copy.name, tmp, ["--numerics"])
+            flags = ["--numerics"]
+            findings = _report(exe, copy.name, tmp, flags)
         picked = first_fix(findings)
         if picked is None:
-            return False, "no fix with code"
+            return False, "no fix"
         finding, fix = picked
-        places = [(Path(p).name, int(n)) for p, n in _PLACE.findall(fix.get("title", ""))]
-        if fix.get("file") and fix.get("line"):  # the place the fix carries, where it has one
-            places.append((Path(fix["file"]).name, int(fix["line"])))
-        places = [(p, n) for p, n in places if p == script.name]
-        snippet = fix["snippet"]
-        if not places:
-            return False, f"no place stated: {fix['title']!r} {snippet!r}"
-        line = places[-1][1]
+        if not fix.get("edits"):
+            return False, f"[{finding['code']}] advice, no edits: {fix.get('title', '')!r}"
+        original = copy.read_text(encoding="utf-8")
         try:
-            patched = paste_all(copy.read_text(), copy.name, line, snippet)
-        except (SyntaxError, IndexError) as exc:
-            return False, f"cannot paste at :{line}: {exc} {snippet!r}"
-        copy.write_text(patched)
+            apply_edits(Path(tmp), fix["edits"])
+        except (OSError, KeyError, ValueError) as exc:
+            return False, f"cannot apply: {exc}"
+        patched = copy.read_text(encoding="utf-8")
         res = _run([sys.executable, copy.name], tmp)
         tail = (res.stderr.strip().splitlines() or [""])[-1]
-        what = f"[{finding['code']}] :{line} {snippet!r}"
-        return res.returncode == 0, what + ("" if res.returncode == 0 else f" -> {tail[:160]}")
+        what = f"[{finding['code']}] {fix.get('title', '')[:90]!r} ({fix.get('verification', '')[:60]})"
+        same = ""
+        if write_too:
+            copy.write_text(original, encoding="utf-8")
+            _run([exe, "run", *flags, "--write", "--no-backup", copy.name], tmp)
+            same = " ; --write wrote the same" if copy.read_text(encoding="utf-8") == patched else " ; --write DIFFERS"
+        return res.returncode == 0, what + ("" if res.returncode == 0 else f" -> {tail[:160]}") + same
 
 
 def main() -> None:
@@ -108,10 +125,11 @@ def main() -> None:
     ap.add_argument("scripts", nargs="+", type=Path)
     ap.add_argument("--exe", default=os.environ.get("DTYPE_DOCTOR", "dtype-doctor"))
     ap.add_argument("--numerics", action="store_true")
+    ap.add_argument("--write-too", action="store_true", help="also check that run --write writes the same")
     args = ap.parse_args()
     works = 0
     for script in args.scripts:
-        ok, what = judge(args.exe, script.resolve(), args.numerics)
+        ok, what = judge(args.exe, script.resolve(), args.numerics, args.write_too)
         works += ok
         print(f"{script.stem}: {'works' if ok else 'FAILS'}  {what}", flush=True)
     print(f"fix by hand: {works}/{len(args.scripts)}")

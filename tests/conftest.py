@@ -10,9 +10,15 @@ A test of the lane's files that is marked `slow` stays out of it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# `run`'s experiment (re-running the program with candidate edits) costs a few runs of each failing
+# script: off for the suite by default, on in the tests of the experiment (tests/test_experiment.py),
+# which pass --budget themselves
+os.environ.setdefault("DTYPE_DOCTOR_BUDGET", "0")
 
 # every test of these files
 WHOLE = {

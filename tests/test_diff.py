@@ -1,5 +1,5 @@
 """run --diff / check --diff on the zoo of real-library scripts (tests/diff_zoo): each run proposes a
-diff, the re-run of the patched copy passes, and the test applies the diff itself (`patch -p0` or
+diff, the re-run of the patched copy passes, and the test applies the diff itself (`patch -p1` or
 `git apply`) and runs the patched script: no dtype error. --write: refuses a dirty git file, writes a
 clean one and leaves a backup."""
 
@@ -55,7 +55,7 @@ def _patch_section(path: Path) -> dict:
 
 
 def _apply(diff: str, cwd: Path, tool: str) -> None:
-    cmd = ["patch", "-p0"] if tool == "patch" else ["git", "apply", "-p0", "-"]
+    cmd = ["patch", "-p1"] if tool == "patch" else ["git", "apply", "-p1", "-"]
     subprocess.run(cmd, input=diff, cwd=cwd, text=True, check=True, capture_output=True)
 
 
@@ -73,7 +73,7 @@ class _Started(dict):
         self.pool, self.tmp = pool, tmp
         self.jobs = {name: partial(_zoo_run, name) for name in CASES} | {
             "test_check_diff_edits_the_factory": _check_diff_factory,
-            "test_write_refuses_a_dirty_git_file_and_writes_a_clean_one": _write_dirty_then_clean,
+            "test_write_refuses_a_dirty_git_file_and_writes_a_clean_one_without_a_backup": _write_dirty_then_clean,
             "test_clip_before_unscale_is_moved_once_numerics_reports_it": _clip_diff,
         }
 
@@ -113,7 +113,7 @@ def test_run_diff_fixes_the_script(name: str, started: dict) -> None:
     expected = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name],)
     assert any(line in section["diff"] for line in expected), section["diff"]
     assert "re-run of the patched copy: exit 0, no dtype error" in proc.stderr
-    measured = re.search(r"error vs fp32: (.*)", re.sub(r"\s+", " ", proc.stderr))
+    measured = re.search(r"error vs fp32: (.*)", re.sub(r"\s+", " ", section["outcome"]))
     assert measured and re.match(
         r"max rel\. error \S+ vs fp32 \(the last call of \w+|not measured \(", measured[1]
     )
@@ -175,8 +175,8 @@ def _write_dirty_then_clean(folder: Path) -> dict:
     return {"folder": folder, "dirty": dirty, "refused": (refused, *after_refused), "written": written}
 
 
-def test_write_refuses_a_dirty_git_file_and_writes_a_clean_one(started: dict) -> None:
-    runs = started["test_write_refuses_a_dirty_git_file_and_writes_a_clean_one"].result()
+def test_write_refuses_a_dirty_git_file_and_writes_a_clean_one_without_a_backup(started: dict) -> None:
+    runs = started["test_write_refuses_a_dirty_git_file_and_writes_a_clean_one_without_a_backup"].result()
     folder, dirty = runs["folder"], runs["dirty"]
     proc, text, backup_made = runs["refused"]
     assert proc.returncode == 1
@@ -187,7 +187,10 @@ def test_write_refuses_a_dirty_git_file_and_writes_a_clean_one(started: dict) ->
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "written: numpy_input.py" in proc.stderr
     assert "latents = torch.from_numpy(arr).to(torch.float16)\n" in (folder / "numpy_input.py").read_text()
-    assert (folder / "numpy_input.py.orig").read_text() == dirty
+    assert not (folder / "numpy_input.py.orig").exists()  # tracked and clean: git is the backup
+    assert "no backup, git has it (git checkout -- numpy_input.py undoes the write)" in " ".join(
+        proc.stderr.split()
+    )
     assert _cli_python("numpy_input.py", folder).returncode == 0
 
 

@@ -64,7 +64,9 @@ def test_sarif_of_a_real_run_validates_and_points_at_the_failing_line(head_run):
         origin["region"]["startLine"] == 9
         and "torch.randn" in result["relatedLocations"][0]["message"]["text"]
     )
-    assert "Convert `head` to float16" in result["message"]["text"]
+    first = json.loads((folder / "r.json").read_text())["findings"][0]["fixes"][0]
+    assert first["verified"] is True and first["edits"]  # the experiment's cure, as edits
+    assert f"Fix: {first['title']}" in result["message"]["text"]
 
 
 def test_sarif_fixes_are_the_source_edit_and_apply_to_the_same_file_as_the_diff(head_run, tmp_path):
@@ -73,16 +75,24 @@ def test_sarif_fixes_are_the_source_edit_and_apply_to_the_same_file_as_the_diff(
     (fix,) = result["fixes"]
     (change,) = fix["artifactChanges"]
     assert change["artifactLocation"]["uri"] == "head_after_half.py"
-    lines = (folder / "head_after_half.py").read_text().splitlines()
-    for edit in sorted(change["replacements"], key=lambda r: -r["deletedRegion"]["startLine"]):
+    text = (folder / "head_after_half.py").read_text()
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    for edit in sorted(
+        change["replacements"],
+        key=lambda r: (-r["deletedRegion"]["startLine"], -r["deletedRegion"]["startColumn"]),
+    ):
         region = edit["deletedRegion"]
-        lines[region["startLine"] - 1 : region["endLine"]] = edit["insertedContent"]["text"].split("\n")
-    by_sarif = "\n".join(lines) + "\n"
+        start = starts[region["startLine"] - 1] + region["startColumn"] - 1
+        end = starts[region["endLine"] - 1] + region["endColumn"] - 1
+        text = text[:start] + edit["insertedContent"]["text"] + text[end:]
+    by_sarif = text
     report = json.loads((folder / "r.json").read_text())
     (patch,) = [s for s in report["sections"] if s["type"] == "source_patch"]
     shutil.copy(folder / "head_after_half.py", tmp_path)
     subprocess.run(
-        ["patch", "-p0"], input=patch["diff"], cwd=tmp_path, text=True, check=True, capture_output=True
+        ["patch", "-p1"], input=patch["diff"], cwd=tmp_path, text=True, check=True, capture_output=True
     )
     assert by_sarif == (tmp_path / "head_after_half.py").read_text()
     assert "nn.Linear(32, 4, dtype=torch.float16)" in by_sarif
@@ -94,7 +104,7 @@ def test_github_annotations_name_the_file_line_and_family(head_run):
     assert line.startswith(
         "::error file=head_after_half.py,line=11,title=dtype-doctor matmul-dtype-mismatch%3A "
     )
-    assert "::F.linear in 'head': input float16" in line and "%0Afix: Convert `head` to float16" in line
+    assert "::F.linear in 'head': input float16" in line and "%0Afix: Build `head` in float16" in line
 
 
 def test_every_format_from_one_command_line(tmp_path, capsys):

@@ -5,8 +5,8 @@ issue 32 "the diff on stdout"): each test drives the real CLI on a tiny real scr
 - a symlinked script is written through the link (the link stays a link), a hard link stays linked;
 - a script this process may not write is refused (one line, exit 1) unless --force, which keeps it
   read-only; root writes an r--r--r-- one, says so and keeps its mode;
-- `run --diff x.py > fix.patch && patch -p0 < fix.patch` works, for a name with a space too;
-- a UTF-8-with-BOM + CRLF script and a latin-1 one get a root cause and a diff `patch -p0` applies,
+- `run --diff x.py > fix.patch && patch -p1 < fix.patch` works, for a name with a space too;
+- a UTF-8-with-BOM + CRLF script and a latin-1 one get a root cause and a diff `patch -p1` applies,
   every byte outside the edit kept;
 - a root cause in a second file of the user's (`helper.py`) is patched and verified with the patched
   copy imported;
@@ -132,11 +132,11 @@ def test_diff_on_stdout_applies_with_patch_to_a_bom_crlf_file_named_with_a_space
     proc = dtype_doctor("run", "--diff", "--no-color", name, cwd=tmp_path, text=False)
 
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    assert proc.stdout.startswith(b"--- my train.py\t\n+++ my train.py\t\n@@ ")  # the diff alone
+    assert proc.stdout.startswith(b"--- a/my train.py\t\n+++ b/my train.py\t\n@@ ")  # the diff alone
     assert b"out torch." not in proc.stdout  # the program's own output went to stderr
     (tmp_path / "fix.patch").write_bytes(proc.stdout)
     applied = subprocess.run(
-        "patch -p0 < fix.patch", shell=True, cwd=tmp_path, capture_output=True, text=True, check=False
+        "patch -p1 < fix.patch", shell=True, cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert applied.returncode == 0, applied.stdout + applied.stderr
     expected = b"\xef\xbb\xbf" + _patched(SCRIPT).replace("\n", "\r\n").encode()
@@ -175,7 +175,7 @@ def test_a_root_in_a_second_latin1_file_is_patched_verified_and_applies(tmp_path
     assert proc.returncode == 0, err[-3000:]
     assert "re-run of the patched copy: exit 0, no dtype error" in err  # the patched helper imported
     assert (tmp_path / "helper.py").read_bytes() == HELPER  # --diff writes nothing
-    subprocess.run(["patch", "-p0"], input=proc.stdout, cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run(["patch", "-p1"], input=proc.stdout, cwd=tmp_path, check=True, capture_output=True)
     assert (tmp_path / "helper.py").read_bytes() == HELPER_FIXED  # the diff's bytes are latin-1
     assert _python("main.py", tmp_path).stdout == "résultat torch.float16\n"
 

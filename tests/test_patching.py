@@ -55,9 +55,9 @@ def test_cast_parenthesises_what_is_not_an_atom_and_keeps_comments() -> None:
     assert apply(src.text, [cast_expr(src, value, "float16")]) == "y = (a * 2).to(torch.float16)  # scaled\n"
 
 
-def test_unified_diff_applies_with_patch_p0_paths() -> None:
+def test_unified_diff_has_git_style_a_b_paths() -> None:
     diff = unified_diff("train.py", "a = 1\n", "a = 2\n")
-    assert diff.splitlines()[:2] == ["--- train.py", "+++ train.py"]
+    assert diff.splitlines()[:2] == ["--- a/train.py", "+++ b/train.py"]
 
 
 def _report(*findings: Finding) -> Report:

@@ -133,6 +133,13 @@ def _write(tmp_path: Path, name: str, text: str) -> tuple[list[dict], str, str]:
     return findings, after, " ".join(proc.stderr.split())
 
 
+def _cure(finding: dict) -> dict:
+    """The first fix: the experiment's cure, its edits those --write wrote (shown as a diff)."""
+    first = finding["fixes"][0]
+    assert first["verified"] is True and first["edits"] and first["diff"], first
+    return first
+
+
 def _lines(origin: dict) -> set[int]:
     todo, out = [origin], set()
     while todo:
@@ -149,7 +156,7 @@ def test_a_second_encoder_left_in_the_default_dtype_is_made_right_where_it_is_bu
     assert failed["data"]["island"]["built"] == "enc.py:8"
     assert "doc_encoder = BertModel(cfg).eval().to(torch.float16)" in after.splitlines()
     promoted = next(f for f in findings if f["code"] == "silent-promotion")
-    assert promoted["fixes"][0]["snippet"] == "doc_encoder = BertModel(cfg).eval().to(torch.float16)"
+    assert "+doc_encoder = BertModel(cfg).eval().to(torch.float16)" in _cure(promoted)["diff"]
     # the UNet-side replay cannot show another model's fix: it says so, never "fails"
     other = [x for x in failed["fixes"] if "doc_encoder" in x["snippet"]]
     assert other and all("is not a model the replayed call runs" in x["verification"] for x in other)
@@ -161,12 +168,9 @@ def test_a_cache_allocated_in_an_int8_weights_dtype_reads_the_scales_dtype(tmp_p
     dest = next(o for o in f["operands"] if o["role"] == "destination")
     assert dest["dtype"] == "int8" and 22 in _lines(dest["origin"])  # where the dtype was read
     assert f["data"]["intended"]["dtype"] == "bfloat16"
-    first = f["fixes"][0]
-    assert (first["file"], first["line"], first["snippet"]) == (
-        "cache.py",
-        22,
-        "store_dtype = self.proj.scale.dtype",
-    )
+    first = _cure(f)
+    assert first["edits"][0]["location"]["row"] == 22
+    assert "+        store_dtype = self.proj.scale.dtype" in first["diff"]
     assert not any(
         "value.to(cache.dtype)" in x["snippet"] or ".to(torch.int8)" in x["snippet"] for x in f["fixes"]
     )
@@ -178,7 +182,7 @@ def test_values_autocast_made_half_are_cast_where_they_are_written(tmp_path: Pat
     (f,) = findings
     written = next(o for o in f["operands"] if o["dtype"] == "bfloat16")
     assert 18 in _lines(written["origin"])  # the `with torch.autocast(...)` line
-    assert f["fixes"][0]["snippet"] == "h[slots] = self.image(feats).to(h.dtype)"
+    assert "h[slots] = self.image(feats" in _cure(f)["diff"]
     # run --write keeps the first edit set whose re-run passes, earliest birth first: the autocast
     # region's float32 computation of the written values, or the cast at the write
     lines = after.splitlines()
@@ -195,6 +199,6 @@ def test_a_bf16_tensor_handed_to_numpy_is_widened_there_never_with_cuda(tmp_path
     (f,) = findings
     (op,) = f["operands"]
     assert (op["name"], op["dtype"]) == ("probs", "bfloat16") and 4 in _lines(op["origin"])  # the .to(bf16)
-    assert f["fixes"][0]["snippet"] == "table = probs[0].float().numpy()"
+    assert "+table = probs[0].float().numpy()" in _cure(f)["diff"]
     assert not any("cuda" in x["snippet"].lower() for x in f["fixes"])
     assert "table = probs[0].float().numpy()" in after.splitlines()

@@ -19,7 +19,7 @@ from . import catalog, remedies
 from .catalog.family_codes import RANK_DIVERGENCE
 from .causes import group_by_cause
 from .dtype_map import report_map
-from .report import Evidence, Finding, Fix, Location, Report
+from .report import Evidence, Finding, Location, Report
 from .sections import LEGACY_META_KEYS, DtypeMap, ModuleDtypes, sections_from_meta
 from .verifying.contract import untried_reason, unverified_label
 
@@ -49,10 +49,13 @@ def lift_meta_sections(report: Report) -> Report:
 def present(report: Report) -> Report:
     """What every output shows, computed once before any renderer reads it (commands/_output.emit,
     Report's display, the integrations): schema-1 meta sections typed, each finding's root cause
-    set (causes.group_by_cause), a fix known to fail never first (failing_last), every fix labelled
-    (label_fixes), and no snippet naming what the user's code lacks at its place (in_user_names).
-    Renderers only read the result."""
-    return label_fixes(failing_last(in_user_names(group_by_cause(lift_meta_sections(report)))))
+    set (causes.group_by_cause), no snippet naming what the user's code lacks at its place
+    (in_user_names), each fix with a place in a user file carrying its edits, fixes with edits ahead
+    of advice and a fix known to fail never first (patching.shown.attach_edits), and every fix
+    labelled (label_fixes). Renderers only read the result."""
+    from .patching.shown import attach_edits
+
+    return label_fixes(attach_edits(in_user_names(group_by_cause(lift_meta_sections(report)))))
 
 
 def _script(report: Report) -> str | None:
@@ -73,19 +76,6 @@ def in_user_names(report: Report) -> Report:
     if all(a is b for a, b in zip(findings, report.findings, strict=True)):
         return report
     return _with_findings(report, findings)
-
-
-def failing_last(report: Report) -> Report:
-    """Each finding's fixes in their order, less those a replay found failing (`verified` False),
-    which follow the others: a fix the tool knows fails is never first while another is not known
-    to fail. A report with no such fix ahead of another comes back as it is."""
-
-    def order(fixes: list[Fix]) -> list[Fix]:
-        return [*(x for x in fixes if x.verified is not False), *(x for x in fixes if x.verified is False)]
-
-    if all(order(f.fixes) == f.fixes for f in report.findings):
-        return report
-    return _with_findings(report, [dataclasses.replace(f, fixes=order(f.fixes)) for f in report.findings])
 
 
 def label_fixes(report: Report) -> Report:

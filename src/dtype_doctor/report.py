@@ -116,7 +116,9 @@ class Fix:
     False when that replay still failed, None when it was not tried. verification: what the replay
     found, as shown (`verified: passes, max rel. error 2e-03 vs fp32`, `fails: ...`, `not verified (why)`).
     file, line: the place the snippet is pasted at (or replaces), where the remedy knows one.
-    Built only by the remedy processor (`remedies/processor.py`) and by `from_json`.
+    edits: the fix as edits of the user's files, in ruff's JSON shape (editing/fix_edits.py): what
+    the console shows as a diff, `--diff` prints, `--write` applies and SARIF carries. A fix without
+    edits is advice (a command, a setting): it never ranks ahead of one with edits.
     """
 
     title: str
@@ -127,6 +129,8 @@ class Fix:
     verification: str = ""
     file: str | None = None
     line: int | None = None
+    edits: list[dict[str, Any]] = field(default_factory=list)
+    diff: str = ""  # the edits as a short unified diff of the user's lines, made with them
 
     def __post_init__(self) -> None:
         if not self.language:
@@ -370,7 +374,8 @@ _FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
                 "origin": (dict, type(None))},
     "origin": {"kind": _S, "name": _OPT_S, "op": _OPT_S, "module": _OPT_S, "file": _OPT_S,
                "dtype": _OPT_S, "line": _OPT_I, "chain": (list,)},
-    "fixes": {"title": _S, "snippet": _S, "why": _S, "verified": (bool, type(None)), "verification": _S},
+    "fixes": {"title": _S, "snippet": _S, "why": _S, "verified": (bool, type(None)), "verification": _S,
+              "edits": (list,), "diff": _S},
     "evidence": {"text": _S, "line": _OPT_I, "source": _OPT_S},
 }  # fmt: skip
 _SEVERITIES = frozenset(s.value for s in Severity)

@@ -44,6 +44,8 @@ def wants_patch(args: argparse.Namespace) -> bool:
 
 def attach(report: Any, proposal: Any, args: argparse.Namespace) -> int:
     """Put the patch section on the report, write the files when asked; the exit code."""
+    import shlex
+
     from ..errors import DoctorError
     from ..patching.write import write_files
 
@@ -58,7 +60,14 @@ def attach(report: Any, proposal: Any, args: argparse.Namespace) -> int:
                 report.sections.append(section)
                 return 1
             section.written = [w.path for w in written]
-            section.outcome += "".join(f"\nbackup of {w.path}: {w.backup}" for w in written if w.backup)
+            section.outcome += "".join(
+                f"\nbackup of {w.path}: {w.backup}"
+                if w.backup
+                else f"\n{w.path}: no backup, git has it (git checkout -- {shlex.quote(w.path)} undoes the write)"
+                if backup
+                else ""
+                for w in written
+            )
             section.outcome += "".join(
                 f"\n{w.path} is marked read-only: written because this process may write it; mode kept"
                 for w in written
@@ -79,13 +88,49 @@ def rerun_progress(args: argparse.Namespace, command: str) -> Callable[[int, int
         return None
     from ..comparing.progress import ProgressEvent, line_progress
 
-    flag = "--write" if getattr(args, "write", False) else "--diff"
+    flag = (
+        "--write"
+        if getattr(args, "write", False)
+        else "--diff"
+        if getattr(args, "diff", False)
+        else "experiment"
+    )
     show = line_progress(sys.stderr, every=0.0, label=f"{command} {flag}")
     return lambda done, total: show(ProgressEvent(done, total, "patched copy", "re-running"))
 
 
-def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
-    """`run --diff/--write`: the program under watch, then the patch of its root causes, replayed."""
+DEFAULT_BUDGET_FACTOR = 3.0  # the experiment's default budget: this many times the failing run...
+MIN_BUDGET = 60.0  # ...and never less than this (a re-run pays an interpreter and torch's import)
+
+
+BUDGET_ENV = "DTYPE_DOCTOR_BUDGET"  # the default of --budget (0: no experiment unless asked)
+
+
+def budget_seconds(args: argparse.Namespace, elapsed: float) -> float:
+    """How long the experiment may take: `--budget`, else $DTYPE_DOCTOR_BUDGET, else a few times
+    the run it diagnoses."""
+    import os
+
+    from ..errors import DoctorError
+
+    given = getattr(args, "budget", None)
+    if given is None and os.environ.get(BUDGET_ENV, "").strip():
+        try:
+            given = float(os.environ[BUDGET_ENV])
+        except ValueError:
+            raise DoctorError(f"{BUDGET_ENV}={os.environ[BUDGET_ENV]!r} is not a number of seconds") from None
+    if given is not None:
+        if given != given or given < 0:
+            raise DoctorError(f"the experiment's budget must be 0 or more seconds, not {given}")
+        return float(given)
+    return max(MIN_BUDGET, DEFAULT_BUDGET_FACTOR * elapsed)
+
+
+def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
+    """`run`: the program under watch; when it reports an error or a warning in a script of the user's,
+    the experiment: each root cause's candidate edits re-run in an isolated scratch copy until one
+    cures the program, within the budget. The cure is the first fix of every error and warning
+    finding (editing its edits is what `--diff` prints and `--write` writes)."""
     import os
     import time
 
@@ -93,25 +138,99 @@ def run_with_patch(opts: Any, args: argparse.Namespace, show: Any) -> int:
     from ..patching import propose, run_command
     from ..watching.run import run_program
 
-    if opts.is_module:
+    patch = wants_patch(args)
+    budget_seconds(args, 0.0)  # a bad budget is refused before the program runs
+    if opts.is_module and patch:
         raise DoctorError("--diff and --write need a script path, not -m MODULE")
     runs: list[Any] = []
     started = time.monotonic()
-    code, report = run_program(opts, then=lambda code, report: runs.append(report))
-    if not runs:  # a child process the program forked: the parent shows the report
+
+    def then(code: int, report: Any) -> None:
+        elapsed = time.monotonic() - started
+        runs.append((report, elapsed))
+        if not patch and not (budget_seconds(args, elapsed) > 0 and _worth_an_experiment(opts, report)):
+            show(report, code)  # nothing to try: shown at once, with SIGINT/SIGTERM held back
+            runs.append(None)
+
+    code, report = run_program(opts, then=then)
+    if not runs or runs[-1] is None:  # a child the program forked (its parent shows it), or shown
         return code
-    anchor = os.path.dirname(os.path.abspath(opts.target))
-    options = [f"--mode={opts.mode}"] + (["--numerics"] if opts.numerics else [])
-    timeout = max(120.0, 4 * (time.monotonic() - started))  # a replay that hangs is cut off
-    command = run_command(opts.target, opts.argv, options)
-    proposal = propose(report, command, anchor, timeout=timeout, on_progress=rerun_progress(args, "run"))
-    if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
-        proposal.section.verified = None
-        proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
+    elapsed = runs[0][1]
+    budget = budget_seconds(args, elapsed)
+    proposal = None
+    if True:
+        anchor = os.path.dirname(os.path.abspath(opts.target))
+        options = [f"--mode={opts.mode}", "--budget=0"] + (["--numerics"] if opts.numerics else [])
+        timeout = max(120.0, 4 * elapsed)  # a replay that hangs is cut off
+        command = run_command(opts.target, opts.argv, options)
+        t0 = time.monotonic()
+        proposal = propose(
+            report,
+            command,
+            anchor,
+            timeout=timeout,
+            on_progress=rerun_progress(args, "run"),
+            deadline=None if patch else t0 + budget,
+        )
+        cure_first(report, proposal, time.monotonic() - t0)
+        if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
+            proposal.section.verified = None
+            proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
+    if not patch:
+        show(report, code)
+        return code
+    assert proposal is not None
     result = attach(report, proposal, args)
     show(report, code)
     print_diff(proposal, args)
     return result
+
+
+def _worth_an_experiment(opts: Any, report: Any) -> bool:
+    """A script file of the user's whose run reported an error or a warning."""
+    import os
+
+    from ..report import Severity
+
+    if opts.is_module or opts.target == "-" or not os.path.isfile(opts.target):
+        return False
+    return any(f.severity in (Severity.ERROR, Severity.WARNING) for f in report.findings)
+
+
+def cure_first(report: Any, proposal: Any, seconds: float) -> None:
+    """The experiment's outcome on the report: `meta["experiment"]` (what was tried, what cured, how
+    long), and a cure as the first fix of every error and warning finding, its edits those the
+    re-run ran."""
+    from ..report import Fix, Severity
+
+    section = proposal.section
+    tried = proposal.tried
+    report.meta["experiment"] = {
+        "tried": tried,
+        "cured": bool(section.verified),
+        "seconds": round(seconds, 1),
+        "changes": [c["change"] for c in section.changes],
+        "outcome": section.outcome.splitlines()[0] if section.outcome else "",
+    }
+    if not (section.verified and proposal.edits):
+        return
+    title = "; ".join(c["change"] for c in section.changes) or "the edit the re-run cured"
+    what = section.outcome.splitlines()[0].removeprefix("re-run of the patched copy: ")
+    from ..editing.fix_edits import small_diff
+
+    cure = Fix(
+        title=title[:1].upper() + title[1:],
+        why=f"the experiment's cure: of {tried} edit set{'s' if tried != 1 else ''} tried, the first "
+        "whose re-run of your program passed",
+        verified=True,
+        verification=f"verified: these edits, re-run: {what}",
+        edits=list(proposal.edits),
+        diff=small_diff(proposal.edits),
+        language="python",
+    )
+    for f in report.findings:
+        if f.severity in (Severity.ERROR, Severity.WARNING):
+            f.fixes.insert(0, cure)
 
 
 def check_with_patch(report: Any, args: argparse.Namespace) -> int:

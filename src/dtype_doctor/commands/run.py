@@ -38,6 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MODULE ...",
         help="run a library module as a script, like python -m (its arguments follow)",
     )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long the experiment may re-run your program with candidate edits to find the one "
+        "that cures it (default: 3x the run, at least 60 s; 0: no experiment)",
+    )
     add_output_options(parser)
     add_patch_options(parser)
     parser.add_argument("script", nargs="?", help="the Python script to run")
@@ -46,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import DoctorError
-    from ..watching.run import RunOptions, rank, run_program
-    from ._patch import run_with_patch, wants_patch
+    from ..watching.run import RunOptions, rank
+    from ._patch import run_with_experiment
 
     if args.module:
         opts = RunOptions(args.module[0], list(args.module[1:]), is_module=True)
@@ -56,10 +64,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise DoctorError("nothing to run: give a script path or -m MODULE")
     opts.mode, opts.numerics, opts.replace_path0 = args.mode, args.numerics, True
-    if wants_patch(args):
-        return run_with_patch(opts, args, lambda report, code: _emit(report, args, rank(), code))
-    code, _ = run_program(opts, then=lambda code, report: _emit(report, args, rank(), code))
-    return code
+    return run_with_experiment(opts, args, lambda report, code: _emit(report, args, rank(), code))
 
 
 def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) -> None:

@@ -135,19 +135,53 @@ def apply(text: str, edits: list[Edit]) -> str:
     return text
 
 
+def git_top(folder: str) -> str | None:
+    """The top folder of the git work tree holding `folder` (None outside one, or without git)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def diff_path(path: str) -> str:
+    """The name a patch gives a file: relative to its git repository's top (where `git apply` and
+    `patch -p1` run), else to the working directory when under it, else absolute."""
+    full = os.path.abspath(path)
+    top = git_top(os.path.dirname(full)) if os.path.isdir(os.path.dirname(full)) else None
+    for base in (top, os.getcwd()):
+        if base:
+            rel = os.path.relpath(full, base)
+            if not rel.startswith(os.pardir):
+                return rel.replace(os.sep, "/")
+    return full
+
+
 def unified_diff(path: str, before: str, after: str, encoding: str = "utf-8") -> str:
-    """A `patch -p0` / `git apply -p0` diff of one file; a path under the working directory is shown
-    relative to it (patch ignores absolute names), others as given; a name with a blank ends with a
-    tab, as GNU diff writes it. A file with a BOM (`encoding` utf-8-sig) shows it on its first line, so
-    the diff's bytes (`diff_bytes`) match the file's."""
-    if os.path.isabs(path):
-        rel = os.path.relpath(path)
-        path = path if rel.startswith(os.pardir) else rel
+    """A git-style diff of one file (`a/NAME`, `b/NAME`: `git apply` and `patch -p1` apply it), the
+    name from `diff_path`; a name with a blank ends with a tab, as GNU diff writes it. A file with a
+    BOM (`encoding` utf-8-sig) shows it on its first line, so the diff's bytes (`diff_bytes`) match
+    the file's."""
+    path = diff_path(path)
     if encoding == "utf-8-sig":
         before, after = "\ufeff" + before, "\ufeff" + after
-    name = path + "\t" if any(c.isspace() for c in path) else path
+    tab = "\t" if any(c.isspace() for c in path) else ""
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), name, name, n=3, lineterm="\n"
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        f"a/{path}{tab}",
+        f"b/{path}{tab}",
+        n=3,
+        lineterm="\n",
     )
     out = []
     for line in lines:

@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..editing.fix_edits import to_json
 from ..editing.source import diff_bytes, unified_diff
 from ..report import Report, Severity
 from ..sections import SourcePatch
@@ -39,6 +40,8 @@ class Proposal:
     """The patch section and what `--write` needs: each file's text at the run and patched."""
 
     section: SourcePatch
+    tried: int = 0  # edit sets re-run
+    edits: list[dict] = field(default_factory=list)  # the chosen edits, in ruff's shape (editing/fix_edits)
     originals: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     encodings: dict[str, str] = field(default_factory=dict)  # path -> the encoding Python reads it in
@@ -59,6 +62,7 @@ def propose(
     timeout: float | None = 600,
     home: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    deadline: float | None = None,
 ) -> Proposal:
     """Plan edits for `report`'s root causes, replay them with `command` (see verifying/backends/
     patched.replay) and return the patch of the first candidates that pass (else the best tried),
@@ -82,7 +86,9 @@ def propose(
         return result
 
     log: list[tuple[list[Candidate], Replay]] = []
-    chosen, files, result = search(causes, originals, run, on_progress=on_progress, log=log)
+    chosen, files, result = search(
+        causes, originals, run, on_progress=on_progress, log=log, deadline=deadline
+    )
     diff = "".join(unified_diff(p, originals[p], text, encodings[p]) for p, text in files.items())
     changes = []
     for cause in causes:
@@ -101,7 +107,16 @@ def propose(
         verified=result.passed if result is not None else None,
         outcome=outcome,
     )
-    return Proposal(section, {p: originals[p] for p in files}, files, {p: encodings[p] for p in files})
+    made = dict.fromkeys(e for cand in chosen for e in cand.edits)  # as search.combine applied them
+    edits = [to_json(src, e) for e in made if (src := planner.sources.get(e.path)) is not None]
+    return Proposal(
+        section,
+        len(log),
+        edits,
+        {p: originals[p] for p in files},
+        files,
+        {p: encodings[p] for p in files},
+    )
 
 
 def _why_none(report: Report, planner: Planner) -> str:

@@ -71,12 +71,16 @@ class Planner:
 
     def with_import(self, cand: Candidate) -> Candidate:
         """The candidate plus `import torch` in each file it writes `torch.` into that lacks it."""
+        edits = self.with_import_edits(cand.edits)
+        return Candidate(cand.title, edits) if len(edits) != len(cand.edits) else cand
+
+    def with_import_edits(self, edits: list[Edit]) -> list[Edit]:
         extra = []
-        for path in dict.fromkeys(e.path for e in cand.edits):
+        for path in dict.fromkeys(e.path for e in edits):
             src = self.sources.get(path)
-            if src is not None and not find.binds_torch(src) and any("torch." in e.text for e in cand.edits):
+            if src is not None and not find.binds_torch(src) and any("torch." in e.text for e in edits):
                 extra.append(find.import_torch(src))
-        return Candidate(cand.title, [*cand.edits, *extra]) if extra else cand
+        return [*edits, *extra]
 
     def in_lineage_order(self, f: Finding) -> list[Candidate]:
         """The structural candidates (built root first) with the report's shown fixes, pasted, merged

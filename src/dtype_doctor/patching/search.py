@@ -3,6 +3,7 @@ the verifier's re-run back-end (verifying/backends/patched.py) until one passes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..editing.source import Edit, apply
@@ -56,12 +57,14 @@ def search(
     budget: int = MAX_REPLAYS,
     on_progress: Callable[[int, int], None] | None = None,
     log: list[tuple[list[Candidate], Replay]] | None = None,
+    deadline: float | None = None,
 ) -> tuple[list[Candidate], dict[str, str], Replay | None]:
     """Try each cause's candidates in order (first of each together, then one cause at a time; with
     several causes, last each cause left unedited) through the verifier's re-run back-end (`run`: one
     re-run of the patched files), keep the first set that passes, else the best seen. Returns
     (chosen, files, replay). `on_progress(done, total)` hears of each candidate set before its
-    re-run; `log` gets each set tried with what its re-run saw."""
+    re-run; `log` gets each set tried with what its re-run saw. `deadline` (time.monotonic()): no
+    set is started after it."""
     if not causes:
         return [], {}, None
     backend = Patched(originals, run)
@@ -83,7 +86,7 @@ def search(
     best_chosen, used = chosen, 1
     for i, cause in enumerate(causes):
         for j in [*range(1, len(cause.candidates)), *([SKIP] if skips else [])]:
-            if best.passed or used >= budget:
+            if best.passed or used >= budget or (deadline is not None and time.monotonic() > deadline):
                 return best_chosen, best_files, best
             trial = [*choice[:i], j, *choice[i + 1 :]]
             chosen, edits = combine(causes, trial)

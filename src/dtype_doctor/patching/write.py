@@ -3,7 +3,7 @@
 Refuses a file that changed since the run (its text is not the one the diff was made from) and,
 unless `force`, a file this process may not write or one with uncommitted changes in git. Each file is first backed
 up (`FILE.orig`, or `FILE.orig.1`, `.2`, ... when that exists: a backup is never overwritten, unless
-`backup=False`), then rewritten in place: a symlink stays a link (its target is written), a hard link
+`backup=False`; none for a file tracked and clean in git, whose backup git is), then rewritten in place: a symlink stays a link (its target is written), a hard link
 stays linked (same inode), and the file keeps its encoding, BOM and line ends outside the edits. A
 write that fails puts the old bytes back. No torch import.
 """
@@ -32,12 +32,13 @@ class Written:
     kept_read_only: bool = False  # its mode bits said read-only; written as root, the mode kept
 
 
-def git_dirty(path: str) -> bool:
-    """The file has uncommitted changes in its git repository (False outside one, or without git)."""
+def _git_status(path: str) -> str | None:
+    """`git status --porcelain` of the file ('' clean and tracked, '??' untracked), None outside a
+    git repository or without git."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         proc = subprocess.run(
-            ["git", "status", "--porcelain", "--", os.path.basename(path)],
+            ["git", "status", "--porcelain", "--ignored", "--", os.path.basename(path)],
             cwd=folder,
             capture_output=True,
             text=True,
@@ -45,8 +46,20 @@ def git_dirty(path: str) -> bool:
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0 and bool(proc.stdout.strip())
+        return None
+    return proc.stdout.strip()[:2] if proc.returncode == 0 else None
+
+
+def git_dirty(path: str) -> bool:
+    """The file is tracked and has uncommitted changes in its git repository (False outside one,
+    without git, or for a file git does not track: git holds no other copy of it to lose)."""
+    status = _git_status(path)
+    return bool(status) and status not in ("??", "!!")
+
+
+def git_kept(path: str) -> bool:
+    """The file is tracked and clean in git: git is its backup (`git checkout -- FILE` undoes a write)."""
+    return _git_status(path) == ""
 
 
 def read_only(path: str) -> bool:
@@ -94,7 +107,7 @@ def write_files(
         data[path] = (raw, patched[path].encode(encoding))
     written = []
     for path, (old, new) in data.items():
-        saved = _backup(path, old) if backup else None
+        saved = _backup(path, old) if backup and not git_kept(path) else None
         marked = marked_read_only(path)
         _rewrite(path, old, new)
         written.append(Written(path, saved, marked))

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..causes import by_cause
-from ..report import Finding, Report, Severity
+from ..report import Finding, Fix, Report, Severity
 from ..sections import CompareResult, EnvFacts, SourcePatch
 from ..sections import Table as SectionTable
 from .fold import fold_code_line
@@ -82,6 +82,8 @@ def renderables(report: Report, verbose: bool = False, noted: Collection[str] = 
     hidden = sum(len(findings) for _, findings in groups[len(shown) :])
     if hidden:
         yield Text(f"... and {hidden:,} more: see --html, --json or -v", style="bold")
+    if isinstance(report.meta.get("experiment"), dict):
+        yield experiment_line(report.meta["experiment"])
     yield summary_line(report)
     yield from patches  # the diff last: what the user acts on
 
@@ -136,8 +138,8 @@ def render_brief(report: Report, console: Console) -> None:
                 console.print(
                     Text(f"    {f.fixes[0].verification}", style="green" if f.fixes[0].verified else "dim")
                 )
-            if f.fixes[0].snippet:
-                console.print(_code(f.fixes[0].snippet), crop=False)
+            if f.fixes[0].diff or f.fixes[0].snippet:
+                console.print(_fix_code(f.fixes[0]), crop=False)
     console.print(summary_line(report))
 
 
@@ -149,6 +151,18 @@ def render_quiet(report: Report, console: Console) -> None:
         where = finding.location.describe() if finding.location else ""
         line = f"{finding.severity.value.upper()} {finding.code}{count}" + (f" at {where}" if where else "")
         console.print(Text(line, style=_STYLE[finding.severity]))
+
+
+def experiment_line(experiment: dict[str, Any]) -> Text:
+    """What the experiment tried and what cured (commands/_patch.cure_first)."""
+    tried, seconds = experiment.get("tried", 0), experiment.get("seconds", 0)
+    sets = f"{tried} edit set{'s' if tried != 1 else ''} re-run in {seconds} s"
+    if experiment.get("cured"):
+        return Text.assemble(("experiment ", "bold green"), f"{sets}; cured by fix 1 (its edits above)")
+    return Text.assemble(
+        ("experiment ", "bold yellow"),
+        f"{sets}; none cured the program: root not proven ({experiment.get('outcome', '')})",
+    )
 
 
 def summary_line(report: Report) -> Text:
@@ -215,9 +229,9 @@ def finding_panel(
         if fix.verification:
             style = "green" if fix.verified else "red" if fix.verified is False else "dim"
             parts.append(Text(f"       {fix.verification}", style=style))
-        if fix.snippet:
+        if fix.diff or fix.snippet:
             # plain styled text, not rich.syntax: pygments costs ~0.1 s of start-up, and explain has 0.3 s
-            parts.append(_code(fix.snippet))
+            parts.append(_fix_code(fix))
     hidden = len(finding.fixes) - 3
     if hidden > 0 and not verbose:
         parts.append(Text(f"(+{hidden} more fixes: -v)", style="dim"))
@@ -240,15 +254,27 @@ def finding_panel(
 
 class _Code:
     """A fix's code, indented, folded at the width it is drawn in (fold_code_line), never wrapped
-    at a space (a wrapped line, pasted, is a syntax error; a marked continuation is visibly one)."""
+    at a space (a wrapped line, pasted, is a syntax error; a marked continuation is visibly one).
+    A diff's lines are coloured by their first character."""
 
-    def __init__(self, snippet: str) -> None:
+    def __init__(self, snippet: str, diff: bool = False) -> None:
         self.lines = _indent(snippet).splitlines()
+        self.diff = diff
+
+    def _style(self, line: str) -> str:
+        if not self.diff:
+            return "cyan"
+        head = line[4:5]
+        return (
+            {"+": "green", "-": "red", "@": "magenta"}.get(head, "")
+            if line[4:7] not in ("+++", "---")
+            else "bold"
+        )
 
     def __rich_console__(self, console: Console, options: Any) -> Iterator[Any]:
         for line in self.lines:
             for piece in fold_code_line(line, options.max_width):
-                yield Text(piece, style="cyan", no_wrap=True, overflow="ignore")
+                yield Text(piece, style=self._style(line), no_wrap=True, overflow="ignore")
 
     def __rich_measure__(self, console: Console, options: Any) -> Any:
         from rich.measure import Measurement
@@ -280,3 +306,8 @@ def _indent(snippet: str) -> str:
 def _code(snippet: str) -> _Code:
     """A fix's code, indented, folded to the width it is drawn in."""
     return _Code(snippet)
+
+
+def _fix_code(fix: Fix) -> _Code:
+    """A fix as its edits make it (a diff of the user's lines), else its snippet."""
+    return _Code(fix.diff, diff=True) if fix.diff else _Code(fix.snippet)

@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import quote
 
 from .. import catalog
+from ..editing.fix_edits import by_file
 from ..report import Finding, Report, Severity
-from ..sections import SourcePatch
 from .base import PresentedRenderer
 from .places import Place, places, relative
 from .registry import RenderOptions
@@ -25,7 +25,6 @@ from .registry import RenderOptions
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 _ROOT = "SRCROOT"
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 
 
 class SarifRenderer(PresentedRenderer, name="sarif", extension=".sarif"):
@@ -38,7 +37,6 @@ def sarif_log(report: Report, base: str | None = None) -> dict[str, Any]:
 
     base = os.path.abspath(base or os.getcwd())
     codes = list(dict.fromkeys(f.code for f in report.findings))
-    edits = _edits(report)
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -49,7 +47,7 @@ def sarif_log(report: Report, base: str | None = None) -> dict[str, Any]:
             }
         },
         "originalUriBaseIds": {_ROOT: {"uri": Path(base).as_uri() + "/"}},
-        "results": [_result(f, codes.index(f.code), base, edits) for f in report.findings],
+        "results": [_result(f, codes.index(f.code), base) for f in report.findings],
     }
     if report.tool:
         run["automationDetails"] = {"id": f"dtype-doctor/{report.tool}/"}
@@ -93,7 +91,7 @@ def _location(place: Place, base: str) -> dict[str, Any] | None:
     return {"physicalLocation": physical, "message": {"text": place.what}}
 
 
-def _result(f: Finding, rule_index: int, base: str, edits: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _result(f: Finding, rule_index: int, base: str) -> dict[str, Any]:
     text = f.message or f.title
     if f.fixes:
         text += f"\nFix: {f.fixes[0].headline()}"
@@ -111,63 +109,35 @@ def _result(f: Finding, rule_index: int, base: str, edits: dict[str, list[dict[s
     if f.location is not None and f.location.module is not None:
         logical = {"fullyQualifiedName": f.location.module or "<root>", "kind": "module"}
         result.setdefault("locations", [{}])[0]["logicalLocations"] = [logical]
-    files = {p.file for p in places(f)}
-    fixes = [fix for path, fix_list in edits.items() if _same(path, files, base) for fix in fix_list]
+    fixes = _fixes(f, base)
     if fixes:
         result["fixes"] = fixes
     result["properties"] = {"count": f.count, "confidence": f.confidence}
     return result
 
 
-def _same(path: str, files: set[str], base: str) -> bool:
-    full = os.path.abspath(os.path.join(base, path))
-    return any(os.path.abspath(os.path.join(base, other)) == full for other in files)
-
-
-def _edits(report: Report) -> dict[str, list[dict[str, Any]]]:
-    """A SARIF fix per patched file of the report's source patch, keyed by that file's path."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for patch in (s for s in report.sections if isinstance(s, SourcePatch)):
-        what = (
-            "; ".join(c.get("change", "") for c in patch.changes if c.get("change")) or "the fix as a patch"
-        )
-        for path, replacements in _diff_replacements(patch.diff).items():
-            change = {
-                "artifactLocation": {"uri": quote(path.replace(os.sep, "/")), "uriBaseId": _ROOT},
-                "replacements": replacements,
+def _fixes(f: Finding, base: str) -> list[dict[str, Any]]:
+    """The finding's first fix with edits as a SARIF fix: one artifactChange per file, each edit a
+    replacement of its region (columns 1-based, the end exclusive, as in the fix's own edits)."""
+    fix = next((x for x in f.fixes if x.edits), None)
+    if fix is None:
+        return []
+    changes = []
+    for path, edits in by_file(fix.edits).items():
+        artifact = _artifact(path, base)
+        if artifact is None:
+            continue
+        replacements = [
+            {
+                "deletedRegion": {
+                    "startLine": e["location"]["row"],
+                    "startColumn": e["location"]["column"],
+                    "endLine": e["end_location"]["row"],
+                    "endColumn": e["end_location"]["column"],
+                },
+                "insertedContent": {"text": e["content"]},
             }
-            out.setdefault(path, []).append({"description": {"text": what}, "artifactChanges": [change]})
-    return out
-
-
-def _diff_replacements(diff: str) -> dict[str, list[dict[str, Any]]]:
-    """Each file's hunks of a unified diff as SARIF replacements: the hunk's old lines (context
-    included) replaced by its new lines."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    path: str | None = None
-    hunk: dict[str, Any] | None = None
-    for line in diff.splitlines():
-        if line.startswith("+++ "):
-            path = line[4:].split("\t")[0].strip()
-            hunk = None
-            continue
-        if line.startswith("--- "):
-            hunk = None
-            continue
-        head = _HUNK.match(line)
-        if head and path is not None:
-            start, length = int(head.group(1)), int(head.group(2) if head.group(2) is not None else 1)
-            hunk = {"start": start, "length": length, "new": []}
-            out.setdefault(path, []).append(hunk)
-        elif hunk is not None and line[:1] in (" ", "+"):
-            hunk["new"].append(line[1:])
-    return {p: [_replacement(h) for h in hunks] for p, hunks in out.items()}
-
-
-def _replacement(hunk: dict[str, Any]) -> dict[str, Any]:
-    new = "\n".join(hunk["new"])
-    if hunk["length"] == 0:  # a pure insertion after line `start`: an empty region at the next line
-        region = {"startLine": hunk["start"] + 1, "startColumn": 1, "endColumn": 1}
-        return {"deletedRegion": region, "insertedContent": {"text": new + "\n"}}
-    region = {"startLine": hunk["start"], "endLine": hunk["start"] + hunk["length"] - 1}
-    return {"deletedRegion": region, "insertedContent": {"text": new}}
+            for e in edits
+        ]
+        changes.append({"artifactLocation": artifact, "replacements": replacements})
+    return [{"description": {"text": fix.title}, "artifactChanges": changes}] if changes else []

@@ -26,6 +26,7 @@ from ..report import Location, Operand
 from . import autograd_functions, findings, numpy_seam, promoted_root, snippets, value_births, value_limits
 from .contracts import Contract, Slot, bind
 from .names import loaded_names, visible
+from .notes import BRIEF, brief_note
 from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
 from .wanted_floating import wanted_floating
 
@@ -113,7 +114,7 @@ def on_failure(
         session._failed[id(exc)] = finding  # a worker thread's crash names its thread on it
         session.keep_failing_call()
         if hasattr(exc, "add_note"):
-            exc.add_note(findings.note_text(finding) + _earlier(session, finding))
+            exc.add_note(_note(session, finding) + _earlier(session, finding))
 
 
 def withdraw(session: Session, finding: Any) -> None:
@@ -222,7 +223,7 @@ def on_exit(session: Session, exc: BaseException) -> None:
         return
     errors = [f for f in session.report.findings if f.code != family_codes.TOOL_INTERNAL_ERROR]
     if errors and hasattr(exc, "add_note"):
-        exc.add_note("\n".join(findings.note_text(f) for f in errors[-2:]))
+        exc.add_note("\n".join(_note(session, f) for f in errors[-2:]))
 
 
 def _own_assert(exc: BaseException) -> bool:
@@ -247,8 +248,16 @@ def _renote(session: Session, exc: BaseException) -> None:
     for i, note in enumerate(notes):
         if isinstance(note, str) and note.startswith(f"dtype-doctor [{finding.code}]"):
             at = note.find(EARLIER)
-            notes[i] = findings.note_text(finding) + (note[at - 1 :] if at > 0 else "")
+            notes[i] = _note(session, finding) + (note[at - 1 :] if at > 0 else "")
             return
+
+
+def _note(session: Session, finding: Any) -> str:
+    """The finding as a note: brief under `dtype-doctor run` (its report, printed after the
+    traceback, carries the whole diagnosis and the experiment's cure), else whole."""
+    if session.report.tool == "run":
+        return brief_note(finding)
+    return findings.note_text(finding)
 
 
 def noted_in(exc: BaseException) -> list[str]:
@@ -257,6 +266,8 @@ def noted_in(exc: BaseException) -> list[str]:
     shown = []
     for note in getattr(exc, "__notes__", None) or ():
         lines = str(note).splitlines()
+        if BRIEF in " ".join(line.strip() for line in lines):
+            continue  # a brief note: the report shows the finding whole
         head = re.match(r"dtype-doctor \[([\w-]+)\]", lines[0]) if lines else None
         at = next((i for i, line in enumerate(lines[:6]) if line.startswith("  at ")), None)
         where = ""

@@ -48,3 +48,17 @@ def note_text(finding: Finding) -> str:
                 piece for s in fix.snippet.splitlines()[:3] for piece in fold_code_line(f"       {s}", width)
             ]
     return "\n".join(folded)
+
+
+BRIEF = "(its root, the fix that cures it and the proof: in dtype-doctor's report below)"
+
+
+def brief_note(finding: Finding) -> str:
+    """The note under `dtype-doctor run`, whose report follows the traceback with the experiment's
+    cure: the headline and the place, so that the diagnosis is printed once, with one first fix."""
+    lines = [f"dtype-doctor [{finding.code}] {finding.title}"]
+    if finding.location:
+        lines.append(f"  at {finding.location.describe()}")
+    lines.append(f"  {BRIEF}")
+    width = terminal_width()
+    return "\n".join(piece for line in lines for piece in fold_prose_line(line, width, hang=4))

@@ -1,0 +1,103 @@
+"""A fix's edits in ruff's JSON shape, and back: the one form every consumer of a fix reads.
+
+Each edit is `{"filename", "content", "location": {"row", "column"}, "end_location": {"row",
+"column"}}`: rows and columns 1-based, columns in characters, the text from `location` up to (not
+including) `end_location` replaced by `content`. `filename` is absolute. Standard library only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from .source import Edit, Source
+
+
+def _position(starts: list[int], offset: int) -> dict[str, int]:
+    row = bisect.bisect_right(starts, offset) - 1
+    return {"row": row + 1, "column": offset - starts[row] + 1}
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    if len(starts) > 1 and not text.endswith(("\n", "\r")):
+        starts.pop()  # the last line has no line end: no row after it
+    return starts
+
+
+def to_json(src: Source, edit: Edit) -> dict[str, Any]:
+    """An `Edit` (character offsets into `src`) in ruff's shape."""
+    starts = _line_starts(src.text)
+    return {
+        "filename": os.path.abspath(edit.path),
+        "content": edit.text,
+        "location": _position(starts, edit.start),
+        "end_location": _position(starts, edit.end),
+    }
+
+
+def offset(text: str, row: int, column: int) -> int:
+    """The character offset of a 1-based (row, column) in `text` (ValueError when outside it)."""
+    starts = _line_starts(text)
+    if not 1 <= row <= len(starts) or column < 1:
+        raise ValueError(f"row {row}, column {column} is outside the file")
+    at = starts[row - 1] + column - 1
+    if at > len(text):
+        raise ValueError(f"row {row}, column {column} is outside the file")
+    return at
+
+
+def apply_json(text: str, edits: Iterable[dict[str, Any]]) -> str:
+    """`text` with ruff-shaped edits made (all of one file; they must not overlap)."""
+    spans = []
+    for e in edits:
+        start = offset(text, e["location"]["row"], e["location"]["column"])
+        end = offset(text, e["end_location"]["row"], e["end_location"]["column"])
+        spans.append((start, end, e["content"]))
+    for start, end, content in sorted(spans, reverse=True):
+        text = text[:start] + content + text[end:]
+    return text
+
+
+def by_file(edits: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in edits:
+        out.setdefault(e["filename"], []).append(e)
+    return out
+
+
+def small_diff(edits: list[dict[str, Any]], context: int = 1) -> str:
+    """The edits as a short unified diff of the user's lines (paths as the user named them, relative
+    to the current directory when under it): what the console shows for a fix."""
+    out: list[str] = []
+    for path, mine in by_file(edits).items():
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
+                before = fh.read()
+            after = apply_json(before, mine)
+        except (OSError, ValueError, KeyError):
+            continue
+        shown = os.path.relpath(path) if not os.path.relpath(path).startswith(os.pardir) else path
+        lines = difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True), shown, shown, n=context
+        )
+        out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
+    return "".join(out)
+
+
+def effect(edits: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """What the edits make of their files, (filename, patched text) each: two fixes whose edits
+    differ in span but write the same text are the same fix. Empty when a file cannot be read."""
+    out = []
+    for path, mine in sorted(by_file(edits).items()):
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
+                out.append((path, apply_json(fh.read(), mine)))
+        except (OSError, ValueError, KeyError):
+            return ()
+    return tuple(out)
