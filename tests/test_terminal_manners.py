@@ -85,7 +85,7 @@ def test_run_shows_the_noted_diagnosis_once_on_stderr(tmp_path):
     assert err.count("dtype-doctor [matmul-dtype-mismatch]") == 1  # the note, under the traceback
     note = err[err.index("dtype-doctor [matmul-dtype-mismatch]") : err.index("╭─")]
     # under run the note is brief (headline and place) and the box below is the one diagnosis
-    assert "in dtype-doctor's report below" in " ".join(note.split()) and "fix" not in note
+    assert "in dtype-doctor's report below" in " ".join(note.split()) and "fix:" not in note
     assert err.count("1. ERROR matmul-dtype-mismatch") == 1 and err.count("fix 1  ") == 1
     assert "dtype-doctor run: 1 error; raised RuntimeError" in err
     assert max(len(line) for line in note.splitlines()) <= 80
