@@ -113,3 +113,37 @@ def test_budget_zero_runs_no_experiment_and_a_bad_budget_is_one_line(tmp_path: P
     assert bad.stderr.strip().splitlines() == [
         "dtype-doctor run: error: DTYPE_DOCTOR_BUDGET='soon' is not a number of seconds"
     ]
+
+
+SILENT = """\
+import torch
+
+positions = torch.arange(4000, 4096, dtype=torch.float32)
+inv_freq = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    angles = positions[:, None] @ inv_freq[None, :]
+    table = angles.float().cos()
+reference = (positions[:, None] @ inv_freq[None, :]).cos()
+err = (table - reference).abs().max().item()
+print("max error", err)
+assert err < 1e-2, f"cos table off by {err:.3f}"
+"""
+
+
+def test_a_silent_failure_is_rooted_at_the_line_whose_float32_cures_it(tmp_path: Path) -> None:
+    """No dtype error, only the script's own assert: the line experiment bisects the user's
+    low-precision lines and finds the matmul autocast lowered; its fix (autocast off there) is
+    verified by a re-run and, applied by the independent applier, makes plain python pass."""
+    (tmp_path / "rope.py").write_text(SILENT)
+    proc = dtype_doctor("run", "--budget", "300", "--json=r.json", "rope.py", cwd=tmp_path, env=ENV)
+    assert proc.returncode == 1 and "AssertionError" in proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    first = report["findings"][0]
+    assert first["code"] == "low-precision-under-autocast"
+    assert (first["location"]["file"], first["location"]["line"]) == ("rope.py", 6)
+    fix = first["fixes"][0]
+    assert fix["verified"] is True, fix["verification"]
+    assert 'with torch.autocast(device_type="cpu", enabled=False):' in fix["diff"]
+    _applier().apply_edits(tmp_path, fix["edits"])
+    ran = subprocess.run([sys.executable, "rope.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-1500:]

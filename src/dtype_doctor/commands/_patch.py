@@ -148,7 +148,7 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
     def then(code: int, report: Any) -> None:
         elapsed = time.monotonic() - started
         runs.append((report, elapsed))
-        if not patch and not (budget_seconds(args, elapsed) > 0 and _worth_an_experiment(opts, report)):
+        if not patch and not (budget_seconds(args, elapsed) > 0 and _worth_an_experiment(opts, report, code)):
             show(report, code)  # nothing to try: shown at once, with SIGINT/SIGTERM held back
             runs.append(None)
 
@@ -173,6 +173,8 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
             deadline=None if patch else t0 + budget,
         )
         cure_first(report, proposal, time.monotonic() - t0)
+        if code and report.meta.get("raised") and not (proposal.tried and proposal.section.verified):
+            _line_experiment(report, proposal, command, anchor, t0 + budget, timeout, code, patch)
         if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
             proposal.section.verified = None
             proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
@@ -186,14 +188,78 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
     return result
 
 
-def _worth_an_experiment(opts: Any, report: Any) -> bool:
-    """A script file of the user's whose run reported an error or a warning."""
+def _line_experiment(
+    report: Any,
+    proposal: Any,
+    command: Any,
+    anchor: str,
+    deadline: float,
+    timeout: float,
+    code: int,
+    patch: bool,
+) -> None:
+    """The program failed and no edit planned from the findings cured it: the line experiment
+    (experiment/lines.py) looks for the line of the user's whose float32 computation does. Its root
+    goes first in the report; under --diff/--write its edit is the patch."""
+    import os
+    import time
+
+    from ..editing.fix_edits import apply_json, by_file
+    from ..experiment import lines
+    from ..patching.plan import Planner
+
+    t0 = time.monotonic()
+    if deadline - t0 < 5:
+        return
+    planner = Planner()
+    found, outcome = lines.diagnose(command, anchor, deadline, timeout, code, planner.source)
+    meta = report.meta.setdefault("experiment", {"tried": 0, "cured": False, "seconds": 0.0, "changes": []})
+    meta["tried"] = meta.get("tried", 0) + outcome.runs
+    meta["seconds"] = round(meta.get("seconds", 0.0) + time.monotonic() - t0, 1)
+    if found is None:
+        meta["outcome"] = (meta.get("outcome") or "") + (f"; lines: {outcome.why}" if outcome.why else "")
+        return
+    report.findings.insert(0, found)
+    fix = found.fixes[0] if found.fixes else None
+    if fix is None or not fix.verified:
+        meta["outcome"] = (
+            f"root line found ({found.location.file}:{found.location.line}), its edit not verified"
+        )
+        return
+    meta["cured"] = True
+    meta["changes"] = [fix.title]
+    meta["outcome"] = fix.verification.removeprefix("verified: these edits, re-run: ")
+    if patch:  # the patch is the line's edit
+        originals, files = {}, {}
+        for path, edits in by_file(fix.edits).items():
+            src = planner.source(path) or planner.source(os.path.relpath(path))
+            if src is None:
+                return
+            originals[src.path] = src.text
+            files[src.path] = apply_json(src.text, edits)
+        from ..editing.source import unified_diff
+
+        proposal.originals, proposal.files = originals, files
+        proposal.encodings = {p: "utf-8" for p in files}
+        proposal.edits = list(fix.edits)
+        proposal.section.diff = "".join(unified_diff(p, originals[p], files[p]) for p in files)
+        proposal.section.files = list(files)
+        proposal.section.changes = [{"cause": found.title, "change": fix.title}]
+        proposal.section.verified = True
+        proposal.section.outcome = f"re-run of the patched copy: {meta['outcome']}"
+
+
+def _worth_an_experiment(opts: Any, report: Any, code: int) -> bool:
+    """A script file of the user's whose run reported an error or a warning, or died of an exception
+    while torch was watched."""
     import os
 
     from ..report import Severity
 
     if opts.is_module or opts.target == "-" or not os.path.isfile(opts.target):
         return False
+    if code and report.meta.get("raised"):
+        return True
     return any(f.severity in (Severity.ERROR, Severity.WARNING) for f in report.findings)
 
 
@@ -207,7 +273,7 @@ def cure_first(report: Any, proposal: Any, seconds: float) -> None:
     tried = proposal.tried
     report.meta["experiment"] = {
         "tried": tried,
-        "cured": bool(section.verified),
+        "cured": bool(tried and section.verified),
         "seconds": round(seconds, 1),
         "changes": [c["change"] for c in section.changes],
         "outcome": section.outcome.splitlines()[0] if section.outcome else "",

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..report import Report, Severity
 from ..verifying import rerun, verifier
@@ -58,6 +59,7 @@ class Replay:
     error_vs_fp32: str = ""  # what the re-run measured (watching/fp32_error.py), or why not
     error: float | None = None  # the same, as a number, when it was measured
     verdict: Verdict | None = None
+    collected: Any = None  # what the caller's `collect` read from the scratch copy after the re-run
 
     def outcome(self) -> Outcome:
         """What the verifier judges: a crash fails with its exit code and last words, errors or
@@ -164,6 +166,8 @@ def replay(
     anchor: str,
     timeout: float | None = None,
     encodings: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
+    collect: Callable[[str], Any] | None = None,
 ) -> Replay:
     """Write `files` (path -> patched text, in `encodings[path]`, else UTF-8) to a scratch copy and run
     `command` there.
@@ -189,6 +193,7 @@ def replay(
             placed[real] = dest
         env = dict(os.environ)
         env[ERROR_ENV] = "1"  # the re-run measures its model's error vs fp32 (watching/fp32_error.py)
+        env.update(extra_env or {})
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         user = rerun.pythonpath(env.get("PYTHONPATH", ""), scratch, anchor)  # its cwd is not the user's
         env["PYTHONPATH"] = os.pathsep.join([*extra, scratch, anchor, here, *user])
@@ -197,7 +202,10 @@ def replay(
             return Replay(
                 code=124, errors=0, warnings=0, stopped=f"the re-run did not finish in {timeout:.0f} s"
             )
-        return _result(ran, os.path.join(scratch, REPORT_NAME))
+        seen = _result(ran, os.path.join(scratch, REPORT_NAME))
+        if collect is not None:
+            seen.collected = collect(scratch)
+        return seen
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -27,6 +27,8 @@ from ..errors import DoctorError
 from ..processors import tag_rank
 from ..report import Report
 
+TRY_ENV = "DTYPE_DOCTOR_TRY"  # = experiment.intervene.ENV (no torch import here)
+
 
 @dataclass
 class RunOptions:
@@ -299,6 +301,10 @@ def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, re
     def start() -> None:
         from . import watch
 
+        if os.environ.get(TRY_ENV):  # a re-run of the experiment's: its intervention, under the watch
+            from ..experiment.intervene import install
+
+            install()
         session = watch(mode=opts.mode, numerics=opts.numerics, report=report)
         try:
             session.__enter__()

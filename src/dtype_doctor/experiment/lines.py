@@ -1,0 +1,231 @@
+"""The root of a failure no finding explains, by experiment: which line of the user's, computed in
+float32, cures the program.
+
+A program that fails (its own assert on a symptom, a NaN check, an exception) while nothing
+dtype-doctor recognised explains it is re-run in an isolated scratch copy (patching/verify.replay)
+with every user line that computed in float16/bfloat16 (or under autocast) made float32
+(experiment/intervene.py). If that cures it, the lines are bisected in the order they first ran:
+the shortest first part that still cures ends at the root line, which is then tried alone. The
+root's fix is that line rewritten (its half operands `.float()`, a low dtype it asks for made
+`torch.float32`, a `.half()` made `.float()`, autocast off around it), re-run like any edit. Every
+re-run counts against the deadline; when it runs out the report says how far it got. No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..catalog import family_codes
+from ..editing.source import Edit, Source
+from ..patching.verify import Command, Patched, Replay, attempt, replay
+from ..report import Finding, Fix, Location, Severity
+
+TRY_ENV = "DTYPE_DOCTOR_TRY"  # = intervene.ENV
+RECORD = ".dtype-doctor-try.json"
+
+
+@dataclass
+class Outcome:
+    """What the line experiment found: the root line (None: not found), the re-runs it made."""
+
+    runs: int = 0
+    root: dict[str, Any] | None = None  # the record entry of the root line, its key made the original path
+    alone: bool = False  # the root line alone cures (else only with the lines that ran before it)
+    why: str = ""  # why no root was found
+    candidates: int = 0
+    tried: list[str] = field(default_factory=list)
+
+
+def _collect(scratch: str) -> list[dict[str, Any]]:
+    try:
+        with open(os.path.join(scratch, RECORD), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    return [e for e in data if isinstance(e, dict) and isinstance(e.get("key"), str)]
+
+
+def _cured(seen: Replay) -> bool:
+    return seen.code == 0 and not seen.stopped and seen.errors == 0
+
+
+def search(command: Command, anchor: str, deadline: float, timeout: float) -> Outcome:
+    """Find the user line whose float32 computation cures the failing program (see the module doc)."""
+    out = Outcome()
+
+    def run(lines: Any) -> Replay:
+        out.runs += 1
+        spec = json.dumps({"lines": lines, "record": RECORD if lines == "*" else None})
+        left = max(10.0, min(timeout, deadline - time.monotonic()))
+        return replay({}, command, anchor, timeout=left, extra_env={TRY_ENV: spec}, collect=_collect)
+
+    first = run("*")
+    entries = first.collected or []
+    out.candidates = len(entries)
+    if not entries:
+        out.why = "no line of yours computed in float16/bfloat16"
+        return out
+    if not _cured(first):
+        out.why = (
+            f"computing every one of your {len(entries)} low-precision lines in float32 does not cure it"
+        )
+        return out
+    keys = [e["key"] for e in entries]
+    lo, hi = 1, len(keys)  # the shortest prefix that cures is keys[:hi]
+    while lo < hi:
+        if time.monotonic() > deadline:
+            out.why = f"the budget ran out bisecting {len(keys)} lines"
+            return out
+        mid = (lo + hi) // 2
+        if _cured(run(keys[:mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    root = dict(entries[hi - 1])
+    out.alone = hi == 1 or (time.monotonic() <= deadline and _cured(run([keys[hi - 1]])))
+    root["key"] = _original(root["key"], anchor)
+    out.root = root
+    return out
+
+
+def _original(key: str, anchor: str) -> str:
+    """A re-run's `path:line` (relative to its scratch copy, else absolute) as the user's file."""
+    path, _, line = key.rpartition(":")
+    if not os.path.isabs(path):
+        path = os.path.join(os.path.abspath(anchor), path)
+    return f"{os.path.relpath(path) if not os.path.relpath(path).startswith(os.pardir) else path}:{line}"
+
+
+def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
+    """The statement at `line` computing in float32: its half operands `.float()`, a low dtype it
+    names `torch.float32`, `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
+    inside `with torch.autocast(device_type=..., enabled=False):`. None when nothing would change."""
+    stmt = src.statement_at(line)
+    if stmt is None or isinstance(
+        stmt, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
+    ):
+        return None
+    low, dtypes = set(entry.get("low_names", ())), set(entry.get("dtype_names", ()))
+    start = src.offset(stmt.lineno, 0)
+    _, end = src.span(stmt)
+    spans: list[tuple[int, int, str]] = []
+    for node in ast.walk(stmt):
+        if getattr(node, "lineno", None) != line:
+            continue
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            text = ast.unparse(node)
+            a, b = src.span(node)
+            if text in low:
+                spans.append((a, b, f"{src.text[a:b]}.float()"))
+            elif text in dtypes:
+                spans.append((a, b, "torch.float32"))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("half", "bfloat16")
+            and not node.args
+        ):
+            a, b = src.span(node.func)
+            spans.append((b - len(node.func.attr), b, "float"))
+    spans = _outermost(spans)
+    body = src.text[start:end]
+    for a, b, text in sorted(spans, reverse=True):
+        body = body[: a - start] + text + body[b - start :]
+    if entry.get("autocast"):
+        indent = src.indent(stmt.lineno)
+        device = entry.get("autocast_device", "cpu")
+        lines = body.splitlines(keepends=True)
+        inner = "".join(
+            ("    " + ln if i else indent + "    " + ln[len(indent) :]) for i, ln in enumerate(lines)
+        )
+        body = f'{indent}with torch.autocast(device_type="{device}", enabled=False):{src.newline}{inner}'
+    if body == src.text[start:end]:
+        return None
+    return Edit(src.path, start, end, body)
+
+
+def _outermost(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Drop a span inside another (`self.x` holds `self`): the outer one is rewritten."""
+    return [s for s in spans if not any(o is not s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
+
+
+def finding(
+    outcome: Outcome,
+    code_of_program: int,
+    fix: Fix | None,
+) -> Finding:
+    """The root line as a finding: where it is, what the experiment showed, its fix."""
+    assert outcome.root is not None
+    path, _, line = outcome.root["key"].rpartition(":")
+    autocast = bool(outcome.root.get("autocast"))
+    code = family_codes.LOW_PRECISION_UNDER_AUTOCAST if autocast else family_codes.FINITE_BUT_WRONG
+    how = "under autocast, in its low dtype" if autocast else "in float16/bfloat16"
+    alone = "alone" if outcome.alone else "together with the lines that ran before it"
+    message = (
+        f"your program failed (exit {code_of_program}) with no dtype error seen; {path}:{line} computes "
+        f"{how}, and computing it in float32 {alone} makes the program pass: of {outcome.candidates} "
+        f"low-precision line(s) of yours, {outcome.runs} re-run(s) bisected to this one"
+    )
+    return Finding(
+        code=code,
+        title="The precision of this line is the root: in float32 the program passes",
+        severity=Severity.ERROR,
+        message=message,
+        location=Location(file=path, line=int(line)),
+        fixes=[fix] if fix is not None else [],
+        data={"experiment": {"runs": outcome.runs, "candidates": outcome.candidates, "alone": outcome.alone}},
+    )
+
+
+def diagnose(
+    command: Command,
+    anchor: str,
+    deadline: float,
+    timeout: float,
+    code_of_program: int,
+    user_source: Callable[[str], Source | None],
+) -> tuple[Finding | None, Outcome]:
+    """The line experiment, then its root's fix made and re-run: the finding (None: no root found)."""
+    outcome = search(command, anchor, deadline, timeout)
+    if outcome.root is None:
+        return None, outcome
+    path, _, line = outcome.root["key"].rpartition(":")
+    src = user_source(path)
+    edit = rewrite(src, int(line), outcome.root) if src is not None else None
+    fix = None
+    if edit is not None and src is not None:
+        from ..editing.fix_edits import small_diff, to_json
+        from ..editing.source import apply
+
+        edits = [edit]
+        if "torch." in edit.text and "import torch" not in src.text:
+            edits.insert(0, Edit(src.path, 0, 0, f"import torch{src.newline}"))
+        patched = {src.path: apply(src.text, edits)}
+        backend = Patched({src.path: src.text}, lambda files: replay(files, command, anchor, timeout=timeout))
+        seen = attempt(patched, backend) if time.monotonic() < deadline else None
+        outcome.runs += seen is not None
+        ruff = [to_json(src, e) for e in edits]
+        fix = Fix(
+            title=f"Compute {os.path.basename(path)}:{line} in float32",
+            why="the experiment's cure: this line in float32 makes the failing program pass",
+            edits=ruff,
+            diff=small_diff(ruff),
+            language="python",
+            verified=seen.passed if seen is not None else None,
+            verification=(
+                (
+                    f"verified: these edits, re-run: {seen.describe().removeprefix('re-run of the patched copy: ')}"
+                )
+                if seen is not None and seen.passed
+                else (
+                    seen.verdict.text if seen is not None and seen.verdict else "not run: the budget ran out"
+                )
+            ),
+        )
+    return finding(outcome, code_of_program, fix), outcome
