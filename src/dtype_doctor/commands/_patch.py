@@ -282,7 +282,7 @@ def cure_first(report: Any, proposal: Any, seconds: float) -> None:
         return
     title = "; ".join(c["change"] for c in section.changes) or "the edit the re-run cured"
     what = section.outcome.splitlines()[0].removeprefix("re-run of the patched copy: ")
-    from ..editing.fix_edits import small_diff
+    from ..editing.fix_edits import place, small_diff
 
     cure = Fix(
         title=title[:1].upper() + title[1:],
@@ -294,6 +294,7 @@ def cure_first(report: Any, proposal: Any, seconds: float) -> None:
         diff=small_diff(proposal.edits),
         language="python",
     )
+    cure.file, cure.line = place(cure.edits)
     for f in report.findings:
         if f.severity in (Severity.ERROR, Severity.WARNING):
             f.fixes.insert(0, cure)

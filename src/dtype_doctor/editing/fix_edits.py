@@ -101,3 +101,14 @@ def effect(edits: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
         except (OSError, ValueError, KeyError):
             return ()
     return tuple(out)
+
+
+def place(edits: list[dict[str, Any]]) -> tuple[str | None, int | None]:
+    """Where a fix's edits change the user's code: the file (relative to the working directory when
+    under it) and row of its first edit that is not an added import."""
+    main = [e for e in edits if not e["content"].lstrip().startswith(("import ", "from "))] or edits
+    if not main:
+        return None, None
+    path = main[0]["filename"]
+    rel = os.path.relpath(path)
+    return (path if rel.startswith(os.pardir) else rel), main[0]["location"]["row"]

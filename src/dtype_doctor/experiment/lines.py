@@ -228,4 +228,8 @@ def diagnose(
                 )
             ),
         )
+    if fix is not None:
+        from ..editing.fix_edits import place
+
+        fix.file, fix.line = place(fix.edits)
     return finding(outcome, code_of_program, fix), outcome
