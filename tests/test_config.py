@@ -62,6 +62,11 @@ def test_the_nearest_table_above_the_working_folder_counts(tmp_path, monkeypatch
         ('fail-on = "sometimes"', "fail-on = 'sometimes': choose from error, warning, never"),
         ("colour = true", "has no key 'colour'"),
         ('ignore = "fp32-island"', "ignore is a list of family codes"),
+        (
+            'ignore = ["fp32-islands"]',
+            "ignore: unknown family code 'fp32-islands' (did you mean fp32-island?)",
+        ),
+        ("thresholds = 3", "thresholds is a table ({ tolerance = 0.05 }), not 3"),
     ],
 )
 def test_a_bad_config_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, table, message):
@@ -103,3 +108,32 @@ def test_the_pre_commit_hook_runs_the_precommit_command():
     ]
     assert entry == "dtype-doctor precommit" and "precommit" in COMMANDS
     assert "pass_filenames: false" in hooks
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('numerics = "false"', "numerics = 'false': a boolean (true or false)"),  # a string is not false
+        ('budget = "soon"', "budget = 'soon': expected a float"),
+    ],
+)
+def test_a_config_value_of_the_wrong_type_is_refused_before_the_program_runs(
+    tmp_path, monkeypatch, capsys, table, message
+):
+    project(tmp_path, table)
+    (tmp_path / "x.py").write_text("open('ran', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "x.py"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_unknown_ignore_code_on_the_command_line_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", "--ignore", "matmul-dtype-mismach", MISMATCH])
+    assert exc.value.code == 2
+    assert (
+        "unknown family code 'matmul-dtype-mismach' (did you mean matmul-dtype-mismatch?)"
+        in capsys.readouterr().err
+    )

@@ -7,6 +7,7 @@ become the defaults of the options of the same name, so a flag on the command li
     [tool.dtype-doctor]
     mode = "strict"            # run --mode
     numerics = true            # run --numerics
+    budget = 120               # run --budget: seconds the experiment may re-run the program (0: none)
     ignore = ["fp32-island"]   # --ignore CODE (the command line adds to these)
     fail-on = "warning"        # --fail-on
     thresholds = { tolerance = 0.05, top-k = 2 }   # numeric options by name (compare --tolerance ...)
@@ -23,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DoctorError
+from ._output import family_code as _output_family_code
 
 TABLE = "dtype-doctor"
-_OPTIONS = ("mode", "numerics", "ignore", "fail-on")
+_OPTIONS = ("mode", "numerics", "ignore", "fail-on", "budget")
 _JOBS = ("check", "audit")  # what `dtype-doctor precommit` runs
 
 
@@ -77,7 +79,11 @@ def settings(table: dict[str, Any], where: Path) -> dict[str, Any]:
     for key, value in table.items():
         if key in _OPTIONS:
             out[_dest(key)] = list(value) if key == "ignore" and isinstance(value, list) else value
-        elif key == "thresholds" and isinstance(value, dict):
+        elif key == "thresholds":
+            if not isinstance(value, dict):
+                raise DoctorError(
+                    f"{where}: [tool.{TABLE}] thresholds is a table ({{ tolerance = 0.05 }}), not {value!r}"
+                )
             out.update({_dest(k): v for k, v in value.items()})
         elif key not in _JOBS:
             raise DoctorError(
@@ -106,8 +112,20 @@ def apply(parser: argparse.ArgumentParser, found: tuple[Path, dict[str, Any]] | 
             raise DoctorError(
                 f"{where}: {dest.replace('_', '-')} = {value!r}: choose from {', '.join(map(str, action.choices))}"
             )
-        if action.type is not None and isinstance(value, str | int | float) and not isinstance(value, bool):
-            value = action.type(value) if callable(action.type) else value
+        name = dest.replace("_", "-")
+        if isinstance(action, argparse._StoreTrueAction) and not isinstance(value, bool):
+            raise DoctorError(f"{where}: {name} = {value!r}: a boolean (true or false)")
+        if dest == "ignore":
+            try:
+                value = [_output_family_code(code) for code in value]
+            except argparse.ArgumentTypeError as exc:
+                raise DoctorError(f"{where}: ignore: {exc}") from None
+        elif action.type is not None and isinstance(value, str | int | float) and not isinstance(value, bool):
+            try:
+                value = action.type(value) if callable(action.type) else value
+            except (TypeError, ValueError, argparse.ArgumentTypeError):
+                kind = getattr(action.type, "__name__", "value")
+                raise DoctorError(f"{where}: {name} = {value!r}: expected a {kind}") from None
         defaults[dest] = value
     parser.set_defaults(**defaults)
 

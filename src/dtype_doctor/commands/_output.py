@@ -70,9 +70,24 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--ignore",
         action="append",
+        type=family_code,
         metavar="CODE",
         help="leave findings of this family code out of every output and of the exit code (repeatable)",
     )
+
+
+def family_code(text: str) -> str:
+    """A family code of the catalog (argparse type): an unknown one is refused, with the nearest."""
+    import difflib
+
+    from .. import catalog
+
+    known = catalog.codes()
+    if text in known:
+        return text
+    near = difflib.get_close_matches(text, known, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else " (dtype-doctor explain --help lists them)"
+    raise argparse.ArgumentTypeError(f"unknown family code {text!r}{hint}")
 
 
 def without_ignored(report: Any, args: argparse.Namespace) -> Any:
