@@ -117,3 +117,34 @@ def test_compare_writes_progress_lines_to_a_non_tty_stderr(capsys, monkeypatch):
     lines = [line for line in err.splitlines() if line.startswith("dtype-doctor compare: ")]
     assert lines and re.fullmatch(r"dtype-doctor compare: (\d+)/\1 fp32: done", lines[-1]), err
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def _on_a_terminal(*args: str, **env: str) -> bytes:
+    """What `dtype-doctor ARGS` writes to a real terminal (a pty), colours as rich decides them."""
+    import pty
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TERM")}
+    environ.update(PYTHONPATH=str(ROOT / "src"), COLUMNS="80", TERM="xterm-256color", **env)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dtype_doctor", *args], stdout=follower, stderr=follower, env=environ
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=60)
+    os.close(leader)
+    return out
+
+
+def test_no_color_and_no_color_flag_leave_no_escape_of_any_kind_on_a_terminal():
+    assert b"\x1b[" in _on_a_terminal("explain", MESSAGE)  # the terminal gets colour and bold
+    assert b"\x1b[" not in _on_a_terminal("explain", MESSAGE, NO_COLOR="1")
+    assert b"\x1b[" not in _on_a_terminal("explain", "--no-color", MESSAGE, FORCE_COLOR="1")

@@ -35,8 +35,14 @@ def make_console(color: bool | None = None, stderr: bool = False, **kwargs: Any)
     """A console for the tool's output; a reader that closes the pipe raises BrokenPipeError.
 
     `color=False` (`--no-color`) turns colour off; otherwise rich decides as it does for any program:
-    a terminal, `NO_COLOR`, `FORCE_COLOR`, `TERM=dumb`."""
-    return _Console(no_color=True if color is False else None, highlight=False, stderr=stderr, **kwargs)
+    a terminal, `NO_COLOR`, `FORCE_COLOR`, `TERM=dumb`. No colour means no escape of any kind (rich's
+    own `no_color` keeps bold and dim): the console then has no colour system at all."""
+    import os
+
+    plain = color is False or (color is None and bool(os.environ.get("NO_COLOR")))
+    if plain:
+        kwargs["color_system"] = None
+    return _Console(no_color=True if plain else None, highlight=False, stderr=stderr, **kwargs)
 
 
 def render(
