@@ -74,7 +74,7 @@ def test_explain_at_80_columns_quiet_and_colours():
     quiet = _cli("explain", "--quiet", MESSAGE)
     assert quiet.returncode == 0
     assert quiet.stdout.splitlines() == [quiet.stdout.strip()]  # one line: the finding
-    assert quiet.stdout.startswith("ERROR matmul-dtype-mismatch")
+    assert quiet.stdout.startswith("matmul-dtype-mismatch [error] ")  # explain: no file:line to name
 
 
 def test_run_shows_the_noted_diagnosis_once_on_stderr(tmp_path):
@@ -148,3 +148,12 @@ def test_no_color_and_no_color_flag_leave_no_escape_of_any_kind_on_a_terminal():
     assert b"\x1b[" in _on_a_terminal("explain", MESSAGE)  # the terminal gets colour and bold
     assert b"\x1b[" not in _on_a_terminal("explain", MESSAGE, NO_COLOR="1")
     assert b"\x1b[" not in _on_a_terminal("explain", "--no-color", MESSAGE, FORCE_COLOR="1")
+
+
+def test_quiet_run_is_one_linter_line_per_finding_at_the_users_line(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    done = _cli("run", "--quiet", "--budget", "0", "train.py", cwd=tmp_path)
+    lines = [ln for ln in done.stdout.splitlines() + done.stderr.splitlines() if "[error]" in ln]
+    assert lines == [
+        "train.py:7: matmul-dtype-mismatch [error] Matrix multiply operands have different dtypes"
+    ], done.stderr[-2000:]

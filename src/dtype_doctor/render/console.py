@@ -150,13 +150,19 @@ def render_brief(report: Report, console: Console) -> None:
 
 
 def render_quiet(report: Report, console: Console) -> None:
-    """`--quiet`: one line per finding, most important first (`ERROR code at where`); nothing when
-    there is none."""
+    """`--quiet`: one line per finding, most important first, as linters write them
+    (`path:line: code [severity] title`, the place the user's own file:line where the finding has
+    one); nothing when there is none. Never folded: grep and CI logs read it whole."""
+    from ..editing.user_files import is_user_file
+    from .places import places, relative
+
     for finding in report.findings:
         count = f" ×{finding.count}" if finding.count > 1 else ""
-        where = finding.location.describe() if finding.location else ""
-        line = f"{finding.severity.value.upper()} {finding.code}{count}" + (f" at {where}" if where else "")
-        console.print(Text(line, style=_STYLE[finding.severity]))
+        spots = [p for p in places(finding) if p.line]
+        spot = next((p for p in spots if is_user_file(p.file)), spots[0] if spots else None)
+        head = f"{relative(spot.file) or spot.file}:{spot.line}: " if spot is not None else ""
+        line = f"{head}{finding.code}{count} [{finding.severity.value}] {finding.title}"
+        console.print(Text(line, style=_STYLE[finding.severity]), soft_wrap=True, crop=False)
 
 
 def experiment_line(experiment: dict[str, Any]) -> Text:
