@@ -137,20 +137,10 @@ def apply(text: str, edits: list[Edit]) -> str:
 
 def git_top(folder: str) -> str | None:
     """The top folder of the git work tree holding `folder` (None outside one, or without git)."""
-    import subprocess
+    from .git import git
 
-    try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    top = git(folder, "rev-parse", "--show-toplevel")
+    return top.strip() or None if top else None
 
 
 def diff_path(path: str) -> str:

@@ -14,9 +14,9 @@ import contextlib
 import os
 import shutil
 import stat
-import subprocess
 from dataclasses import dataclass
 
+from ..editing.git import git
 from ..editing.source import python_encoding
 from ..errors import DoctorError
 
@@ -35,19 +35,15 @@ class Written:
 def _git_status(path: str) -> str | None:
     """`git status --porcelain` of the file ('' clean and tracked, '??' untracked), None outside a
     git repository or without git."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        proc = subprocess.run(
-            ["git", "status", "--porcelain", "--ignored", "--", os.path.basename(path)],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip()[:2] if proc.returncode == 0 else None
+    out = git(
+        os.path.dirname(os.path.abspath(path)),
+        "status",
+        "--porcelain",
+        "--ignored",
+        "--",
+        os.path.basename(path),
+    )
+    return out.strip()[:2] if out is not None else None
 
 
 def git_dirty(path: str) -> bool:
