@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ import torch
 from torch import nn
 
 import dtype_doctor as dd
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Net(nn.Module):
@@ -384,3 +387,39 @@ def test_the_guard_lets_a_library_read_the_linker_cache_but_no_other_process(tmp
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert proc.stdout.split() == ["through", "stopped"], proc.stdout + proc.stderr
     assert not (tmp_path.parent / "outside").exists()
+
+
+def test_the_experiments_reruns_never_write_a_users_checkpoint_or_database(tmp_path: Path) -> None:
+    """torch.save to a path and sqlite write through C, where the audit hook's `open` event never
+    fires: the re-runs of run's experiment are stopped there too, and the user's files keep the
+    bytes the user's own run wrote."""
+    import json
+    import sqlite3
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ckpt, db = outside / "ckpt.pt", outside / "track.db"
+    (tmp_path / "work").mkdir()
+    script = tmp_path / "work" / "train.py"
+    script.write_text(
+        "import sqlite3, torch\nfrom torch import nn\n"
+        f"torch.save({{'step': 1}}, {str(ckpt)!r})\n"
+        f"con = sqlite3.connect({str(db)!r})\n"
+        "con.execute('create table if not exists t(x)'); con.execute('insert into t values (1)'); con.commit()\n"
+        "model = nn.Linear(4, 4).half()\nmodel(torch.randn(2, 4))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DTYPE_DOCTOR_BUDGET"}
+    env.update(PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", "run", "--json=r.json", "--budget=15", "train.py"],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads((script.parent / "r.json").read_text())
+    assert report["meta"]["experiment"]["tried"] >= 1
+    assert "the call writes files" in report["meta"]["experiment"]["outcome"]
+    assert sqlite3.connect(db).execute("select count(*) from t").fetchone() == (1,)  # the user's run only

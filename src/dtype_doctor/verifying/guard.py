@@ -102,6 +102,30 @@ class Guard:
             self.stop(SOCKETS, args[1:])
         elif event == "builtins.input":
             self.stop(READS_INPUT)
+        elif event == "sqlite3.connect" and args and not _in_memory(args[0]) and not self._inside(args[0]):
+            self.stop(WRITES, args[0])  # sqlite writes through C: no `open` event would show it
+
+    def guard_torch_writers(self) -> None:
+        """torch.save to a path writes through C++ (no `open` event): checked where torch opens it."""
+        serialization = sys.modules.get("torch.serialization")
+        writer = getattr(serialization, "_open_zipfile_writer_file", None)
+        if writer is None or getattr(writer.__init__, "_guarded", False):
+            return
+        opened = writer.__init__
+        guard = self
+
+        def checked(self: Any, name: Any, *args: Any, **kwargs: Any) -> None:
+            if guard.on and not guard._inside(name):
+                guard.stop(WRITES, name)
+            opened(self, name, *args, **kwargs)
+
+        checked._guarded = True  # type: ignore[attr-defined]
+        writer.__init__ = checked
+
+
+def _in_memory(database: Any) -> bool:
+    text = os.fsdecode(database) if isinstance(database, str | bytes | os.PathLike) else ""
+    return text in ("", ":memory:") or text.startswith("file::memory:")
 
 
 _LOOPBACK = {"::1", "127.0.0.1", "localhost"}
@@ -140,6 +164,11 @@ def _exists(path: Any) -> bool:
 
 
 _installed: Guard | None = None  # the guard of this process, if any
+
+
+def installed() -> Guard | None:
+    """The guard of this process (a replay's, a re-run's), if any."""
+    return _installed
 
 
 @contextlib.contextmanager

@@ -299,8 +299,12 @@ def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, re
     sessions: list[Any] = []
 
     def start() -> None:
+        from ..verifying.guard import installed
         from . import watch
 
+        guard = installed()
+        if guard is not None:  # a re-run under the guard: torch's C++ writer checked too
+            guard.guard_torch_writers()
         if os.environ.get(TRY_ENV):  # a re-run of the experiment's: its intervention, under the watch
             from ..experiment.intervene import install
 
