@@ -53,7 +53,7 @@ def present(report: Report) -> Report:
     (in_user_names), each fix with a place in a user file carrying its edits, fixes with edits ahead
     of advice and a fix known to fail never first (patching.shown.attach_edits), and every fix
     labelled (label_fixes). Renderers only read the result."""
-    from .patching.shown import attach_edits
+    from .patching.attach import attach_edits
 
     return label_fixes(attach_edits(in_user_names(group_by_cause(lift_meta_sections(report)))))
 

@@ -9,8 +9,6 @@ finding touches); else, said in the title, the finding's own line in a user file
 from __future__ import annotations
 
 import bisect
-import copy
-import dataclasses
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +18,7 @@ from ..causes import root_origin
 from ..editing.paste import code_lines, parts, paste_span
 from ..editing.source import Edit, Source
 from ..remedies.scope import unresolved
-from ..report import Finding, Fix, Origin, Report, Severity
+from ..report import Finding, Fix, Origin, Severity
 
 _PLACE = re.compile(r"([\w./\\-]+\.py):(\d+)")
 _LOW = re.compile(r"\b(float16|bfloat16|half)\b|\.half\(\)|\.bfloat16\(\)")
@@ -190,69 +188,3 @@ def edit_line(src: Source, edit: Edit) -> int:
 
 def rank(ranks: dict[tuple[str, int], int], path: str, line: int) -> int:
     return ranks.get((os.path.realpath(path), line), UNKNOWN)
-
-
-def attach_edits(report: Report) -> Report:
-    """Each shown Python fix of a user-file finding with its edits (ruff's shape), and in every
-    finding the fixes with edits ahead of advice (a fix with no edit: a command, a setting), failing
-    ones last; a fix that already carries edits (the experiment's cure) keeps them. A report with no
-    fix to place comes back as it is."""
-    if report.tool in ("explain", "audit", "env", "compare", "merge", "numerics"):
-        return _failing_last(report)  # no fix of these has a place in a file of the user's
-    from ..editing.fix_edits import effect, small_diff, to_json
-    from .plan import Planner
-
-    planner = Planner()
-    findings: list[Finding] = []
-    changed = False
-    for f in report.findings:
-        placed: dict[int, list[dict]] = {}
-        try:
-            for s in shown_fixes(f, planner.source, planner.births(f)):
-                if s.fix is None or s.fix.edits:
-                    continue
-                cand = planner.with_import_edits([s.edit, *s.more])
-                placed[id(s.fix)] = [
-                    to_json(planner.sources[e.path], e) for e in cand if planner.sources.get(e.path)
-                ]
-        except (OSError, ValueError, SyntaxError):
-            placed = {}
-        fixes = []
-        seen: set[tuple] = set()
-        for x in f.fixes:
-            edits = x.edits or placed.get(id(x), [])
-            made = effect(edits) if edits else ()
-            if made and made in seen:
-                continue  # writes what a fix before it writes (the experiment's cure): shown once
-            seen.add(made)
-            if id(x) in placed:
-                x = dataclasses.replace(x, edits=edits, diff=small_diff(edits))
-            fixes.append(x)
-        ordered = [
-            *(x for x in fixes if x.edits and x.verified is not False),
-            *(x for x in fixes if not x.edits and x.verified is not False),
-            *(x for x in fixes if x.verified is False),
-        ]
-        if ordered != f.fixes or placed:
-            changed = True
-            f = dataclasses.replace(f, fixes=ordered)
-        findings.append(f)
-    if not changed:
-        return report
-    out = copy.copy(report)
-    out.meta, out.sections, out.findings = dict(report.meta), list(report.sections), findings
-    return out
-
-
-def _failing_last(report: Report) -> Report:
-    """Each finding's fixes in their order, those a replay found failing last."""
-
-    def order(fixes: list[Fix]) -> list[Fix]:
-        return [*(x for x in fixes if x.verified is not False), *(x for x in fixes if x.verified is False)]
-
-    if all(order(f.fixes) == f.fixes for f in report.findings):
-        return report
-    out = copy.copy(report)
-    out.meta, out.sections = dict(report.meta), list(report.sections)
-    out.findings = [dataclasses.replace(f, fixes=order(f.fixes)) for f in report.findings]
-    return out
