@@ -267,7 +267,7 @@ def cure_first(report: Any, proposal: Any, seconds: float) -> None:
     """The experiment's outcome on the report: `meta["experiment"]` (what was tried, what cured, how
     long), and a cure as the first fix of every error and warning finding, its edits those the
     re-run ran."""
-    from ..report import Fix, Severity
+    from ..report import Severity
 
     section = proposal.section
     tried = proposal.tried
@@ -282,19 +282,18 @@ def cure_first(report: Any, proposal: Any, seconds: float) -> None:
         return
     title = "; ".join(c["change"] for c in section.changes) or "the edit the re-run cured"
     what = section.outcome.splitlines()[0].removeprefix("re-run of the patched copy: ")
-    from ..editing.fix_edits import place, small_diff
+    from ..editing.fix_edits import small_diff
+    from ..remedies import cure as make_cure
 
-    cure = Fix(
-        title=title[:1].upper() + title[1:],
-        why=f"the experiment's cure: of {tried} edit set{'s' if tried != 1 else ''} tried, the first "
-        "whose re-run of your program passed",
-        verified=True,
-        verification=f"verified: these edits, re-run: {what}",
-        edits=list(proposal.edits),
-        diff=small_diff(proposal.edits),
-        language="python",
+    cure = make_cure(
+        title,
+        f"the experiment's cure: of {tried} edit set{'s' if tried != 1 else ''} tried, the first whose "
+        "re-run of your program passed",
+        list(proposal.edits),
+        small_diff(proposal.edits),
+        True,
+        f"verified: these edits, re-run: {what}",
     )
-    cure.file, cure.line = place(cure.edits)
     for f in report.findings:
         if f.severity in (Severity.ERROR, Severity.WARNING):
             f.fixes.insert(0, cure)

@@ -24,6 +24,7 @@ from typing import Any
 from ..catalog import family_codes
 from ..editing.source import Edit, Source
 from ..patching.verify import Command, Patched, Replay, attempt, replay
+from ..remedies import cure
 from ..report import Finding, Fix, Location, Severity
 
 TRY_ENV = "DTYPE_DOCTOR_TRY"  # = intervene.ENV
@@ -211,25 +212,14 @@ def diagnose(
         seen = attempt(patched, backend) if time.monotonic() < deadline else None
         outcome.runs += seen is not None
         ruff = [to_json(src, e) for e in edits]
-        fix = Fix(
-            title=f"Compute {os.path.basename(path)}:{line} in float32",
-            why="the experiment's cure: this line in float32 makes the failing program pass",
-            edits=ruff,
-            diff=small_diff(ruff),
-            language="python",
-            verified=seen.passed if seen is not None else None,
-            verification=(
-                (
-                    f"verified: these edits, re-run: {seen.describe().removeprefix('re-run of the patched copy: ')}"
-                )
-                if seen is not None and seen.passed
-                else (
-                    seen.verdict.text if seen is not None and seen.verdict else "not run: the budget ran out"
-                )
-            ),
+        fix = cure(
+            f"Compute {os.path.basename(path)}:{line} in float32",
+            "the experiment's cure: this line in float32 makes the failing program pass",
+            ruff,
+            small_diff(ruff),
+            seen.passed if seen is not None else None,
+            (f"verified: these edits, re-run: {seen.describe().removeprefix('re-run of the patched copy: ')}")
+            if seen is not None and seen.passed
+            else (seen.verdict.text if seen is not None and seen.verdict else "not run: the budget ran out"),
         )
-    if fix is not None:
-        from ..editing.fix_edits import place
-
-        fix.file, fix.line = place(fix.edits)
     return finding(outcome, code_of_program, fix), outcome

@@ -14,10 +14,17 @@ from .plan import Planner
 from .shown import shown_fixes
 
 
+def rank(fix: Fix) -> int:
+    """A fix's place in its finding's list (stable within a rank): proven by a replay first, then
+    the fixes that are edits, then advice; a fix a replay saw fail last."""
+    if fix.verified is False:
+        return 3
+    return 0 if fix.verified else 1 if fix.edits else 2
+
+
 def attach_edits(report: Report) -> Report:
     """Each shown Python fix of a user-file finding with its edits (ruff's shape), and in every
-    finding the fixes with edits ahead of advice (a fix with no edit: a command, a setting), failing
-    ones last; a fix that already carries edits (the experiment's cure) keeps them. A report with no
+    finding the fixes in `rank` order (verified, edits, advice: a fix with no edit, failing last); a fix that already carries edits (the experiment's cure) keeps them. A report with no
     fix to place comes back as it is."""
     if report.tool in ("explain", "audit", "env", "compare", "merge", "numerics"):
         return _failing_last(report)  # no fix of these has a place in a file of the user's
@@ -47,11 +54,7 @@ def attach_edits(report: Report) -> Report:
             if id(x) in placed:
                 x = dataclasses.replace(x, edits=edits, diff=small_diff(edits))
             fixes.append(x)
-        ordered = [
-            *(x for x in fixes if x.edits and x.verified is not False),
-            *(x for x in fixes if not x.edits and x.verified is not False),
-            *(x for x in fixes if x.verified is False),
-        ]
+        ordered = sorted(fixes, key=rank)
         if ordered != f.fixes or placed:
             changed = True
             f = dataclasses.replace(f, fixes=ordered)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from .model import FixTemplate
 from .names import module_ref
-from .processor import behind_verified, first, in_user_names, literal, make, ranked, revise
+from .processor import behind_verified, cure, first, in_user_names, literal, make, ranked, revise
 
 __all__ = [
     "FixTemplate",
     "behind_verified",
+    "cure",
     "first",
     "in_user_names",
     "literal",

@@ -205,3 +205,24 @@ def literal(**fields: Any) -> Fix:
     """A fix whose text its producer wrote itself (check's input remedies, kept until they move to
     the catalog): built here all the same."""
     return Fix(**fields)
+
+
+def cure(
+    title: str, why: str, edits: list[dict[str, Any]], diff: str, verified: bool | None, verification: str
+) -> Fix:
+    """The experiment's fix: edits it made and re-ran (commands/_patch.py, experiment/lines.py), its
+    place the first edit's (editing.fix_edits.place)."""
+    from ..editing.fix_edits import place
+
+    file, line = place(edits)
+    return Fix(
+        title=title[:1].upper() + title[1:],
+        why=why,
+        edits=edits,
+        diff=diff,
+        language="python",
+        verified=verified,
+        verification=verification,
+        file=file,
+        line=line,
+    )
