@@ -101,6 +101,7 @@ def rerun_progress(args: argparse.Namespace, command: str) -> Callable[[int, int
 
 DEFAULT_BUDGET_FACTOR = 3.0  # the experiment's default budget: this many times the failing run...
 MIN_BUDGET = 60.0  # ...and never less than this (a re-run pays an interpreter and torch's import)
+PATCH_BUDGET = 240.0  # the least the line experiment gets when --diff/--write asked for a fix
 
 
 BUDGET_ENV = "DTYPE_DOCTOR_BUDGET"  # the default of --budget (0: no experiment unless asked)
@@ -174,7 +175,9 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
         )
         cure_first(report, proposal, time.monotonic() - t0)
         if code and report.meta.get("raised") and not (proposal.tried and proposal.section.verified):
-            _line_experiment(report, proposal, command, anchor, t0 + budget, timeout, code, patch)
+            # --diff/--write asked for a fix: the line experiment gets at least PATCH_BUDGET
+            until = t0 + (max(budget, PATCH_BUDGET) if patch else budget)
+            _line_experiment(report, proposal, command, anchor, until, timeout, code, patch)
         if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
             proposal.section.verified = None
             proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
@@ -219,13 +222,8 @@ def _line_experiment(
     if found is None:
         meta["outcome"] = (meta.get("outcome") or "") + (f"; lines: {outcome.why}" if outcome.why else "")
         return
-    report.findings.insert(0, found)
-    fix = found.fixes[0] if found.fixes else None
-    if fix is None or not fix.verified:
-        meta["outcome"] = (
-            f"root line found ({found.location.file}:{found.location.line}), its edit not verified"
-        )
-        return
+    report.findings.insert(0, found)  # only a root whose edit the re-run verified
+    fix = found.fixes[0]
     meta["cured"] = True
     meta["changes"] = [fix.title]
     meta["outcome"] = fix.verification.removeprefix("verified: these edits, re-run: ")

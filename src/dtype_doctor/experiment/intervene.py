@@ -33,6 +33,7 @@ _CASTS = {"to", "half", "bfloat16", "type", "type_as"}
 _GETTER = type(torch.Tensor.dtype.__get__)
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_MODULE_APPLY = torch.nn.Module._apply.__code__
 
 
 def _name(func: Any) -> str:
@@ -77,6 +78,8 @@ class Fp32Lines(TorchFunctionMode):
         f = sys._getframe(1)
         while f is not None:
             file = f.f_code.co_filename
+            if f.f_code is _MODULE_APPLY:
+                return None  # a module-wide cast (`model.half()`): the model's dtype, never one line's op
             if not (file.startswith(_TORCH_DIR) or file.startswith(_HERE) or file.startswith("<")):
                 break
             f = f.f_back

@@ -37,7 +37,8 @@ class Outcome:
 
     runs: int = 0
     root: dict[str, Any] | None = None  # the record entry of the root line, its key made the original path
-    alone: bool = False  # the root line alone cures (else only with the lines that ran before it)
+    prefix: list[dict[str, Any]] = field(default_factory=list)  # the lines that cure together, root last
+    alone: bool = False  # the root line's edit alone cures (else only with the lines before it)
     why: str = ""  # why no root was found
     candidates: int = 0
     tried: list[str] = field(default_factory=list)
@@ -88,10 +89,8 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
             hi = mid
         else:
             lo = mid + 1
-    root = dict(entries[hi - 1])
-    out.alone = hi == 1 or (time.monotonic() <= deadline and _cured(run([keys[hi - 1]])))
-    root["key"] = _original(root["key"], anchor)
-    out.root = root
+    out.prefix = [{**e, "key": _original(e["key"], anchor)} for e in entries[:hi]]
+    out.root = out.prefix[-1]
     return out
 
 
@@ -184,6 +183,9 @@ def finding(
     )
 
 
+MAX_LINES_IN_A_FIX = 4
+
+
 def diagnose(
     command: Command,
     anchor: str,
@@ -192,34 +194,61 @@ def diagnose(
     code_of_program: int,
     user_source: Callable[[str], Source | None],
 ) -> tuple[Finding | None, Outcome]:
-    """The line experiment, then its root's fix made and re-run: the finding (None: no root found)."""
+    """The line experiment, then its root's fix made and re-run: the root line's statement in
+    float32 alone, else (when the cure needed the lines before it, a few) those lines too. The
+    finding only when an edit's re-run cured the program (None else: `outcome.why` says why)."""
     outcome = search(command, anchor, deadline, timeout)
     if outcome.root is None:
         return None, outcome
-    path, _, line = outcome.root["key"].rpartition(":")
-    src = user_source(path)
-    edit = rewrite(src, int(line), outcome.root) if src is not None else None
-    fix = None
-    if edit is not None and src is not None:
-        from ..editing.fix_edits import small_diff, to_json
-        from ..editing.source import apply
+    tries = [outcome.prefix[-1:]]
+    if 1 < len(outcome.prefix) <= MAX_LINES_IN_A_FIX:
+        tries.append(outcome.prefix)
+    for lines in tries:
+        if time.monotonic() > deadline:
+            outcome.why = "the budget ran out before the root line's edit was re-run"
+            return None, outcome
+        fix = _tried_fix(lines, command, anchor, timeout, user_source, outcome)
+        if fix is not None and fix.verified:
+            outcome.alone = len(lines) == 1
+            return finding(outcome, code_of_program, fix), outcome
+    where = outcome.root["key"]
+    outcome.why = f"{where} in float32 cures the program, but no edit of it that was re-run did"
+    return None, outcome
 
-        edits = [edit]
-        if "torch." in edit.text and "import torch" not in src.text:
-            edits.insert(0, Edit(src.path, 0, 0, f"import torch{src.newline}"))
-        patched = {src.path: apply(src.text, edits)}
-        backend = Patched({src.path: src.text}, lambda files: replay(files, command, anchor, timeout=timeout))
-        seen = attempt(patched, backend) if time.monotonic() < deadline else None
-        outcome.runs += seen is not None
-        ruff = [to_json(src, e) for e in edits]
-        fix = cure(
-            f"Compute {os.path.basename(path)}:{line} in float32",
-            "the experiment's cure: this line in float32 makes the failing program pass",
-            ruff,
-            small_diff(ruff),
-            seen.passed if seen is not None else None,
-            (f"verified: these edits, re-run: {seen.describe().removeprefix('re-run of the patched copy: ')}")
-            if seen is not None and seen.passed
-            else (seen.verdict.text if seen is not None and seen.verdict else "not run: the budget ran out"),
-        )
-    return finding(outcome, code_of_program, fix), outcome
+
+def _tried_fix(
+    lines: list[dict[str, Any]],
+    command: Command,
+    anchor: str,
+    timeout: float,
+    user_source: Callable[[str], Source | None],
+    outcome: Outcome,
+) -> Fix | None:
+    """The lines' statements rewritten in float32 (one file), re-run: the fix with its verdict."""
+    from ..editing.fix_edits import small_diff, to_json
+    from ..editing.source import apply
+
+    path = lines[-1]["key"].rpartition(":")[0]
+    src = user_source(path)
+    if src is None or any(e["key"].rpartition(":")[0] != path for e in lines):
+        return None
+    edits = [e for entry in lines if (e := rewrite(src, int(entry["key"].rpartition(":")[2]), entry))]
+    if not edits:
+        return None
+    if any("torch." in e.text for e in edits) and "import torch" not in src.text:
+        edits.insert(0, Edit(src.path, 0, 0, f"import torch{src.newline}"))
+    backend = Patched({src.path: src.text}, lambda files: replay(files, command, anchor, timeout=timeout))
+    seen = attempt({src.path: apply(src.text, edits)}, backend)
+    outcome.runs += 1
+    ruff = [to_json(src, e) for e in edits]
+    numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
+    return cure(
+        f"Compute {os.path.basename(path)}:{numbers} in float32",
+        "the experiment's cure: in float32 this makes the failing program pass",
+        ruff,
+        small_diff(ruff),
+        seen.passed,
+        f"verified: these edits, re-run: {seen.describe().removeprefix('re-run of the patched copy: ')}"
+        if seen.passed
+        else (seen.verdict.text if seen.verdict else "fails"),
+    )
