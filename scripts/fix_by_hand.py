@@ -116,7 +116,11 @@ def judge(exe: str, script: Path, numerics: bool, write_too: bool) -> tuple[bool
         if write_too:
             copy.write_text(original, encoding="utf-8")
             _run([exe, "run", *flags, "--write", "--no-backup", copy.name], tmp)
-            same = " ; --write wrote the same" if copy.read_text(encoding="utf-8") == patched else " ; --write DIFFERS"
+            same = (
+                " ; --write wrote the same"
+                if copy.read_text(encoding="utf-8") == patched
+                else " ; --write DIFFERS"
+            )
         return res.returncode == 0, what + ("" if res.returncode == 0 else f" -> {tail[:160]}") + same
 
 
