@@ -143,48 +143,44 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
     budget_seconds(args, 0.0)  # a bad budget is refused before the program runs
     if opts.is_module and patch:
         raise DoctorError("--diff and --write need a script path, not -m MODULE")
-    runs: list[Any] = []
     started = time.monotonic()
+    ran: dict[str, Any] = {}  # set in the process that started the program (a forked child sets none)
 
     def then(code: int, report: Any) -> None:
-        elapsed = time.monotonic() - started
-        runs.append((report, elapsed))
-        if not patch and not (budget_seconds(args, elapsed) > 0 and _worth_an_experiment(opts, report, code)):
+        ran["elapsed"] = elapsed = time.monotonic() - started
+        ran["budget"] = budget = budget_seconds(args, elapsed)
+        ran["shown"] = not patch and not (budget > 0 and _worth_an_experiment(opts, report, code))
+        if ran["shown"]:
             show(report, code)  # nothing to try: shown at once, with SIGINT/SIGTERM held back
-            runs.append(None)
 
     code, report = run_program(opts, then=then)
-    if not runs or runs[-1] is None:  # a child the program forked (its parent shows it), or shown
+    if not ran or ran["shown"]:  # a child the program forked (its parent shows it), or shown already
         return code
-    elapsed = runs[0][1]
-    budget = budget_seconds(args, elapsed)
-    proposal = None
-    if True:
-        anchor = os.path.dirname(os.path.abspath(opts.target))
-        options = [f"--mode={opts.mode}", "--budget=0"] + (["--numerics"] if opts.numerics else [])
-        timeout = max(120.0, 4 * elapsed)  # a replay that hangs is cut off
-        command = run_command(opts.target, opts.argv, options)
-        t0 = time.monotonic()
-        proposal = propose(
-            report,
-            command,
-            anchor,
-            timeout=timeout,
-            on_progress=rerun_progress(args, "run"),
-            deadline=None if patch else t0 + budget,
-        )
-        cure_first(report, proposal, time.monotonic() - t0)
-        if code and report.meta.get("raised") and not (proposal.tried and proposal.section.verified):
-            # --diff/--write asked for a fix: the line experiment gets at least PATCH_BUDGET
-            until = t0 + (max(budget, PATCH_BUDGET) if patch else budget)
-            _line_experiment(report, proposal, command, anchor, until, timeout, code, patch)
-        if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
-            proposal.section.verified = None
-            proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
+    elapsed, budget = ran["elapsed"], ran["budget"]
+    anchor = os.path.dirname(os.path.abspath(opts.target))
+    options = [f"--mode={opts.mode}", "--budget=0"] + (["--numerics"] if opts.numerics else [])
+    timeout = max(120.0, 4 * elapsed)  # a replay that hangs is cut off
+    command = run_command(opts.target, opts.argv, options)
+    t0 = time.monotonic()
+    proposal = propose(
+        report,
+        command,
+        anchor,
+        timeout=timeout,
+        on_progress=rerun_progress(args, "run"),
+        deadline=None if patch else t0 + budget,
+    )
+    cure_first(report, proposal, time.monotonic() - t0)
+    if code and report.meta.get("raised") and not (proposal.tried and proposal.section.verified):
+        # --diff/--write asked for a fix: the line experiment gets at least PATCH_BUDGET
+        until = t0 + (max(budget, PATCH_BUDGET) if patch else budget)
+        _line_experiment(report, proposal, command, anchor, until, timeout, code, patch)
+    if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
+        proposal.section.verified = None
+        proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
     if not patch:
         show(report, code)
         return code
-    assert proposal is not None
     result = attach(report, proposal, args)
     show(report, code)
     print_diff(proposal, args)
@@ -228,19 +224,18 @@ def _line_experiment(
     meta["changes"] = [fix.title]
     meta["outcome"] = fix.verification.removeprefix("verified: these edits, re-run: ")
     if patch:  # the patch is the line's edit
-        originals, files = {}, {}
+        originals, files, encodings = {}, {}, {}
         for path, edits in by_file(fix.edits).items():
             src = planner.source(path) or planner.source(os.path.relpath(path))
             if src is None:
                 return
-            originals[src.path] = src.text
+            originals[src.path], encodings[src.path] = src.text, src.encoding
             files[src.path] = apply_json(src.text, edits)
         from ..editing.source import unified_diff
 
-        proposal.originals, proposal.files = originals, files
-        proposal.encodings = {p: "utf-8" for p in files}
+        proposal.originals, proposal.files, proposal.encodings = originals, files, encodings
         proposal.edits = list(fix.edits)
-        proposal.section.diff = "".join(unified_diff(p, originals[p], files[p]) for p in files)
+        proposal.section.diff = "".join(unified_diff(p, originals[p], files[p], encodings[p]) for p in files)
         proposal.section.files = list(files)
         proposal.section.changes = [{"cause": found.title, "change": fix.title}]
         proposal.section.verified = True

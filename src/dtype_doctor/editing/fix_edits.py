@@ -71,20 +71,33 @@ def by_file(edits: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def shown_path(path: str) -> str:
+    """A path as the user names it: relative to the working directory when under it, else as given."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith(os.pardir) else rel
+
+
+def _before_after(path: str, edits: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """The file's text now and with the edits made; None when it cannot be read or they do not fit."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
+            before = fh.read()
+        return before, apply_json(before, edits)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def small_diff(edits: list[dict[str, Any]], context: int = 1) -> str:
     """The edits as a short unified diff of the user's lines (paths as the user named them, relative
     to the current directory when under it): what the console shows for a fix."""
     out: list[str] = []
     for path, mine in by_file(edits).items():
-        try:
-            with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
-                before = fh.read()
-            after = apply_json(before, mine)
-        except (OSError, ValueError, KeyError):
+        texts = _before_after(path, mine)
+        if texts is None:
             continue
-        shown = os.path.relpath(path) if not os.path.relpath(path).startswith(os.pardir) else path
+        shown = shown_path(path)
         lines = difflib.unified_diff(
-            before.splitlines(keepends=True), after.splitlines(keepends=True), shown, shown, n=context
+            texts[0].splitlines(keepends=True), texts[1].splitlines(keepends=True), shown, shown, n=context
         )
         out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
     return "".join(out)
@@ -95,11 +108,10 @@ def effect(edits: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
     differ in span but write the same text are the same fix. Empty when a file cannot be read."""
     out = []
     for path, mine in sorted(by_file(edits).items()):
-        try:
-            with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
-                out.append((path, apply_json(fh.read(), mine)))
-        except (OSError, ValueError, KeyError):
+        texts = _before_after(path, mine)
+        if texts is None:
             return ()
+        out.append((path, texts[1]))
     return tuple(out)
 
 
@@ -109,6 +121,4 @@ def place(edits: list[dict[str, Any]]) -> tuple[str | None, int | None]:
     main = [e for e in edits if not e["content"].lstrip().startswith(("import ", "from "))] or edits
     if not main:
         return None, None
-    path = main[0]["filename"]
-    rel = os.path.relpath(path)
-    return (path if rel.startswith(os.pardir) else rel), main[0]["location"]["row"]
+    return shown_path(main[0]["filename"]), main[0]["location"]["row"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog import family_codes
+from ..editing.fix_edits import shown_path
 from ..editing.source import Edit, Source
 from ..patching.verify import Command, Patched, Replay, attempt, replay
 from ..remedies import cure
@@ -99,7 +100,7 @@ def _original(key: str, anchor: str) -> str:
     path, _, line = key.rpartition(":")
     if not os.path.isabs(path):
         path = os.path.join(os.path.abspath(anchor), path)
-    return f"{os.path.relpath(path) if not os.path.relpath(path).startswith(os.pardir) else path}:{line}"
+    return f"{shown_path(path)}:{line}"
 
 
 def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
