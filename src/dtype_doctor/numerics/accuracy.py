@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..tensors import isolate_state, iter_tensors, map_tensors
-from .apart import call_apart, rng_state, set_rng_state
+from ..tensors import isolate_state, iter_tensors
+from .apart import call_apart, float32_inputs, follow_float32, rng_state, set_rng_state
 from .opscan import OpHit, copy_without_hooks, in_range_parts, rel_l2, scan_ops
 from .stats import measurable, measured_tensors
 
@@ -40,12 +40,6 @@ class Wrong:
     hit: OpHit | None = None
     after: float | None = None  # error vs float32 with the module kept in float32
     scanned: bool = False
-
-
-def _isolated(obj: Any) -> Any:
-    """The call's inputs for the float32 copy: stateful objects copied, floating tensors cast up (copies)."""
-    up = lambda t: t.detach().to(torch.float32, copy=True) if t.is_floating_point() else t  # noqa: E731
-    return map_tensors(isolate_state(obj), up)
 
 
 def _rel_row(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> torch.Tensor:
@@ -125,7 +119,7 @@ class AccuracyCheck:
                 self.done = True
                 return None
             try:
-                twin = copy_without_hooks(root, memo).float()
+                twin = follow_float32(copy_without_hooks(root, memo).float(), root)
             except Exception as exc:
                 self.skipped = f"no float32 copy of the model: {type(exc).__name__}: {exc}"
                 self.done = True
@@ -154,7 +148,7 @@ class AccuracyCheck:
         if twin is None or "forward" in twin.__dict__:
             return None
         try:
-            a, k = _isolated(args), _isolated(kwargs)
+            a, k = float32_inputs(isolate_state(args), isolate_state(kwargs))
         except Exception:
             return None
         device = next((t.device.type for t in iter_tensors((args, kwargs))), "cpu")

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from ..compile_state import is_dynamo_compiling
 from ..report import Report
 from ..signatures import call_kwargs as _call_kwargs
 from ..tensors import LEAVES, own_paths_collide
@@ -47,6 +48,10 @@ _LOW = (torch.float16, torch.bfloat16)
 # then the loss modules called after it), each read back when it returns: within the monitored
 # warm-up of benchmarks/bench_numerics_ops.py
 TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
+
+# the monitor's own measuring ops (a few per module output) pass no torch function mode: not the
+# watch's, which would take them for the user's and pay its per-op cost on each, nor the op checks'
+_own_ops = torch._C.DisableTorchFunction
 
 
 class NumericsMonitor(Gradients, OpTraces, ReRuns):
@@ -93,7 +98,11 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         origin_of: Callable[[torch.Tensor], Any] | None = None,
         place_of: Callable[[nn.Module], dict[str, Any] | None] | None = None,
         region_of: Callable[[], Any] | None = None,
+        aside: Callable[[bool], None] | None = None,
     ) -> None:
+        """`aside(True)` is called before the monitor runs modules itself (float32 re-runs, op
+        scans) and `aside(False)` after: a watch beside it stops looking, since those ops and any
+        error in them are the tool's, never the user's program."""
         if every < 1 or underflow_every < 1:
             raise ValueError("every and underflow_every must be >= 1")
         self.report = report if report is not None else Report(tool="numerics")
@@ -139,6 +148,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
         self._busy = False
+        self._aside = aside
         self._scan_only = False
         self.accuracy = AccuracyCheck(accuracy_threshold) if accuracy else None
         self._root_of: dict[str, tuple[nn.Module, str]] = {}  # path → (root, path in the root)
@@ -256,26 +266,33 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
 
     # the two hooks on every module call; an internal error stops monitoring (`_fail`), never the run
     def _global_pre(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+        if is_dynamo_compiling():  # dynamo traces the hooks: the compiled graph stays the user's
+            return
         path = self._names.get(id(module))
         if path is not None:
             if self._active:
                 try:
                     kwargs = _call_kwargs() if kwargs is None else kwargs
-                    if self._unplaced or self._consumer_wait:
-                        self._place_unplaced(path, args, kwargs)
-                    self._pre(module, path, args, kwargs)
+                    with _own_ops():
+                        if self._unplaced or self._consumer_wait:
+                            self._place_unplaced(path, args, kwargs)
+                        self._pre(module, path, args, kwargs)
                 except Exception as exc:
                     self._fail(exc)
         elif self.model is None and self._active:
             try:
-                self._adopt_root(module, args, _call_kwargs())
+                with _own_ops():
+                    self._adopt_root(module, args, _call_kwargs())
             except Exception as exc:
                 self._fail(exc)
 
     def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if is_dynamo_compiling():
+            return
         if self._active and id(module) in self._names:
             try:
-                self._post(module, args, output)
+                with _own_ops():
+                    self._post(module, args, output)
             except Exception as exc:
                 self._fail(exc)
 

@@ -4,8 +4,11 @@ re-run of a producer (range or precision)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import nn
 
 from . import located, shadow
@@ -20,6 +23,23 @@ class ReRuns:
 
     accuracy: Any
     report: Any
+    _busy: bool
+    _aside: Any
+
+    @contextlib.contextmanager
+    def _own_run(self) -> Iterator[None]:
+        """The monitor runs the user's modules itself: `_busy` while it does, and the watch beside
+        it (`aside`) stepped aside, so nothing of this run is taken for the user's program."""
+        self._busy = True
+        if self._aside is not None:
+            self._aside(True)
+        try:
+            with torch._C._EnableTorchFunction():  # the hooks measure with it off: a scan's mode must see
+                yield
+        finally:
+            self._busy = False
+            if self._aside is not None:
+                self._aside(False)
 
     def evidence(self, path: str | None) -> dict[str, Any]:
         """For the findings' remedies: the user's name for the root holding `path` (`model`), the
@@ -34,11 +54,8 @@ class ReRuns:
         root, rel = self._root_of.get(path, (None, ""))
         if root is None:
             return None
-        self._busy = True
-        try:
+        with self._own_run():
             return self.accuracy.before(root, rel, module, args, kwargs, {id(self): self}, low=True)
-        finally:
-            self._busy = False
 
     def _check_accuracy(self, values: list[list[float]], step: int) -> None:
         if self.accuracy is None or not self.accuracy.pending:
@@ -56,22 +73,23 @@ class ReRuns:
 
     def _scan(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
         """The op-level scans waiting for this module's call (one each, then never again)."""
-        self._busy = True
         try:  # a scan that fails costs its finding the op, never the monitoring
-            finding = self._op_scans.get(path)
-            if finding is not None:
-                self._op_scans[path] = None
-                hit = scan_ops(module, args, kwargs)
-                if hit is not None:
-                    located.located(finding, hit)
-            if self.accuracy is not None and self.accuracy.wants_scan(path):
-                root, rel = self._root_of[path]
-                wrong = self.accuracy.scan(path, root, rel, module, args, kwargs, memo={id(self): self})
-                located.scanned(self._wrong_findings[path], wrong, self.evidence(path))
+            with self._own_run():
+                self._scans(path, module, args, kwargs)
         except Exception as exc:
             self.report.meta.setdefault("numerics_scan_errors", []).append(f"{type(exc).__name__}: {exc}")
-        finally:
-            self._busy = False
+
+    def _scans(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        finding = self._op_scans.get(path)
+        if finding is not None:
+            self._op_scans[path] = None
+            hit = scan_ops(module, args, kwargs)
+            if hit is not None:
+                located.located(finding, hit)
+        if self.accuracy is not None and self.accuracy.wants_scan(path):
+            root, rel = self._root_of[path]
+            wrong = self.accuracy.scan(path, root, rel, module, args, kwargs, memo={id(self): self})
+            located.scanned(self._wrong_findings[path], wrong, self.evidence(path))
 
     def pending_scans(self) -> bool:
         """Op-level scans that wait for another call of their module."""
@@ -84,17 +102,14 @@ class ReRuns:
         self, path: str, module: nn.Module, args: tuple, kwargs: dict, rng: tuple | None = None
     ) -> None:
         """Run a copy of the producer in float32 on the same inputs: how big is the true value?"""
-        twin = self._shadows.get(path)
-        if twin is None:
-            twin = shadow.twin(module, {id(self): self})
+        with self._own_run():
+            twin = self._shadows.get(path)
             if twin is None:
-                self._shadows.pop(path, None)
-                return
-            self._shadows[path] = twin
-        self._busy = True
-        try:
+                twin = shadow.twin(module, {id(self): self})
+                if twin is None:
+                    self._shadows.pop(path, None)
+                    return
+                self._shadows[path] = twin
             slots = [self._measure(t) for t in measured_tensors(shadow.run(twin, args, kwargs, rng))]
-        finally:
-            self._busy = False
         if slots:
             self._shadow_runs.append(Shadow(path, slots))

@@ -23,6 +23,9 @@ LOW = (torch.float16, torch.bfloat16)
 _MANTISSA = {torch.float16: 10, torch.bfloat16: 7}
 ABSORBED_SHARE = 0.5  # of the elements float32 changes, the share the low dtype must leave unchanged
 CAST_UNIT = 0.5  # a cast that moves a value above the exact-integer range by this much changes its unit
+# what a value read for its units looks like: a timestep or position per sample, not an activation
+# (rounding an activation by half its spacing is the format's normal 0.4 % (bfloat16), never a finding)
+UNIT_VALUES = 64
 
 
 @dataclass
@@ -124,9 +127,13 @@ def positions(start: float, end: float, step: float, dtype: torch.dtype) -> Prob
 
 @torch.no_grad()
 def cast_rounding(src: torch.Tensor, out: torch.Tensor) -> Problem | None:
-    """A cast down that moves a value above the exact-integer range by CAST_UNIT or more: the
-    value's units are lost (timesteps, positions, coordinates)."""
+    """A cast down of a value read for its units (a 0-d or 1-d tensor of at most UNIT_VALUES
+    elements: timesteps, positions, coordinates per sample) that moves it by CAST_UNIT or more:
+    above the exact-integer range its units are lost. Within the format's spacing this is normal
+    rounding, so an activation (any other shape) is never judged by it."""
     if not src.numel() or src.dtype.itemsize <= out.dtype.itemsize:
+        return None
+    if src.dim() > 1 or src.numel() > UNIT_VALUES:
         return None
     wide = src.detach().double()
     moved = (out.detach().double() - wide).abs()
@@ -143,8 +150,10 @@ def cast_rounding(src: torch.Tensor, out: torch.Tensor) -> Problem | None:
     return Problem(
         "cast-rounding",
         out.dtype,
-        f"the cast to {name} turns {before:.6g} into {after:.6g} (off by {shift:.3g}): above "
-        f"{exact_integer_limit(out.dtype)} {name} cannot hold every integer",
+        f"the cast to {name} turns {before:.6g} into {after:.6g} (off by {shift:.3g}, {name}'s "
+        f"spacing there is {ulp(after or before, out.dtype):g}): above {exact_integer_limit(out.dtype)} "
+        f"{name} cannot hold every integer, and a value of {src.numel()} element(s) read for its units "
+        f"(a timestep, a position) loses them (judged: a move of {CAST_UNIT} or more)",
         before,
         after,
     )

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..compile_state import is_dynamo_compiling
 from . import opchecks, opsource
 from .frames import user_line
 from .opchecks import LOW, Problem
@@ -113,6 +114,8 @@ class OpWatch(TorchFunctionMode):
         self.trace: OpTrace | None = None  # set for a step whose ops are traced (optrace)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if is_dynamo_compiling():  # dynamo traces this method: the op only, no table read or guard
+            return func(*args, **kwargs) if kwargs else func(*args)
         try:
             kind = self._kinds[func]
         except (KeyError, TypeError):

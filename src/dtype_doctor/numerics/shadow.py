@@ -8,8 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..tensors import map_tensors
-from .apart import call_apart, rng_state, set_rng_state
+from .apart import call_apart, float32_inputs, follow_float32, rng_state, set_rng_state
 from .opscan import copy_without_hooks
 from .stats import measured_tensors
 
@@ -20,7 +19,7 @@ def twin(module: nn.Module, memo: dict) -> nn.Module | None:
     """A float32 copy of `module` without hooks; None when it is too big to copy."""
     if sum(p.numel() for p in module.parameters()) > MAX_PARAMS:
         return None
-    return copy_without_hooks(module, memo).float()
+    return follow_float32(copy_without_hooks(module, memo).float(), module)
 
 
 def run(twin: nn.Module, args: tuple, kwargs: dict, rng: tuple | None) -> Any:
@@ -32,10 +31,7 @@ def run(twin: nn.Module, args: tuple, kwargs: dict, rng: tuple | None) -> Any:
         if rng is not None:
             set_rng_state(rng)
         with torch.no_grad(), torch.autocast(device_type=device, enabled=False):
-            return call_apart(twin, *_to_float32(args), **_to_float32(kwargs))
+            a, k = float32_inputs(args, kwargs)
+            return call_apart(twin, *a, **k)
     finally:
         set_rng_state(after)
-
-
-def _to_float32(obj: Any) -> Any:
-    return map_tensors(obj, lambda t: t.detach().float() if t.is_floating_point() else t)

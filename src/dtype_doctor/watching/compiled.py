@@ -13,28 +13,8 @@ says so.
 from __future__ import annotations
 
 import sys
-from typing import Any
-
-import torch
 
 from ..catalog.family_codes import COMPILED_REGION_UNWATCHED
-
-
-class _NoFlag:
-    _is_compiling_flag = False
-
-
-# torch.compiler.is_compiling() costs a third of a no-op TorchFunctionMode call, and runs on every
-# torch call and module call: the hot paths ask its two parts themselves. Dynamo answers True for
-# is_dynamo_compiling() while it traces; the flag is held True while it compiles (and exports).
-is_dynamo_compiling: Any = getattr(torch.compiler, "is_dynamo_compiling", None)
-compiler_flags: Any = torch.compiler if hasattr(torch.compiler, "_is_compiling_flag") else _NoFlag
-if is_dynamo_compiling is None:  # another torch
-    is_dynamo_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
-
-
-def compiling() -> bool:
-    return is_dynamo_compiling() or compiler_flags._is_compiling_flag
 
 
 def graphs_compiled() -> int:

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..compile_state import compiler_flags, is_dynamo_compiling
 from ..errors import DtypeMismatchError
-from .compiled import compiler_flags, is_dynamo_compiling
 from .contracts import CONTRACTS, Contract
 
 Tensor = torch.Tensor
@@ -91,6 +91,8 @@ def classify(func: Any) -> Any:
     contract = CONTRACTS.get(func)
     if contract is not None:
         return contract
+    if isinstance(func, torch._ops.OpOverload):
+        return PASS  # an aten op: only a compiled graph (aot_eager) calls these through Python
     name = getattr(func, "__name__", "") or ""
     if name in _CAST_NAMES:
         return CAST
@@ -210,6 +212,10 @@ class WatchMode(TorchFunctionMode):
         self._run: Callable[[Any, tuple, dict], Any] | None = None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if is_dynamo_compiling():
+            # dynamo traces this method: it must see the op only, never read the tables (it would
+            # guard on their size and recompile each time they grow)
+            return func(*args, **kwargs) if kwargs else func(*args)
         try:
             code = _CODES[func]
         except (KeyError, TypeError):
@@ -250,9 +256,9 @@ class WatchMode(TorchFunctionMode):
                     except Exception as exc:
                         self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
                         raise
-        # dynamo tracing this (it must see the op only); or a worker thread's mode left pushed when
-        # its session stopped mid-call: pass through
-        if is_dynamo_compiling() or compiler_flags._is_compiling_flag or not self.session._active:
+        # compiling (export, AOT), or a worker thread's mode left pushed when its session stopped
+        # mid-call: pass through
+        if compiler_flags._is_compiling_flag or not self.session._active:
             return func(*args, **kwargs) if kwargs else func(*args)
         if code is _VIEWS:
             out = func(*args, **kwargs) if kwargs else func(*args)

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from ..compile_state import compiler_flags, is_dynamo_compiling
 from ..errors import DtypeMismatchError
 from ..signatures import call_kwargs
 from ..tensors import own_paths_collide
-from .compiled import compiler_flags, is_dynamo_compiling
 
 _no_torch_function = torch._C.DisableTorchFunction
 

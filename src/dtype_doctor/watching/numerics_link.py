@@ -43,6 +43,17 @@ def start(session: Any) -> Any:
         file, line, _ = where(found[0])
         return (file or "?", line or 0, found[1])
 
+    held: list[bool] = []
+
+    def aside(on: bool) -> None:
+        """The monitor's own float32 re-runs and scans: the watch passes their ops straight through
+        (a mismatch inside the tool's copy of a module is never the user's)."""
+        if on:
+            held.append(session._active)
+            session._active = False
+        elif held:
+            session._active = held.pop()
+
     model = session.model if isinstance(session.model, nn.Module) else None
     monitor = NumericsMonitor(
         report=session.report,
@@ -52,6 +63,7 @@ def start(session: Any) -> Any:
         origin_of=origin_of,
         place_of=place_of,
         region_of=region_of,
+        aside=aside,
     )
     return _Linked(monitor.start(), session)
 

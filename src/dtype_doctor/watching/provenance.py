@@ -47,7 +47,7 @@ def frame_kind(code: CodeType) -> int:
     kind = _kinds.get(id(code))
     if kind is None:
         name = code.co_filename
-        if name.startswith((_TORCH_DIR, TOOL_DIR)):
+        if name.startswith((_TORCH_DIR, TOOL_DIR, "<eval_with_key>")):  # the last: torch.fx's code
             kind = SKIP
         elif name.startswith(_LIB_DIRS) or name.startswith("<frozen") or "site-packages" in name:
             kind = LIBRARY
