@@ -49,8 +49,7 @@ _LOW = (torch.float16, torch.bfloat16)
 # warm-up of benchmarks/bench_numerics_ops.py
 TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
 
-# the monitor's own measuring ops (a few per module output) pass no torch function mode: not the
-# watch's, which would take them for the user's and pay its per-op cost on each, nor the op checks'
+# the monitor's own measuring ops pass no torch function mode (the watch's would take them for the user's)
 _own_ops = torch._C.DisableTorchFunction
 
 
@@ -73,7 +72,8 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
     ops: the op-level checks (`opwatch`): constants and positions the low dtype cannot hold, and,
         between module calls in the user's code, results that overflow or updates it absorbs.
     name_of: how the caller names a module (`run`'s names), for the findings; origin_of: where a
-        tensor was made (the watch's provenance), for the op-level findings.
+        tensor was made (the watch's provenance), for the op-level findings; aside(True/False):
+        around the monitor's own runs of modules, so a watch beside it ignores them (the tool's).
 
     >>> with NumericsMonitor(model=vae) as mon:      # or .start() / .stop()
     ...     vae.decode(z)
@@ -100,9 +100,6 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         region_of: Callable[[], Any] | None = None,
         aside: Callable[[bool], None] | None = None,
     ) -> None:
-        """`aside(True)` is called before the monitor runs modules itself (float32 re-runs, op
-        scans) and `aside(False)` after: a watch beside it stops looking, since those ops and any
-        error in them are the tool's, never the user's program."""
         if every < 1 or underflow_every < 1:
             raise ValueError("every and underflow_every must be >= 1")
         self.report = report if report is not None else Report(tool="numerics")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from . import warm
 from .guard import reason
 
 _BOOT = "import sys; from dtype_doctor.verifying.guard import bootstrap; bootstrap(sys.argv[1], sys.argv[2], sys.argv[3:])"
@@ -60,12 +61,22 @@ def pythonpath(value: str, scratch: str, anchor: str) -> list[str]:
 
 
 def run(cmd: list[str], scratch: str, anchor: str, env: dict[str, str], timeout: float | None) -> Ran:
-    """Run `cmd` isolated in `scratch`; code 124 when it did not finish within `timeout`."""
+    """Run `cmd` isolated in `scratch`; code 124 when it did not finish within `timeout`. A
+    `python -m` command is forked from this process's warm zygote (warm.py) when it serves."""
     env = {**env, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": scratch}
+    command, cwd = guarded(cmd, scratch), workdir(scratch, anchor)
+    if command is not cmd:
+        z = warm.zygote(anchor, scratch, env)
+        done = z.run(command, cwd, env, timeout) if z is not None else None
+        if done is not None:
+            code, out, err = done
+            if code == 124:
+                return Ran(124, "", "the replay timed out")
+            return Ran(code, out, err, reason(err))
     try:
         proc = subprocess.run(
-            guarded(cmd, scratch),
-            cwd=workdir(scratch, anchor),
+            command,
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             capture_output=True,

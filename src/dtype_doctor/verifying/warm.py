@@ -1,0 +1,259 @@
+"""Warm re-runs: a process that has imported what the user's program imports forks one child per
+re-run, so each patched-program re-run starts at its first line instead of paying torch's and the
+model libraries' imports again (several seconds each: most of a small re-run).
+
+The parent (the `run` that re-runs) starts it once, with the names of the library modules its own
+process holds: modules of the standard library, site-packages and this tool, never the user's files
+or anything under the scratch copy. It is a fresh interpreter that imports them and nothing else
+(no user code, no watch), and serves requests on its standard input: each child gets the request's
+working directory, environment, `sys.path`, standard input from /dev/null and its output in files,
+then runs the guarded bootstrap as `python -c` would and ends as an interpreter ends (threads
+joined, atexit run, streams flushed). The zygote refuses to serve, and re-runs start cold, when it
+is not fork-safe (a thread started while importing) or cannot start; a child that outlives its
+timeout is killed with its process group. No torch import here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from typing import Any
+
+_SERVE = "import sys; from dtype_doctor.verifying.warm import serve; serve(sys.argv[1])"
+_ENV_OFF = "DTYPE_DOCTOR_COLD_RERUNS"  # set (to anything): every re-run starts a fresh interpreter
+
+
+def _library_dirs() -> tuple[str, ...]:
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    dirs = {os.path.realpath(sysconfig.get_paths()[n]) for n in names}
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the tool's own package
+    return tuple(sorted(dirs | {here}))
+
+
+def preloadable(anchor: str, scratch: str) -> list[str]:
+    """Names of the modules this process holds that a re-run of the same program imports the same
+    way: their files in the standard library, site-packages or this tool, none under `anchor` (the
+    user's folder) or `scratch`."""
+    libraries = _library_dirs()
+    mine = tuple(os.path.realpath(p) + os.sep for p in (anchor, scratch))
+    names = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not file or name == "__main__" or name.startswith("__"):
+            continue
+        real = os.path.realpath(file)
+        if real.startswith(mine) or not real.startswith(libraries):
+            continue
+        names.append(name)
+    return sorted(names, key=lambda n: (n.count("."), n))
+
+
+class Zygote:
+    """The warm process of one parent; `run` answers like a subprocess, or None when it cannot."""
+
+    def __init__(self, modules: list[str], env: dict[str, str]) -> None:
+        self.outputs = tempfile.mkdtemp(prefix="dtype-doctor-warm-")
+        listing = os.path.join(self.outputs, "modules.json")
+        with open(listing, "w") as fh:
+            json.dump(modules, fh)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, listing],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+            cwd=self.outputs,
+            start_new_session=True,
+        )
+        self.ready: bool | None = None  # the first answer: whether it serves at all
+        self.count = 0
+
+    def _line(self, timeout: float | None) -> dict | None:
+        out = self.proc.stdout
+        assert out is not None
+        ready, _, _ = select.select([out], [], [], timeout)
+        if not ready:
+            return None
+        line = out.readline()
+        return json.loads(line) if line else {"gone": True}
+
+    def run(
+        self, argv: list[str], cwd: str, env: dict[str, str], timeout: float | None
+    ) -> tuple[int, str, str] | None:
+        """(exit code, stdout, stderr) of `python -c ...argv` run by a forked child; code 124 after
+        `timeout`; None when the zygote does not serve (the caller starts the re-run cold)."""
+        if self.ready is None:
+            hello = self._line(600)
+            self.ready = bool(hello and hello.get("serving"))
+        if not self.ready or self.proc.poll() is not None:
+            return None
+        self.count += 1
+        out, err = (os.path.join(self.outputs, f"{self.count}.{n}") for n in ("out", "err"))
+        request = {"argv": argv, "cwd": cwd, "env": env, "stdout": out, "stderr": err}
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            self.ready = False
+            return None
+        started = self._line(30)
+        if not started or "pid" not in started:
+            self.ready = False
+            return None
+        ended = self._line(timeout)
+        code = None
+        if ended is None:  # past its time: the child and what it started
+            with contextlib.suppress(OSError):
+                os.killpg(started["pid"], 9)
+            self._line(30)
+            code = 124
+        elif "status" not in ended:
+            self.ready = False
+            return None
+        texts = []
+        for path in (out, err):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    texts.append(fh.read())
+                os.remove(path)
+            except OSError:
+                texts.append("")
+        return (ended["status"] if code is None else code), texts[0], texts[1]
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except Exception:
+            self.proc.kill()
+        import shutil
+
+        shutil.rmtree(self.outputs, ignore_errors=True)
+
+
+_zygotes: dict[tuple[str, ...], Zygote] = {}
+
+
+def zygote(anchor: str, scratch: str, env: dict[str, str]) -> Zygote | None:
+    """This process's warm zygote for the modules it holds now (one per set; started on first use)."""
+    if os.environ.get(_ENV_OFF) or not hasattr(os, "fork") or sys.platform == "darwin":
+        return None
+    modules = preloadable(anchor, scratch)
+    key = tuple(modules)
+    found = _zygotes.get(key)
+    if found is None or found.proc.poll() is not None:
+        base = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "TMPDIR")}
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+        base["PYTHONPATH"] = os.pathsep.join([here, *sys.path[1:]])
+        try:
+            found = _zygotes[key] = Zygote(modules, base)
+        except OSError:
+            return None
+    return found
+
+
+@atexit.register
+def _close_all() -> None:
+    for z in _zygotes.values():
+        z.close()
+    _zygotes.clear()
+
+
+# -- the zygote's side ---------------------------------------------------------------------------
+def serve(listing: str) -> None:
+    """Import the listed modules, then fork a child per request line until standard input closes."""
+    import importlib
+    import threading
+
+    with open(listing) as fh:
+        modules = json.load(fh)
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            continue
+    base_path = [p for p in sys.path if p]
+    answer = sys.stdout
+    serving = threading.active_count() == 1  # a thread would not survive the fork
+    answer.write(json.dumps({"serving": serving}) + "\n")
+    answer.flush()
+    if not serving:
+        return
+    for line in sys.stdin:
+        request = json.loads(line)
+        answer.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(_child(request, base_path))
+        answer.write(json.dumps({"pid": pid}) + "\n")
+        answer.flush()
+        _, status = os.waitpid(pid, 0)
+        answer.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+        answer.flush()
+
+
+def _child(request: dict[str, Any], base_path: list[str]) -> int:
+    """In the forked child: become `python -c BOOT ...argv` in the request's place, run, end."""
+    try:
+        os.setpgid(0, 0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(target, fd)
+            os.close(target)
+        os.chdir(request["cwd"])
+        env = request["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        tempfile.tempdir = None  # read TMPDIR again
+        sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+        front = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = ["", *front, *[p for p in base_path if p not in front]]
+        argv = request["argv"]
+        sys.argv = ["-c", *argv[3:]]
+    except BaseException:
+        return 70
+    code = 0
+    try:
+        exec(compile(argv[2], "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as stop:
+        code = _exit_code(stop)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    return _finish(code)
+
+
+def _exit_code(stop: SystemExit) -> int:
+    value = stop.code
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    print(value, file=sys.stderr)
+    return 1
+
+
+def _finish(code: int) -> int:
+    """What an interpreter does at its end: join non-daemon threads, run atexit, flush."""
+    import threading
+
+    with contextlib.suppress(BaseException):
+        threading._shutdown()  # type: ignore[attr-defined]
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    return code

@@ -1,0 +1,103 @@
+"""Warm re-runs (verifying/warm.py): a re-run forked from the zygote is the program run by a fresh
+`python -c` in the same place: same exit code, output, working directory, environment, arguments,
+empty standard input, its threads joined and atexit handlers run at the end, the guard installed;
+one past its timeout is killed; with the zygote off the re-run starts cold, with the same answer."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+from dtype_doctor.verifying import rerun, warm
+
+PROGRAM = textwrap.dedent(
+    """
+    import atexit, os, sys, threading, time
+    atexit.register(lambda: print("atexit ran", flush=True))
+    def late():
+        time.sleep(0.2)
+        print("thread joined", flush=True)
+    threading.Thread(target=late).start()
+    print("cwd", os.path.basename(os.getcwd()))
+    print("argv", sys.argv[1:])
+    print("env", os.environ.get("WARM_PROBE"))
+    print("stdin", os.path.samestat(os.fstat(0), os.stat(os.devnull)))
+    print("to stderr", file=sys.stderr)
+    if "--fail" in sys.argv:
+        raise SystemExit("failed on purpose")
+    if "--write" in sys.argv:
+        open(os.path.join(os.path.expanduser("~"), "warm-probe.txt"), "w").write("x")
+    if "--sleep" in sys.argv:
+        time.sleep(60)
+    """
+)
+
+
+def _rerun(tmp_path, *args: str, timeout: float = 120) -> rerun.Ran:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    (scratch / "prog.py").write_text(PROGRAM)
+    env = {**os.environ, "WARM_PROBE": "probe", "PYTHONPATH": str(scratch)}
+    cmd = [sys.executable, "-m", "prog", *args]
+    return rerun.run(cmd, str(scratch), str(scratch), env, timeout)
+
+
+def _forks(monkeypatch) -> list:
+    served = []
+    real = warm.Zygote.run
+
+    def counting(self, *a, **k):
+        out = real(self, *a, **k)
+        served.append(out is not None)
+        return out
+
+    monkeypatch.setattr(warm.Zygote, "run", counting)
+    return served
+
+
+@pytest.mark.parametrize("args", [("a", "b c"), ("--fail",)])
+def test_a_warm_rerun_answers_as_a_cold_one(tmp_path, monkeypatch, args):
+    served = _forks(monkeypatch)
+    hot = _rerun(tmp_path, *args)
+    assert served == [True]
+    monkeypatch.setenv("DTYPE_DOCTOR_COLD_RERUNS", "1")
+    cold = _rerun(tmp_path, *args)
+    assert served == [True]  # the second started cold
+    assert (hot.code, hot.stdout, hot.stderr) == (cold.code, cold.stdout, cold.stderr)
+    assert hot.code == (1 if "--fail" in args else 0)
+    assert f"argv {list(args)}" in hot.stdout and "env probe" in hot.stdout and "stdin True" in hot.stdout
+    assert "cwd scratch" in hot.stdout and "to stderr" in hot.stderr
+    assert hot.stdout.rstrip().endswith("thread joined\natexit ran")
+    if "--fail" in args:
+        assert "failed on purpose" in hot.stderr
+
+
+def test_a_warm_rerun_is_guarded_and_killed_past_its_timeout(tmp_path, monkeypatch):
+    served = _forks(monkeypatch)
+    stopped = _rerun(tmp_path, "--write")
+    assert stopped.stopped == "the call writes files" and stopped.code != 0
+    assert not os.path.exists(os.path.join(os.path.expanduser("~"), "warm-probe.txt"))
+    started = time.perf_counter()
+    slow = _rerun(tmp_path, "--sleep", timeout=3)
+    assert slow.code == 124 and time.perf_counter() - started < 40
+    assert served == [True, True]
+
+
+def test_the_zygote_preloads_libraries_never_the_users_files(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "users_module_xyz.py").write_text("VALUE = 1\n")
+    sys.path.insert(0, str(mine))
+    try:
+        import users_module_xyz  # noqa: F401
+
+        names = warm.preloadable(str(mine), str(tmp_path / "scratch"))
+    finally:
+        sys.path.remove(str(mine))
+        sys.modules.pop("users_module_xyz", None)
+    assert "users_module_xyz" not in names
+    assert "json" in names and "dtype_doctor.verifying.warm" in names
