@@ -284,17 +284,14 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
                 self._fail(exc)
 
     def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if is_dynamo_compiling():
-            return
-        if self._active and id(module) in self._names:
+        if not is_dynamo_compiling() and self._active and id(module) in self._names:
             try:
                 with _own_ops():
                     self._post(module, args, output)
             except Exception as exc:
                 self._fail(exc)
 
-    def _fail(self, exc: Exception) -> None:
-        """A hook must never break the user's run: on an internal error, stop monitoring and say so."""
+    def _fail(self, exc: Exception) -> None:  # a hook never breaks the user's run: monitoring stops
         self._active = False
         self.internal_error = f"{type(exc).__name__}: {exc}"
 
