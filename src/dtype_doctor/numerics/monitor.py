@@ -1,9 +1,9 @@
 """NumericsMonitor: module hooks that record range statistics and find non-finite producers.
 
-Per monitored step every floating module output (and, in training, every gradient reaching a
-module output or a parameter) gets one stats row computed on its device; the rows are read back
-with one transfer when the step ends. A step ends when the outermost module returns and the next
-outermost call starts (so its backward belongs to it), at `step()`, or at `stop()`.
+Per monitored step every floating module output (and, in training, every gradient reaching a module
+output or a parameter) gets one stats row computed on its device; the rows are read back with one
+transfer when the step ends: when the next outermost call starts (its backward belongs to it), at
+`step()`, or at `stop()`.
 """
 
 from __future__ import annotations
@@ -44,9 +44,8 @@ from .seen import Seen
 from .stats import ABSMAX, Rows, measured_tensors
 
 _LOW = (torch.float16, torch.bfloat16)
-# the first outermost calls with float16/bfloat16 ops in a forward are traced op by op (a model,
-# then the loss modules called after it), each read back when it returns: within the monitored
-# warm-up of benchmarks/bench_numerics_ops.py
+# the first outermost calls with low-precision ops are traced op by op (a model, then the loss modules
+# after it), each read back when it returns: within the monitored warm-up of bench_numerics_ops.py
 TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
 
 # the monitor's own measuring ops pass no torch function mode (the watch's would take them for the user's)
@@ -138,9 +137,9 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         self._unplaced: list[tuple[Any, str, int]] = []  # op findings made outside every module
         self._unplaced_calls = 0
         self._op_modules: list[tuple[Any, nn.Module]] = []  # op findings and the module their op ran in
+        self._held: dict[int, list[Any]] = {}  # id(module) → its inf/NaN op findings, judged at its return
         self._consumer_wait: list[tuple[Any, str, int]] = []  # cast-rounding findings: the module to cast at
-        # op findings whose dtype a module's own tensor set (born_keep)
-        self._born_keeps: list[tuple[Any, nn.Module, str]] = []
+        self._born_keeps: list[tuple[Any, nn.Module, str]] = []  # op findings a module's own tensor set
         self._roots: list[nn.Module] = []
         self._stack: list[Frame] = []
         self._shadows: dict[str, nn.Module | None] = {}
@@ -436,8 +435,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         stack.append(Frame(path, call, kwargs, rng, ref))
 
     def _begin_root(self, root: nn.Module) -> None:
-        """An outermost call starts: the previous step (and its backward) is complete. What every
-        module call of this one would ask is asked here, once."""
+        """An outermost call starts (the previous step is complete): what its calls ask, asked once."""
         if not self._explicit_steps and self._rows:
             self._flush()
         if self._place_of is not None and id(root) not in self._root_places:
@@ -472,6 +470,8 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
         return tensor.dtype in _LOW
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if self._held and id(module) in self._held:
+            self._settle_held(module, output)
         if self._busy or not self._stack:
             return
         frame = self._stack.pop()

@@ -14,6 +14,7 @@ from .opfindings import op_finding
 from .optrace import Traced
 from .opwatch import Hit
 from .owner import late_name
+from .stats import measured_tensors
 
 _PLACE_CALLS = 512  # module calls an unplaced op finding waits for its consumer
 
@@ -48,6 +49,7 @@ class OpTraces:
     _born_keeps: list[tuple[Any, Any, str]]
     _consumer_wait: list[tuple[Any, str, int]]
     _op_modules: list[tuple[Any, Any]]
+    _held: dict[int, list[Any]]
     _roots: list[Any]
 
     def _end_trace(self) -> None:
@@ -93,6 +95,8 @@ class OpTraces:
         owner = hit.owner if hit.owner is not None else self._modules.get(hit.module or "")
         if owner is not None:
             self._op_modules.append((finding, owner))
+            if hit.problem.kind == "overflow":  # judged when its module returns (`_settle_held`)
+                self._held.setdefault(id(owner), []).append(finding)
         if hit.module is None and not self._stack and self._records:  # after the model, as a loss is
             self._after_model_ops.append(finding)
         if hit.problem.kind == "positions" and hit.operands:  # the dtype a module's own tensor set
@@ -105,6 +109,17 @@ class OpTraces:
             # made outside every module (a timestep rounded in the script): the module whose input
             # descends from it is where the value does its harm
             self._unplaced.append((finding, os.path.basename(hit.file), hit.line))
+
+    def _settle_held(self, module: Any, output: Any) -> None:
+        """`module` returned: an inf/NaN made inside it that none of its outputs carries (a mask's
+        -inf added to another, a router's scatter of -inf before a top-k) did the user no harm, so
+        its finding is withdrawn; one that reaches the outputs stays."""
+        held = self._held.pop(id(module), [])
+        outputs = [t for t in measured_tensors(output) if t.is_floating_point()]
+        if held and outputs and all(bool(torch.isfinite(t).all()) for t in outputs):
+            for finding in held:
+                if finding in self.report.findings:
+                    self.report.findings.remove(finding)
 
     def _op_inside(self, finding: Any, path: str) -> bool:
         """A wrong module whose op was not located: an op-level finding inside it is its cause."""

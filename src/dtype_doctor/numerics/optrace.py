@@ -46,6 +46,19 @@ class OpTrace:
         return idx
 
     @torch.no_grad()
+    def prior(self, destination: object) -> int | None:
+        """The flag of what an in-place op's destination holds before the op writes it: an operand
+        too (a fill of -inf scattered into is not made non-finite by the scatter)."""
+        if (
+            not isinstance(destination, torch.Tensor)
+            or destination.dtype not in LOW
+            or len(self.ops) >= MAX_OPS
+        ):
+            return None
+        self._flags.append(torch.isfinite(destination.detach()).all())
+        return len(self._flags) - 1
+
+    @torch.no_grad()
     def record(
         self,
         op: str,
@@ -53,10 +66,13 @@ class OpTrace:
         operands: list[torch.Tensor],
         site: tuple[str | None, int | None],
         module: str | None,
+        prior: int | None = None,
     ) -> None:
         if len(self.ops) >= MAX_OPS or out.dtype not in LOW or not out.numel():
             return
         ins = [self._flag(t) for t in operands if t.is_floating_point() and t.numel() and t is not out]
+        if prior is not None:
+            ins.append(prior)
         self._flags.append(torch.isfinite(out.detach()).all())
         idx = len(self._flags) - 1
         self._made[id(out)] = (weakref.ref(out), idx)

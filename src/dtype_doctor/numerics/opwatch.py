@@ -131,9 +131,11 @@ class OpWatch(TorchFunctionMode):
 
     def _traced(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
         """The op, checked, and its finiteness recorded in the step's trace (optrace)."""
+        inplace = kind[2] if kind is not None else _base_name(getattr(func, "__name__", "") or "")[1]
+        prior = self.trace.prior(args[0]) if inplace and self.trace is not None else None
         out = self._checked(func, kind, args, kwargs) if kind is not None else func(*args, **kwargs)
         try:
-            result = args[0] if kind is not None and kind[2] else out
+            result = args[0] if inplace else out
             if isinstance(result, torch.Tensor) and result.dtype in LOW and self.trace is not None:
                 values = (*args, *kwargs.values())
                 if not any(type(v) is float and not math.isfinite(v) for v in values):  # an inf on purpose
@@ -142,7 +144,7 @@ class OpWatch(TorchFunctionMode):
                         operands = operands[1:]  # addmm & co with beta=0 never read their input
                     name = getattr(func, "__name__", "") or "op"
                     if name not in _UNINITIALISED:  # its values are whatever memory held, not made
-                        self.trace.record(name, result, operands, user_line(), self._module())
+                        self.trace.record(name, result, operands, user_line(), self._module(), prior)
         except Exception as exc:
             self._on_error(exc)
         return out
@@ -294,6 +296,8 @@ class OpWatch(TorchFunctionMode):
         if finite and not sampled:
             return
         operands = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if saved is not None:  # in place: what the destination held before is an operand too
+            operands = [saved, *operands]
         if not all(
             bool(torch.isfinite(t).all()) for t in operands if t.is_floating_point() and t is not result
         ):
