@@ -157,3 +157,23 @@ def test_quiet_run_is_one_linter_line_per_finding_at_the_users_line(tmp_path):
     assert lines == [
         "train.py:7: matmul-dtype-mismatch [error] Matrix multiply operands have different dtypes"
     ], done.stderr[-2000:]
+
+
+def test_the_console_script_launcher_is_never_the_users_code(tmp_path):
+    # `dtype-doctor` as pip installs it: a launcher in the environment's scripts folder, whose frame
+    # sits under every frame of the user's program (was: "your code" at .venv/bin/dtype-doctor:6)
+    import sysconfig
+
+    launcher = Path(sysconfig.get_paths()["scripts"]) / "dtype-doctor"
+    if not launcher.exists():
+        import pytest
+
+        pytest.skip("no dtype-doctor console script in this environment")
+    (tmp_path / "mm.py").write_text(SCRIPT)
+    env = {**os.environ, "DTYPE_DOCTOR_BUDGET": "0", "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [str(launcher), "run", "--json", "out.json", "mm.py"], cwd=tmp_path, env=env, capture_output=True
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = (tmp_path / "out.json").read_text()
+    assert '"file": "mm.py"' in report and str(launcher.parent) not in report

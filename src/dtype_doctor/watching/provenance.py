@@ -34,6 +34,8 @@ _LIB_DIRS = tuple(
     }
 )
 
+# console-script launchers (`.venv/bin/dtype-doctor`, `torchrun`): a library's, never the user's code
+_SCRIPTS_DIR = (sysconfig.get_paths().get("scripts") or "//no scripts dir") + os.sep
 SKIP, LIBRARY, USER = 0, 1, 2
 # by id(code): hashing a code object hashes its bytecode and constants (~0.7 µs for a long
 # forward, on every frame of every walk); the code objects are kept, so their ids stay theirs
@@ -49,7 +51,7 @@ def frame_kind(code: CodeType) -> int:
         name = code.co_filename
         if name.startswith((_TORCH_DIR, TOOL_DIR, "<eval_with_key>")):  # the last: torch.fx's code
             kind = SKIP
-        elif name.startswith(_LIB_DIRS) or name.startswith("<frozen") or "site-packages" in name:
+        elif name.startswith((*_LIB_DIRS, _SCRIPTS_DIR, "<frozen")) or "site-packages" in name:
             kind = LIBRARY
         else:
             kind = USER
