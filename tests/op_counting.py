@@ -18,7 +18,10 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 class CountOps(TorchDispatchMode):
-    """Counts every aten op and the bytes of the tensors it reads (its tensor arguments)."""
+    """Counts every aten op and the bytes of the tensors it reads (its tensor arguments), the tool's
+    own included (a user's mode is set aside around them: numerics/own_ops.py)."""
+
+    sees_dtype_doctor = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -213,3 +213,36 @@ def test_an_inf_that_reaches_the_modules_output_is_still_named():
     assert any(f.code in ("nonfinite-values", "fp16-overflow") for f in session.report.findings), [
         (f.code, f.message) for f in session.report.findings
     ]
+
+
+def test_the_users_own_dispatch_modes_count_under_numerics_what_they_count_under_python():
+    # H9: a FlopCounterMode and an op-counting TorchDispatchMode of the user's, entered inside the
+    # watch: the monitor's statistics, flags and float32 re-run never reach them (were FLOPs x3, 5 -> 216 ops)
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).to(torch.bfloat16)
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+
+    def counted() -> list[tuple[int, int]]:
+        seen = []
+        for _ in range(2):
+            with FlopCounterMode(display=False) as flops, Count() as ops, torch.no_grad():
+                model(x)
+            seen.append((flops.get_total_flops(), ops.n))
+        return seen
+
+    plain = counted()
+    with dd.watch(numerics=True):
+        watched = counted()
+    assert watched == plain == [(6144, 5), (6144, 5)]

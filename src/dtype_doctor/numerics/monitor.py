@@ -39,6 +39,7 @@ from .monitor_reruns import ReRuns
 from .monitor_traces import OpTraces
 from .optrace import OpTrace, Traced
 from .opwatch import OpWatch
+from .own_ops import own_ops
 from .scaler import ScalerMonitor
 from .seen import Seen
 from .stats import ABSMAX, Rows, measured_tensors
@@ -47,9 +48,6 @@ _LOW = (torch.float16, torch.bfloat16)
 # the first outermost calls with low-precision ops are traced op by op (a model, then the loss modules
 # after it), each read back when it returns: within the monitored warm-up of bench_numerics_ops.py
 TRACED_CALLS = (2, 4)  # of roots with parameters (models), of roots without (loss modules)
-
-# the monitor's own measuring ops pass no torch function mode (the watch's would take them for the user's)
-_own_ops = torch._C.DisableTorchFunction
 
 
 class NumericsMonitor(Gradients, OpTraces, ReRuns):
@@ -269,7 +267,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             if self._active:
                 try:
                     kwargs = _call_kwargs() if kwargs is None else kwargs
-                    with _own_ops():
+                    with own_ops():
                         if self._unplaced or self._consumer_wait:
                             self._place_unplaced(path, args, kwargs)
                         self._pre(module, path, args, kwargs)
@@ -277,7 +275,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
                     self._fail(exc)
         elif self.model is None and self._active:
             try:
-                with _own_ops():
+                with own_ops():
                     self._adopt_root(module, args, _call_kwargs())
             except Exception as exc:
                 self._fail(exc)
@@ -285,7 +283,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
     def _global_post(self, module: nn.Module, args: tuple, output: Any) -> None:
         if not is_dynamo_compiling() and self._active and id(module) in self._names:
             try:
-                with _own_ops():
+                with own_ops():
                     self._post(module, args, output)
             except Exception as exc:
                 self._fail(exc)

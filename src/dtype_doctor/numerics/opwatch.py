@@ -33,6 +33,7 @@ from . import opchecks, opsource
 from .frames import user_line
 from .opchecks import LOW, Problem
 from .optrace import OpTrace, Traced
+from .own_ops import user_dispatch_aside
 from .owner import owner
 
 SAMPLE_FIRST = 32  # calls of a line re-run in float32 every time
@@ -132,7 +133,11 @@ class OpWatch(TorchFunctionMode):
     def _traced(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
         """The op, checked, and its finiteness recorded in the step's trace (optrace)."""
         inplace = kind[2] if kind is not None else _base_name(getattr(func, "__name__", "") or "")[1]
-        prior = self.trace.prior(args[0]) if inplace and self.trace is not None else None
+        if inplace and self.trace is not None:
+            with user_dispatch_aside():
+                prior = self.trace.prior(args[0])
+        else:
+            prior = None
         out = self._checked(func, kind, args, kwargs) if kind is not None else func(*args, **kwargs)
         try:
             result = args[0] if inplace else out
@@ -144,7 +149,8 @@ class OpWatch(TorchFunctionMode):
                         operands = operands[1:]  # addmm & co with beta=0 never read their input
                     name = getattr(func, "__name__", "") or "op"
                     if name not in _UNINITIALISED:  # its values are whatever memory held, not made
-                        self.trace.record(name, result, operands, user_line(), self._module(), prior)
+                        with user_dispatch_aside():
+                            self.trace.record(name, result, operands, user_line(), self._module(), prior)
         except Exception as exc:
             self._on_error(exc)
         return out
@@ -165,14 +171,16 @@ class OpWatch(TorchFunctionMode):
 
     def _checked(self, func: Any, kind: tuple[str, str, bool, str], args: tuple, kwargs: dict) -> Any:
         try:
-            before = self._before(kind, func, args, kwargs)
+            with user_dispatch_aside():
+                before = self._before(kind, func, args, kwargs)
         except Exception as exc:
             self._on_error(exc)
             before = None
         out = func(*args, **kwargs)
         if before is not None:
             try:
-                self._after(kind, before, args, kwargs, out)
+                with user_dispatch_aside():
+                    self._after(kind, before, args, kwargs, out)
             except Exception as exc:
                 self._on_error(exc)
         return out
