@@ -1,13 +1,18 @@
 """Where a finding points in the user's files, for the formats that link to source (SARIF, GitHub):
-the finding's own file:line first, then the origins of its operands (where a dtype was set)."""
+the finding's own file:line first, then the origins of its operands (where a dtype was set); in the
+repository (`in_repository`): paths relative to its top level, never a file of an installed library."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import re
+import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..report import Finding, Origin
+from ..report import Finding, Origin, Report
 
 
 @dataclass(frozen=True)
@@ -59,3 +64,103 @@ def relative(path: str, base: str | None = None) -> str | None:
     if rel == os.pardir or rel.startswith(os.pardir + os.sep):
         return None
     return rel.replace(os.sep, "/")
+
+
+def your_code(finding: Finding) -> Place | None:
+    """The user's frame that called into the code where the finding happened (`your_code`,
+    `FILE:LINE`, which a live run records when that code is not the user's own)."""
+    your = finding.data.get("your_code")
+    if not isinstance(your, str) or ":" not in your:
+        return None
+    file, _, line = your.rpartition(":")
+    return Place(file, int(line), "your code that reached it") if file and line.isdigit() else None
+
+
+def in_repository(finding: Finding, root: str) -> list[Place]:
+    """The finding's places in the repository at `root`, each file as a path relative to it: its own
+    file:line, or where that is an installed library's (or outside the root) the user's frame that
+    reached it, then its operands' origins. A library's file is never one of them."""
+    found = places(finding)
+    own = finding.location is not None and bool(finding.location.file)
+    if own and repository_path(found[0].file, root) is None and (mine := your_code(finding)) is not None:
+        found.insert(1, Place(mine.file, mine.line, f"your call that reached {found[0].what}"))
+    shown: dict[tuple[str, int | None], Place] = {}
+    for place in found:
+        rel = repository_path(place.file, root)
+        if rel is not None:
+            shown.setdefault((rel, place.line), Place(rel, place.line, place.what))
+    return list(shown.values())
+
+
+def repository_path(path: str | None, root: str) -> str | None:
+    """`path` (absolute, or relative to the working folder as reports write it) relative to the
+    repository `root`, or None: outside it, an installed library's file, no file (`<stdin>`)."""
+    if not path or path.startswith("<") or library_file(path):
+        return None
+    return relative(path, root)
+
+
+def source_root(report: Report | None = None, base: str | None = None) -> str:
+    """The folder SARIF and GitHub paths are relative to: the top level of the git work tree that
+    holds the report's first file of the user's (else the one holding `base`, default the working
+    folder), else `base` itself. Run from `repo/src`, paths still start at `repo`."""
+    start = os.path.abspath(base or os.getcwd())
+    for finding in report.findings if report is not None else ():
+        for place in [*places(finding), *filter(None, [your_code(finding)])]:
+            full = os.path.abspath(place.file)
+            if not place.file.startswith("<") and not library_file(place.file) and os.path.isfile(full):
+                return git_top(os.path.dirname(full)) or git_top(start) or start
+    return git_top(start) or start
+
+
+def git_top(folder: str) -> str | None:
+    """The top level of the git work tree holding `folder` (the nearest folder with a `.git`: a
+    directory, or a file in a worktree or submodule), or None outside one."""
+    here = os.path.abspath(folder)
+    while True:
+        if os.path.exists(os.path.join(here, ".git")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def library_file(path: str) -> bool:
+    """A file of an installed package or of Python's own library, never the user's: a path through
+    site-packages or dist-packages, one under the interpreter's library folders, or the short name a
+    report gives such a file (`transformers/models/llama/modeling_llama.py`: relative, no such file
+    here, and its first part a package installed outside the working folder)."""
+    parts = re.split(r"[\\/]", path)
+    if any(part in _LIBRARY_FOLDERS for part in parts):
+        return True
+    if os.path.isabs(path):
+        real = os.path.realpath(path)
+        return any(real.startswith(root + os.sep) for root in _library_roots())
+    return not os.path.exists(path) and _installed_package(parts[0].removesuffix(".py"))
+
+
+_LIBRARY_FOLDERS = ("site-packages", "dist-packages")
+
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.realpath(p) for p in found if p and os.path.realpath(p) != os.sep)
+
+
+@functools.lru_cache(maxsize=256)
+def _installed_package(name: str) -> bool:
+    """`name` is a top-level module importable from a library folder (found, not imported)."""
+    if not name.isidentifier():
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    where = [spec.origin] if spec.has_location and spec.origin else []
+    where += list(spec.submodule_search_locations or ())
+    return any(os.path.isabs(w) and library_file(w) for w in where)

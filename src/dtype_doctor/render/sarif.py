@@ -2,14 +2,16 @@
 
 One run of the `dtype-doctor` tool: a rule per family code in the report (from the catalog: its
 title, cause and ranked fixes), a result per finding (level from severity, message, the finding's
-file:line and its operands' origins as locations, relative to the working folder), and, where the
-report holds a source edit (`run --diff`), that edit as the result's SARIF `fixes`.
+file:line and its operands' origins as locations), and, where the report holds a source edit (`run --diff`), that edit as the result's
+SARIF `fixes`. Every file is a path relative to the repository's top level (`%SRCROOT%`, the git
+work tree of the user's files, else the working folder), as code scanning reads them; a file of an
+installed library is never one: the result points at the user's frame that reached it, if the report
+has one, else at no file.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,12 @@ from .. import catalog
 from ..editing.fix_edits import by_file
 from ..report import Finding, Report, Severity
 from .base import PresentedRenderer
-from .places import Place, places, relative
+from .places import Place, in_repository, repository_path, source_root
 from .registry import RenderOptions
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
-_ROOT = "SRCROOT"
+_ROOT = "%SRCROOT%"
 
 
 class SarifRenderer(PresentedRenderer, name="sarif", extension=".sarif"):
@@ -35,7 +37,7 @@ class SarifRenderer(PresentedRenderer, name="sarif", extension=".sarif"):
 def sarif_log(report: Report, base: str | None = None) -> dict[str, Any]:
     from .. import __version__
 
-    base = os.path.abspath(base or os.getcwd())
+    root = source_root(report, base)
     codes = list(dict.fromkeys(f.code for f in report.findings))
     run: dict[str, Any] = {
         "tool": {
@@ -46,8 +48,8 @@ def sarif_log(report: Report, base: str | None = None) -> dict[str, Any]:
                 "rules": [_rule(code, report) for code in codes],
             }
         },
-        "originalUriBaseIds": {_ROOT: {"uri": Path(base).as_uri() + "/"}},
-        "results": [_result(f, codes.index(f.code), base) for f in report.findings],
+        "originalUriBaseIds": {_ROOT: {"uri": Path(root).as_uri().rstrip("/") + "/"}},
+        "results": [_result(f, codes.index(f.code), root) for f in report.findings],
     }
     if report.tool:
         run["automationDetails"] = {"id": f"dtype-doctor/{report.tool}/"}
@@ -72,26 +74,19 @@ def _rule(code: str, report: Report) -> dict[str, Any]:
     }
 
 
-def _artifact(path: str, base: str) -> dict[str, Any] | None:
-    rel = relative(path, base)
-    if rel is not None:
-        return {"uri": quote(rel), "uriBaseId": _ROOT}
-    if os.path.isabs(path):
-        return {"uri": Path(path).as_uri()}
-    return None  # <stdin>, <string>: no file to point at
+def _artifact(rel: str) -> dict[str, Any]:
+    return {"uri": quote(rel), "uriBaseId": _ROOT}
 
 
-def _location(place: Place, base: str) -> dict[str, Any] | None:
-    artifact = _artifact(place.file, base)
-    if artifact is None:
-        return None
-    physical: dict[str, Any] = {"artifactLocation": artifact}
+def _location(place: Place) -> dict[str, Any]:
+    """A place in the repository (`in_repository`: its file relative to the root) as a location."""
+    physical: dict[str, Any] = {"artifactLocation": _artifact(place.file)}
     if place.line is not None:
         physical["region"] = {"startLine": place.line}
     return {"physicalLocation": physical, "message": {"text": place.what}}
 
 
-def _result(f: Finding, rule_index: int, base: str) -> dict[str, Any]:
+def _result(f: Finding, rule_index: int, root: str) -> dict[str, Any]:
     text = f.message or f.title
     if f.fixes:
         text += f"\nFix: {f.fixes[0].headline()}"
@@ -101,7 +96,7 @@ def _result(f: Finding, rule_index: int, base: str) -> dict[str, Any]:
         "level": _LEVEL.get(f.severity, "warning"),
         "message": {"text": text},
     }
-    located = [loc for p in places(f) if (loc := _location(p, base)) is not None]
+    located = [_location(p) for p in in_repository(f, root)]
     if located:
         result["locations"] = located[:1]
         if located[1:]:
@@ -109,23 +104,24 @@ def _result(f: Finding, rule_index: int, base: str) -> dict[str, Any]:
     if f.location is not None and f.location.module is not None:
         logical = {"fullyQualifiedName": f.location.module or "<root>", "kind": "module"}
         result.setdefault("locations", [{}])[0]["logicalLocations"] = [logical]
-    fixes = _fixes(f, base)
+    fixes = _fixes(f, root)
     if fixes:
         result["fixes"] = fixes
     result["properties"] = {"count": f.count, "confidence": f.confidence}
     return result
 
 
-def _fixes(f: Finding, base: str) -> list[dict[str, Any]]:
-    """The finding's first fix with edits as a SARIF fix: one artifactChange per file, each edit a
-    replacement of its region (columns 1-based, the end exclusive, as in the fix's own edits)."""
+def _fixes(f: Finding, root: str) -> list[dict[str, Any]]:
+    """The finding's first fix with edits as a SARIF fix: one artifactChange per file of the
+    repository, each edit a replacement of its region (columns 1-based, the end exclusive, as in the
+    fix's own edits)."""
     fix = next((x for x in f.fixes if x.edits), None)
     if fix is None:
         return []
     changes = []
     for path, edits in by_file(fix.edits).items():
-        artifact = _artifact(path, base)
-        if artifact is None:
+        rel = repository_path(path, root)
+        if rel is None:
             continue
         replacements = [
             {
@@ -139,5 +135,5 @@ def _fixes(f: Finding, base: str) -> list[dict[str, Any]]:
             }
             for e in edits
         ]
-        changes.append({"artifactLocation": artifact, "replacements": replacements})
+        changes.append({"artifactLocation": _artifact(rel), "replacements": replacements})
     return [{"description": {"text": fix.title}, "artifactChanges": changes}] if changes else []

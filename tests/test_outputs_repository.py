@@ -1,0 +1,195 @@
+"""SARIF and GitHub annotations as code scanning and a pull request read them: every file relative
+to the repository's top level (`%SRCROOT%`) wherever the command ran, and a file of an installed library never an artifact:
+the user's frame that reached it instead, else no file. Every SARIF log checked against the schema."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dtype_doctor.cli import main
+from dtype_doctor.render import registry
+from dtype_doctor.render.sarif import sarif_log
+from dtype_doctor.report import Finding, Location, Operand, Origin, Report
+
+jsonschema = pytest.importorskip("jsonschema")
+
+ROOT = Path(__file__).resolve().parents[1]
+SARIF_SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
+LIBRARY = "/usr/lib/python3/dist-packages/transformers/models/llama/modeling_llama.py"
+TRACEBACK = f"""Traceback (most recent call last):
+  File "{LIBRARY}", line 300, in forward
+    x = self.proj(x)
+  File "/usr/local/lib/python3.10/site-packages/torch/nn/modules/linear.py", line 116, in forward
+    return F.linear(input, self.weight, self.bias)
+RuntimeError: mat1 and mat2 must have the same dtype, but got Float and Half
+"""
+FAKELIB = """import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+def build():
+    return Block().half()
+"""
+TRAIN = """import torch
+import dd_fakelib41
+
+model = dd_fakelib41.build()
+x = torch.randn(2, 8)
+out = model(x)
+"""
+
+
+def valid(log: dict) -> dict:
+    jsonschema.Draft4Validator(SARIF_SCHEMA).validate(log)
+    return log
+
+
+def uris(log: dict) -> list[str]:
+    """Every artifact URI in the log, wherever it sits (locations, related locations, fixes)."""
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("artifactLocation"), dict):
+                found.append(node["artifactLocation"]["uri"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(log["runs"][0]["results"])
+    return found
+
+
+def repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    if shutil.which("git"):
+        subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    else:
+        (repo / ".git").mkdir()
+    return repo
+
+
+def test_a_run_in_a_subfolder_names_files_from_the_repository_root(tmp_path, monkeypatch):
+    """`run --diff` from repo/src: locations, related locations and the fix's artifactChanges are
+    `src/...` under %SRCROOT% = the repository's top level, and so is the GitHub annotation's file."""
+    repo = repository(tmp_path)
+    shutil.copy(ROOT / "tests" / "diff_zoo" / "head_after_half.py", repo / "src")
+    monkeypatch.chdir(repo / "src")
+    args = ["run", "--diff", "--no-color", "-o", "sarif=r.sarif", "-o", "github=gh.txt", "head_after_half.py"]
+    assert main(args) == 0
+    log = valid(json.loads((repo / "src" / "r.sarif").read_text()))
+    (run,) = log["runs"]
+    assert run["originalUriBaseIds"] == {"%SRCROOT%": {"uri": repo.resolve().as_uri() + "/"}}
+    (result,) = run["results"]
+    where = result["locations"][0]["physicalLocation"]
+    assert where["artifactLocation"] == {"uri": "src/head_after_half.py", "uriBaseId": "%SRCROOT%"}
+    assert where["region"] == {"startLine": 11}
+    (change,) = result["fixes"][0]["artifactChanges"]
+    assert change["artifactLocation"] == {"uri": "src/head_after_half.py", "uriBaseId": "%SRCROOT%"}
+    assert set(uris(log)) == {"src/head_after_half.py"}
+    (line,) = (repo / "src" / "gh.txt").read_text().splitlines()
+    assert line.startswith("::error file=src/head_after_half.py,line=11,title=")
+
+
+def test_a_failure_inside_an_installed_library_points_at_the_users_call(tmp_path, monkeypatch):
+    """The op that raised is in site-packages (the report's short name `dd_fakelib41/__init__.py`):
+    no SARIF artifact and no annotation names it; the user's line that called the model does."""
+    repo = repository(tmp_path)
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "dd_fakelib41").mkdir(parents=True)
+    (site / "dd_fakelib41" / "__init__.py").write_text(FAKELIB)
+    (repo / "src" / "train.py").write_text(TRAIN)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])  # run gives sys.path[0] to the program
+    monkeypatch.chdir(repo / "src")
+    try:
+        main(["run", "--budget", "0", "--no-color", "-o", "sarif=r.sarif", "-o", "github=gh.txt", "train.py"])
+    finally:
+        sys.modules.pop("dd_fakelib41", None)
+    log = valid(json.loads((repo / "src" / "r.sarif").read_text()))
+    result = next(r for r in log["runs"][0]["results"] if r["ruleId"] == "matmul-dtype-mismatch")
+    where = result["locations"][0]["physicalLocation"]
+    assert where["artifactLocation"] == {"uri": "src/train.py", "uriBaseId": "%SRCROOT%"}
+    assert where["region"] == {"startLine": 6}  # out = model(x)
+    assert "dd_fakelib41/__init__.py" in result["locations"][0]["message"]["text"]  # named, not linked
+    assert uris(log) and all(u.startswith("src/train.py") for u in uris(log)), uris(log)
+    annotations = (repo / "src" / "gh.txt").read_text().splitlines()
+    assert annotations and all("dd_fakelib41" not in a.split("::")[1] for a in annotations)
+    assert any(a.startswith("::error file=src/train.py,line=6,") for a in annotations)
+
+
+def test_a_library_frame_with_no_user_frame_is_no_file(tmp_path, monkeypatch, capsys):
+    """A pasted traceback whose frames are all site-packages/dist-packages: no physicalLocation (the
+    module stays as a logical location) and an annotation without `file=`."""
+    monkeypatch.chdir(repository(tmp_path))
+    log_file = tmp_path / "train.log"
+    log_file.write_text(TRACEBACK)
+    out = tmp_path / "r.sarif"
+    assert main(["explain", "--file", str(log_file), "-o", f"sarif={out}", "--output", "github"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("::error title=dtype-doctor matmul-dtype-mismatch%3A "), line
+    (result,) = valid(json.loads(out.read_text()))["runs"][0]["results"]
+    assert uris({"runs": [{"results": [result]}]}) == []
+    assert all("physicalLocation" not in loc for loc in result.get("locations", []))
+
+
+@pytest.mark.parametrize(
+    "library",
+    [
+        LIBRARY,
+        "C:\\Python310\\Lib\\site-packages\\diffusers\\models\\unet.py",
+        "transformers/models/llama/modeling_llama.py",  # the short name a live run gives it
+        "torch/nn/modules/linear.py",
+    ],
+)
+def test_library_files_and_files_outside_the_root_are_never_artifacts(library, tmp_path, monkeypatch):
+    repo = repository(tmp_path)
+    (repo / "train.py").write_text("x = 1\n" * 10)
+    elsewhere = tmp_path / "elsewhere.py"
+    elsewhere.write_text("y = 2\n")
+    monkeypatch.chdir(repo)
+    origin = Origin(
+        kind="parameter",
+        name="w",
+        file=library,
+        line=8,
+        chain=[Origin(kind="input", file=str(elsewhere), line=1)],
+    )
+    reached = Finding(
+        code="matmul-dtype-mismatch",
+        title="T",
+        location=Location(module="proj", op="F.linear", file=library, line=300),
+        operands=[Operand(role="weight", dtype="float16", origin=origin)],
+        data={"your_code": "train.py:7"},
+    )
+    alone = Finding(code="silent-promotion", title="T", location=Location(op="add", file=library, line=5))
+    report = Report(tool="run", findings=[reached, alone])
+    log = valid(sarif_log(report))
+    first, second = log["runs"][0]["results"]
+    assert first["locations"][0]["physicalLocation"] == {
+        "artifactLocation": {"uri": "train.py", "uriBaseId": "%SRCROOT%"},
+        "region": {"startLine": 7},
+    }
+    assert "relatedLocations" not in first  # the library's parameter and the file outside the root
+    assert "locations" not in second
+    assert uris(log) == ["train.py"]
+    lines = registry.render("github", report).splitlines()
+    assert lines[0].startswith("::error file=train.py,line=7,title=")
+    assert lines[1].startswith("::error title=")
