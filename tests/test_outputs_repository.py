@@ -1,10 +1,12 @@
-"""SARIF and GitHub annotations as code scanning and a pull request read them: every file relative
-to the repository's top level (`%SRCROOT%`) wherever the command ran, and a file of an installed library never an artifact:
+"""SARIF and GitHub annotations as code scanning and a pull request read them: rule text in general
+words (no `{placeholder}` of the catalog's templates), every file relative to the repository's top
+level (`%SRCROOT%`) wherever the command ran, and a file of an installed library never an artifact:
 the user's frame that reached it instead, else no file. Every SARIF log checked against the schema."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -12,15 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from dtype_doctor import catalog
 from dtype_doctor.cli import main
 from dtype_doctor.render import registry
-from dtype_doctor.render.sarif import sarif_log
-from dtype_doctor.report import Finding, Location, Operand, Origin, Report
+from dtype_doctor.render.sarif import general, sarif_log
+from dtype_doctor.report import Finding, Location, Operand, Origin, Report, Severity
 
 jsonschema = pytest.importorskip("jsonschema")
 
 ROOT = Path(__file__).resolve().parents[1]
 SARIF_SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
+PLACEHOLDER = re.compile(r"\{[A-Za-z_][^{}\s]*\}")
 LIBRARY = "/usr/lib/python3/dist-packages/transformers/models/llama/modeling_llama.py"
 TRACEBACK = f"""Traceback (most recent call last):
   File "{LIBRARY}", line 300, in forward
@@ -85,6 +89,38 @@ def repository(tmp_path: Path) -> Path:
     else:
         (repo / ".git").mkdir()
     return repo
+
+
+def test_the_rule_of_every_family_in_the_catalog_has_no_placeholder():
+    report = Report(tool="run")
+    for code in catalog.codes():
+        report.add(Finding(code=code, title=code, severity=Severity.WARNING, message=code))
+    log = valid(sarif_log(report))
+    rules = log["runs"][0]["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == catalog.codes()
+    for rule in rules:
+        for key in ("shortDescription", "fullDescription", "help"):
+            text = rule[key]["text"]
+            assert text.strip() and not PLACEHOLDER.search(text), (rule["id"], key, text)
+    promotion = next(r for r in rules if r["id"] == "silent-promotion")
+    assert promotion["fullDescription"]["text"].startswith("An op received tensors of different floating")
+
+
+def test_a_template_in_general_words():
+    cause = catalog.family("silent-promotion").cause
+    assert cause.startswith("{op} received tensors of different floating dtypes ({dtype} and {other_dtype});")
+    assert general(cause).startswith(
+        "An op received tensors of different floating dtypes; PyTorch promotes the result"
+    )
+    assert (
+        general("Cast at the seam: give '{module}' its own dtype")
+        == "Cast at the seam: give a module its own dtype"
+    )
+    assert general("{forks} process(es) forked. {where} made it") == "Process(es) forked. A module made it"
+    assert (
+        general("Unscale: `{scaler}.unscale_({optimizer})` {at}.") == "Unscale: `scaler.unscale_(optimizer)`."
+    )
+    assert general("on {gpu} (sm{capability}) they raise; {{'a': 1}}") == "on this GPU they raise; {'a': 1}"
 
 
 def test_a_run_in_a_subfolder_names_files_from_the_repository_root(tmp_path, monkeypatch):

@@ -1,8 +1,9 @@
 """SARIF 2.1.0, the format code-scanning services read (GitHub code scanning, IDE viewers).
 
 One run of the `dtype-doctor` tool: a rule per family code in the report (from the catalog: its
-title, cause and ranked fixes), a result per finding (level from severity, message, the finding's
-file:line and its operands' origins as locations), and, where the report holds a source edit (`run --diff`), that edit as the result's
+title, cause and ranked fixes, in general words: no `{placeholder}` of a template), a result per
+finding (level from severity, message, the finding's file:line and its operands' origins as
+locations), and, where the report holds a source edit (`run --diff`), that edit as the result's
 SARIF `fixes`. Every file is a path relative to the repository's top level (`%SRCROOT%`, the git
 work tree of the user's files, else the working folder), as code scanning reads them; a file of an
 installed library is never one: the result points at the user's frame that reached it, if the report
@@ -62,16 +63,96 @@ def _rule(code: str, report: Report) -> dict[str, Any]:
     except KeyError:  # a code no catalog of this version knows (an older report): its finding's words
         first = next(f for f in report.findings if f.code == code)
         return {"id": code, "shortDescription": {"text": first.title}}
-    fixes = "\n".join(f"{i}. {fix.title}" for i, fix in enumerate(catalog.fixes_for(code), 1))
-    help_text = family.cause + (f"\n\nFixes, best first:\n{fixes}" if fixes else "")
+    title, cause = general(family.title), general(family.cause)
+    fixes = "\n".join(f"{i}. {general(fix.title)}" for i, fix in enumerate(catalog.fixes_for(code), 1))
+    help_text = (cause or title) + (f"\n\nFixes, best first:\n{fixes}" if fixes else "")
     return {
         "id": code,
         "name": "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", code) if part),
-        "shortDescription": {"text": family.title},
-        "fullDescription": {"text": family.cause or family.title},
+        "shortDescription": {"text": title},
+        "fullDescription": {"text": cause or title},
         "help": {"text": help_text},
         "defaultConfiguration": {"level": _LEVEL.get(Severity(family.severity), "warning")},
     }
+
+
+# what a rule says where a finding's text names the thing: a placeholder's general words ("" drops it)
+GENERAL = {
+    "op": "an op",
+    "dtype": "one dtype",
+    "other_dtype": "another dtype",
+    "dtype_name": "one dtype",
+    "module": "a module",
+    "modules": "the modules",
+    "leaf": "a module",
+    "where": "a module",
+    "module_class": "the module's class",
+    "component": "a component",
+    "input": "an input",
+    "tensor": "a tensor",
+    "dest": "the destination",
+    "array": "an array",
+    "param": "a parameter",
+    "model": "the model",
+    "model_class": "the model's class",
+    "optimizer": "the optimizer",
+    "optimizer_class": "the optimizer's",
+    "scaler": "the scaler",
+    "receiver": "the accumulator",
+    "value": "the value",
+    "number": "the number",
+    "limit": "the limit",
+    "operands": "the operands",
+    "variant": "a lower precision",
+    "source": "configuration",
+    "package": "an extension",
+    "requirement": "a torch version",
+    "torch": "of another version",
+    "gpu": "this GPU",
+    "missing": "the instructions for them",
+    "device": "the device",
+    "made_op": "a factory function",
+}
+_FIELD = r"\{(?P<name>[A-Za-z_]\w*)(?:![rsa])?(?::[^{}]*)?\}"
+_ANY = _FIELD.replace("?P<name>", "?:")
+_QUOTED = re.compile(rf"(?P<q>[`'\"]){_FIELD}(?P=q)")
+_ASIDE = re.compile(rf"[ \t]*\((?:[^(){{}}]|{_ANY})*{_ANY}[^(){{}}]*\)")  # "({dtype} and {other_dtype})"
+_START = r"(^|[.!?][ \t]+)"  # a sentence starts after it
+# stand-ins while the text is tidied: a literal `{{`/`}}`, and around the words put for a placeholder
+_OPEN, _CLOSE, _IN, _OUT = "\x04", "\x05", "\x02", "\x03"
+
+
+def general(text: str) -> str:
+    """A catalog template as a rule says it, for no finding in particular: each `{placeholder}` in
+    its general words (`GENERAL`: `{op}` → "an op", `{dtype}` → "one dtype"; quotes around a lone
+    name go with it; in code, `{scaler}.unscale_()` → `scaler.unscale_()`), an aside made of
+    placeholders dropped whole (`({dtype} and {other_dtype})`), a placeholder with no general words
+    dropped with its space; `{{` and `}}` are the braces they write."""
+
+    def words(m: re.Match[str]) -> str:
+        return _IN + GENERAL.get(m.group("name"), "") + _OUT
+
+    def little(m: re.Match[str]) -> str:  # an aside of at most one word besides its placeholders
+        return "" if len(re.findall(r"[A-Za-z]{3,}", re.sub(_ANY, "", m.group(0)))) <= 1 else m.group(0)
+
+    def code(m: re.Match[str]) -> str:  # a code span: a lone name in words, else each name as itself
+        return (
+            m.group(0)
+            if not re.search(_FIELD, m.group(0))
+            else re.sub(_FIELD, lambda f: f["name"], m.group(0))
+        )
+
+    braces = {"{{": _OPEN, "}}": _CLOSE}
+    text = re.sub(r"\{\{|\}\}|\{[^{}]*\}", lambda m: braces.get(m.group(0), m.group(0)), text)
+    text = re.sub(r"`[^`\n]*`", code, _QUOTED.sub(words, text))
+    text = re.sub(_FIELD, words, _ASIDE.sub(little, text))
+    upper = lambda m: m.group(1) + m.group(2).upper()  # noqa: E731
+    text = re.sub(rf"{_START}{_IN}{_OUT}[ \t]*([a-z])", upper, text)  # "{forks} process(es)"
+    text = re.sub(rf"[ \t]*{_IN}{_OUT}(?=[,.;:!?)]|$)|{_IN}{_OUT}[ \t]*", "", text)
+    text = re.sub(rf"{_START}{_IN}([a-z])", upper, text)  # "{op} received" → "An op received"
+    for stand_in, char in ((_IN, ""), (_OUT, ""), (_OPEN, "{"), (_CLOSE, "}")):
+        text = text.replace(stand_in, char)
+    return text.strip()
 
 
 def _artifact(rel: str) -> dict[str, Any]:
