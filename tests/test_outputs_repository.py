@@ -6,6 +6,7 @@ the user's frame that reached it instead, else no file. Every SARIF log checked 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -13,7 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from cli_process import ENV, dtype_doctor
 from dtype_doctor import catalog
 from dtype_doctor.cli import main
 from dtype_doctor.render import registry
@@ -171,6 +174,34 @@ def test_a_failure_inside_an_installed_library_points_at_the_users_call(tmp_path
     assert any(a.startswith("::error file=src/train.py,line=6,") for a in annotations)
 
 
+def test_a_check_that_fails_inside_a_library_points_at_the_factory(tmp_path):
+    """check calls the model itself: no frame of the user's reached the library's forward that
+    failed, so the result points at the factory the check built the model with (its `def` line)."""
+    repo = repository(tmp_path)
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "dd_fakelib41").mkdir(parents=True)
+    (site / "dd_fakelib41" / "__init__.py").write_text(FAKELIB)
+    (repo / "src" / "model.py").write_text(
+        "import dd_fakelib41\n\n\ndef build():\n    return dd_fakelib41.build()\n"
+    )
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(site)])}
+    cmd = ("check", "model.py:build", "--input", "2x8", "-o", "sarif=r.sarif", "-o", "github=gh.txt")
+    code = dtype_doctor(*cmd, cwd=repo / "src", env=env).returncode  # a process of its own, as in CI
+    assert code == 1
+    log = valid(json.loads((repo / "src" / "r.sarif").read_text()))
+    (result,) = log["runs"][0]["results"]
+    where = result["locations"][0]
+    assert where["physicalLocation"]["artifactLocation"] == {"uri": "src/model.py", "uriBaseId": "%SRCROOT%"}
+    assert where["physicalLocation"]["region"] == {"startLine": 4}  # def build():
+    assert (
+        "(model.py:build)" in where["message"]["text"]
+        and "dd_fakelib41/__init__.py" in where["message"]["text"]
+    )
+    assert uris(log) == ["src/model.py"]
+    (line,) = (repo / "src" / "gh.txt").read_text().splitlines()
+    assert line.startswith("::error file=src/model.py,line=4,title=dtype-doctor matmul-dtype-mismatch")
+
+
 def test_a_library_frame_with_no_user_frame_is_no_file(tmp_path, monkeypatch, capsys):
     """A pasted traceback whose frames are all site-packages/dist-packages: no physicalLocation (the
     module stays as a logical location) and an annotation without `file=`."""
@@ -192,7 +223,8 @@ def test_a_library_frame_with_no_user_frame_is_no_file(tmp_path, monkeypatch, ca
         LIBRARY,
         "C:\\Python310\\Lib\\site-packages\\diffusers\\models\\unet.py",
         "transformers/models/llama/modeling_llama.py",  # the short name a live run gives it
-        "torch/nn/modules/linear.py",
+        torch.nn.modules.linear.__file__,  # there, in site-packages
+        json.__file__,  # Python's own library
     ],
 )
 def test_library_files_and_files_outside_the_root_are_never_artifacts(library, tmp_path, monkeypatch):

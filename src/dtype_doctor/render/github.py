@@ -1,14 +1,14 @@
 """GitHub Actions workflow commands: one `::error file=...,line=...,title=...::message` per
 finding, which the runner shows as an annotation on that line of the pull request. The file is the
 finding's first place in the repository (relative to its top level, as SARIF's): never a file of an
-installed library, whose line is in no pull request; the user's frame that reached it instead, if
-the report has one, else no file (the annotation goes on the run's summary)."""
+installed library, whose line is in no pull request; the user's frame that reached it instead (or
+the check's factory, `places.in_repository`), else no file (the annotation goes on the run's summary)."""
 
 from __future__ import annotations
 
 from ..report import Finding, Report, Severity
 from .base import PresentedRenderer
-from .places import in_repository, source_root
+from .places import Place, entry_point, in_repository, source_root
 from .registry import RenderOptions
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -22,10 +22,11 @@ def _property(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(finding: Finding, root: str | None = None) -> str:
-    """The finding's workflow command; `root`: the repository's top level (default: `source_root`)."""
+def annotation(finding: Finding, root: str | None = None, entry: Place | None = None) -> str:
+    """The finding's workflow command; `root`: the repository's top level (default: `source_root`),
+    `entry`: the factory a check/audit started from (`places.entry_point`)."""
     props: list[str] = []
-    where = next(iter(in_repository(finding, root or source_root())), None)
+    where = next(iter(in_repository(finding, root or source_root(), entry)), None)
     if where is not None:
         props.append(f"file={_property(where.file)}")
         if where.line is not None:
@@ -39,5 +40,5 @@ def annotation(finding: Finding, root: str | None = None) -> str:
 
 class GithubRenderer(PresentedRenderer, name="github", extension=".github.txt"):
     def render(self, report: Report, options: RenderOptions) -> str:
-        root = source_root(report, options.base)
-        return "".join(annotation(f, root) + "\n" for f in report.findings)
+        root, entry = source_root(report, options.base), entry_point(report)
+        return "".join(annotation(f, root, entry) + "\n" for f in report.findings)

@@ -5,7 +5,6 @@ repository (`in_repository`): paths relative to its top level, never a file of a
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import re
 import sysconfig
@@ -76,10 +75,11 @@ def your_code(finding: Finding) -> Place | None:
     return Place(file, int(line), "your code that reached it") if file and line.isdigit() else None
 
 
-def in_repository(finding: Finding, root: str) -> list[Place]:
+def in_repository(finding: Finding, root: str, entry: Place | None = None) -> list[Place]:
     """The finding's places in the repository at `root`, each file as a path relative to it: its own
     file:line, or where that is an installed library's (or outside the root) the user's frame that
-    reached it, then its operands' origins. A library's file is never one of them."""
+    reached it, then its operands' origins; `entry` (the factory check/audit built the model with,
+    `entry_point`) where none of them is the user's. A library's file is never one of them."""
     found = places(finding)
     own = finding.location is not None and bool(finding.location.file)
     if own and repository_path(found[0].file, root) is None and (mine := your_code(finding)) is not None:
@@ -89,13 +89,37 @@ def in_repository(finding: Finding, root: str) -> list[Place]:
         rel = repository_path(place.file, root)
         if rel is not None:
             shown.setdefault((rel, place.line), Place(rel, place.line, place.what))
+    if not shown and entry is not None and (rel := repository_path(entry.file, root)) is not None:
+        what = entry.what + (f"; it reached {found[0].what}" if own else "")
+        return [Place(rel, entry.line, what)]
     return list(shown.values())
+
+
+def entry_point(report: Report) -> Place | None:
+    """The user's code a check or audit started from: the factory its target names (`meta["target"]`,
+    `model.py:build`), at the line that defines it (else line 1). None for a module target or a
+    report of another command."""
+    target = report.meta.get("target") if report.tool in ("check", "audit") else None
+    if not isinstance(target, str) or ":" not in target:
+        return None
+    path, _, name = target.rpartition(":")
+    if not path.endswith(".py") or not os.path.isfile(path):
+        return None
+    line = 1
+    try:
+        with open(path, encoding="utf-8") as source:
+            defines = re.compile(rf"(?:async\s+def|def|class)\s+{re.escape(name)}\b|{re.escape(name)}\s*[:=]")
+            line = next((n for n, text in enumerate(source, 1) if defines.match(text)), 1)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return Place(path, line, f"the factory dtype-doctor {report.tool} built the model with ({target})")
 
 
 def repository_path(path: str | None, root: str) -> str | None:
     """`path` (absolute, or relative to the working folder as reports write it) relative to the
-    repository `root`, or None: outside it, an installed library's file, no file (`<stdin>`)."""
-    if not path or path.startswith("<") or library_file(path):
+    repository `root`, or None: outside it, an installed library's file, no file here (`<stdin>`,
+    the `--input 2x8` a check names as an input's origin, a path of another machine's report)."""
+    if not path or path.startswith("<") or not os.path.isfile(path) or library_file(path):
         return None
     return relative(path, root)
 
@@ -105,8 +129,9 @@ def source_root(report: Report | None = None, base: str | None = None) -> str:
     holds the report's first file of the user's (else the one holding `base`, default the working
     folder), else `base` itself. Run from `repo/src`, paths still start at `repo`."""
     start = os.path.abspath(base or os.getcwd())
+    entry = entry_point(report) if report is not None else None
     for finding in report.findings if report is not None else ():
-        for place in [*places(finding), *filter(None, [your_code(finding)])]:
+        for place in [*places(finding), *filter(None, [your_code(finding), entry])]:
             full = os.path.abspath(place.file)
             if not place.file.startswith("<") and not library_file(place.file) and os.path.isfile(full):
                 return git_top(os.path.dirname(full)) or git_top(start) or start
@@ -128,19 +153,11 @@ def git_top(folder: str) -> str | None:
 
 def library_file(path: str) -> bool:
     """A file of an installed package or of Python's own library, never the user's: a path through
-    site-packages or dist-packages, one under the interpreter's library folders, or the short name a
-    report gives such a file (`transformers/models/llama/modeling_llama.py`: relative, no such file
-    here, and its first part a package installed outside the working folder)."""
-    parts = re.split(r"[\\/]", path)
-    if any(part in _LIBRARY_FOLDERS for part in parts):
+    site-packages or dist-packages, or one under the interpreter's library folders."""
+    if any(part in ("site-packages", "dist-packages") for part in re.split(r"[\\/]", path)):
         return True
-    if os.path.isabs(path):
-        real = os.path.realpath(path)
-        return any(real.startswith(root + os.sep) for root in _library_roots())
-    return not os.path.exists(path) and _installed_package(parts[0].removesuffix(".py"))
-
-
-_LIBRARY_FOLDERS = ("site-packages", "dist-packages")
+    real = os.path.realpath(path)
+    return any(real.startswith(root + os.sep) for root in _library_roots())
 
 
 @functools.lru_cache(maxsize=1)
@@ -148,19 +165,3 @@ def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     found = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     return tuple(os.path.realpath(p) for p in found if p and os.path.realpath(p) != os.sep)
-
-
-@functools.lru_cache(maxsize=256)
-def _installed_package(name: str) -> bool:
-    """`name` is a top-level module importable from a library folder (found, not imported)."""
-    if not name.isidentifier():
-        return False
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return False
-    if spec is None:
-        return False
-    where = [spec.origin] if spec.has_location and spec.origin else []
-    where += list(spec.submodule_search_locations or ())
-    return any(os.path.isabs(w) and library_file(w) for w in where)

@@ -6,8 +6,9 @@ finding (level from severity, message, the finding's file:line and its operands'
 locations), and, where the report holds a source edit (`run --diff`), that edit as the result's
 SARIF `fixes`. Every file is a path relative to the repository's top level (`%SRCROOT%`, the git
 work tree of the user's files, else the working folder), as code scanning reads them; a file of an
-installed library is never one: the result points at the user's frame that reached it, if the report
-has one, else at no file.
+installed library (nor a file that is not there) is never one: the result points at the user's frame
+that reached it, else at the user's other places it carries (operands' origins), else, for check and
+audit, at the factory the model was built with, else at no file.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .. import catalog
 from ..editing.fix_edits import by_file
 from ..report import Finding, Report, Severity
 from .base import PresentedRenderer
-from .places import Place, in_repository, repository_path, source_root
+from .places import Place, entry_point, in_repository, repository_path, source_root
 from .registry import RenderOptions
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -50,7 +51,7 @@ def sarif_log(report: Report, base: str | None = None) -> dict[str, Any]:
             }
         },
         "originalUriBaseIds": {_ROOT: {"uri": Path(root).as_uri().rstrip("/") + "/"}},
-        "results": [_result(f, codes.index(f.code), root) for f in report.findings],
+        "results": [_result(f, codes.index(f.code), root, entry_point(report)) for f in report.findings],
     }
     if report.tool:
         run["automationDetails"] = {"id": f"dtype-doctor/{report.tool}/"}
@@ -167,7 +168,7 @@ def _location(place: Place) -> dict[str, Any]:
     return {"physicalLocation": physical, "message": {"text": place.what}}
 
 
-def _result(f: Finding, rule_index: int, root: str) -> dict[str, Any]:
+def _result(f: Finding, rule_index: int, root: str, entry: Place | None = None) -> dict[str, Any]:
     text = f.message or f.title
     if f.fixes:
         text += f"\nFix: {f.fixes[0].headline()}"
@@ -177,7 +178,7 @@ def _result(f: Finding, rule_index: int, root: str) -> dict[str, Any]:
         "level": _LEVEL.get(f.severity, "warning"),
         "message": {"text": text},
     }
-    located = [_location(p) for p in in_repository(f, root)]
+    located = [_location(p) for p in in_repository(f, root, entry)]
     if located:
         result["locations"] = located[:1]
         if located[1:]:
