@@ -11,7 +11,7 @@ become the defaults of the options of the same name, so a flag on the command li
     ignore = ["fp32-island"]   # --ignore CODE (the command line adds to these)
     fail-on = "warning"        # --fail-on
     thresholds = { tolerance = 0.05, top-k = 2 }   # numeric options by name (compare --tolerance ...)
-    check = [{ target = "model.py:build", input = ["2x16"], dtype = "float16" }]   # precommit
+    check = [{ target = "model.py:build", input = ["2x16:float16"], dtype = "float16" }]   # precommit
     audit = [{ target = "model.py:build", dtype = "float16" }]                      # precommit
 """
 
