@@ -85,6 +85,13 @@ def test_without_tomllib_the_config_is_skipped_with_a_note(tmp_path, monkeypatch
     assert "has no tomllib (pip install tomli)" in capsys.readouterr().err
 
 
+def test_python_3_10_gets_tomli_so_the_config_is_never_skipped():
+    toml = _config._toml()  # tomllib, or on 3.10 the tomli this dependency installs
+    assert toml is not None
+    deps = toml.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert 'tomli>=1.1; python_version < "3.11"' in deps
+
+
 def test_precommit_runs_check_and_audit_on_the_configured_factories(tmp_path, monkeypatch, capsys):
     (tmp_path / "models.py").write_text(MODELS)
     monkeypatch.chdir(tmp_path)

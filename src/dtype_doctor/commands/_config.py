@@ -1,8 +1,9 @@
 """`[tool.dtype-doctor]` in pyproject.toml: the project's defaults for every command.
 
 Found by walking up from the working folder to the first pyproject.toml that has the table; read
-with `tomllib` (Python 3.11+) or `tomli` where installed, else skipped with a one-line note. Keys
-become the defaults of the options of the same name, so a flag on the command line overrides them:
+with `tomllib` (Python 3.11+) or `tomli` (a dependency on 3.10; an install without it skips the
+table with a one-line note). Keys become the defaults of the options of the same name, so a flag on
+the command line overrides them:
 
     [tool.dtype-doctor]
     mode = "strict"            # run --mode
