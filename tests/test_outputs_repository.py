@@ -202,6 +202,39 @@ def test_a_check_that_fails_inside_a_library_points_at_the_factory(tmp_path):
     assert line.startswith("::error file=src/model.py,line=4,title=dtype-doctor matmul-dtype-mismatch")
 
 
+FORKS = """import os
+
+import torch
+
+x = torch.ones(2)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_run_finding_with_no_line_points_at_the_script(tmp_path):
+    """child-process-unwatched is about the whole run (no op, no line): the result points at the
+    script run ran, line 1, not at nothing (code scanning refuses a whole SARIF file holding a result
+    without a location)."""
+    repo = repository(tmp_path)
+    (repo / "src" / "fork.py").write_text(FORKS)
+    cmd = ("run", "-o", "sarif=r.sarif", "-o", "github=gh.txt", "fork.py")
+    assert dtype_doctor(*cmd, cwd=repo / "src", env={**ENV, "PYTHONPATH": str(ROOT / "src")}).returncode == 0
+    (result,) = valid(json.loads((repo / "src" / "r.sarif").read_text()))["runs"][0]["results"]
+    assert result["ruleId"] == "child-process-unwatched"
+    (where,) = result["locations"]
+    assert where["physicalLocation"] == {
+        "artifactLocation": {"uri": "src/fork.py", "uriBaseId": "%SRCROOT%"},
+        "region": {"startLine": 1},
+    }
+    assert where["message"]["text"] == "the program dtype-doctor run ran (fork.py)"
+    (line,) = (repo / "src" / "gh.txt").read_text().splitlines()
+    assert line.startswith("::notice file=src/fork.py,line=1,title=dtype-doctor child-process-unwatched")
+
+
 def test_a_library_frame_with_no_user_frame_is_no_file(tmp_path, monkeypatch, capsys):
     """A pasted traceback whose frames are all site-packages/dist-packages: no physicalLocation (the
     module stays as a logical location) and an annotation without `file=`."""

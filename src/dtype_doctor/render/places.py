@@ -78,7 +78,7 @@ def your_code(finding: Finding) -> Place | None:
 def in_repository(finding: Finding, root: str, entry: Place | None = None) -> list[Place]:
     """The finding's places in the repository at `root`, each file as a path relative to it: its own
     file:line, or where that is an installed library's (or outside the root) the user's frame that
-    reached it, then its operands' origins; `entry` (the factory check/audit built the model with,
+    reached it, then its operands' origins; `entry` (the factory or script the command started from,
     `entry_point`) where none of them is the user's. A library's file is never one of them."""
     found = places(finding)
     own = finding.location is not None and bool(finding.location.file)
@@ -96,10 +96,16 @@ def in_repository(finding: Finding, root: str, entry: Place | None = None) -> li
 
 
 def entry_point(report: Report) -> Place | None:
-    """The user's code a check or audit started from: the factory its target names (`meta["target"]`,
-    `model.py:build`), at the line that defines it (else line 1). None for a module target or a
-    report of another command."""
-    target = report.meta.get("target") if report.tool in ("check", "audit") else None
+    """The user's code the command started from, for a finding that has no line of the user's: the
+    factory a check, audit or numerics built the model with (its target, `model.py:build`, at the
+    line that defines it), or the script `run` ran (line 1). None for a module target (`-m pkg`,
+    `pkg.models:build`) or another command."""
+    if report.tool == "run":
+        words = str(report.meta.get("program") or "").split(" ")
+        script = next((p for i in range(len(words), 0, -1) if os.path.isfile(p := " ".join(words[:i]))), None)
+        ran = f"the program dtype-doctor run ran ({script})"
+        return Place(script, 1, ran) if script is not None and script.endswith(".py") else None
+    target = report.meta.get("target") if report.tool in ("check", "audit", "numerics") else None
     if not isinstance(target, str) or ":" not in target:
         return None
     path, _, name = target.rpartition(":")
