@@ -85,6 +85,13 @@ def test_without_tomllib_the_config_is_skipped_with_a_note(tmp_path, monkeypatch
     assert "has no tomllib (pip install tomli)" in capsys.readouterr().err
 
 
+def test_python_3_10_gets_tomli_so_the_config_is_never_skipped():
+    toml = _config._toml()  # tomllib, or on 3.10 the tomli this dependency installs
+    assert toml is not None
+    deps = toml.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert 'tomli>=1.1; python_version < "3.11"' in deps
+
+
 def test_precommit_runs_check_and_audit_on_the_configured_factories(tmp_path, monkeypatch, capsys):
     (tmp_path / "models.py").write_text(MODELS)
     monkeypatch.chdir(tmp_path)
@@ -101,13 +108,43 @@ def test_precommit_runs_check_and_audit_on_the_configured_factories(tmp_path, mo
     assert "ERROR matmul-dtype-mismatch" in out and "dtype-doctor audit: 1 info" in out
 
 
-def test_the_pre_commit_hook_runs_the_precommit_command():
+def _keys(yaml_text: str) -> dict[str, str]:
+    """`key: value` lines of a hook's YAML, comments left out."""
+    lines = (line.split("#", 1)[0].strip().removeprefix("- ") for line in yaml_text.splitlines())
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines) if v.strip()}
+
+
+def test_the_pre_commit_hook_runs_the_users_own_dtype_doctor():
+    """language: system (the dtype-doctor beside the user's torch/transformers; `python` built an
+    isolated env with torch alone), nothing installed for it, and the README's local hook the same."""
     hooks = (ROOT / ".pre-commit-hooks.yaml").read_text()
-    (entry,) = [
-        line.split(":", 1)[1].strip() for line in hooks.splitlines() if line.strip().startswith("entry:")
-    ]
-    assert entry == "dtype-doctor precommit" and "precommit" in COMMANDS
-    assert "pass_filenames: false" in hooks
+    keys = _keys(hooks)
+    assert keys["entry"] == "dtype-doctor precommit" and "precommit" in COMMANDS
+    assert keys["language"] == "system" and keys["pass_filenames"] == "false"
+    assert "additional_dependencies" not in hooks
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Project config and pre-commit") :]
+    local = _keys(section[section.index("```yaml") : section.index("```", section.index("```yaml") + 3)])
+    assert {k: local[k] for k in ("id", "entry", "language", "pass_filenames", "types")} == {
+        k: keys[k] for k in ("id", "entry", "language", "pass_filenames", "types")
+    }
+
+
+def test_the_readmes_config_passes_a_healthy_float16_model(tmp_path, monkeypatch, capsys):
+    """The README's [tool.dtype-doctor] block, as written, on a model.py:build that is fine in
+    float16: precommit exits 0 (with `input = ["2x16"]`, float32, its check failed)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Project config and pre-commit") :]
+    toml = section[section.index("```toml\n") + 8 : section.index("```", section.index("```toml") + 7)]
+    (tmp_path / "pyproject.toml").write_text(toml)
+    (tmp_path / "model.py").write_text(
+        "from torch import nn\n\n\ndef build():\n"
+        "    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["precommit"]) == 0, capsys.readouterr().out[-2000:]
+    err = capsys.readouterr().err
+    assert "precommit: check model.py:build" in err and "precommit: audit model.py:build" in err
 
 
 @pytest.mark.parametrize(

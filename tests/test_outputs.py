@@ -57,7 +57,7 @@ def test_sarif_of_a_real_run_validates_and_points_at_the_failing_line(head_run):
     (result,) = run["results"]
     assert result["level"] == "error" and result["ruleId"] == "matmul-dtype-mismatch"
     where = result["locations"][0]["physicalLocation"]
-    assert where["artifactLocation"] == {"uri": "head_after_half.py", "uriBaseId": "SRCROOT"}
+    assert where["artifactLocation"] == {"uri": "head_after_half.py", "uriBaseId": "%SRCROOT%"}
     assert where["region"] == {"startLine": 11}  # logits = model(x)
     origin = result["relatedLocations"][0]["physicalLocation"]
     assert (

@@ -1,8 +1,9 @@
 """`[tool.dtype-doctor]` in pyproject.toml: the project's defaults for every command.
 
 Found by walking up from the working folder to the first pyproject.toml that has the table; read
-with `tomllib` (Python 3.11+) or `tomli` where installed, else skipped with a one-line note. Keys
-become the defaults of the options of the same name, so a flag on the command line overrides them:
+with `tomllib` (Python 3.11+) or `tomli` (a dependency on 3.10; an install without it skips the
+table with a one-line note). Keys become the defaults of the options of the same name, so a flag on
+the command line overrides them:
 
     [tool.dtype-doctor]
     mode = "strict"            # run --mode
@@ -11,7 +12,7 @@ become the defaults of the options of the same name, so a flag on the command li
     ignore = ["fp32-island"]   # --ignore CODE (the command line adds to these)
     fail-on = "warning"        # --fail-on
     thresholds = { tolerance = 0.05, top-k = 2 }   # numeric options by name (compare --tolerance ...)
-    check = [{ target = "model.py:build", input = ["2x16"], dtype = "float16" }]   # precommit
+    check = [{ target = "model.py:build", input = ["2x16:float16"], dtype = "float16" }]   # precommit
     audit = [{ target = "model.py:build", dtype = "float16" }]                      # precommit
 """
 

@@ -47,5 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if dtype is not None and isinstance(obj, nn.Module):
         convert(obj, dtype, args.keep_fp32, loading=True)
     report = audit(obj, autocast=autocast)
+    if args.target:  # where SARIF and GitHub point a finding that has no line of the user's
+        report.meta.setdefault("target", args.target)
     emit(report, args)
     return EXIT_FINDINGS if report.errors else EXIT_OK

@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         made_by.reset(token)
+    if args.target:  # where SARIF and GitHub point a finding that has no line of the user's
+        report.meta.setdefault("target", args.target)
     if made_up:  # the console says what was run, not only the JSON
         shown = ", ".join(f"{k}={v}" for k, v in (report.meta.get("inputs") or {}).items())
         report.meta.setdefault("notes", []).append(f"inputs made up (no --input given): {shown}")

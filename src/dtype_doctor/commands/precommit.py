@@ -13,7 +13,7 @@ HELP = "run check/audit on the factories pyproject.toml's [tool.dtype-doctor] na
 DESCRIPTION = (
     "Read [tool.dtype-doctor] from the nearest pyproject.toml and run `check` for each entry of its "
     '`check` list and `audit` for each of its `audit` list (each entry: target = "PATH:FACTORY" and '
-    'the command\'s options by name, e.g. input = ["2x16"], dtype = "float16"). Exit 1 when any '
+    'the command\'s options by name, e.g. input = ["2x16:float16"], dtype = "float16"). Exit 1 when any '
     "of them fails (by the config's fail-on, else the command's own rule)."
 )
 

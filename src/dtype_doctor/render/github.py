@@ -1,11 +1,14 @@
 """GitHub Actions workflow commands: one `::error file=...,line=...,title=...::message` per
-finding, which the runner shows as an annotation on that line of the pull request."""
+finding, which the runner shows as an annotation on that line of the pull request. The file is the
+finding's first place in the repository (relative to its top level, as SARIF's): never a file of an
+installed library, whose line is in no pull request; the user's frame that reached it instead (or
+the check's factory, `places.in_repository`), else no file (the annotation goes on the run's summary)."""
 
 from __future__ import annotations
 
 from ..report import Finding, Report, Severity
 from .base import PresentedRenderer
-from .places import places, relative
+from .places import Place, entry_point, in_repository, source_root
 from .registry import RenderOptions
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -19,13 +22,15 @@ def _property(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(finding: Finding, base: str | None = None) -> str:
+def annotation(finding: Finding, root: str | None = None, entry: Place | None = None) -> str:
+    """The finding's workflow command; `root`: the repository's top level (default: `source_root`),
+    `entry`: the factory a check/audit started from (`places.entry_point`)."""
     props: list[str] = []
-    where = next(((rel, p.line) for p in places(finding) if (rel := relative(p.file, base))), None)
+    where = next(iter(in_repository(finding, root or source_root(), entry)), None)
     if where is not None:
-        props.append(f"file={_property(where[0])}")
-        if where[1] is not None:
-            props.append(f"line={where[1]}")
+        props.append(f"file={_property(where.file)}")
+        if where.line is not None:
+            props.append(f"line={where.line}")
     props.append(f"title={_property(f'dtype-doctor {finding.code}: {finding.title}')}")
     message = finding.message or finding.title
     if finding.fixes:
@@ -35,4 +40,5 @@ def annotation(finding: Finding, base: str | None = None) -> str:
 
 class GithubRenderer(PresentedRenderer, name="github", extension=".github.txt"):
     def render(self, report: Report, options: RenderOptions) -> str:
-        return "".join(annotation(f, options.base) + "\n" for f in report.findings)
+        root, entry = source_root(report, options.base), entry_point(report)
+        return "".join(annotation(f, root, entry) + "\n" for f in report.findings)

@@ -1,13 +1,17 @@
 """Where a finding points in the user's files, for the formats that link to source (SARIF, GitHub):
-the finding's own file:line first, then the origins of its operands (where a dtype was set)."""
+the finding's own file:line first, then the origins of its operands (where a dtype was set); in the
+repository (`in_repository`): paths relative to its top level, never a file of an installed library."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..report import Finding, Origin
+from ..report import Finding, Origin, Report
 
 
 @dataclass(frozen=True)
@@ -59,3 +63,111 @@ def relative(path: str, base: str | None = None) -> str | None:
     if rel == os.pardir or rel.startswith(os.pardir + os.sep):
         return None
     return rel.replace(os.sep, "/")
+
+
+def your_code(finding: Finding) -> Place | None:
+    """The user's frame that called into the code where the finding happened (`your_code`,
+    `FILE:LINE`, which a live run records when that code is not the user's own)."""
+    your = finding.data.get("your_code")
+    if not isinstance(your, str) or ":" not in your:
+        return None
+    file, _, line = your.rpartition(":")
+    return Place(file, int(line), "your code that reached it") if file and line.isdigit() else None
+
+
+def in_repository(finding: Finding, root: str, entry: Place | None = None) -> list[Place]:
+    """The finding's places in the repository at `root`, each file as a path relative to it: its own
+    file:line, or where that is an installed library's (or outside the root) the user's frame that
+    reached it, then its operands' origins; `entry` (the factory or script the command started from,
+    `entry_point`) where none of them is the user's. A library's file is never one of them."""
+    found = places(finding)
+    own = finding.location is not None and bool(finding.location.file)
+    if own and repository_path(found[0].file, root) is None and (mine := your_code(finding)) is not None:
+        found.insert(1, Place(mine.file, mine.line, f"your call that reached {found[0].what}"))
+    shown: dict[tuple[str, int | None], Place] = {}
+    for place in found:
+        rel = repository_path(place.file, root)
+        if rel is not None:
+            shown.setdefault((rel, place.line), Place(rel, place.line, place.what))
+    if not shown and entry is not None and (rel := repository_path(entry.file, root)) is not None:
+        what = entry.what + (f"; it reached {found[0].what}" if own else "")
+        return [Place(rel, entry.line, what)]
+    return list(shown.values())
+
+
+def entry_point(report: Report) -> Place | None:
+    """The user's code the command started from, for a finding that has no line of the user's: the
+    factory a check, audit or numerics built the model with (its target, `model.py:build`, at the
+    line that defines it), or the script `run` ran (line 1). None for a module target (`-m pkg`,
+    `pkg.models:build`) or another command."""
+    if report.tool == "run":
+        words = str(report.meta.get("program") or "").split(" ")
+        script = next((p for i in range(len(words), 0, -1) if os.path.isfile(p := " ".join(words[:i]))), None)
+        ran = f"the program dtype-doctor run ran ({script})"
+        return Place(script, 1, ran) if script is not None and script.endswith(".py") else None
+    target = report.meta.get("target") if report.tool in ("check", "audit", "numerics") else None
+    if not isinstance(target, str) or ":" not in target:
+        return None
+    path, _, name = target.rpartition(":")
+    if not path.endswith(".py") or not os.path.isfile(path):
+        return None
+    line = 1
+    try:
+        with open(path, encoding="utf-8") as source:
+            defines = re.compile(rf"(?:async\s+def|def|class)\s+{re.escape(name)}\b|{re.escape(name)}\s*[:=]")
+            line = next((n for n, text in enumerate(source, 1) if defines.match(text)), 1)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return Place(path, line, f"the factory dtype-doctor {report.tool} built the model with ({target})")
+
+
+def repository_path(path: str | None, root: str) -> str | None:
+    """`path` (absolute, or relative to the working folder as reports write it) relative to the
+    repository `root`, or None: outside it, an installed library's file, no file here (`<stdin>`,
+    the `--input 2x8` a check names as an input's origin, a path of another machine's report)."""
+    if not path or path.startswith("<") or not os.path.isfile(path) or library_file(path):
+        return None
+    return relative(path, root)
+
+
+def source_root(report: Report | None = None, base: str | None = None) -> str:
+    """The folder SARIF and GitHub paths are relative to: the top level of the git work tree that
+    holds the report's first file of the user's (else the one holding `base`, default the working
+    folder), else `base` itself. Run from `repo/src`, paths still start at `repo`."""
+    start = os.path.abspath(base or os.getcwd())
+    entry = entry_point(report) if report is not None else None
+    for finding in report.findings if report is not None else ():
+        for place in [*places(finding), *filter(None, [your_code(finding), entry])]:
+            full = os.path.abspath(place.file)
+            if not place.file.startswith("<") and not library_file(place.file) and os.path.isfile(full):
+                return git_top(os.path.dirname(full)) or git_top(start) or start
+    return git_top(start) or start
+
+
+def git_top(folder: str) -> str | None:
+    """The top level of the git work tree holding `folder` (the nearest folder with a `.git`: a
+    directory, or a file in a worktree or submodule), or None outside one."""
+    here = os.path.abspath(folder)
+    while True:
+        if os.path.exists(os.path.join(here, ".git")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def library_file(path: str) -> bool:
+    """A file of an installed package or of Python's own library, never the user's: a path through
+    site-packages or dist-packages, or one under the interpreter's library folders."""
+    if any(part in ("site-packages", "dist-packages") for part in re.split(r"[\\/]", path)):
+        return True
+    real = os.path.realpath(path)
+    return any(real.startswith(root + os.sep) for root in _library_roots())
+
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.realpath(p) for p in found if p and os.path.realpath(p) != os.sep)

@@ -33,10 +33,11 @@ _RENDERERS: dict[str, str] = {
 class RenderOptions:
     """What a renderer may be told besides the report. `console`: the rich Console the console
     renderer draws for (its width, colour, terminal); `empty`: the line shown instead of "no
-    problems found"; `base`: the folder file paths are made relative to (SARIF, GitHub); `quiet`:
-    one line per finding; `noted`: findings (`CODE at WHERE`) an exception note on the console's
-    stream showed already (a one-line reference instead of their panel). `color=None`: rich decides
-    (a terminal, `NO_COLOR`, `FORCE_COLOR`)."""
+    problems found"; `base`: where SARIF and GitHub look for the repository whose top level their
+    paths start at (default: the working folder; places.source_root); `quiet`: one line per
+    finding; `noted`: findings (`CODE at WHERE`) an exception note on the console's stream showed
+    already (a one-line reference instead of their panel). `color=None`: rich decides (a terminal,
+    `NO_COLOR`, `FORCE_COLOR`)."""
 
     verbose: bool = False
     color: bool | None = None
