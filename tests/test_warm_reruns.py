@@ -101,3 +101,18 @@ def test_the_zygote_preloads_libraries_never_the_users_files(tmp_path):
         sys.modules.pop("users_module_xyz", None)
     assert "users_module_xyz" not in names
     assert "json" in names and "dtype_doctor.verifying.warm" in names
+
+
+def test_programs_that_end_at_once_are_answered_one_after_another_with_their_codes(tmp_path, monkeypatch):
+    # five re-runs from one zygote, each ending before its first line is done: each answer is its own
+    # (the pid and status lines are read unbuffered, so a status already in the pipe is never missed)
+    served = _forks(monkeypatch)
+    scratch = tmp_path / "quick"
+    scratch.mkdir()
+    (scratch / "quick.py").write_text("raise SystemExit(3)\n")
+    env = {**os.environ, "PYTHONPATH": str(scratch)}
+    for _ in range(5):
+        started = time.perf_counter()
+        ran = rerun.run([sys.executable, "-m", "quick"], str(scratch), str(scratch), env, 20)
+        assert ran.code == 3 and time.perf_counter() - started < 15
+    assert served == [True] * 5

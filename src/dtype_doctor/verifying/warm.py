@@ -71,6 +71,7 @@ class Zygote:
             env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
             cwd=self.outputs,
             start_new_session=True,
+            bufsize=0,  # unbuffered: a line read leaves the next in the pipe, where select sees it
         )
         self.ready: bool | None = None  # the first answer: whether it serves at all
         self.count = 0
@@ -99,8 +100,9 @@ class Zygote:
         request = {"argv": argv, "cwd": cwd, "env": env, "stdout": out, "stderr": err}
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
+            data = memoryview((json.dumps(request) + "\n").encode())
+            while data:  # an unbuffered pipe may take part of it
+                data = data[self.proc.stdin.write(data) or 0 :]
         except OSError:
             self.ready = False
             return None
