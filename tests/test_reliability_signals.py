@@ -77,7 +77,11 @@ def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
             done += pool.map(_kill, procs, *zip(*kills[pair], strict=True))
     for (sig, delay), out, (returncode, err) in zip(kills, outs, done, strict=True):
         where = f"{sig.name} after {delay:.3f} s"
-        assert returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM), (where, returncode, err)
+        assert returncode in (130, -signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGTERM), (
+            where,
+            returncode,
+            err,
+        )
         report = json.loads(out.read_text())  # whole: parses
         assert report["tool"] == "run", where
         codes = [f["code"] for f in report["findings"]]
@@ -88,3 +92,35 @@ def test_run_killed_at_random_points_writes_a_valid_report(tmp_path):
             assert b"Traceback" not in err, (where, err.decode())
         else:  # as python does: the program's KeyboardInterrupt traceback, none of the tool's frames
             assert b"\nKeyboardInterrupt\n" in err and b"dtype_doctor" not in err, (where, err.decode())
+
+
+SIGNALLED = """
+import os, signal, sys, time, torch
+y = torch.randn(2, 4).half() + torch.randn(2, 4)  # a silent promotion: a warning, worth an experiment
+if sys.argv[1] == "term":
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+raise KeyboardInterrupt
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+@pytest.mark.parametrize("how", ["term", "int"])
+def test_run_ends_by_the_signal_as_python_does_and_tries_nothing_after_it(tmp_path, how):
+    # H11: python dies by SIGTERM, and by SIGINT after an uncaught KeyboardInterrupt; `run` wrote
+    # its report and then exited 143 / 130 instead, and went on to re-run a program the user stopped
+    script = tmp_path / "signalled.py"
+    script.write_text(SIGNALLED)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("DTYPE_DOCTOR_BUDGET", None)  # the default budget: an experiment would start if asked
+    codes = []
+    for prefix in ([sys.executable], [sys.executable, "-m", "dtype_doctor", "run", "--json", "r.json"]):
+        done = subprocess.run(
+            [*prefix, str(script), how], cwd=tmp_path, env=env, capture_output=True, timeout=300
+        )
+        codes.append(done.returncode)
+    wanted = -signal.SIGTERM if how == "term" else -signal.SIGINT
+    assert codes == [wanted, wanted], codes
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["meta"]["interrupted"] in ("SIGTERM", "Ctrl-C (SIGINT)")
+    assert "experiment" not in report["meta"]

@@ -59,6 +59,19 @@ def json_value_guard(parser: argparse.ArgumentParser, argv: list[str]) -> list[s
     return out
 
 
+def _die_by(name: str) -> None:
+    """End this process by the signal that stopped the program (its report is written), as python
+    ends on an uncaught KeyboardInterrupt or on SIGTERM: a shell or a supervisor sees the same status."""
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    number = getattr(signal, name)
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
@@ -93,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with json_stdout_guard() if quiet else contextlib.nullcontext():
             code = int(args._run(args) or 0)
         shown = getattr(args, "shown_report", None)
+        if argv is None and shown is not None and shown.meta.get("signal"):
+            _die_by(shown.meta["signal"])  # the command line's own process: as python, by the signal
         return exit_status(code, shown, getattr(args, "fail_on", None), own_code=args.command == "run")
     except DoctorError as exc:
         print(f"dtype-doctor {args.command}: error: {exc}", file=sys.stderr)

@@ -251,6 +251,8 @@ def _worth_an_experiment(opts: Any, report: Any, code: int) -> bool:
 
     if opts.is_module or opts.target == "-" or not os.path.isfile(opts.target):
         return False
+    if report.meta.get("signal"):  # stopped by Ctrl-C or SIGTERM: the user wants it to stop, not re-run
+        return False
     if code and report.meta.get("raised"):
         return True
     return any(f.severity in (Severity.ERROR, Severity.WARNING) for f in report.findings)

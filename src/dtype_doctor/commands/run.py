@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 
 HELP = "run a script (or -m module) and locate every dtype mismatch live"
 DESCRIPTION = (
@@ -72,7 +71,7 @@ def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) ->
     from ..watching.run import rank_path
     from ._output import emit
 
-    stopped_by = {130: "Ctrl-C (SIGINT)", 128 + signal.SIGTERM: "SIGTERM"}.get(code)
+    stopped_by = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM"}.get(report.meta.get("signal", ""))
     if stopped_by:  # the report is whole, but of the run up to the signal: say so
         report.meta["interrupted"] = stopped_by
     emit(

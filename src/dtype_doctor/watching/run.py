@@ -435,6 +435,7 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
                 code = _exit_code(exc.code)
             except Terminated:
                 code = 128 + signal.SIGTERM
+                report.meta["signal"] = "SIGTERM"
             except KeyboardInterrupt as exc:
                 if "torch" in sys.modules:  # Ctrl-C inside the watcher: the traceback ends in the program
                     from .failures import hide_own_frames, only_own_frames
@@ -447,8 +448,9 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
                         if seen.__context__ is not None and only_own_frames(seen.__context__):
                             seen.__context__ = None  # the tool was handling it: python has no such context
                         seen = seen.__cause__ or seen.__context__
-                _print_user_traceback(exc)  # python shows it too, then exits 130
+                _print_user_traceback(exc)  # python shows it too, then dies by SIGINT
                 code = 130
+                report.meta["signal"] = "SIGINT"
             except BaseException as exc:
                 _print_user_traceback(exc)
                 code = 1
