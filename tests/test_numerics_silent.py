@@ -246,3 +246,20 @@ def test_the_users_own_dispatch_modes_count_under_numerics_what_they_count_under
     with dd.watch(numerics=True):
         watched = counted()
     assert watched == plain == [(6144, 5), (6144, 5)]
+
+
+def test_a_monitor_that_fails_inside_leaves_no_mode_behind(monkeypatch):
+    # an internal error stops monitoring (`_fail`); its op-checking mode must still leave the stack
+    # at the end (it stayed pushed for the rest of the process: every later torch call went through it)
+    from torch.overrides import _get_current_function_mode_stack
+
+    from dtype_doctor.numerics import monitor
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(monitor.NumericsMonitor, "_pre", broken)
+    model = nn.Linear(4, 4).to(torch.bfloat16)
+    with dd.watch(numerics=True), torch.no_grad():
+        model(torch.randn(2, 4, dtype=torch.bfloat16))
+    assert _get_current_function_mode_stack() == []

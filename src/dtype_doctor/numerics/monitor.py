@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.overrides import _get_current_function_mode_stack as _function_modes
 
 from ..compile_state import is_dynamo_compiling
 from ..report import Report
@@ -179,7 +180,7 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
 
     def stop(self) -> Report:
         """Remove every hook, analyse what is pending, write the summary findings."""
-        if self._opwatch is not None and self._active:
+        if self._opwatch is not None and self._opwatch in _function_modes():  # also after `_fail`
             self._opwatch.__exit__(None, None, None)
         if self._active:
             self._flush()

@@ -257,7 +257,9 @@ def _matrix_stats(xs: list[torch.Tensor], signed: bool) -> torch.Tensor:
     into a (k, n) matrix, reduced along its rows. Only arithmetic and reductions, which the CPU
     runs vectorised (a comparison, writing booleans, costs about ten times more per element);
     float16/bfloat16 are measured in float32, exactly."""
-    m = torch.stack(xs).view(len(xs), -1) if len(xs) > 1 else xs[0].reshape(1, -1)
+    m = (
+        torch.stack(xs).reshape(len(xs), -1) if len(xs) > 1 else xs[0].reshape(1, -1)
+    )  # channels_last: no view
     below = _below_tiny(m.dtype)
     if m.dtype not in (torch.float32, torch.float64):
         m = m.float()

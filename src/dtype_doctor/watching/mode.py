@@ -91,8 +91,8 @@ def classify(func: Any) -> Any:
     contract = CONTRACTS.get(func)
     if contract is not None:
         return contract
-    if isinstance(func, torch._ops.OpOverload):
-        return PASS  # an aten op: only a compiled graph (aot_eager) calls these through Python
+    if isinstance(func, torch._ops.OpOverload) and func.namespace in ("aten", "prims"):
+        return PASS  # an aten op: a compiled graph (aot_eager) calls these through Python; an extension's is the user's
     name = getattr(func, "__name__", "") or ""
     if name in _CAST_NAMES:
         return CAST
