@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+import readme_samples
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -171,8 +173,9 @@ def _run(checkout: Path, commands: list[str]) -> list[str]:
     )
     failures = []
     for command in commands:
+        sample = command in SAMPLES  # its output is compared with the README's: both streams, in order
         done = subprocess.run(
-            ["bash", "-c", prelude + command],
+            ["bash", "-c", prelude + (f"{{ {command}\n}} 2>&1" if sample else command)],
             cwd=checkout,
             env=env,
             capture_output=True,
@@ -186,7 +189,13 @@ def _run(checkout: Path, commands: list[str]) -> list[str]:
             failures += [
                 f"{command}\n  {stream} line wider than {WIDTH}: {line!r}" for line in too_wide(text)
             ]
+        if sample:
+            OUTPUTS[command] = done.stdout
     return failures
+
+
+SAMPLES = readme_samples.samples(README)
+OUTPUTS: dict[str, str] = {}  # a sample's command -> what it printed in the checkout
 
 
 @pytest.mark.slow  # ~25 fresh interpreters importing torch: two at a time, 1-2 min on a loaded machine
@@ -208,6 +217,17 @@ def test_every_readme_command_runs_from_a_fresh_checkout(checkout):
         for blocks in phases:
             failures += [f for found in pool.map(lambda block: _run(checkout, block), blocks) for f in found]
     failures += [f"left in the checkout: {line}" for line in left_in(checkout)]
+    if os.environ.get("DTYPE_DOCTOR_WRITE_SAMPLES"):
+        (ROOT / "README.md").write_text(
+            readme_samples.rewrite(README, OUTPUTS, str(checkout)), encoding="utf-8"
+        )
+    else:
+        failures += [
+            f"the README's sample of `{command}` is not what it prints now (rewrite: see tests/readme_samples.py)"
+            f":\n{OUTPUTS.get(command, '(not run)')[-3000:]}"
+            for command, body in SAMPLES.items()
+            if not readme_samples.matches(body, OUTPUTS.get(command, ""), str(checkout))
+        ]
     assert not failures, "\n".join(failures)
 
 
