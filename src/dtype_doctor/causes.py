@@ -16,6 +16,7 @@ from .catalog.shared_remedies import CAST_AT_BIRTH, MAKE_AT_BIRTH
 from .editing.array_cast import astype_at
 from .editing.birth_line import made_in
 from .report import Finding, Fix, Operand, Origin, Report
+from .tracing.files import shown_library_file
 
 OWN_CAST = "dtype-doctor fix"  # the op name of watch(mode="fix")'s casts
 
@@ -39,11 +40,8 @@ def _floating(dtype: str | None) -> bool:
     return bool(dtype) and str(dtype).startswith(("float", "bfloat", "complex"))
 
 
-LIBRARIES = ("torch/", "transformers/", "diffusers/", "peft/", "timm/", "accelerate/", "open_clip/")
-
-
 def _library_line(origin: Origin) -> bool:
-    return bool(origin.file) and (origin.file.startswith(LIBRARIES) or "site-packages" in (origin.file or ""))
+    return bool(origin.file) and shown_library_file(origin.file or "")
 
 
 def _user_ancestor(origin: Origin, depth: int = 0) -> Origin | None:

@@ -30,6 +30,7 @@ from ..processors import fold_repeated_blocks
 from ..repair.policy import KeepPattern, select
 from ..report import Evidence, Finding, Location, Report, Severity
 from ..tensors import iter_tensors, map_tensors
+from ..tracing.files import tool_file, torch_file
 from ..watching import autocast_table
 from ..watching.names import tensor_name, user_frames
 from ..watching.provenance import short_path
@@ -348,9 +349,8 @@ def _user_frame(tb) -> tuple[str, int, str] | None:
     found = None
     while tb is not None:
         code = tb.tb_frame.f_code
-        name = code.co_filename.replace("\\", "/")
-        if "/torch/" not in name and "/dtype_doctor/" not in name:
-            found = (name, tb.tb_lineno, code.co_name)
+        if not torch_file(code.co_filename) and not tool_file(code.co_filename):
+            found = (code.co_filename, tb.tb_lineno, code.co_name)
         tb = tb.tb_next
     return found
 

@@ -23,6 +23,8 @@ import ast
 import os
 import re
 
+from ..tracing.casts import cast_call
+
 
 def _targets(stmt: ast.stmt) -> set[str]:
     out: set[str] = set()
@@ -37,15 +39,12 @@ def _targets(stmt: ast.stmt) -> set[str]:
     return out
 
 
-_CASTS = {"to", "float", "double", "half", "bfloat16", "type"}
-
-
 def _recasts(stmt: ast.stmt) -> bool:
     """`x = x.to(...)` (`x.float()`, `x.data.half()`, ...): the snippet casts what the line made, so it
     goes after it; any other assignment to the line's target (`s = e if s is None else s.float() + e`,
     `x = torch.clamp(x.float(), ...)`) is the line rewritten, read as "instead of it"."""
     value = getattr(stmt, "value", None)
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _CASTS:
+    while cast_call(value):
         value = value.func.value
         if isinstance(value, ast.Attribute) and value.attr == "data":
             value = value.value

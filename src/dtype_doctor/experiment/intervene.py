@@ -26,13 +26,12 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from ..editing.user_files import is_user_file
+from ..tracing.casts import CAN_LOWER, LOWERING_METHODS
+from ..tracing.files import TOOL_DIR, TORCH_DIR
 
 ENV = "DTYPE_DOCTOR_TRY"
 LOW = (torch.float16, torch.bfloat16)
-_CASTS = {"to", "half", "bfloat16", "type", "type_as"}
 _GETTER = type(torch.Tensor.dtype.__get__)
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MODULE_APPLY = torch.nn.Module._apply.__code__
 
 
@@ -80,7 +79,7 @@ class Fp32Lines(TorchFunctionMode):
             file = f.f_code.co_filename
             if f.f_code is _MODULE_APPLY:
                 return None  # a module-wide cast (`model.half()`): the model's dtype, never one line's op
-            if not (file.startswith(_TORCH_DIR) or file.startswith(_HERE) or file.startswith("<")):
+            if not (file.startswith((TORCH_DIR, TOOL_DIR, "<"))):
                 break
             f = f.f_back
         if f is None:
@@ -108,8 +107,8 @@ class Fp32Lines(TorchFunctionMode):
         auto = torch.is_autocast_enabled("cpu") or (
             torch.cuda.is_available() and torch.is_autocast_enabled("cuda")
         )
-        to_low = name in _CASTS and (
-            name in ("half", "bfloat16")
+        to_low = name in CAN_LOWER and (
+            name in LOWERING_METHODS
             or any(_is_low_dtype(a) for a in operands)
             or (name == "type_as" and len(args) > 1 and _low(args[1]))
         )

@@ -27,6 +27,7 @@ from ..editing.source import Edit, Source
 from ..patching.verify import Command, Patched, Replay, attempt, replay
 from ..remedies import cure
 from ..report import Finding, Fix, Location, Severity
+from ..tracing.casts import LOWERING_METHODS
 
 TRY_ENV = "DTYPE_DOCTOR_TRY"  # = intervene.ENV
 RECORD = ".dtype-doctor-try.json"
@@ -129,7 +130,7 @@ def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("half", "bfloat16")
+            and node.func.attr in LOWERING_METHODS
             and not node.args
         ):
             a, b = src.span(node.func)

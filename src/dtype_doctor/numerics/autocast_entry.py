@@ -20,6 +20,7 @@ from .. import remedies
 from ..editing.source import Source, call_name
 from ..patching.autocast_edits import DEVICE, operands_of, wrapped_in_fp32
 from ..report import Evidence, Finding
+from ..tracing.files import library_file
 from .frames import where
 
 _LOW = ("float16", "bfloat16")
@@ -82,7 +83,7 @@ def _forward_entry(module: nn.Module | None, positions: list[str]) -> tuple[str,
         fn = ast.parse(textwrap.dedent("".join(lines))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return None
-    if not isinstance(fn, ast.FunctionDef) or file is None or "site-packages" in file:
+    if not isinstance(fn, ast.FunctionDef) or file is None or library_file(file):
         return None
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]  # without self
     names = []
@@ -152,7 +153,7 @@ def _lowered_statements(module: nn.Module | None) -> tuple[Source, list[tuple[as
         src = Source.read(file) if file else None
     except (OSError, TypeError, SyntaxError, UnicodeDecodeError):
         return None
-    if src is None or "site-packages" in src.path:
+    if src is None or library_file(src.path):
         return None
     fn = next((n for n in src.nodes(ast.FunctionDef) if n.lineno >= first and n.name == "forward"), None)
     if fn is None:

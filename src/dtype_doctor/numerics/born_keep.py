@@ -20,10 +20,9 @@ from ..catalog.numerics import KEEP_THROUGH_CAST
 from ..causes import root_origin
 from ..remedies.places import BIRTH
 from ..report import Finding
+from ..tracing.casts import MODULE_LOWERING
 from . import opsource
 from .frames import place, where
-
-_CASTS = ("to", "half", "bfloat16", "type")
 
 
 def owned(module: nn.Module | None, tensor: torch.Tensor) -> str | None:
@@ -58,7 +57,10 @@ def prepend_keep(finding: Finding, module: nn.Module, tensor: str, roots: Iterab
     if born.kind != "cast" or not born.file or not born.line or operand.dtype == "float32":
         return
     kept = _path_in(roots, module, loc.module)
-    model = next((r for op in _CASTS if (r := opsource.receiver(_full(born.file), born.line, op))), None)
+    model = next(
+        (r for op in sorted(MODULE_LOWERING) if (r := opsource.receiver(_full(born.file), born.line, op))),
+        None,
+    )
     if not kept or not model:
         return
     fix = remedies.make(

@@ -6,7 +6,6 @@ of that module is cast at the user's line that calls it (the embedding's output,
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -16,6 +15,7 @@ from .. import remedies
 from ..catalog.numerics import UNCAST_TO_CONSUMER
 from ..remedies.places import OP
 from ..report import Finding
+from ..tracing.files import user_file
 from . import opsource
 from .frames import place, user_line, where
 
@@ -29,8 +29,7 @@ def low_dtype(module: nn.Module) -> torch.dtype | None:
 
 
 def _library(file: str) -> bool:
-    real = os.path.realpath(file)
-    return "site-packages" in real or "dist-packages" in real or not real.endswith(".py")
+    return not user_file(file)
 
 
 def prepend(finding: Finding, module: nn.Module, name: str, attr: str, index: int) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from ..remedies.places import Place
+from ..tracing.files import TOOL_DIR, TORCH_DIR
 
-_TOOL_DIRS = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+_TOOL_DIRS = (TOOL_DIR, TORCH_DIR)
 
 
 def user_line() -> tuple[str | None, int | None]:

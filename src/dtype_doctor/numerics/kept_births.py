@@ -19,9 +19,8 @@ from __future__ import annotations
 import ast
 import os
 
+from ..tracing.casts import MODULE_LOWERING, cast_call
 from . import opsource
-
-_CASTS = {"to", "half", "bfloat16", "type"}
 
 
 def _full(file: str) -> str:
@@ -30,7 +29,7 @@ def _full(file: str) -> str:
 
 def _cast_call(node: ast.expr | None) -> ast.Call | None:
     """The outermost `x.to(...)`/`x.half()`/... call of an expression."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CASTS:
+    if cast_call(node, MODULE_LOWERING):
         return node
     return None
 

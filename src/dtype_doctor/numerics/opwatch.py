@@ -29,6 +29,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..compile_state import is_dynamo_compiling
+from ..tracing.casts import CAN_LOWER, LOWERING_METHODS, METHOD_DTYPE
+from ..tracing.files import TOOL_DIR, TORCH_DIR, library_file
 from . import opchecks, opsource
 from .frames import user_line
 from .opchecks import LOW, Problem
@@ -49,7 +51,6 @@ _ARITH = _UPDATES | {
     "prod", "matmul", "mm", "bmm", "outer", "sqrt", "log", "log1p", "expm1", "__mul__", "__rmul__",
     "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__",
 }  # fmt: skip
-_CASTS = {"to", "half", "bfloat16", "type", "type_as"}
 _RANGES = {"arange", "range", "linspace"}
 # torch's own Python wrappers between the user's call and the mode (Tensor.norm, torch.functional)
 _WRAPPERS = tuple(
@@ -58,9 +59,6 @@ _WRAPPERS = tuple(
 )
 _GETTER_TYPE = type(torch.Tensor.dtype.__get__)  # property getters: `t.grad`, `t.data`, `t.shape`
 _GETTER = ("getter", "", False, "")
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_STDLIB = os.path.dirname(os.__file__)
-_OWN_DIR = os.path.dirname(os.path.dirname(__file__))
 
 
 def _base_name(name: str) -> tuple[str, bool]:
@@ -195,7 +193,7 @@ class OpWatch(TorchFunctionMode):
         kind: tuple[str, str, bool, str] | None = None
         if base in _RANGES:
             kind = ("range", base, False, name)
-        elif base in _CASTS and not inplace:
+        elif base in CAN_LOWER and not inplace:
             kind = ("cast", base, False, name)
         elif base in _BOUND:
             kind = ("bound", base, inplace, name)
@@ -369,8 +367,8 @@ def _low_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:
 
 def _cast_dtype(name: str, args: tuple, kwargs: dict) -> torch.dtype | None:
     """The float16/bfloat16 dtype a cast goes to (None: another dtype, or not told by dtype)."""
-    if name in ("half", "bfloat16"):
-        return torch.float16 if name == "half" else torch.bfloat16
+    if name in LOWERING_METHODS:
+        return getattr(torch, METHOD_DTYPE[name])
     for value in (*args[1:], kwargs.get("dtype")):
         if isinstance(value, torch.dtype):
             return value if value in LOW else None
@@ -391,10 +389,10 @@ def _user_site() -> tuple[str, int] | None:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if name.startswith(_OWN_DIR) or name in _WRAPPERS or name.startswith("<frozen"):
+        if name.startswith(TOOL_DIR) or name in _WRAPPERS or name.startswith("<frozen"):
             frame = frame.f_back
             continue
-        if name.startswith((_TORCH_DIR, _STDLIB)) or "site-packages" in name or "dist-packages" in name:
+        if name.startswith(TORCH_DIR) or library_file(name):
             return None
         return name, frame.f_lineno
     return None
@@ -403,7 +401,7 @@ def _user_site() -> tuple[str, int] | None:
 def _user_frame() -> Any:
     """The innermost frame outside torch, dtype-doctor and Python's own modules."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith((_OWN_DIR, _TORCH_DIR, "<")):
+    while frame is not None and frame.f_code.co_filename.startswith((TOOL_DIR, TORCH_DIR, "<")):
         frame = frame.f_back
     return frame
 

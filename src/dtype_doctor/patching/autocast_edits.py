@@ -18,13 +18,13 @@ from typing import Protocol
 from ..editing import finders as find
 from ..editing.source import Edit, Source, add_kwarg, call_name, is_atom
 from ..report import Finding, Operand, Origin
+from ..tracing.casts import RAISING_METHODS
 from .candidates import Candidate
 
 LOW = ("float16", "bfloat16")
 # ops whose dtype= computes them in a wider dtype than their input
 DTYPE_ARG = frozenset({"softmax", "log_softmax", "cumsum", "cumprod", "sum", "mean", "prod", "nansum"})
 DEVICE = re.compile(r"autocast\(\s*(?:device_type\s*=\s*)?(['\"])(\w+)\1")
-_WRAPPED = ("float", "double")
 
 
 class _Sources(Protocol):
@@ -122,7 +122,7 @@ def _wrapped(node: ast.expr) -> bool:
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and node.func.attr in _WRAPPED
+        and node.func.attr in RAISING_METHODS
         and not node.args
     )
 

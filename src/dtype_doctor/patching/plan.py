@@ -18,6 +18,7 @@ from ..editing.array_cast import astype_edit
 from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
+from ..tracing.casts import RAISING_METHODS
 from . import autocast_edits, shown
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
@@ -199,7 +200,7 @@ class Planner:
             ]
             if edits:
                 yield Candidate(f"create `{name}` as {dtype} with dtype= ({where})", edits)
-        if origin.kind == "cast" and op in ("float", "double"):
+        if origin.kind == "cast" and op in RAISING_METHODS:
             return  # `x.float().to(half)` only undoes the upcast: drop_upcast says so, last
         value = find.assigned_value(src, origin.line, origin.name)
         if value is not None and not find.already_cast(value, dtype):
@@ -220,7 +221,7 @@ class Planner:
             return
         op = (origin.op or "").rsplit(".", 1)[-1]
         calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
-        if op in ("float", "double") and calls and not calls[0].args and not calls[0].keywords:
+        if op in RAISING_METHODS and calls and not calls[0].args and not calls[0].keywords:
             receiver = calls[0].func.value  # type: ignore[attr-defined]
             start, end = src.span(calls[0])
             what = f"`{src.segment(receiver)}` {origin.dtype}"

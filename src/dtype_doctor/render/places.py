@@ -4,14 +4,13 @@ repository (`in_repository`): paths relative to its top level, never a file of a
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..report import Finding, Origin, Report
+from ..tracing.files import library_file
 
 
 @dataclass(frozen=True)
@@ -155,19 +154,3 @@ def git_top(folder: str) -> str | None:
         if parent == here:
             return None
         here = parent
-
-
-def library_file(path: str) -> bool:
-    """A file of an installed package or of Python's own library, never the user's: a path through
-    site-packages or dist-packages, or one under the interpreter's library folders."""
-    if any(part in ("site-packages", "dist-packages") for part in re.split(r"[\\/]", path)):
-        return True
-    real = os.path.realpath(path)
-    return any(real.startswith(root + os.sep) for root in _library_roots())
-
-
-@functools.lru_cache(maxsize=1)
-def _library_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    found = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(os.path.realpath(p) for p in found if p and os.path.realpath(p) != os.sep)

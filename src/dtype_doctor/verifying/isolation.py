@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..tracing.files import library_file
 from .guard import Guard, paused
 
 TIMEOUT_S = 300.0
@@ -143,10 +144,7 @@ def library_code(obj: Any) -> bool:
         path = os.path.realpath(inspect.getfile(type(obj)))
     except (TypeError, OSError):
         return False
-    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    return (
-        "site-packages" in path or "dist-packages" in path or any(path.startswith(r + os.sep) for r in roots)
-    )
+    return library_file(path)
 
 
 @contextlib.contextmanager

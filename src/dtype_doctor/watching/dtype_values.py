@@ -26,6 +26,7 @@ from torch import nn
 
 from ..editing.source import file_stamp
 from ..numerics.opsource import source_tree
+from ..tracing.casts import DTYPE_ARGUMENT, cast_call
 from . import read_dtype
 from .provenance import USER, Tag, frame_kind
 from .value_births import assigned_at
@@ -192,11 +193,7 @@ def _cast_dtype_expr(code: Any, line: int) -> Any:
     found = _LITERAL
     tree = parse_line(code.co_filename, line)
     for node in ast.walk(tree) if tree is not None else ():
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("to", "type")
-        ):
+        if cast_call(node, DTYPE_ARGUMENT):
             expr = next(
                 (kw.value for kw in node.keywords if kw.arg == "dtype"), node.args[0] if node.args else None
             )

@@ -23,11 +23,12 @@ from ..errors import carried_findings
 from ..explaining.family import family_of
 from ..render.fold import fold_prose_line, terminal_width
 from ..report import Location, Operand
+from ..tracing.files import TOOL_DIR
 from . import autograd_functions, findings, numpy_seam, promoted_root, snippets, value_births, value_limits
 from .contracts import Contract, Slot, bind
 from .names import loaded_names, visible
 from .notes import BRIEF, brief_note
-from .provenance import TOOL_DIR, USER, frame_kind, qualified_op_name, short_path
+from .provenance import USER, frame_kind, qualified_op_name, short_path
 from .wanted_floating import wanted_floating
 
 EARLIER = "  earlier: "  # the note's lines on silent promotions seen before the failure

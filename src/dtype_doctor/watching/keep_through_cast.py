@@ -27,13 +27,13 @@ from ..remedies.places import BIRTH
 from ..repair.keep import keep_in_fp32
 from ..report import Finding
 from ..tensors import map_tensors
+from ..tracing.casts import MODULE_LOWERING
 from ..verifying import isolation
 from ..verifying.contract import THRESHOLD
 from . import upcast_flags
 from .verify import Call, floats_in, max_relative_error, reference
 
 CODES = ("fp16-overflow", "nonfinite-values")
-_CASTS = ("to", "half", "bfloat16", "type")
 _TRIED = 6  # enclosing modules tried at most
 
 
@@ -98,7 +98,7 @@ def _attach_one(f: Finding, born: dict, ancestors: list, calls: list[Call]) -> N
     if call is None or not file or not line:
         return
     full = file if os.path.isabs(file) else os.path.abspath(file)
-    model = next((r for op in _CASTS if (r := opsource.receiver(full, line, op))), None)
+    model = next((r for op in sorted(MODULE_LOWERING) if (r := opsource.receiver(full, line, op))), None)
     paths = candidates(call.module, ancestors)
     if model is None or not paths:
         return

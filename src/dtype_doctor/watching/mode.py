@@ -13,6 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..compile_state import compiler_flags, is_dynamo_compiling
 from ..errors import DtypeMismatchError
+from ..tracing.casts import TENSOR_CASTS
 from .contracts import CONTRACTS, Contract
 
 Tensor = torch.Tensor
@@ -68,7 +69,6 @@ _VIEW_NAMES = {
     "expand", "expand_as", "unsqueeze", "squeeze", "narrow", "select", "movedim", "swapaxes",
     "swapdims", "unflatten", "split_with_sizes", "tensor_split", "diagonal", "as_strided", "unfold",
 }  # fmt: skip
-_CAST_NAMES = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}
 _PASS_NAMES = {
     "__repr__", "__format__", "__str__", "__len__", "__bool__", "__int__", "__float__", "__index__",
     "__hash__", "__iter__", "__contains__", "__reduce_ex__", "__deepcopy__", "__array__", "numpy",
@@ -94,7 +94,7 @@ def classify(func: Any) -> Any:
     if isinstance(func, torch._ops.OpOverload) and func.namespace in ("aten", "prims"):
         return PASS  # an aten op: a compiled graph (aot_eager) calls these through Python; an extension's is the user's
     name = getattr(func, "__name__", "") or ""
-    if name in _CAST_NAMES:
+    if name in TENSOR_CASTS:
         return CAST
     if name in _VIEW_NAMES:
         return VIEW

@@ -13,7 +13,6 @@ import functools
 import gc
 import os
 import sys
-import sysconfig
 import weakref
 from collections.abc import Callable
 from types import CodeType, FrameType
@@ -23,19 +22,8 @@ import torch
 
 from ..dtypes import canonical
 from ..report import Origin
+from ..tracing.files import TOOL_DIR, TORCH_DIR, library_file
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # dtype_doctor/
-_LIB_DIRS = tuple(
-    {
-        p + os.sep
-        for key in ("purelib", "platlib", "stdlib", "platstdlib")
-        if (p := sysconfig.get_paths().get(key))
-    }
-)
-
-# console-script launchers (`.venv/bin/dtype-doctor`, `torchrun`): a library's, never the user's code
-_SCRIPTS_DIR = (sysconfig.get_paths().get("scripts") or "//no scripts dir") + os.sep
 SKIP, LIBRARY, USER = 0, 1, 2
 # by id(code): hashing a code object hashes its bytecode and constants (~0.7 µs for a long
 # forward, on every frame of every walk); the code objects are kept, so their ids stay theirs
@@ -49,9 +37,9 @@ def frame_kind(code: CodeType) -> int:
     kind = _kinds.get(id(code))
     if kind is None:
         name = code.co_filename
-        if name.startswith((_TORCH_DIR, TOOL_DIR, "<eval_with_key>")):  # the last: torch.fx's code
+        if name.startswith((TORCH_DIR, TOOL_DIR, "<eval_with_key>")):  # the last: torch.fx's code
             kind = SKIP
-        elif name.startswith((*_LIB_DIRS, _SCRIPTS_DIR, "<frozen")) or "site-packages" in name:
+        elif library_file(name):
             kind = LIBRARY
         else:
             kind = USER

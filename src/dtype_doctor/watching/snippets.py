@@ -18,6 +18,7 @@ from torch import nn
 
 from .. import remedies
 from ..report import Fix
+from ..tracing.casts import METHOD_DTYPE
 from . import call_memo
 from .names import loaded_names
 
@@ -29,7 +30,6 @@ _GLOB = re.compile(r"get_submodule\(\s*[\"'][^\"']*[*?\[]")
 _CONVERT = re.compile(
     r"^\s*(?:\w+\s*=\s*)?([\w.]+)\.(?:to\(torch\.(\w+)\)|(half|float|bfloat16)\(\))\s*(?:#.*)?$"
 )
-_METHOD = {"half": "float16", "float": "float32", "bfloat16": "bfloat16"}
 
 
 def refusal(
@@ -65,7 +65,7 @@ def refusal(
             m = _CONVERT.match(line)
             if m is None:
                 continue
-            want = m.group(2) or _METHOD.get(m.group(3) or "", "")
+            want = m.group(2) or METHOD_DTYPE.get(m.group(3) or "", "")
             if _already(scope, m.group(1), want, {} if known is None else known):
                 return f"{m.group(1)} is already {want}"
     if names is not None:

@@ -27,6 +27,7 @@ from torch.nn.parameter import is_lazy
 from ..remedies.places import unbound_at
 from ..report import Finding, Fix
 from ..tensors import iter_tensors, map_tensors
+from ..tracing.casts import MODULE_CASTS
 from ..verifying import isolation, verifier
 from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
 from ..verifying.verifier import Outcome
@@ -316,8 +317,8 @@ _READS = (
     ast.keyword,
 )
 _TORCH_ROOTS = {"torch", "F"}  # torch.cat, torch.nn.functional.pad, F.pad
-_TENSOR_METHODS = {
-    "to", "float", "half", "bfloat16", "double", "type", "contiguous", "clone", "detach",
+_TENSOR_METHODS = MODULE_CASTS | {
+    "contiguous", "clone", "detach",
     "permute", "reshape", "view", "unsqueeze", "squeeze", "transpose", "flatten", "expand", "repeat",
 }  # fmt: skip
 _DRAWS = re.compile(r"rand|normal|bernoulli|multinomial|poisson|dropout|uniform|exponential|seed|empty")

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from ..tracing.files import TOOL_DIR
 from . import mode
 
 _MODE_FILE = os.path.normcase(mode.__file__)
-_TOOL_DIR = os.path.dirname(os.path.dirname(_MODE_FILE))
 _FILTER = ("always", None, Warning, re.compile(re.escape(mode.__name__) + r"\Z"), 0)
 # torch.compile(module) warns when global module hooks exist: under watch those are the tool's own
 _OWN_HOOKS = (
@@ -51,7 +51,7 @@ def _is_dispatch(frame: FrameType) -> bool:
     """A frame that exists only because a torch function mode is active: the tool's, or torch's
     `handle_torch_function` (torch/overrides.py) that calls it."""
     name = _filename(frame)
-    return name.startswith(_TOOL_DIR) or os.path.basename(name) == "overrides.py"
+    return name.startswith(TOOL_DIR) or os.path.basename(name) == "overrides.py"
 
 
 def users_frame(start: FrameType | None, lineno: int) -> FrameType | None:
