@@ -240,3 +240,34 @@ def test_a_model_a_plain_object_holds_is_named_through_it(tmp_path: Path) -> Non
     fix = next(x for x in error["fixes"] if x["snippet"].strip() and x.get("file"))
     assert "forecaster.net" in fix["snippet"] or "self.net" in fix["snippet"], error["fixes"]
     _works_pasted(tmp_path, "wrapped.py", fix)
+
+
+HALF_WEIGHTS_ONLY = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(64, 2))
+    for name, p in model.named_parameters():
+        if not name.endswith("bias"):
+            p.data = p.data.half()  # a launcher that converted the weights only
+    pixels = torch.randn(1, 3, 6, 6)
+    with torch.no_grad():
+        out = model(pixels.half())
+    print(out.dtype)
+    """
+)
+
+
+def test_an_input_cast_in_the_call_is_never_cast_again(tmp_path: Path) -> None:
+    """`model(pixels.half())` passes float16 whatever `pixels` holds: the fix is the float32 bias
+    (the whole model in one precision), never a cast of `pixels`, which would change nothing."""
+    (tmp_path / "vlm.py").write_text(HALF_WEIGHTS_ONLY)
+    error = next(f for f in _findings(tmp_path, "vlm.py") if f["severity"] == "error")
+    assert error["code"] == "conv-bias-dtype-mismatch"
+    assert not any("pixels" in (f.get("snippet") or "") for f in error["fixes"]), error["fixes"]
+    first = error["fixes"][0]
+    assert first["snippet"].startswith("model = model.to(torch.float16)"), first
+    assert first["verified"] is True, first
+    _works_pasted(tmp_path, "vlm.py", first)

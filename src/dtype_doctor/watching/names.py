@@ -20,6 +20,7 @@ from torch import nn
 
 from ..editing.source import current_lines
 from ..remedies.scope import snippet_names
+from ..tracing.casts import cast_call
 from .provenance import USER, frame_kind
 
 LIBRARY_WORDS = frozenset({"torch", "nn", "F", "dtype_doctor", "dd", "np", "math"})
@@ -175,6 +176,8 @@ def passed_inputs(frame: FrameType, root: Any, want: torch.dtype) -> list[str]:
     out: list[str] = []
     for call in _calls_of(frame, root):
         for arg in [*call.args, *(k.value for k in call.keywords)]:
+            if cast_call(arg):  # `x.half()`: what is passed is the cast's result, whatever `x` holds
+                continue
             # the argument itself when it is a name, else the names inside its expression
             nodes = (
                 [arg] if is_path(ast.unparse(arg)) else [n for n in ast.walk(arg) if isinstance(n, ast.Name)]
