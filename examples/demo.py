@@ -1,7 +1,8 @@
-"""The main job on the bundled examples: the five seed cases of CASES.md, live on CPU.
+"""The main job on the bundled examples: the five seed cases this project exists for, live on CPU.
 
 For each case: what PyTorch told the user, what dtype-doctor found (module, operands, origins,
-fixes), the fix applied and how the fixed run compares with float32.
+fixes), and its first fix with what the tool's replay of the failing call gave: passes or not, and
+the error against float32. Every line is computed; none is written here.
 
     python examples/demo.py            # all five
     python examples/demo.py onetrainer # one of them
@@ -40,8 +41,14 @@ def main(names: list[str], console: Console | None = None) -> int:
         for how, report in result.reports:
             console.print(f"[bold]dtype-doctor {how}:[/bold]")
             (render if full else render_brief)(present(report), console=console)
-        console.print(f"[bold green]Fix applied:[/bold green] {result.fix}")
-        console.print(f"[bold green]Result:[/bold green] {result.outcome}")
+        shown = result.first_fix()
+        if shown is not None:  # the tool's own verdict on its fix, as its replay of the failing call gave it
+            number, fix = shown
+            console.print(
+                f"[bold green]Result of fix {number}[/bold green] ({fix.title}): {fix.verification}"
+            )
+        if result.facts:
+            console.print(f"[bold]Measured:[/bold] {result.facts}")
         failed += not any(r.findings for _, r in result.reports)
     return 1 if failed else 0
 
