@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-# two workers (pytest-xdist): CI's machine has 2 cores, and the serial suite took ~21 min there
+# two workers (pytest-xdist): CI's machine has 2 cores, and the serial suite took ~21 min there; one
+# torch thread each (two workers of two threads each on two cores slow every in-process test down)
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2
 
 # the fast lane: each command's main path (tests/conftest.py marks it `fast`), under 1 min of CPU on 2 cores
 # (docs/benchmarks.md, "test lanes")
