@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..tracing.files import library_file
+from .child_signals import own_children
 from .guard import Guard, paused
 
 TIMEOUT_S = 300.0
@@ -59,14 +60,17 @@ def in_child(work: Callable[[], Any], timeout: float = TIMEOUT_S) -> Outcome:
     scratch = tempfile.mkdtemp(prefix="dtype-doctor-verify-")
     read_end, write_end = os.pipe()
     try:
-        with warnings.catch_warnings(), paused():  # paused: a re-run's guard lets the tool's own fork by
-            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12's fork warning: ours, not the user's
-            pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child; measured through what it sends back
-            os.close(read_end)
-            _child(work, scratch, write_end)
-        os.close(write_end)
-        return _collect(pid, read_end, timeout)
+        with own_children():
+            with warnings.catch_warnings(), paused():  # paused: a re-run's guard lets the tool's own fork by
+                warnings.simplefilter(
+                    "ignore", DeprecationWarning
+                )  # 3.12's fork warning: ours, not the user's
+                pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child; measured through what it sends back
+                os.close(read_end)
+                _child(work, scratch, write_end)
+            os.close(write_end)
+            return _collect(pid, read_end, timeout)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

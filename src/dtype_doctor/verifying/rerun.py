@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from . import warm
+from .child_signals import own_children
 from .guard import reason
 
 _BOOT = "import sys; from dtype_doctor.verifying.guard import bootstrap; bootstrap(sys.argv[1], sys.argv[2], sys.argv[3:])"
@@ -63,6 +64,11 @@ def pythonpath(value: str, scratch: str, anchor: str) -> list[str]:
 def run(cmd: list[str], scratch: str, anchor: str, env: dict[str, str], timeout: float | None) -> Ran:
     """Run `cmd` isolated in `scratch`; code 124 when it did not finish within `timeout`. A
     `python -m` command is forked from this process's warm zygote (warm.py) when it serves."""
+    with own_children():
+        return _run(cmd, scratch, anchor, env, timeout)
+
+
+def _run(cmd: list[str], scratch: str, anchor: str, env: dict[str, str], timeout: float | None) -> Ran:
     env = {**env, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": scratch}
     command, cwd = guarded(cmd, scratch), workdir(scratch, anchor)
     if command is not cmd:

@@ -26,6 +26,8 @@ import sysconfig
 import tempfile
 from typing import Any
 
+from .child_signals import own_children
+
 _SERVE = "import sys; from dtype_doctor.verifying.warm import serve; serve(sys.argv[1])"
 _ENV_OFF = "DTYPE_DOCTOR_COLD_RERUNS"  # set (to anything): every re-run starts a fresh interpreter
 
@@ -131,12 +133,14 @@ class Zygote:
         return (ended["status"] if code is None else code), texts[0], texts[1]
 
     def close(self) -> None:
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=5)
-        except Exception:
-            self.proc.kill()
+        with own_children():
+            try:
+                if self.proc.stdin is not None:
+                    self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
         import shutil
 
         shutil.rmtree(self.outputs, ignore_errors=True)
