@@ -423,3 +423,31 @@ def test_the_experiments_reruns_never_write_a_users_checkpoint_or_database(tmp_p
     assert report["meta"]["experiment"]["tried"] >= 1
     assert "the call writes files" in report["meta"]["experiment"]["outcome"]
     assert sqlite3.connect(db).execute("select count(*) from t").fetchone() == (1,)  # the user's run only
+
+
+def test_a_replay_stuck_on_a_lock_another_thread_held_at_the_fork_is_stopped_early():
+    """Threads do not follow a fork: a lock another thread of the program held then stays held in
+    the child forever. The replay is stopped once it has not run for STALLED_S, with that reason,
+    not after the 300 s deadline (issue 42, H12)."""
+    import threading
+
+    from dtype_doctor.verifying import isolation
+
+    lock, held, done = threading.Lock(), threading.Event(), threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            done.wait()
+
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    held.wait()
+    try:
+        outcome = isolation.in_child(lambda: lock.acquire() and "acquired", timeout=120)
+    finally:
+        done.set()
+        thread.join()
+    assert outcome.stopped and "stopped running" in outcome.stopped, outcome
+    assert "another thread of your program" in outcome.stopped
+    assert isolation.in_child(lambda: lock.acquire() and "acquired").value == "acquired"  # free: it runs

@@ -28,6 +28,9 @@ from .child_signals import own_children
 from .guard import Guard, paused
 
 TIMEOUT_S = 300.0
+# a child that has used no CPU for this long waits on something that will not come: a lock another
+# thread of the program held at the fork (threads do not follow a fork), a pipe nobody writes
+STALLED_S = 15.0
 FORCE_IN_PROCESS = "DTYPE_DOCTOR_VERIFY_IN_PROCESS"  # "1": never fork (tests the fallback)
 
 
@@ -70,7 +73,13 @@ def in_child(work: Callable[[], Any], timeout: float = TIMEOUT_S) -> Outcome:
                 os.close(read_end)
                 _child(work, scratch, write_end)
             os.close(write_end)
-            return _collect(pid, read_end, timeout)
+            try:
+                return _collect(pid, read_end, timeout)
+            except BaseException:  # never leave a child behind, whatever stopped the wait
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -86,6 +95,34 @@ def _child(work: Callable[[], Any], scratch: str, out: int) -> None:
         code = 1
     finally:
         os._exit(code)
+
+
+class _Stall:
+    """Whether a child has stopped running: its CPU time (Linux's /proc) unchanged for STALLED_S."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ticks, self.since = self._ticks(), time.monotonic()
+
+    def _ticks(self) -> int | None:
+        try:
+            with open(f"/proc/{self.pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])  # utime + stime
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def why(self) -> str | None:
+        ticks, now = self._ticks(), time.monotonic()
+        if ticks is None or ticks != self.ticks:
+            self.ticks, self.since = ticks, now
+            return None
+        if now - self.since < STALLED_S:
+            return None
+        return (
+            f"the replay stopped running for {STALLED_S:.0f} s: it waits on a lock or a resource that "
+            "another thread of your program held (threads do not follow the replay's fork)"
+        )
 
 
 def _sandboxed(work: Callable[[], Any], scratch: str) -> tuple[str, Any]:
@@ -117,14 +154,24 @@ def _sandboxed(work: Callable[[], Any], scratch: str) -> tuple[str, Any]:
 def _collect(pid: int, fd: int, timeout: float) -> Outcome:
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
+    stall = _Stall(pid)
     try:
         while True:
             left = deadline - time.monotonic()
-            ready = select.select([fd], [], [], max(left, 0))[0] if left > 0 else []
-            if not ready:
+            ready = select.select([fd], [], [], min(max(left, 0), 1.0))[0] if left > 0 else []
+            why = (
+                None
+                if ready
+                else stall.why()
+                if left > 0
+                else f"the replay did not finish in {timeout:.0f} s"
+            )
+            if why:
                 os.kill(pid, 9)
                 os.waitpid(pid, 0)
-                return Outcome(stopped=f"the replay did not finish in {timeout:.0f} s")
+                return Outcome(stopped=why)
+            if not ready:
+                continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break
