@@ -13,7 +13,8 @@ from torch import nn
 import tiny_models
 from dtype_doctor import watch
 from dtype_doctor.watching import mode as watch_mode
-from dtype_doctor.watching.session import Session
+from dtype_doctor.watching.module_hooks import ModuleHooks
+from dtype_doctor.watching.op_judge import OpJudge
 from dtype_doctor.watching.tagging import Tagger
 
 diffusers = pytest.importorskip("diffusers")
@@ -95,12 +96,12 @@ def test_memory_stays_flat_over_2000_watched_training_steps(one_thread):
 @pytest.mark.parametrize(
     "broken",
     [
-        "Session.check_contract",
-        "Session.scan",
+        "OpJudge.check_contract",
+        "OpJudge.scan",
         "Tagger.tag_untagged",
-        "Session.tag",
-        "Session.on_enter",
-        "Session._report",
+        "OpJudge.tag",
+        "ModuleHooks.on_enter",
+        "OpJudge._report",
         "classify",
     ],
 )
@@ -108,15 +109,15 @@ def test_an_internal_failure_never_replaces_or_hides_the_users_error(monkeypatch
     def explode(*args, **kwargs):
         raise ZeroDivisionError("tool bug")
 
-    if broken.startswith("Session."):
-        monkeypatch.setattr(Session, broken.split(".")[1], explode)
-    elif broken.startswith("Tagger."):
-        monkeypatch.setattr(Tagger, broken.split(".")[1], explode)
+    owners = {"OpJudge": OpJudge, "ModuleHooks": ModuleHooks, "Tagger": Tagger}
+    owner, _, name = broken.rpartition(".")
+    if owner:
+        monkeypatch.setattr(owners[owner], name, explode)
     else:
         monkeypatch.setattr(watch_mode, broken, explode)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).half()
     with pytest.raises(RuntimeError) as err, watch(model=model) as s:
-        x = torch.randn(2, 4) * torch.ones(2, 4, dtype=torch.float64)  # a promotion: Session.scan
+        x = torch.randn(2, 4) * torch.ones(2, 4, dtype=torch.float64)  # a promotion: OpJudge.scan
         model(x.float())
     assert str(err.value) == "mat1 and mat2 must have the same dtype, but got Float and Half"
     assert type(err.value) is RuntimeError

@@ -74,6 +74,10 @@ class BirthTag(ParamTag):
         # or converted inside a helper of yours: the call that chose, or forgot, its dtype)
         self.outer = outermost_user_frame(3)
 
+    def held_as(self) -> tuple[Any, str | None]:
+        """(the module that holds the tensor, None once it is gone; the attribute it is held as)."""
+        return self._owner(), self._attribute
+
     def _resolve(self) -> None:
         kind = self.kind
         super()._resolve()
@@ -258,8 +262,7 @@ class Births:
         if op is not None:  # a module-wide conversion: made under `if x.dtype == ...`, x decided it
             parents = (*self._decided(frames[1], target.dtype), *parents)
         kind = before.kind if isinstance(before, BirthTag) else "parameter"
-        attribute = before._attribute if isinstance(before, BirthTag) else None
-        owner = before._owner() if isinstance(before, BirthTag) else None
+        owner, attribute = before.held_as() if isinstance(before, BirthTag) else (None, None)
         self.prov.set(target, BirthTag(self.names, target, kind, attribute, owner, frames, op, parents))
 
 

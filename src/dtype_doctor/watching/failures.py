@@ -112,7 +112,7 @@ def on_failure(
         except Exception as err:  # never at the cost of the user's error
             session.internal_error(err)
         promoted_root.link(session.report.findings, finding)  # the root of a promotion before it
-        session._failed[id(exc)] = finding  # a worker thread's crash names its thread on it
+        session.raised[id(exc)] = finding  # a worker thread's crash names its thread on it
         session.keep_failing_call()
         if hasattr(exc, "add_note"):
             exc.add_note(_note(session, finding) + _earlier(session, finding))
@@ -130,9 +130,7 @@ def withdraw(session: Session, finding: Any) -> None:
             del recorded[i]
             session.fix_contexts.pop(id(finding), None)
             break
-    for key in [k for k, v in session._seen.items() if v is finding]:
-        del session._seen[key]
-    session.blocks.forget(finding)
+    session.judge.forget(finding)
 
 
 def _earlier(session: Session, finding: Any) -> str:
@@ -175,7 +173,7 @@ def _failure_finding(
         names=session.names,
         prov=session.prov,
         module=session.stack.top,
-        root=session.stack.stack[0] if session.stack.stack else session._root,
+        root=session.stack.stack[0] if session.stack.stack else session.root,
         message=f"{op} raised: {str(exc).splitlines()[0][:300]}",
         depth=5,
         severity="error",
@@ -242,7 +240,7 @@ def _own_assert(exc: BaseException) -> bool:
 def _renote(session: Session, exc: BaseException) -> None:
     """The note written when the op raised, written again now that its fixes are verified and
     ranked (verify runs at the session's end): the note and the report give one ranking."""
-    finding = session._failed.get(id(exc))
+    finding = session.raised.get(id(exc))
     notes = getattr(exc, "__notes__", None)
     if finding is None or not isinstance(notes, list):
         return
@@ -283,7 +281,7 @@ def noted_in(exc: BaseException) -> list[str]:
 def on_thread_exit(session: Session, exc: BaseException, thread: str) -> None:
     """A thread died of `exc` (threading.excepthook): a dtype error is an error finding that names
     the thread; the op's own finding if a watched op raised it, else the crash itself."""
-    finding = session._failed.get(id(exc))
+    finding = session.raised.get(id(exc))
     if finding is None:
         if not DTYPE_TEXT.search(TENSOR_REPR_DTYPE.sub("", str(exc))):
             return
@@ -306,7 +304,7 @@ def _crash_finding(session: Session, exc: BaseException) -> Any:
             file, line, function = short_path(code.co_filename), tb.tb_lineno, code.co_name
         tb = tb.tb_next
     raiser, args = _innermost_module(exc.__traceback__)
-    known = raiser if raiser is not None else session._root
+    known = raiser if raiser is not None else session.root
     module = session.names.module(known) if known is not None else None
     where = Location(module=module, file=file, line=line, function=function)
     # the frames too when a kernel library raised: apex in them decides the family, as in explain

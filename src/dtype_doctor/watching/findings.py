@@ -357,7 +357,7 @@ def _read_without_cast(t: torch.Tensor, prov: Provenance, origin: Origin) -> Non
     tag = prov.lookup(t)
     if not isinstance(tag, births.BirthTag) or intent.deliberate(t, prov) is None:
         return
-    owner, attribute = tag._owner(), tag._attribute
+    owner, attribute = tag.held_as()
     if owner is None or not attribute:
         return
     read = attributes.first_read(type(owner), attribute)

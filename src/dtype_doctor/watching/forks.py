@@ -47,7 +47,7 @@ def _in_parent() -> None:
 
 def _in_child() -> None:
     for notice in _notices:
-        notice.session._active = False  # the mode and hooks pass everything straight through
+        notice.session.active = False  # the mode and hooks pass everything straight through
     _notices.clear()
 
 

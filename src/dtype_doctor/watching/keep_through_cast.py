@@ -82,7 +82,7 @@ def attach(session: Any) -> None:
         born, loc = f.data.get("dtype_birth"), f.location
         if f.code not in CODES or not born or loc is None or not loc.module:
             continue
-        notice = getattr(session, "_forks", None)  # the tool's own fork is not the program's
+        notice = getattr(session, "forks", None)  # the tool's own fork is not the program's
         forks = getattr(notice, "forks", 0)
         try:
             _attach_one(f, born, session.names.ancestors(loc.module), calls)

@@ -31,18 +31,29 @@ _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 _ONE_DTYPE_PASSES = frozenset({"same", "indexed", "norm", "setitem"})
 
 
-class Watcher(Protocol):
-    """What the mode calls back (watch.session.Session); a protocol, so mode.py imports no session."""
+class Judge(Protocol):
+    """What the mode hands a call it does not pass straight through (op_judge.OpJudge)."""
 
-    def internal_error(self, exc: BaseException) -> None: ...
-    def tag_copy(self, src: Any, out: torch.Tensor) -> None: ...
     def check_contract(self, func: Any, c: Contract, args: tuple, kwargs: dict) -> tuple: ...
     def scan(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> tuple: ...
     def tag(self, func: Any, kind: Any, inputs: Any, out: Any) -> None: ...
-    def rebound(self, target: Any, value: Any) -> None: ...
+    def tag_copy(self, src: Any, out: torch.Tensor) -> None: ...
     def on_failure(
         self, exc: BaseException, func: Any, kind: Any, args: tuple, kwargs: dict, finding: Any
     ) -> None: ...
+
+
+class Watcher(Protocol):
+    """What the mode reads off the session (session.Session); protocols, so mode.py imports neither."""
+
+    judge: Judge
+    tagger: Any
+    prov: Any
+    call_state: Any  # .lazy: a clean call's repeat
+    active: bool
+
+    def internal_error(self, exc: BaseException) -> None: ...
+    def rebound(self, target: Any, value: Any) -> None: ...
 
 
 _GETTER = type(torch.Tensor.dtype.__get__)
@@ -204,10 +215,19 @@ class WatchMode(TorchFunctionMode):
         super().__init__()
         _fresh_tables()
         self.session = session
-        self._tag_untagged = session._tagger.tag_untagged  # type: ignore[attr-defined]
-        self._share = session.prov.share  # type: ignore[attr-defined]
-        self._lookup = session.prov.lookup  # type: ignore[attr-defined]
-        self._call = session.call_state  # type: ignore[attr-defined]  # .lazy: a clean call's repeat
+        # bound once: each call goes straight to the session's judge, tagger and provenance
+        judge = session.judge
+        self._check_contract = judge.check_contract
+        self._scan = judge.scan
+        self._tag = judge.tag
+        self._tag_copy = judge.tag_copy
+        self._on_failure = judge.on_failure
+        self._internal_error = session.internal_error
+        self._rebound = session.rebound
+        self._tag_untagged = session.tagger.tag_untagged
+        self._share = session.prov.share
+        self._lookup = session.prov.lookup
+        self._call = session.call_state  # .lazy: a clean call's repeat
         # runs an op instead of calling it (check's dry run: a repeated call answered from a memo)
         self._run: Callable[[Any, tuple, dict], Any] | None = None
 
@@ -219,13 +239,13 @@ class WatchMode(TorchFunctionMode):
         try:
             code = _CODES[func]
         except (KeyError, TypeError):
-            code = _classified(func, self.session.internal_error)
+            code = _classified(func, self._internal_error)
         if code is _PASS_THROUGH:  # a getter, a size: nothing to see
             return func(*args, **kwargs) if kwargs else func(*args)
         if code is _REBIND:
             out = func(*args, **kwargs) if kwargs else func(*args)
             if len(args) == 2:
-                self.session.rebound(args[0], args[1])
+                self._rebound(args[0], args[1])
             return out
         if self._call.lazy:
             # a repeat of a root call seen clean (clean_calls): only what is new is looked at, an op
@@ -254,16 +274,16 @@ class WatchMode(TorchFunctionMode):
                             return self._run(func, args, kwargs or {})
                         return func(*args, **kwargs) if kwargs else func(*args)
                     except Exception as exc:
-                        self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
+                        self._on_failure(exc, func, _kind(func), args, kwargs or {}, None)
                         raise
         # compiling (export, AOT), or a worker thread's mode left pushed when its session stopped
         # mid-call: pass through
-        if compiler_flags._is_compiling_flag or not self.session._active:
+        if compiler_flags._is_compiling_flag or not self.session.active:
             return func(*args, **kwargs) if kwargs else func(*args)
         if code is _VIEWS:
             out = func(*args, **kwargs) if kwargs else func(*args)
             if type(out) is Tensor and out._base is None and args and out is not args[0]:
-                self.session.tag_copy(args[0], out)  # advanced indexing copies: keep the origin
+                self._tag_copy(args[0], out)  # advanced indexing copies: keep the origin
             return out
         # the common case costs one pass over the operands: tensors all in one dtype, and no rule
         # that judges more than dtypes (a pure rule cannot fail then, nor a silent promotion)
@@ -303,7 +323,7 @@ class WatchMode(TorchFunctionMode):
             else:
                 out = func(*args, **kwargs) if kwargs else func(*args)
         except Exception as exc:
-            self.session.on_failure(exc, func, _kind(func), args, kwargs or {}, None)
+            self._on_failure(exc, func, _kind(func), args, kwargs or {}, None)
             raise
         if self._call.lazy:
             return out  # no origins inside a repeat of a clean call
@@ -324,33 +344,32 @@ class WatchMode(TorchFunctionMode):
             inputs = floats if floats is not None else [first] if first is not None else []
             self._tag_untagged(func, _kind(func), inputs, out)
         except Exception as exc:
-            self.session.internal_error(exc)
+            self._internal_error(exc)
         return out
 
     def _judged(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
         """A call with operands in several dtypes, a cast, or a rule that judges more than dtypes."""
-        s = self.session
         inputs = None
         finding = None
         try:
             if type(kind) is Contract:
-                args, kwargs, inputs, finding = s.check_contract(func, kind, args, kwargs)
+                args, kwargs, inputs, finding = self._check_contract(func, kind, args, kwargs)
             else:
-                args, kwargs, inputs, finding = s.scan(func, kind, args, kwargs)
+                args, kwargs, inputs, finding = self._scan(func, kind, args, kwargs)
         except DtypeMismatchError:
             raise
         except Exception as exc:
-            s.internal_error(exc)
+            self._internal_error(exc)
         try:
             out = self._run(func, args, kwargs) if self._run else func(*args, **kwargs)
         except Exception as exc:
-            s.on_failure(exc, func, kind, args, kwargs, finding)
+            self._on_failure(exc, func, kind, args, kwargs, finding)
             raise
         if inputs is not None and not self._call.lazy:
             try:
-                s.tag(func, kind, inputs, out)
+                self._tag(func, kind, inputs, out)
             except Exception as exc:
-                s.internal_error(exc)
+                self._internal_error(exc)
         return out
 
 

@@ -49,16 +49,16 @@ def start(session: Any) -> Any:
         """The monitor's own float32 re-runs and scans: the watch passes their ops straight through
         (a mismatch inside the tool's copy of a module is never the user's)."""
         if on:
-            held.append(session._active)
-            session._active = False
+            held.append(session.active)
+            session.active = False
         elif held:
-            session._active = held.pop()
+            session.active = held.pop()
 
     model = session.model if isinstance(session.model, nn.Module) else None
     monitor = NumericsMonitor(
         report=session.report,
         model=model,
-        every=session._every,
+        every=session.every,
         name_of=session.names.module,
         origin_of=origin_of,
         place_of=place_of,

@@ -36,7 +36,7 @@ def _fp16_gradients(session: Session, exc: BaseException, optimizer: Any) -> Non
     try:
         from .fp16_grads import fp16_gradient_finding
 
-        finding = fp16_gradient_finding(optimizer, session.names, session.prov, session._root)
+        finding = fp16_gradient_finding(optimizer, session.names, session.prov, session.root)
         if finding is not None:
             session.report.add(finding)
             exc.add_note(findings.note_text(finding))

@@ -61,9 +61,9 @@ def _thread_start(frame: Any, event: str, arg: Any) -> Any:
     sys.setprofile(previous)
     with _lock:
         session = _active[-1] if _active else None
-    if session is not None and not _own_sessions() and session._active:
+    if session is not None and not _own_sessions() and session.active:
         try:
-            session._mode.__enter__()  # left pushed: the thread's mode stack ends with the thread
+            session.function_mode.__enter__()  # left pushed: the thread's mode stack ends with the thread
             _local.session = session
         except Exception as exc:
             session.internal_error(exc)
@@ -113,8 +113,7 @@ class ThreadGate:
         """Before a module call: False if this session does not handle the current thread."""
         if not handles(self.session):
             return False
-        numerics = self.session._numerics
-        if numerics is not None and numerics.busy:
+        if self.session.tool_rerun():
             return False  # the numerics monitor's own float32 re-runs are not the user's calls
         if (
             is_root
@@ -122,7 +121,7 @@ class ThreadGate:
             and not getattr(self._local, "mode_on", False)
             and getattr(_local, "session", None) is not self.session  # on since the thread began
         ):
-            self.session._mode.__enter__()
+            self.session.function_mode.__enter__()
             self._local.mode_on = True
         return True
 
@@ -130,4 +129,4 @@ class ThreadGate:
         """After a module call: the outermost call of an adopted thread ends, so does the mode."""
         if stack_empty and getattr(self._local, "mode_on", False):
             self._local.mode_on = False
-            self.session._mode.__exit__(None, None, None)
+            self.session.function_mode.__exit__(None, None, None)
