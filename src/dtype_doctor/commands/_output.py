@@ -123,6 +123,9 @@ def requested_outputs(args: argparse.Namespace) -> list[tuple[str, Output]]:
     the console's own output is left to `emit`."""
     from ..render.outputs import parse_output
 
+    fixed = getattr(args, "_fixed_outputs", None)
+    if fixed is not None:  # resolved at start (check_output_paths)
+        return list(fixed)
     found: list[tuple[str, Output]] = []
     fmt, file = getattr(args, "output_format", None), getattr(args, "output_file", None)
     if fmt or file:
@@ -194,10 +197,15 @@ def input_paths(args: argparse.Namespace) -> list[str]:
 
 
 def check_output_paths(args: argparse.Namespace, inputs: Sequence[str] = ()) -> None:
-    """Refuse output paths that would clobber each other or one of the command's inputs, and two
-    outputs that both want stdout."""
+    """Fix every output path against the folder the command starts in, before any user code runs
+    (a program that changes folder gets its report where the user asked); refuse output paths that
+    would clobber each other or one of the command's inputs, and two outputs that both want stdout."""
     from ..render.outputs import check_paths, to_stdout
+    from ._output_paths import fixed_at_start, start_dir
 
+    if getattr(args, "_fixed_outputs", None) is None:
+        args._start_dir = start_dir()
+        args._fixed_outputs = fixed_at_start(requested_outputs(args), args._start_dir)
     given = requested_outputs(args)
     labels = {id(o): label for label, o in given}
     to_stdout([o for _, o in given])
@@ -303,7 +311,8 @@ def emit(
 
     report = without_ignored(report, args)
     args.shown_report = report
-    wanted = [o for _, o in requested_outputs(args)]
+    given = requested_outputs(args)
+    wanted = [o for _, o in given]
     color = False if getattr(args, "no_color", False) else None  # None: rich reads NO_COLOR, FORCE_COLOR
     if not any(o.format == "console" for o in wanted) and (
         console is not None or not outputs.to_stdout(wanted)
@@ -320,6 +329,24 @@ def emit(
         empty=empty,
         quiet=getattr(args, "quiet", False),
         noted=noted,
+        base=getattr(args, "_start_dir", None),  # SARIF/GitHub paths: from where the command started
     )
     stream = _json_stdout[-1] if _json_stdout else sys.stdout
+    try:
+        _never_over_source(report, given, path)
+    except DoctorError:  # the report is still shown; no file is written
+        outputs.emit(report, [o for o in wanted if not o.to_file], options, stdout=stream, path=path)
+        raise
     outputs.emit(report, wanted, options, stdout=stream, path=path)
+
+
+def _never_over_source(report: Any, given: list[tuple[str, Output]], path: Callable[[str], str]) -> None:
+    """Refuse (DoctorError, one line) an output PATH that is a source file the report's fixes edit,
+    known only now the program has run: `run -o json=helper.py` would replace the helper."""
+    from ..render.outputs import check_paths
+    from ._output_paths import source_files
+
+    files = [(label, Output(o.format, path(str(o.path)))) for label, o in given if o.to_file]
+    labels = {id(o): label for label, o in files}
+    kind = "a source file the report's fixes edit"
+    check_paths([o for _, o in files], source_files(report), lambda o: labels[id(o)], kind=kind)

@@ -84,10 +84,14 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def check_paths(
-    outputs: Sequence[Output], inputs: Sequence[str] = (), label: Callable[[Output], str] = str
+    outputs: Sequence[Output],
+    inputs: Sequence[str] = (),
+    label: Callable[[Output], str] = str,
+    kind: str = "one of the inputs",
 ) -> None:
     """Refuse output paths that would clobber each other or one of the inputs (by real path, so a
-    symlink or `./name` to an input is refused too). `label` names an output as the user gave it."""
+    symlink or `./name` to an input is refused too). `label` names an output as the user gave it;
+    `kind`, what the inputs are to the user."""
     seen: dict[str, Output] = {}
     for output in outputs:
         if not output.to_file:
@@ -105,7 +109,7 @@ def check_paths(
             )
         for source in inputs:
             if _same_file(source, path) and os.path.isfile(source):
-                raise DoctorError(f"{label(output)} is one of the inputs ({source}): it would be overwritten")
+                raise DoctorError(f"{label(output)} is {kind} ({source}): it would be overwritten")
 
 
 def _in_place(path: str) -> bool:
