@@ -7,7 +7,7 @@ internal error is recorded in the report and the user's program goes on unchange
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -119,7 +119,7 @@ class Session:
         self._active = True
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         self.stop()
         if exc is None and self.mode == "fix":
             root = self._root
