@@ -92,6 +92,15 @@ def test_zsh_and_fish_scripts_name_every_command_and_parse(shell, tmp_path, caps
         subprocess.run([shell, "-n", script], check=True)
 
 
+def test_no_line_of_the_bash_script_is_wider_than_80(capsys):
+    """Issue 32: no command's output is wider than the terminal; shtab's long lines go on after a
+    backslash (cut outside quotes, so the completions above still hold)."""
+    assert main(["completion", "bash"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any(line.endswith(" \\") for line in lines)  # and some were long enough to continue
+
+
 def test_an_unknown_shell_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["completion", "tcsh"])

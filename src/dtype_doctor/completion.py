@@ -6,8 +6,10 @@ completes as a file name."""
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 SHELLS = ("bash", "zsh", "fish")  # shtab's; its tcsh and powershell are not offered (untested here)
+WIDTH = 80  # no line of the bash script wider (issue 32: no command's output is wider than the terminal)
 
 
 def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -38,4 +40,48 @@ def script(shell: str, parser: argparse.ArgumentParser) -> str:
     import shtab
 
     _values_are_files(parser)
-    return shtab.complete(parser, shell=shell)
+    made = shtab.complete(parser, shell=shell)
+    return fold_bash(made) if shell == "bash" else made
+
+
+def fold_bash(script: str, width: int = WIDTH) -> str:
+    """Each line of a bash script longer than `width` continued on the next after a backslash, cut at
+    a space outside quotes (bash reads it unchanged); a comment wrapped as comment lines."""
+    out: list[str] = []
+    for line in script.splitlines():
+        body = line.lstrip()
+        indent = line[: len(line) - len(body)]
+        if len(line) > width and body.startswith("#"):
+            text = body.lstrip("#").strip()
+            prefix = f"{indent}# "
+            out += textwrap.wrap(
+                text, width, initial_indent=prefix, subsequent_indent=prefix, break_on_hyphens=False
+            )
+            continue
+        more = indent + "    "
+        while len(line) > width:
+            cuts = [i for i in _unquoted_spaces(line) if len(more) < i <= width - 2]
+            if not cuts:
+                break
+            out.append(line[: cuts[-1]].rstrip() + " \\")
+            line = more + line[cuts[-1] :].lstrip()
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _unquoted_spaces(line: str) -> list[int]:
+    """The positions of the spaces of a shell line outside quotes and escapes."""
+    spots: list[int] = []
+    quote, escaped = "", False
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == " ":
+            spots.append(i)
+    return spots
