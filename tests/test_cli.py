@@ -1,6 +1,7 @@
 """The shared CLI plumbing: `--json` never swallows the text, the script or the script's own flags."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,27 @@ def test_guard_documents_what_it_does_and_how_to_undo_it():
 
     doc = guard.__doc__ or ""
     assert len(doc.splitlines()) > 5 and "remove()" in doc and "module-input-cast" in doc
+
+
+def test_every_lazy_public_name_is_typed_for_type_checkers_as_what_it_imports():
+    """The `if TYPE_CHECKING:` imports of dtype_doctor/__init__.py (what mypy and an editor see) name
+    exactly the lazy public names, each the very object `dtype_doctor.NAME` gives at run time."""
+    import ast
+    import importlib
+
+    import dtype_doctor
+
+    tree = ast.parse(Path(dtype_doctor.__file__).read_text(encoding="utf-8"))
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"
+    )
+    typed = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert set(typed) == set(dtype_doctor._LAZY)
+    for name, module in typed.items():
+        imported = importlib.import_module(f".{module}", "dtype_doctor")
+        assert getattr(imported, name) is getattr(dtype_doctor, name), name

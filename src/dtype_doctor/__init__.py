@@ -5,11 +5,30 @@ Public API only. Heavy pieces (torch) are imported lazily so that `explain` stay
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import report as _report
 from .errors import DoctorError, DtypeMismatchError
 from .report import Evidence, Finding, Fix, Location, Operand, Origin, Report, Severity
+
+if TYPE_CHECKING:  # the lazy names below, typed for type checkers (never imported here at run time)
+    from .checking.audit import audit
+    from .checking.check import check
+    from .checking.testing import assert_dtype_consistent
+    from .comparing.api import compare
+    from .comparing.attribution import to_precision
+    from .env.facts import environment
+    from .explaining.core import explain, explain_sources
+    from .numerics import (
+        NumericsMonitor,
+        ScalerMonitor,
+        find_fp32_set,
+        keep_in_fp32,
+        monitor_numerics,
+        watch_scaler,
+    )
+    from .repair.fix import fix, guard
+    from .watching.session import watch
 
 __version__ = "0.1.0"
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from .sections import section_from_dict, section_to_dict, sections_from_meta
 
-_S = TypeVar("_S")
+_SectionT = TypeVar("_SectionT")
 SCHEMA_VERSION = 2  # 2: typed `sections` (schema 1 kept them in meta; still read)
 READABLE_SCHEMAS = (1, 2)
 
@@ -26,7 +26,9 @@ def json_schema() -> dict[str, Any]:
     schema/report.schema.json, whose `schema_version` is `SCHEMA_VERSION`)."""
     from importlib.resources import files
 
-    return json.loads(files(__package__).joinpath("schema", "report.schema.json").read_text(encoding="utf-8"))
+    return json.loads(
+        files(__package__).joinpath("schema").joinpath("report.schema.json").read_text(encoding="utf-8")
+    )
 
 
 class Severity(str, Enum):
@@ -256,7 +258,7 @@ class Report:
         for f in findings:
             self.add(f)
 
-    def section(self, cls: type[_S]) -> _S | None:
+    def section(self, cls: type[_SectionT]) -> _SectionT | None:
         """The first section of this type, or None."""
         return next((s for s in self.sections if isinstance(s, cls)), None)
 

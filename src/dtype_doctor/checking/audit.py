@@ -240,7 +240,7 @@ def _role(param: str) -> str:
 def fp32_island_findings(model: nn.Module, prefix: str = "") -> list[Finding]:
     """Top-most fp32 subtrees (and lone fp32 parameters) inside a model that is mostly fp16/bf16."""
     main = dominant_dtype(model)
-    if not is_low_precision(main):
+    if main is None or not is_low_precision(main):
         return []
     deliberate_patterns = tuple(re.compile(p) for p in hf_keep_fp32(model, getattr(torch, main)))
     islands: list[tuple[str, nn.Module | None, str, bool]] = []  # path, module, type name, deliberate

@@ -15,6 +15,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import FrameType
 from typing import Any
 
 import torch
@@ -395,7 +396,8 @@ class AutocastEmulation(torch.overrides.TorchFunctionMode):
 
 def _outer_files() -> set[str]:
     """Files of the frames that called check (for the CLI: the launcher, cli.py, the command)."""
-    out, frame = set(), sys._getframe(1)
+    out: set[str] = set()
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         out.add(short_path(frame.f_code.co_filename))
         frame = frame.f_back

@@ -31,6 +31,7 @@ def assert_dtype_consistent(
     """
     from .check import check
 
+    args: tuple[Any, ...]
     if isinstance(inputs, Mapping):
         args, kwargs = (), dict(inputs)
     elif isinstance(inputs, tuple | list):

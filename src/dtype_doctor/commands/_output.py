@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
+from ..errors import DoctorError
 from ..render.outputs import Output
 from . import FAIL_ON
 
@@ -28,19 +29,38 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+# how --help names the older spellings of the output options
+ALIAS = "alias kept for one release of"
+
+
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     """Options every report-producing command shares."""
     from ..render.registry import names
 
     out = parser.add_argument_group("output")
     out.add_argument(
+        "--output-format",
+        choices=names(),
+        action=_Once,
+        metavar="FORMAT",
+        help=f"the report's format ({', '.join(names())}), written to --output-file, else to stdout "
+        "(html and png need --output-file)",
+    )
+    out.add_argument(
+        "--output-file",
+        action=_Once,
+        metavar="PATH",
+        help="write the report to PATH, in --output-format, else in the format its extension names "
+        "(.json, .html, .sarif, .github.txt, .txt, .png)",
+    )
+    out.add_argument(
         "-o",
         "--output",
         dest="outputs",
         action="append",
         metavar="FORMAT[=PATH]",
-        help=f"write the report as FORMAT ({', '.join(names())}) to PATH, or to stdout (json, sarif, "
-        "github) when no PATH is given; a PATH alone picks the format by its extension; repeatable",
+        help=f"{ALIAS} --output-format FORMAT [--output-file PATH]; a PATH alone is --output-file PATH; "
+        "repeatable",
     )
     out.add_argument(
         "--json",
@@ -48,13 +68,13 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         const="-",
         action=_Once,
         metavar="PATH",
-        help="write the report as JSON to PATH, or to stdout when no PATH is given (--output json[=PATH])",
+        help=f"{ALIAS} --output-format json [--output-file PATH] (no PATH: stdout)",
     )
     out.add_argument(
         "--html",
         action=_Once,
         metavar="PATH",
-        help="write a self-contained HTML report to PATH (--output html=PATH)",
+        help=f"{ALIAS} --output-format html --output-file PATH",
     )
     out.add_argument("-v", "--verbose", action="store_true", help="show all evidence")
     out.add_argument("--no-color", action="store_true", help="plain text output")
@@ -103,18 +123,38 @@ def requested_outputs(args: argparse.Namespace) -> list[tuple[str, Output]]:
     the console's own output is left to `emit`."""
     from ..render.outputs import parse_output
 
+    fixed = getattr(args, "_fixed_outputs", None)
+    if fixed is not None:  # resolved at start (check_output_paths)
+        return list(fixed)
     found: list[tuple[str, Output]] = []
+    fmt, file = getattr(args, "output_format", None), getattr(args, "output_file", None)
+    if fmt or file:
+        given = " ".join(
+            f"{flag} {v}" for flag, v in (("--output-format", fmt), ("--output-file", file)) if v
+        )
+        found.append((given, _format_and_file(fmt, file, given)))
     json_target = getattr(args, "json", None)
     if json_target:
-        found.append(("--json", Output("json", json_target)))
+        found.append((f"--json {json_target}", Output("json", json_target)))
     for text in getattr(args, "outputs", None) or ():
         found.append((f"--output {text}", parse_output(text)))
     html_target = getattr(args, "html", None)
     if html_target:
-        found.append(("--html", Output("html", html_target)))
+        found.append((f"--html {html_target}", Output("html", html_target)))
     if getattr(args, "plot", None):
-        found.append(("--plot", Output("png", plot_path(args))))
+        found.append((f"--plot {args.plot}", Output("png", plot_path(args))))
     return found
+
+
+def _format_and_file(fmt: str | None, file: str | None, given: str) -> Output:
+    """`--output-format FORMAT` and/or `--output-file PATH` (ruff's spelling) as one output."""
+    from ..render import registry
+    from ..render.outputs import pick
+
+    if fmt is None and registry.for_extension(str(file)) is None:
+        known = ", ".join(registry.get(n).extension for n in registry.names())
+        raise DoctorError(f"{given}: no format's extension ends it ({known}): add --output-format FORMAT")
+    return pick(fmt, file, needs_path=f"{given} needs a PATH: add --output-file PATH")
 
 
 def plot_path(args: argparse.Namespace) -> str:
@@ -157,14 +197,19 @@ def input_paths(args: argparse.Namespace) -> list[str]:
 
 
 def check_output_paths(args: argparse.Namespace, inputs: Sequence[str] = ()) -> None:
-    """Refuse output paths that would clobber each other or one of the command's inputs, and two
-    outputs that both want stdout."""
+    """Fix every output path against the folder the command starts in, before any user code runs
+    (a program that changes folder gets its report where the user asked); refuse output paths that
+    would clobber each other or one of the command's inputs, and two outputs that both want stdout."""
     from ..render.outputs import check_paths, to_stdout
+    from ._output_paths import fixed_at_start, start_dir
 
+    if getattr(args, "_fixed_outputs", None) is None:
+        args._start_dir = start_dir()
+        args._fixed_outputs = fixed_at_start(requested_outputs(args), args._start_dir)
     given = requested_outputs(args)
     labels = {id(o): label for label, o in given}
     to_stdout([o for _, o in given])
-    check_paths([o for _, o in given], [*inputs, *input_paths(args)], lambda o: f"{labels[id(o)]} {o.path}")
+    check_paths([o for _, o in given], [*inputs, *input_paths(args)], lambda o: labels[id(o)])
 
 
 class _ClosedStdoutNote:
@@ -266,7 +311,8 @@ def emit(
 
     report = without_ignored(report, args)
     args.shown_report = report
-    wanted = [o for _, o in requested_outputs(args)]
+    given = requested_outputs(args)
+    wanted = [o for _, o in given]
     color = False if getattr(args, "no_color", False) else None  # None: rich reads NO_COLOR, FORCE_COLOR
     if not any(o.format == "console" for o in wanted) and (
         console is not None or not outputs.to_stdout(wanted)
@@ -283,6 +329,24 @@ def emit(
         empty=empty,
         quiet=getattr(args, "quiet", False),
         noted=noted,
+        base=getattr(args, "_start_dir", None),  # SARIF/GitHub paths: from where the command started
     )
     stream = _json_stdout[-1] if _json_stdout else sys.stdout
+    try:
+        _never_over_source(report, given, path)
+    except DoctorError:  # the report is still shown; no file is written
+        outputs.emit(report, [o for o in wanted if not o.to_file], options, stdout=stream, path=path)
+        raise
     outputs.emit(report, wanted, options, stdout=stream, path=path)
+
+
+def _never_over_source(report: Any, given: list[tuple[str, Output]], path: Callable[[str], str]) -> None:
+    """Refuse (DoctorError, one line) an output PATH that is a source file the report's fixes edit,
+    known only now the program has run: `run -o json=helper.py` would replace the helper."""
+    from ..render.outputs import check_paths
+    from ._output_paths import source_files
+
+    files = [(label, Output(o.format, path(str(o.path)))) for label, o in given if o.to_file]
+    labels = {id(o): label for label, o in files}
+    kind = "a source file the report's fixes edit"
+    check_paths([o for _, o in files], source_files(report), lambda o: labels[id(o)], kind=kind)

@@ -154,7 +154,7 @@ def _run_all(
         tracker.stage(p.name, "running")
         result, model = runner.run_variant(p)
         if p.is_reference:
-            if result.status != "ok":
+            if result.status != "ok" or model is None:
                 raise DoctorError(f"the fp32 reference run failed: {result.failure}")
             runner.reference_model = model
             runner.total_params = sum(q.numel() for q in model.parameters())

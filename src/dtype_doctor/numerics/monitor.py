@@ -365,10 +365,11 @@ class NumericsMonitor(Gradients, OpTraces, ReRuns):
             made.setdefault(producer.path, finding)
             if producer.kind == "loss":
                 self._explain_loss(finding)
-            if located.wants_op_scan(producer) and producer.path not in self._op_scans:
-                self._op_scans[producer.path] = finding
-            if self.shadow and producer.phase == "forward" and producer.kind == "module":
-                self._shadows.setdefault(producer.path, None)
+            path = producer.path
+            if path is not None and located.wants_op_scan(producer) and path not in self._op_scans:
+                self._op_scans[path] = finding
+            if self.shadow and path is not None and producer.phase == "forward" and producer.kind == "module":
+                self._shadows.setdefault(path, None)
         self._check_accuracy(values, step)
         if first is not None:
             self._place_traced(first, made)

@@ -16,7 +16,7 @@ import torch
 
 from .. import catalog
 from ..catalog.family_codes import GRAD_SCALER_COLLAPSE, GRAD_SCALER_GROWTH, GRAD_SCALER_OVERFLOW
-from ..report import Evidence, Location, Report, Severity
+from ..report import Evidence, Finding, Location, Report, Severity
 from .frames import user_line
 from .scaler_use import ScalerUse, misuse_finding
 from .stats import fmt
@@ -72,11 +72,11 @@ class ScalerMonitor:
         else:
             from ..patches import patch_method
 
-            def update(call_next: Any, scaler: Any, new_scale: Any = None) -> None:
+            def patched_update(call_next: Any, scaler: Any, new_scale: Any = None) -> None:
                 self._around(scaler, functools.partial(call_next, scaler), new_scale)
 
             # reference-counted: monitors stopped out of order never leave the class patched
-            self._restore = patch_method(torch.amp.GradScaler, "update", update)
+            self._restore = patch_method(torch.amp.GradScaler, "update", patched_update)
         return self
 
     def stop(self) -> Report:
@@ -98,11 +98,11 @@ class ScalerMonitor:
         self.stop()
 
     def _around(self, scaler: Any, original: Any, new_scale: Any) -> None:
-        enabled = scaler.is_enabled()
-        before = scaler.get_scale() if enabled else None
-        original(new_scale)
-        if not enabled:
+        if not scaler.is_enabled():
+            original(new_scale)
             return
+        before = scaler.get_scale()
+        original(new_scale)
         try:
             after = scaler.get_scale()
             history = self.histories.get(id(scaler))
@@ -127,8 +127,8 @@ def _steps(steps: list[int], limit: int = 12) -> str:
     return text + (f" ... ({len(steps)} in all)" if len(steps) > limit else "")
 
 
-def findings_for(h: ScalerHistory) -> list:
-    out = []
+def findings_for(h: ScalerHistory) -> list[Finding]:
+    out: list[Finding] = []
     if not h.scales:
         return out
     n = len(h.scales)

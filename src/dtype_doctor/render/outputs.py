@@ -34,24 +34,34 @@ class Output:
 
 
 def parse_output(text: str) -> Output:
-    """`FORMAT`, `FORMAT=PATH`, or a bare PATH whose extension names the format (`merged.json`)."""
+    """`FORMAT`, `FORMAT=PATH`, or a bare PATH whose extension names the format (`merged.json`):
+    `-o/--output`, the alias of `--output-format FORMAT --output-file PATH`."""
     name, eq, path = text.partition("=")
     if name in registry.names():
         if eq and not path.strip():
             raise DoctorError(f"--output {text}: the PATH after '=' is empty")
-        return _checked(Output(name, path if eq else None))
-    inferred = registry.for_extension(text)
-    if inferred is None:
+        return pick(
+            name, path if eq else None, needs_path=f"--output {name} needs a PATH: --output {name}=PATH"
+        )
+    if registry.for_extension(text) is None:
         raise DoctorError(
             f"--output {text}: not a format ({', '.join(registry.names())}) nor a file ending in one's extension"
         )
-    return Output(inferred, text)
+    return pick(None, text)
 
 
-def _checked(output: Output) -> Output:
-    if output.path is None and output.format != "console" and not registry.get(output.format).to_stdout:
-        raise DoctorError(f"--output {output.format} needs a PATH: --output {output.format}=PATH")
-    return output
+def pick(format: str | None, path: str | None, *, needs_path: str = "", unknown: str = "") -> Output:
+    """The output a FORMAT and/or a PATH name: without FORMAT, the format whose extension PATH ends
+    in (else DoctorError `unknown`); without PATH, stdout, or DoctorError `needs_path` for a format
+    that goes only to a file (html, png)."""
+    if format is None:
+        inferred = registry.for_extension(str(path))
+        if inferred is None:
+            raise DoctorError(unknown or f"{path}: no format's extension ends it")
+        return Output(inferred, path)
+    if path is None and format != "console" and not registry.get(format).to_stdout:
+        raise DoctorError(needs_path or f"{format} needs a PATH")
+    return Output(format, path)
 
 
 def to_stdout(outputs: Sequence[Output]) -> Output | None:
@@ -74,10 +84,14 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def check_paths(
-    outputs: Sequence[Output], inputs: Sequence[str] = (), label: Callable[[Output], str] = str
+    outputs: Sequence[Output],
+    inputs: Sequence[str] = (),
+    label: Callable[[Output], str] = str,
+    kind: str = "one of the inputs",
 ) -> None:
     """Refuse output paths that would clobber each other or one of the inputs (by real path, so a
-    symlink or `./name` to an input is refused too). `label` names an output as the user gave it."""
+    symlink or `./name` to an input is refused too). `label` names an output as the user gave it;
+    `kind`, what the inputs are to the user."""
     seen: dict[str, Output] = {}
     for output in outputs:
         if not output.to_file:
@@ -95,7 +109,7 @@ def check_paths(
             )
         for source in inputs:
             if _same_file(source, path) and os.path.isfile(source):
-                raise DoctorError(f"{label(output)} is one of the inputs ({source}): it would be overwritten")
+                raise DoctorError(f"{label(output)} is {kind} ({source}): it would be overwritten")
 
 
 def _in_place(path: str) -> bool:

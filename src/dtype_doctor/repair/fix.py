@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -49,7 +49,7 @@ class FixPlan:
     """What `fix` did to a model: the dtype, the modules kept in fp32, and the border hooks."""
 
     def __init__(
-        self, dtype: torch.dtype, kept: list[str], handles: list[RemovableHandle], notes: list[str] = ()
+        self, dtype: torch.dtype, kept: list[str], handles: list[RemovableHandle], notes: Sequence[str] = ()
     ) -> None:
         self.dtype = dtype
         self.kept = kept

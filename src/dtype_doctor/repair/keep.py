@@ -122,6 +122,8 @@ class _KeptApply:
             return out
 
         module = self._ref()
+        if module is None:  # the module was collected: nothing is left to convert
+            raise ReferenceError("the module kept in float32 no longer exists")
         return type(module)._apply(module, keep, *args, **kwargs)
 
     def __deepcopy__(self, memo: dict) -> _KeptApply:
@@ -196,7 +198,12 @@ class KeepFp32:
             if dtype is not None and dtype != "float32":
                 hook = cast_inputs_hook(getattr(torch, dtype))
                 handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-        self._undo.append(lambda: [h.remove() for h in handles])
+
+        def undo() -> None:
+            for handle in handles:
+                handle.remove()
+
+        self._undo.append(undo)
 
     def remove(self) -> None:
         for undo in reversed(self._undo):

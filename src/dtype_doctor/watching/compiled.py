@@ -13,8 +13,12 @@ says so.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ..catalog.family_codes import COMPILED_REGION_UNWATCHED
+
+if TYPE_CHECKING:
+    from ..report import Finding
 
 
 def graphs_compiled() -> int:
@@ -35,7 +39,7 @@ class CompileNotice:
     def __init__(self) -> None:
         self.start = graphs_compiled()
 
-    def finding(self) -> object | None:
+    def finding(self) -> Finding | None:
         graphs = graphs_compiled() - self.start
         if graphs <= 0:
             return None

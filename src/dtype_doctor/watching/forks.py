@@ -8,9 +8,12 @@ the parent's report says how many children ran unwatched, as it does for compile
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog.family_codes import CHILD_PROCESS_UNWATCHED
+
+if TYPE_CHECKING:
+    from ..report import Finding
 
 _notices: list[ForkNotice] = []
 
@@ -23,7 +26,7 @@ class ForkNotice:
         self.forks = 0
         _notices.append(self)
 
-    def finding(self) -> object | None:
+    def finding(self) -> Finding | None:
         """The finding for the session's report (None without forks); stops counting."""
         if self in _notices:
             _notices.remove(self)

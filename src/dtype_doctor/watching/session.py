@@ -11,7 +11,7 @@ internal error is recorded in the report and the user's program goes on unchange
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from torch import nn
 
@@ -114,7 +114,7 @@ class Session:
         self.active = True
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         self.stop()
         if exc is None and self.mode == "fix":
             root = self.root
