@@ -82,7 +82,7 @@ def test_make_demo_tells_the_five_cases_in_150_lines(capsys):
     text = out.getvalue() + capsys.readouterr().err  # and what the libraries log
     assert len(text.splitlines()) <= 150, len(text.splitlines())
     assert text.count("Result of fix ") == len(EXPECTED)  # every case is told
-    assert "latent_mask = latent_mask.to(torch.float16)" in text  # OneTrainer: the odd tensor, cast where it is passed
+    assert "latent_mask = latent_mask.to(torch.float16)" in text  # OneTrainer: cast where passed
     assert "image_embeds = image_embeds.to(torch.float16)" in text  # XComposer: the same
     # the four cases that run live show the fix the tool replayed and what its replay gave
     assert " ".join(text.split()).count("): verified: passes, max rel. error") == 4, text

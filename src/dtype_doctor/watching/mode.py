@@ -46,7 +46,9 @@ class Judge(Protocol):
 class Watcher(Protocol):
     """What the mode reads off the session (session.Session); protocols, so mode.py imports neither."""
 
-    judge: Judge
+    @property
+    def judge(self) -> Judge: ...
+
     tagger: Any
     prov: Any
     call_state: Any  # .lazy: a clean call's repeat

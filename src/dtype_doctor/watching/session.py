@@ -227,8 +227,8 @@ class Session:
             pass  # never let the error path itself fail the user's program
 
     def _note_compiled(self) -> None:
-        for finding in (self._compiled.finding(), self.forks.finding()):  # what ran unwatched
-            if finding is not None:
+        for notice in (self._compiled, self.forks):  # what ran unwatched
+            if notice is not None and (finding := notice.finding()) is not None:
                 self.report.add(finding)
 
 
