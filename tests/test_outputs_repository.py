@@ -294,3 +294,22 @@ def test_library_files_and_files_outside_the_root_are_never_artifacts(library, t
     lines = registry.render("github", report).splitlines()
     assert lines[0].startswith("::error file=train.py,line=7,title=")
     assert lines[1].startswith("::error title=")
+
+
+def test_explain_of_a_log_in_the_repository_points_at_the_line_it_rests_on(tmp_path, monkeypatch):
+    """explain's findings have no line of the user's here (the traceback's files are another
+    machine's): the SARIF result and the GitHub annotation point at the log's error line."""
+    repo = repository(tmp_path)
+    (repo / "logs").mkdir()
+    (repo / "logs" / "train.log").write_text("step 1 loss 0.3\n" + TRACEBACK)
+    monkeypatch.chdir(repo / "src")
+    args = ["explain", "--file", "../logs/train.log", "-o", "sarif=r.sarif", "-o", "github=gh.txt"]
+    assert main(args) == 0  # explain fails CI only with --fail-on (docs/ci.md)
+    log = valid(json.loads((repo / "src" / "r.sarif").read_text()))
+    (result,) = log["runs"][0]["results"]
+    where = result["locations"][0]["physicalLocation"]
+    assert where["artifactLocation"] == {"uri": "logs/train.log", "uriBaseId": "%SRCROOT%"}
+    assert where["region"] == {"startLine": 7}  # the RuntimeError line, not the library's frame
+    assert set(uris(log)) == {"logs/train.log"}
+    (line,) = (repo / "src" / "gh.txt").read_text().splitlines()
+    assert line.startswith("::error file=logs/train.log,line=7,title=")

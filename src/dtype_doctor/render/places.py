@@ -91,7 +91,16 @@ def in_repository(finding: Finding, root: str, entry: Place | None = None) -> li
     if not shown and entry is not None and (rel := repository_path(entry.file, root)) is not None:
         what = entry.what + (f"; it reached {found[0].what}" if own else "")
         return [Place(rel, entry.line, what)]
+    if not shown and (read := log_line(finding)) is not None and (rel := repository_path(read.file, root)):
+        return [Place(rel, read.line, read.what)]
     return list(shown.values())
+
+
+def log_line(finding: Finding) -> Place | None:
+    """The line of a file `explain` read (a log in the repository) that the finding rests on: its
+    first evidence read from a file, at that file's line."""
+    read = next((e for e in finding.evidence if e.source and e.line and not e.source.startswith("<")), None)
+    return Place(read.source, read.line, "the line of the log this finding rests on") if read else None
 
 
 def entry_point(report: Report) -> Place | None:
