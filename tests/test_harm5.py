@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -75,3 +76,28 @@ def test_a_closed_stdout_keeps_the_diffs_exit_status(tmp_path):
     code, err = _reader_gone(argv, tmp_path)
     assert code == shown.returncode != 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+
+
+# H16: a program that closes fd 2 (or reuses it for a file of its own) and exits 4
+CLOSES_STDERR = {
+    "closes": "import os, sys\nos.close(2)\nsys.exit(4)\n",
+    "reuses": "import os, sys\nos.close(2)\nlog = open('mine.log', 'w')\nsys.exit(4)\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CLOSES_STDERR))
+def test_a_program_closing_stderr_keeps_its_code_and_the_report(tmp_path, kind):
+    _script(tmp_path, "quiet.py", CLOSES_STDERR[kind])
+    python = subprocess.run([sys.executable, "quiet.py"], env=ENV, cwd=tmp_path, timeout=60)
+    assert python.returncode == 4
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--json=out.json", "quiet.py"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert done.returncode == 4, done.stderr
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["tool"] == "run" and report["meta"]["program"] == "quiet.py"
+    if kind == "reuses":  # fd 2 is the program's file now: the tool writes nothing into it
+        assert (tmp_path / "mine.log").read_text() == ""
+    on_stdout = subprocess.run(
+        [*argv[:3], "run", "--json", "quiet.py"], capture_output=True, text=True, env=ENV, cwd=tmp_path
+    )
+    assert on_stdout.returncode == 4 and json.loads(on_stdout.stdout)["tool"] == "run", on_stdout.stderr

@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import DoctorError
 from ..processors import tag_rank
 from ..report import Report
+from .std_fds import StdStreams
 
 TRY_ENV = "DTYPE_DOCTOR_TRY"  # = experiment.intervene.ENV (no torch import here)
 
@@ -413,7 +414,7 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     report = Report(tool="run")
     r = rank()
     report.meta["program"] = " ".join([("-m " if opts.is_module else "") + opts.target, *opts.argv])
-    saved_argv, saved_path, saved_stderr = sys.argv[:], sys.path[:], sys.stderr
+    saved_argv, saved_path, std = sys.argv[:], sys.path[:], StdStreams()
     sys.argv = [opts.target, *opts.argv]
     if opts.replace_path0 and sys.path:
         del sys.path[0]
@@ -458,17 +459,9 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
             finally:
                 defer()  # from here on SIGINT/SIGTERM wait until the report is written
                 sys.argv, sys.path[:] = saved_argv, saved_path
-                if getattr(sys.stderr, "closed", False):  # the program closed it: the report still shows
-                    sys.stderr = saved_stderr if not saved_stderr.closed else _reopen_stderr()
+                std.restore()  # a stream or descriptor the program closed: the report is still written
         if r is not None:
             report = tag_rank(report, r)
         if then is not None and os.getpid() == pid:
             then(code, report)
     return code, report
-
-
-def _reopen_stderr() -> Any:
-    try:
-        return open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
-    except OSError:
-        return open(os.devnull, "w")
