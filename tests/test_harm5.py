@@ -101,3 +101,39 @@ def test_a_program_closing_stderr_keeps_its_code_and_the_report(tmp_path, kind):
         [*argv[:3], "run", "--json", "quiet.py"], capture_output=True, text=True, env=ENV, cwd=tmp_path
     )
     assert on_stdout.returncode == 4 and json.loads(on_stdout.stdout)["tool"] == "run", on_stdout.stderr
+
+
+# H19: a program ending in os._exit(N): python's N, and a report of the run up to there
+OS_EXIT = {
+    "after-a-mismatch": (
+        """
+        import os
+        import torch
+        layer = torch.nn.Linear(4, 4).half()
+        try:
+            layer(torch.randn(2, 4))
+        except RuntimeError:
+            pass
+        print("done", flush=True)
+        os._exit(0)
+        """,
+        0,
+    ),
+    "clean": ("import os\nimport torch\ntorch.ones(2) + 1\nos._exit(5)\n", 5),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OS_EXIT))
+def test_a_program_ending_in_os_exit_keeps_its_code_and_is_reported(tmp_path, kind):
+    source, status = OS_EXIT[kind]
+    _script(tmp_path, "leaves.py", source)
+    python = subprocess.run([sys.executable, "leaves.py"], env=ENV, cwd=tmp_path, timeout=120)
+    assert python.returncode == status
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--json=out.json", "leaves.py"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert done.returncode == status, done.stderr
+    assert f"os._exit({status})" in done.stderr, done.stderr  # one line says how the program ended
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["meta"]["ended_by"] == f"os._exit({status})"
+    codes = [f["code"] for f in report["findings"]]
+    assert ("matmul-dtype-mismatch" in codes) == (kind == "after-a-mismatch"), codes

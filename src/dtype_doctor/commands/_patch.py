@@ -149,7 +149,10 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
     def then(code: int, report: Any) -> None:
         ran["elapsed"] = elapsed = time.monotonic() - started
         ran["budget"] = budget = budget_seconds(args, elapsed)
-        ran["shown"] = not patch and not (budget > 0 and _worth_an_experiment(opts, report, code))
+        ended = report.meta.get("ended_by")  # os._exit: the process leaves once shown, nothing is tried
+        ran["shown"] = bool(ended) or (
+            not patch and not (budget > 0 and _worth_an_experiment(opts, report, code))
+        )
         if ran["shown"]:
             show(report, code)  # nothing to try: shown at once, with SIGINT/SIGTERM held back
 
