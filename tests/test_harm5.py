@@ -137,3 +137,95 @@ def test_a_program_ending_in_os_exit_keeps_its_code_and_is_reported(tmp_path, ki
     assert report["meta"]["ended_by"] == f"os._exit({status})"
     codes = [f["code"] for f in report["findings"]]
     assert ("matmul-dtype-mismatch" in codes) == (kind == "after-a-mismatch"), codes
+
+
+# H18: a full disk when `run --write` backs the file up: no empty or partial FILE.orig, FILE whole
+FULL_DISK_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* write(2) to a file under the folder $FULL_DISK_AT fails as on a full disk */
+ssize_t write(int fd, const void *buf, size_t count) {
+    static ssize_t (*real)(int, const void *, size_t);
+    if (!real) real = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+    const char *folder = getenv("FULL_DISK_AT");
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = folder && fd > 2 ? readlink(link, path, sizeof path - 1) : -1;
+    if (n > 0) {
+        path[n] = 0;
+        if (strncmp(path, folder, strlen(folder)) == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+    }
+    return real(fd, buf, count);
+}
+"""
+
+FIXABLE = """
+import torch
+layer = torch.nn.Linear(4, 4).half()
+print(layer(torch.randn(2, 4)).shape)
+"""
+
+
+def _full_disk_env(tmp_path: Path, folder: Path) -> dict[str, str]:
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs a C compiler and /proc to make writes fail as on a full disk")
+    (tmp_path / "full.c").write_text(FULL_DISK_SHIM)
+    lib = tmp_path / "full.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "full.c"), "-ldl"], check=True)
+    return {**ENV, "LD_PRELOAD": str(lib), "FULL_DISK_AT": f"{folder}/"}
+
+
+def test_a_full_disk_at_backup_leaves_no_orig_and_the_file_whole(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    script = _script(work, "fails.py", FIXABLE)
+    before = script.read_bytes()
+    env = _full_disk_env(tmp_path, work)  # the script's folder is full; the scratch copies are not
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--write", "fails.py"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work, timeout=300)
+    assert done.returncode != 0, done.stderr
+    assert "internal error" not in done.stderr and "OSError" not in done.stderr
+    assert "not written: cannot write the backup" in done.stderr and "No space left" in done.stderr, (
+        done.stderr
+    )
+    assert sorted(p.name for p in work.iterdir()) == ["fails.py"]  # no FILE.orig, empty or partial
+    assert script.read_bytes() == before
+
+
+@pytest.mark.parametrize("backup", [True, False], ids=["backup", "no-backup"])
+def test_a_full_disk_under_one_file_of_a_patch_writes_none_of_them(tmp_path, backup):
+    """A patch of two files whose second folder is full: the first is left (or put back) as it was,
+    and no backup stays behind."""
+    roomy, full = tmp_path / "roomy", tmp_path / "full"
+    roomy.mkdir()
+    full.mkdir()
+    (roomy / "a.py").write_text("a = 1\n")
+    (full / "b.py").write_text("b = 1\n")
+    code = f"""
+import sys
+from dtype_doctor.errors import DoctorError
+from dtype_doctor.patching.write import write_files
+files = {{{str(roomy / "a.py")!r}: "a = 1\\n", {str(full / "b.py")!r}: "b = 1\\n"}}
+try:
+    write_files(files, {{p: t.replace("1", "2") for p, t in files.items()}}, backup={backup}, force=True)
+except DoctorError as exc:
+    print(exc)
+    sys.exit(1)
+"""
+    env = _full_disk_env(tmp_path, full)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1 and "No space left on device" in done.stdout, done.stdout + done.stderr
+    assert (roomy / "a.py").read_text() == "a = 1\n" and (full / "b.py").read_text() == "b = 1\n"
+    assert sorted(p.name for p in [*roomy.iterdir(), *full.iterdir()]) == ["a.py", "b.py"]
