@@ -229,3 +229,40 @@ except DoctorError as exc:
     assert done.returncode == 1 and "No space left on device" in done.stdout, done.stdout + done.stderr
     assert (roomy / "a.py").read_text() == "a = 1\n" and (full / "b.py").read_text() == "b = 1\n"
     assert sorted(p.name for p in [*roomy.iterdir(), *full.iterdir()]) == ["a.py", "b.py"]
+
+
+# H26: a script whose name is not UTF-8 (b"caf\xe9.py" on Linux): valid SARIF, annotations and JSON
+CAUGHT_MISMATCH = """
+import torch
+layer = torch.nn.Linear(4, 4).half()
+try:
+    layer(torch.randn(2, 4))
+except RuntimeError:
+    pass
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a file name of any bytes: Linux")
+@pytest.mark.parametrize("fmt", ["sarif", "github", "json"])
+def test_a_script_name_that_is_not_utf8_gives_valid_output(tmp_path, fmt):
+    import os
+
+    name = os.fsdecode(b"caf\xe9.py")
+    _script(tmp_path, name, CAUGHT_MISMATCH)
+    env = {**ENV, "DTYPE_DOCTOR_BUDGET": "0"}
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "-o", fmt, name]
+    done = subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=300)
+    err = done.stderr.decode("utf-8", "replace")
+    assert done.returncode == 0 and "internal error" not in err, err
+    out = done.stdout.decode("utf-8")  # strict: valid UTF-8
+    if fmt == "github":
+        (line,) = out.splitlines()
+        assert line.startswith("::error file=caf\\xe9.py,line=5,"), line
+    elif fmt == "sarif":
+        (result,) = json.loads(out)["runs"][0]["results"]
+        location = result["locations"][0]["physicalLocation"]
+        assert location["artifactLocation"]["uri"] == "caf%E9.py" and location["region"]["startLine"] == 5
+    else:  # JSON keeps the name whole: an escaped surrogate that decodes to the bytes on disk
+        assert os.fsencode(json.loads(out)["meta"]["program"]) == b"caf\xe9.py"
+    if fmt != "json":
+        assert "\\udce9" not in out  # the byte is shown as the byte, never as a lone surrogate
