@@ -266,3 +266,27 @@ def test_a_script_name_that_is_not_utf8_gives_valid_output(tmp_path, fmt):
         assert os.fsencode(json.loads(out)["meta"]["program"]) == b"caf\xe9.py"
     if fmt != "json":
         assert "\\udce9" not in out  # the byte is shown as the byte, never as a lone surrogate
+
+
+# H30: `explain trian.log` (a mistyped log name) says the file does not exist; error text still works
+def test_explain_of_a_missing_log_name_says_no_such_file(tmp_path):
+    (tmp_path / "train.log").write_text("RuntimeError: expected scalar type Half but found Float\n")
+    run = [sys.executable, "-m", "dtype_doctor", "explain"]
+    for name in ("trian.log", "logs/rank0.txt"):
+        done = subprocess.run(
+            [*run, name], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120
+        )
+        assert done.returncode == 2 and done.stdout == "", done.stdout
+        (line,) = done.stderr.splitlines()
+        assert f"{name}: no such file" in line, line
+    assert (
+        "did you mean train.log?"
+        in subprocess.run(
+            [*run, "trian.log"], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120
+        ).stderr
+    )
+    for text in ("mat1 and mat2 must have the same dtype, but got Float and Half", "train.log"):
+        done = subprocess.run(
+            [*run, text], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120
+        )
+        assert done.returncode == 0 and "no such file" not in done.stderr, done.stderr
