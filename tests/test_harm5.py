@@ -290,3 +290,22 @@ def test_explain_of_a_missing_log_name_says_no_such_file(tmp_path):
             [*run, text], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120
         )
         assert done.returncode == 0 and "no such file" not in done.stderr, done.stderr
+
+
+# H25: no fix 1 is labelled "only an error's first fixes are replayed"; a fix not run says why
+ENDINGS = {"sys-exit": "sys.exit(3)", "interrupt": "raise KeyboardInterrupt"}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_the_first_fix_is_replayed_or_says_why_not(tmp_path, ending):
+    _script(tmp_path, "ends.py", CAUGHT_MISMATCH + f"import sys\n{ENDINGS[ending]}\n")
+    env = {**ENV, "DTYPE_DOCTOR_BUDGET": "0"}
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--json=out.json", "ends.py"]
+    subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    (finding,) = json.loads((tmp_path / "out.json").read_text())["findings"]
+    labels = [fix["verification"] for fix in finding["fixes"]]
+    assert not any("first fixes are replayed" in label for label in labels), labels
+    if ending == "sys-exit":  # sys.exit is how a program ends: its failure is replayed as any other
+        assert labels[0].startswith("verified: passes"), labels
+    else:  # the user stopped it: nothing more runs, and the label says so
+        assert labels[0] == "not verified (the program was stopped by KeyboardInterrupt before the replay)"

@@ -390,26 +390,42 @@ def verify_session(session: Any, failed: bool = True) -> None:
         getattr(next(c[0].parameters(), None), "is_meta", False) for c in session.calls.values()
     )
     if getattr(_replaying, "on", False) or not (failed or dry_run):
+        if not getattr(_replaying, "on", False):
+            for f in session.report.findings:
+                label_rest(f.fixes, "no call failed: a fix is replayed at the call that raised")
         _forget(session)
         return
     _replaying.on = True
     _replaying.session_type = type(session)  # a meta replay runs under watch (no import of session here)
     _replaying.sizes = {}  # the replays copy the model: its size holds while they run
     try:
-        _verify_apart(session)
+        replayed = _verify_apart(session)
         for f in session.report.findings:  # the findings past the first few: said, not left blank
-            label_rest(f.fixes, "only the first findings' fixes are replayed")
+            label_rest(
+                f.fixes,
+                "only the first findings' fixes are replayed"
+                if replayed
+                else "no error's call to replay it at: a fix is replayed where an error failed",
+            )
     finally:
         _replaying.on = False
         _replaying.sizes = None
         _forget(session)
 
 
-def _verify_apart(session: Any) -> None:
-    """The replays in a forked child (their labels sent back), else in-process, sealed."""
+def stopped_before_replay(session: Any, why: str) -> None:
+    """The program was stopped (Ctrl-C, `why`) before the replays: every fix says so."""
+    for f in session.report.findings:
+        label_rest(f.fixes, f"the program was stopped by {why} before the replay")
+    _forget(session)
+
+
+def _verify_apart(session: Any) -> bool:
+    """The replays in a forked child (their labels sent back), else in-process, sealed. Whether
+    there was a finding's call to replay."""
     targets = _targets(session)
     if not targets:
-        return
+        return False
     if not isolation.can_fork():
         _replaying.in_process = True
         modules = [t[1].module for t in targets]
@@ -418,7 +434,7 @@ def _verify_apart(session: Any) -> None:
                 _verify_targets(targets)
         finally:
             _replaying.in_process = False
-        return
+        return True
     findings = [t[0] for t in targets]
     before = [list(f.fixes) for f in findings]
 
@@ -443,6 +459,7 @@ def _verify_apart(session: Any) -> None:
         for i, verified, text in got:
             old[i].verified, old[i].verification = verified, text
         f.fixes = [old[i] for i, _, _ in got]
+    return True
 
 
 def _forget(session: Any) -> None:
