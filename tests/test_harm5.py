@@ -309,3 +309,39 @@ def test_the_first_fix_is_replayed_or_says_why_not(tmp_path, ending):
         assert labels[0].startswith("verified: passes"), labels
     else:  # the user stopped it: nothing more runs, and the label says so
         assert labels[0] == "not verified (the program was stopped by KeyboardInterrupt before the replay)"
+
+
+# H20: a nested (jagged) tensor's symbolic size ("j0") in the JSON report meets the shipped schema
+JAGGED = """
+import torch
+a = torch.randn(2, 8, dtype=torch.float16)
+b = torch.randn(3, 8, dtype=torch.float16)
+batch = torch.nested.nested_tensor([a, b], layout=torch.jagged)
+weight = torch.randn(8, 8)  # float32
+out = torch.matmul(batch, weight)
+"""
+
+
+def test_a_jagged_tensors_report_meets_the_schema_and_merges(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from dtype_doctor.report import json_schema
+
+    _script(tmp_path, "jagged.py", JAGGED)
+    env = {**ENV, "DTYPE_DOCTOR_BUDGET": "0"}
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--json=out.json", "jagged.py"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1, done.stderr  # the program's own failure (fp16 @ fp32)
+    report = json.loads((tmp_path / "out.json").read_text())
+    jsonschema.validate(report, json_schema())
+    shapes = [op["shape"] for f in report["findings"] for op in f["operands"] if op.get("shape")]
+    assert any(isinstance(n, str) and n.startswith("j") for s in shapes for n in s), shapes  # ragged: "j0"
+    merged = subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", "merge", "--json=merged.json", "out.json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert merged.returncode == 1 and "not a dtype-doctor JSON report" not in merged.stderr, merged.stderr
+    jsonschema.validate(json.loads((tmp_path / "merged.json").read_text()), json_schema())
