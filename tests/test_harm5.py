@@ -345,3 +345,15 @@ def test_a_jagged_tensors_report_meets_the_schema_and_merges(tmp_path):
     )
     assert merged.returncode == 1 and "not a dtype-doctor JSON report" not in merged.stderr, merged.stderr
     jsonschema.validate(json.loads((tmp_path / "merged.json").read_text()), json_schema())
+
+
+# H21: `run --diff DIR/` (a folder with __main__.py): the re-run runs the patched copy
+def test_a_folder_with_main_is_re_run_patched(tmp_path):
+    (tmp_path / "app").mkdir()
+    _script(tmp_path / "app", "__main__.py", FIXABLE)
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--diff", "app/"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert done.stdout.startswith("--- a/app/__main__.py"), done.stderr
+    assert "dtype=torch.float16" in done.stdout
+    assert "re-run of the patched copy: exit 0, no dtype error" in " ".join(done.stderr.split()), done.stderr
+    assert done.returncode == 0, done.stderr
