@@ -129,20 +129,9 @@ class Session:
                 if f.data.get("action"):  # the cast was applied and the run completed: say so
                     f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
         try:
-            # sys.exit is how a program ends; on Ctrl-C (or another stop) the user wants out: no replay
-            ended = exc is None or isinstance(exc, SystemExit)
-            if ended or isinstance(exc, Exception):
-                from . import fp32_error
-                from .verify import verify_session
+            from .session_replay import replay_at_exit
 
-                if exc is None and fp32_error.wanted():  # run --diff's re-run of the patched copy
-                    self.report.meta["error_vs_fp32"] = fp32_error.measure(self)
-                verify_session(self, failed=not ended or bool(self.failed_calls))
-                contained.settle_deliberate(self, failed=exc is not None)
-            else:
-                from .verify import stopped_before_replay
-
-                stopped_before_replay(self, type(exc).__name__)
+            replay_at_exit(self, exc)
         except Exception as err:
             self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):
