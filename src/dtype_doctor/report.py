@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -90,9 +91,23 @@ class Operand:
 
     role: str
     dtype: str | None = None
-    shape: list[int] | None = None
+    shape: list[int | str] | None = None  # a symbolic size (a jagged tensor's ragged one) by name: "j0"
     name: str | None = None
     origin: Origin | None = None
+
+    def __post_init__(self) -> None:
+        if self.shape is not None:
+            self.shape = [_size(n) for n in self.shape]
+
+
+def _size(n: Any) -> int | str:
+    """A dimension's size as JSON holds it: an int, or the name of a symbolic size (`j0`)."""
+    if type(n) in (int, str):
+        return n
+    try:
+        return operator.index(n)  # a NumPy integer, a SymInt with a known value
+    except Exception:  # a symbolic size has no value: its name
+        return str(n)
 
 
 _SHELL_START = ("pip ", "pip3 ", "conda ", "dtype-doctor ", "torchrun ", "python ", "export ", "apt", "git ")
@@ -430,9 +445,9 @@ def _check_finding(f: Any, where: str) -> None:
         if op.get("origin") is not None:
             _check_origin(op["origin"], f"{where}.operands[{j}].origin")
         if op.get("shape") is not None and not all(
-            isinstance(n, int) and not isinstance(n, bool) for n in op["shape"]
+            isinstance(n, (int, str)) and not isinstance(n, bool) for n in op["shape"]
         ):
-            raise ValueError(f"{where}.operands[{j}].shape is not a list of integers")
+            raise ValueError(f"{where}.operands[{j}].shape is not a list of sizes (integers, or names)")
     if f.get("location") is not None:
         _check_fields(f["location"], "location", f"{where}.location")
     _check_depth(f.get("data", {}), f"{where}.data")

@@ -149,7 +149,10 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
     def then(code: int, report: Any) -> None:
         ran["elapsed"] = elapsed = time.monotonic() - started
         ran["budget"] = budget = budget_seconds(args, elapsed)
-        ran["shown"] = not patch and not (budget > 0 and _worth_an_experiment(opts, report, code))
+        ended = report.meta.get("ended_by")  # os._exit: the process leaves once shown, nothing is tried
+        ran["shown"] = bool(ended) or (
+            not patch and not (budget > 0 and _worth_an_experiment(opts, report, code))
+        )
         if ran["shown"]:
             show(report, code)  # nothing to try: shown at once, with SIGINT/SIGTERM held back
 
@@ -329,4 +332,18 @@ def print_diff(proposal: Any, args: argparse.Namespace) -> None:
     from ._output import real_stdout_is_stderrs_terminal, write_stdout_bytes
 
     if diff_on_stdout(args) and proposal.files and not real_stdout_is_stderrs_terminal():
-        write_stdout_bytes(proposal.diff_bytes())
+        try:
+            write_stdout_bytes(proposal.diff_bytes())
+        except BrokenPipeError:  # the reader left (`| head -1`): the output ends, the exit status stands
+            from ..render.outputs import reader_gone
+
+            reader_gone(_output_stream())
+
+
+def _output_stream() -> Any:
+    """The stream the diff went to: the real stdout json_stdout_guard saved, else sys.stdout."""
+    import sys
+
+    from . import _output
+
+    return _output._json_stdout[-1] if _output._json_stdout else sys.stdout

@@ -24,6 +24,7 @@ EPILOG = """examples:
   dtype-doctor explain "mat1 and mat2 must have the same dtype, but got Float and Half"
   dtype-doctor explain --file train.log
   dtype-doctor explain train.log          # TEXT naming an existing file is read as --file
+                                          # (a log's name that is no file: exit 2, says so)
   dtype-doctor explain --file rank0.log --file rank1.log --json
   python train.py 2>&1 | dtype-doctor explain -
 
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if args.text is not None and args.text != "-" and _names_a_file(args.text):
         read_as_file = args.text  # `explain train.log`: surely the log, not the words "train.log"
         inputs.append(read_as_file)
+    elif args.text is not None and _looks_like_a_path(args.text):
+        raise DoctorError(_no_such_file(args.text))  # `explain trian.log`: a typo, not error text
     check_output_paths(args, inputs)  # `--json=train.log` would overwrite the log it reads
     with contextlib.ExitStack() as stack:
         if args.text == "-":
@@ -102,6 +105,32 @@ def _names_a_file(text: str) -> bool:
         return os.path.isfile(text)
     except (OSError, ValueError):
         return False
+
+
+# what a log's name ends in; error text is never one such word alone
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stderr", ".stdout", ".json", ".jsonl", ".trace", ".tb")
+
+
+def _looks_like_a_path(text: str) -> bool:
+    """One word that names a file: a folder in it, or a log's ending (`train.log`, `logs/rank0`)."""
+    word = text.strip()
+    if not word or any(c.isspace() for c in word) or len(word) > 4096:
+        return False
+    return "/" in word.strip("/") or word.lower().endswith(LOG_SUFFIXES)
+
+
+def _no_such_file(path: str) -> str:
+    """'trian.log: no such file (did you mean train.log?)': the nearest name in its folder."""
+    import difflib
+
+    folder, name = os.path.split(path)
+    try:
+        names = [n for n in os.listdir(folder or ".") if os.path.isfile(os.path.join(folder or ".", n))]
+    except OSError:
+        names = []
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    hint = f" (did you mean {os.path.join(folder, close[0])}?)" if close else ""
+    return f"{path}: no such file{hint}"
 
 
 class _Reader:

@@ -80,11 +80,16 @@ def _emit(report, args: argparse.Namespace, rank_: int | None, code: int = 0) ->
         console=make_console(color=not args.no_color, stderr=True),
         path=lambda p: rank_path(p, rank_),
         # "no problems found" would read as if the crash were fine
-        empty=(
-            f"dtype-doctor run: interrupted by {stopped_by}; no mixed-precision problem seen up to then."
-            if stopped_by
-            else f"dtype-doctor run: the program exited with code {code}; no mixed-precision problem seen."
-        )
-        if code
-        else None,
+        empty=_empty_line(stopped_by, report.meta.get("ended_by"), code),
     )
+
+
+def _empty_line(stopped_by: str | None, ended_by: str | None, code: int) -> str | None:
+    """What a run without findings says, when the program did not simply end well."""
+    if stopped_by:
+        return f"dtype-doctor run: interrupted by {stopped_by}; no mixed-precision problem seen up to then."
+    if ended_by:
+        return f"dtype-doctor run: the program ended by {ended_by}; no mixed-precision problem seen."
+    if code:
+        return f"dtype-doctor run: the program exited with code {code}; no mixed-precision problem seen."
+    return None

@@ -142,11 +142,21 @@ def run_command(script: str, argv: Sequence[str], options: Sequence[str] = ()) -
     """`dtype-doctor run --json=REPORT OPTIONS SCRIPT ARGV` on the scratch copy of SCRIPT."""
 
     def build(scratch: str, placed: dict[str, str]) -> list[str]:
-        target = placed.get(os.path.abspath(script), os.path.abspath(script))
+        target = _placed_target(script, placed)
         report = os.path.join(scratch, REPORT_NAME)
         return [sys.executable, "-m", "dtype_doctor", "run", f"--json={report}", *options, target, *argv]
 
     return build
+
+
+def _placed_target(script: str, placed: dict[str, str]) -> str:
+    """What the re-run runs: the script's copy; for `python DIR` (a folder with __main__.py) the
+    folder in the copy that holds its __main__.py's copy (never the user's own folder)."""
+    real = os.path.abspath(script)
+    if os.path.isdir(real):
+        main = placed.get(os.path.join(real, "__main__.py"))
+        return os.path.dirname(main) if main is not None else real
+    return placed.get(real, real)
 
 
 def check_command(path: str, factory: str, options: Sequence[str]) -> Command:

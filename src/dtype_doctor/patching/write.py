@@ -3,9 +3,10 @@
 Refuses a file that changed since the run (its text is not the one the diff was made from) and,
 unless `force`, a file this process may not write or one with uncommitted changes in git. Each file is first backed
 up (`FILE.orig`, or `FILE.orig.1`, `.2`, ... when that exists: a backup is never overwritten, unless
-`backup=False`; none for a file tracked and clean in git, whose backup git is), then rewritten in place: a symlink stays a link (its target is written), a hard link
+`backup=False`; none for a file tracked and clean in git, whose backup git is; every backup whole
+before any file is touched, or none), then rewritten in place: a symlink stays a link (its target is written), a hard link
 stays linked (same inode), and the file keeps its encoding, BOM and line ends outside the edits. A
-write that fails puts the old bytes back. No torch import.
+write that fails puts the old bytes back, in it and in the files written before it. No torch import.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import contextlib
 import os
 import shutil
 import stat
+import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..editing.git import git
@@ -101,30 +104,94 @@ def write_files(
         if not force and git_dirty(path):
             raise DoctorError(f"{path} has uncommitted changes in git: commit or stash them, or give --force")
         data[path] = (raw, patched[path].encode(encoding))
-    written = []
+    saved: dict[str, str | None] = {}
+    try:  # every backup whole before any file is touched: one that fails writes nothing
+        for path, (old, _) in data.items():
+            saved[path] = _backup(path, old) if backup and not git_kept(path) else None
+    except DoctorError:
+        _remove(saved.values())
+        raise
+    written: list[Written] = []
     for path, (old, new) in data.items():
-        saved = _backup(path, old) if backup and not git_kept(path) else None
         marked = marked_read_only(path)
-        _rewrite(path, old, new)
-        written.append(Written(path, saved, marked))
+        try:
+            _rewrite(path, old, new)
+        except DoctorError as exc:  # the files written before it get their old bytes back
+            for done in written:
+                with contextlib.suppress(DoctorError):
+                    _rewrite(done.path, data[done.path][1], data[done.path][0])
+            raise DoctorError(
+                f"{exc}{'; the files written before it were put back' if written else ''}"
+            ) from None
+        written.append(Written(path, saved[path], marked))
     return written
 
 
 def _backup(path: str, old: bytes) -> str:
-    """`old` into the first free name of FILE.orig, FILE.orig.1, ... (made exclusively: never over one)."""
-    for n in range(MAX_BACKUPS):
-        name = f"{path}.orig" + (f".{n}" if n else "")
+    """`old` into the first free name of FILE.orig, FILE.orig.1, ... (never over one), whole or not
+    at all: written and synced under a temporary name in the same folder first, then hard-linked to
+    its name (exclusive, atomic); a full disk or an unwritable folder leaves no backup, empty or
+    partial. Where the file system has no hard links, the name is made exclusively and removed again
+    if the write fails."""
+    folder, base = os.path.split(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.orig.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise DoctorError(f"cannot write the backup {path}.orig: {exc.strerror or exc}") from None
+    try:
         try:
-            with open(name, "xb") as fh:
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(old)
-        except FileExistsError:
-            continue
+                fh.flush()
+                os.fsync(fh.fileno())
         except OSError as exc:
-            raise DoctorError(f"cannot write the backup {name}: {exc.strerror or exc}") from None
+            raise DoctorError(f"cannot write the backup {path}.orig: {exc.strerror or exc}") from None
         with contextlib.suppress(OSError):
-            shutil.copystat(path, name)
-        return name
+            shutil.copystat(path, tmp)
+        for n in range(MAX_BACKUPS):
+            name = f"{path}.orig" + (f".{n}" if n else "")
+            try:
+                os.link(tmp, name)
+            except FileExistsError:
+                continue
+            except OSError:  # no hard links here
+                if _exclusive_copy(name, old, path):
+                    return name
+                continue
+            return name
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
     raise DoctorError(f"{path}.orig .. .orig.{MAX_BACKUPS - 1} all exist: not written (remove some)")
+
+
+def _exclusive_copy(name: str, old: bytes, path: str) -> bool:
+    """`old` into a new file `name`: False when it exists; a failed write removes it again."""
+    try:
+        fh = open(name, "xb")  # noqa: SIM115 (removed below when the write fails)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise DoctorError(f"cannot write the backup {name}: {exc.strerror or exc}") from None
+    try:
+        with fh:
+            fh.write(old)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise DoctorError(f"cannot write the backup {name}: {exc.strerror or exc}") from None
+    with contextlib.suppress(OSError):
+        shutil.copystat(path, name)
+    return True
+
+
+def _remove(backups: Iterable[str | None]) -> None:
+    for name in backups:
+        if name:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
 
 
 def _rewrite(path: str, old: bytes, new: bytes) -> None:

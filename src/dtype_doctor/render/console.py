@@ -196,6 +196,8 @@ def summary_text(report: Report) -> str:
     raised = report.meta.get("raised")
     if raised:
         text += f"; raised {raised}"
+    if report.meta.get("ended_by"):
+        text += f"; the program ended by {report.meta['ended_by']}: no edit was tried"
     if report.meta.get("interrupted"):
         text += f"; interrupted by {report.meta['interrupted']}: the report covers the run up to then"
     return text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..report import Finding, Report, Severity
 from .base import PresentedRenderer
+from .fsnames import shown
 from .places import Place, entry_point, in_repository, source_root
 from .registry import RenderOptions
 
@@ -41,4 +42,4 @@ def annotation(finding: Finding, root: str | None = None, entry: Place | None = 
 class GithubRenderer(PresentedRenderer, name="github", extension=".github.txt"):
     def render(self, report: Report, options: RenderOptions) -> str:
         root, entry = source_root(report, options.base), entry_point(report)
-        return "".join(annotation(f, root, entry) + "\n" for f in report.findings)
+        return shown("".join(annotation(f, root, entry) + "\n" for f in report.findings))

@@ -173,9 +173,7 @@ def emit(
         renderer = registry.get(output.format)
         if output.format == "console" and not output.to_file:
             text = renderer.render(registry.prepare(renderer, report, done), options)
-            stream: Any = options.console.file if options.console is not None else sys.stdout
-            stream.write(text)
-            stream.flush()
+            send(options.console.file if options.console is not None else sys.stdout, text)
             continue
         file_options = RenderOptions(
             verbose=options.verbose, color=False, width=options.width, base=options.base
@@ -184,6 +182,30 @@ def emit(
         if output.to_file:
             write(path(str(output.path)), data)
         else:
-            stream = stdout or sys.stdout
-            stream.write(data if isinstance(data, str) else data.decode("utf-8", errors="replace"))
-            stream.flush()
+            send(
+                stdout or sys.stdout,
+                data if isinstance(data, str) else data.decode("utf-8", errors="replace"),
+            )
+
+
+def send(stream: Any, text: str) -> None:
+    """Write `text` to a stream and flush it. A reader that closed the pipe (`| true`, `| head -1`)
+    ends the output there, not the command: the stream's descriptor is pointed at /dev/null (so no
+    later flush fails again) and the command's exit status stands, as a program's own status stands
+    when the reader of its output leaves."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        reader_gone(stream)
+
+
+def reader_gone(stream: Any) -> None:
+    """The reader of `stream` closed the pipe: its descriptor now writes to /dev/null."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    with contextlib.suppress(OSError, ValueError):
+        stream.flush()  # what the pipe refused goes to /dev/null now, not to the next flush's error

@@ -17,12 +17,12 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from .. import catalog
 from ..editing.fix_edits import by_file
 from ..report import Finding, Report, Severity
 from .base import PresentedRenderer
+from .fsnames import shown_all, uri_path
 from .places import Place, entry_point, in_repository, repository_path, source_root
 from .registry import RenderOptions
 
@@ -33,7 +33,7 @@ _ROOT = "%SRCROOT%"
 
 class SarifRenderer(PresentedRenderer, name="sarif", extension=".sarif"):
     def render(self, report: Report, options: RenderOptions) -> str:
-        return json.dumps(sarif_log(report, options.base), indent=2) + "\n"
+        return json.dumps(shown_all(sarif_log(report, options.base)), indent=2) + "\n"
 
 
 def sarif_log(report: Report, base: str | None = None) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def general(text: str) -> str:
 
 
 def _artifact(rel: str) -> dict[str, Any]:
-    return {"uri": quote(rel), "uriBaseId": _ROOT}
+    return {"uri": uri_path(rel), "uriBaseId": _ROOT}
 
 
 def _location(place: Place) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from typing import Any
 from ..errors import DoctorError
 from ..processors import tag_rank
 from ..report import Report
+from .os_exit import reported_os_exit
+from .std_fds import StdStreams
 
 TRY_ENV = "DTYPE_DOCTOR_TRY"  # = experiment.intervene.ENV (no torch import here)
 
@@ -294,9 +296,18 @@ class _WatchOnTorchImport(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
 
-def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, report: Report) -> None:
-    """Run the program; watch from the moment torch is imported (at once when it already is)."""
+def _exec_watched(
+    opts: RunOptions, source: bytes | None, script: str | None, report: Report, ended: Callable[[int], None]
+) -> None:
+    """Run the program; watch from the moment torch is imported (at once when it already is).
+    `ended(status)`: the program called os._exit, the watch has ended: report now."""
     sessions: list[Any] = []
+
+    def os_exit(status: int) -> None:
+        hook.remove()
+        if sessions:
+            sessions[0].__exit__(None, None, None)
+        ended(status)
 
     def start() -> None:
         from ..verifying.guard import installed
@@ -326,7 +337,8 @@ def _exec_watched(opts: RunOptions, source: bytes | None, script: str | None, re
     try:
         before = set(threading.enumerate())  # `run` called in a process with threads of its own
         try:
-            _exec_program(opts, source, script)
+            with reported_os_exit(os_exit):
+                _exec_program(opts, source, script)
         except SystemExit:
             _await_threads(before)
             raise
@@ -413,7 +425,7 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     report = Report(tool="run")
     r = rank()
     report.meta["program"] = " ".join([("-m " if opts.is_module else "") + opts.target, *opts.argv])
-    saved_argv, saved_path, saved_stderr = sys.argv[:], sys.path[:], sys.stderr
+    saved_argv, saved_path, std = sys.argv[:], sys.path[:], StdStreams()
     sys.argv = [opts.target, *opts.argv]
     if opts.replace_path0 and sys.path:
         del sys.path[0]
@@ -428,9 +440,17 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     pid = os.getpid()
     code = 0
     with signals_deferred(until_exit=False) as defer:
+
+        def ended(status: int) -> None:  # os._exit(status): the report now, the process leaves after
+            defer()
+            std.restore()
+            report.meta["ended_by"] = f"os._exit({status})"
+            if then is not None:
+                then(status, report if r is None else tag_rank(report, r))
+
         with terminate_as_interrupt():
             try:
-                _exec_watched(opts, source, script, report)
+                _exec_watched(opts, source, script, report, ended)
             except SystemExit as exc:
                 code = _exit_code(exc.code)
             except Terminated:
@@ -458,17 +478,9 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
             finally:
                 defer()  # from here on SIGINT/SIGTERM wait until the report is written
                 sys.argv, sys.path[:] = saved_argv, saved_path
-                if getattr(sys.stderr, "closed", False):  # the program closed it: the report still shows
-                    sys.stderr = saved_stderr if not saved_stderr.closed else _reopen_stderr()
+                std.restore()  # a stream or descriptor the program closed: the report is still written
         if r is not None:
             report = tag_rank(report, r)
         if then is not None and os.getpid() == pid:
             then(code, report)
     return code, report
-
-
-def _reopen_stderr() -> Any:
-    try:
-        return open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
-    except OSError:
-        return open(os.devnull, "w")

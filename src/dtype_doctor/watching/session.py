@@ -18,7 +18,7 @@ from torch import nn
 from ..catalog.family_codes import FP16_GRADIENT_UNSCALE, TOOL_INTERNAL_ERROR
 from ..errors import DtypeMismatchError
 from ..report import Finding, Report
-from . import clean_calls, contained, failures, findings, numerics_link, threads, warning_origin
+from . import clean_calls, failures, findings, numerics_link, threads, warning_origin
 from .births import Births
 from .blocks import RepeatedBlocks
 from .compiled import CompileNotice
@@ -124,14 +124,9 @@ class Session:
                 if f.data.get("action"):  # the cast was applied and the run completed: say so
                     f.data["verified"] = f"runs: fix mode applied '{f.data['action']}' and {done}"
         try:
-            if exc is None or isinstance(exc, Exception):  # not on Ctrl-C: the user wants out
-                from . import fp32_error
-                from .verify import verify_session
+            from .session_replay import replay_at_exit
 
-                if exc is None and fp32_error.wanted():  # run --diff's re-run of the patched copy
-                    self.report.meta["error_vs_fp32"] = fp32_error.measure(self)
-                verify_session(self, failed=exc is not None or bool(self.failed_calls))
-                contained.settle_deliberate(self, failed=exc is not None)
+            replay_at_exit(self, exc)
         except Exception as err:
             self.internal_error(err)
         if isinstance(exc, DtypeMismatchError):

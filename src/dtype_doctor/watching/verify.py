@@ -29,7 +29,7 @@ from ..report import Finding, Fix
 from ..tensors import iter_tensors, map_tensors
 from ..tracing.casts import MODULE_CASTS
 from ..verifying import isolation, verifier
-from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, label_rest, not_verified
+from ..verifying.contract import NOT_PYTHON_WHY, RANK, has_code, not_verified
 from ..verifying.verifier import Outcome
 from .replay_scope import other_model, pasted_elsewhere
 
@@ -382,105 +382,6 @@ def _not_in_process(call: Call) -> str | None:
 _replaying = threading.local()  # a replay's own watch (on meta) verifies nothing again
 
 
-def verify_session(session: Any, failed: bool = True) -> None:
-    """Verify the fixes of the error findings of a watch session (the first few causes): when the
-    block failed, or on meta (check's dry run), where the replay runs under watch."""
-    # check's dry run puts the whole model on meta: its first parameter tells (walking them all
-    # cost a quarter of a millisecond per watched block of a small model)
-    dry_run = not failed and any(
-        getattr(next(c[0].parameters(), None), "is_meta", False) for c in session.calls.values()
-    )
-    if getattr(_replaying, "on", False) or not (failed or dry_run):
-        _forget(session)
-        return
-    _replaying.on = True
-    _replaying.session_type = type(session)  # a meta replay runs under watch (no import of session here)
-    _replaying.sizes = {}  # the replays copy the model: its size holds while they run
-    try:
-        _verify_apart(session)
-        for f in session.report.findings:  # the findings past the first few: said, not left blank
-            label_rest(f.fixes, "only the first findings' fixes are replayed")
-    finally:
-        _replaying.on = False
-        _replaying.sizes = None
-        _forget(session)
-
-
-def _verify_apart(session: Any) -> None:
-    """The replays in a forked child (their labels sent back), else in-process, sealed."""
-    targets = _targets(session)
-    if not targets:
-        return
-    if not isolation.can_fork():
-        _replaying.in_process = True
-        modules = [t[1].module for t in targets]
-        try:
-            with isolation.sealed(modules):
-                _verify_targets(targets)
-        finally:
-            _replaying.in_process = False
-        return
-    findings = [t[0] for t in targets]
-    before = [list(f.fixes) for f in findings]
-
-    def labels() -> list[list[tuple[int, bool | None, str]]]:
-        _verify_targets(targets)
-        return [
-            [
-                (next(i for i, g in enumerate(old) if g is fix), fix.verified, fix.verification)
-                for fix in f.fixes
-            ]
-            for f, old in zip(findings, before, strict=True)
-        ]
-
-    outcome = isolation.in_child(labels)
-    for f, old, got in zip(findings, before, outcome.value or [None] * len(findings), strict=True):
-        if got is None:
-            for fix in old:
-                code = fix.language == "python" and has_code(fix.snippet)
-                fix.verified = None
-                fix.verification = not_verified(outcome.stopped or "").text if code else fix.verification
-            continue
-        for i, verified, text in got:
-            old[i].verified, old[i].verification = verified, text
-        f.fixes = [old[i] for i, _, _ in got]
-
-
-def _forget(session: Any) -> None:
-    session.calls.clear()
-    session.failed_calls.clear()
-    session.fix_contexts.clear()  # no frames or tensors kept past the session
-
-
-def _targets(session: Any) -> list[tuple[Finding, Call, Any]]:
-    """(finding, the call to replay, the context its fixes were made in) for the first error findings."""
-    rank = {"error": 0, "warning": 1}
-    made = {id(f): session.fix_contexts.get(id(f)) for f in session.report.findings}
-    errors = [f for f in session.report.findings if made[id(f)] is not None and made[id(f)].scope is not None]
-    errors = sorted((f for f in errors if f.severity.value in rank), key=lambda f: rank[f.severity.value])
-    if not any(f.severity.value == "error" for f in errors):
-        return []  # nothing failed: no replay to run
-    out = []
-    for f in errors[:6]:
-        context = made[id(f)]
-        calls = {**session.calls, **session.failed_calls}  # the call that failed, where one did
-        found = calls.get(id(context.root)) if context.root is not None else None
-        if found is None and calls:
-            found = list(calls.values())[-1]
-        if found is None:
-            continue
-        call = Call(*found)
-        scope = context.scope
-        if call.module is not context.root and scope is not None:  # entered through a method (vae.decode)
-            from .names import call_source, expression_for
-
-            reached = expression_for(call.module, [scope])
-            context.root_expr = reached[0] if reached else None
-            context.call_src = call_source(scope, call.module)
-        out.append((f, call, context))
-    return out
-
-
 def _same_draws() -> None:
     """The fp32 reference and every replay draw the same random numbers (dropout, noise drawn in
     forward from torch, `random` or NumPy: same inputs). The user's generators are not these: the
@@ -488,13 +389,3 @@ def _same_draws() -> None:
     start = getattr(_replaying, "rng", None)
     if start is not None:
         isolation.restore_generators(start)
-
-
-def _verify_targets(targets: list[tuple[Finding, Call, Any]]) -> None:
-    refs: dict[int, Any] = {}
-    _replaying.rng = isolation.generators()
-    for f, call, context in targets:
-        if id(call.module) not in refs:
-            _same_draws()
-            refs[id(call.module)] = reference(call)
-        verify(f, call, context, refs[id(call.module)])
