@@ -60,8 +60,10 @@ def torch_file(path: str) -> bool:
 def shown_library_file(shown: str) -> bool:
     """A path as reports show it (`diffusers/models/x.py`: site-packages cut off; the user's files
     relative to the working directory) that is a library's: its first folder is an installed package."""
-    if library_file(shown) or os.path.isabs(shown) or os.path.exists(shown):
-        return library_file(shown)
+    if library_file(shown):
+        return True
+    if os.path.isabs(shown) or os.path.exists(shown):  # a path of this machine, not a library's
+        return False
     top = re.split(r"[\\/]", shown, maxsplit=1)[0]
     try:
         spec = importlib.util.find_spec(top) if top.isidentifier() else None

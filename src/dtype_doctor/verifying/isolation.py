@@ -64,10 +64,9 @@ def in_child(work: Callable[[], Any], timeout: float = TIMEOUT_S) -> Outcome:
     read_end, write_end = os.pipe()
     try:
         with own_children():
-            with warnings.catch_warnings(), paused():  # paused: a re-run's guard lets the tool's own fork by
-                warnings.simplefilter(
-                    "ignore", DeprecationWarning
-                )  # 3.12's fork warning: ours, not the user's
+            # paused: a re-run's guard lets the tool's own fork by; 3.12's fork warning is ours, not the user's
+            with warnings.catch_warnings(), paused():
+                warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
             if pid == 0:  # pragma: no cover - the child; measured through what it sends back
                 os.close(read_end)
@@ -77,8 +76,7 @@ def in_child(work: Callable[[], Any], timeout: float = TIMEOUT_S) -> Outcome:
                 return _collect(pid, read_end, timeout)
             except BaseException:  # never leave a child behind, whatever stopped the wait
                 with contextlib.suppress(OSError):
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
+                    _stopped(pid, "")
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -95,6 +93,13 @@ def _child(work: Callable[[], Any], scratch: str, out: int) -> None:
         code = 1
     finally:
         os._exit(code)
+
+
+def _stopped(pid: int, why: str) -> Outcome:
+    """The child killed and reaped: the replay's outcome is `why`."""
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return Outcome(stopped=why)
 
 
 class _Stall:
@@ -158,19 +163,12 @@ def _collect(pid: int, fd: int, timeout: float) -> Outcome:
     try:
         while True:
             left = deadline - time.monotonic()
-            ready = select.select([fd], [], [], min(max(left, 0), 1.0))[0] if left > 0 else []
-            why = (
-                None
-                if ready
-                else stall.why()
-                if left > 0
-                else f"the replay did not finish in {timeout:.0f} s"
-            )
-            if why:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                return Outcome(stopped=why)
-            if not ready:
+            if left <= 0:
+                return _stopped(pid, f"the replay did not finish in {timeout:.0f} s")
+            if not select.select([fd], [], [], min(left, 1.0))[0]:  # each second: is it still running?
+                why = stall.why()
+                if why:
+                    return _stopped(pid, why)
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
