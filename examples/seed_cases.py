@@ -39,10 +39,11 @@ class CaseResult:
     facts: str = ""  # what the case measured beside the reports (the environment)
 
     def first_fix(self) -> tuple[int, Fix] | None:
-        """(its number, the fix) shown for the first report's first finding: the first fix its replay
+        """(its number, the fix) shown for the first finding of the first report that has fixes: the first fix its replay
         verified, else fix 1 (with why it was not run or what it gave)."""
         for _, report in self.reports:
-            fixes = [f for f in (present(report).findings[:1] or [None])[0].fixes] if report.findings else []
+            findings = present(report).findings
+            fixes = findings[0].fixes if findings else []
             if fixes:
                 return next(((i, f) for i, f in enumerate(fixes, 1) if f.verified), (1, fixes[0]))
         return None
