@@ -39,8 +39,8 @@ class CaseResult:
     facts: str = ""  # what the case measured beside the reports (the environment)
 
     def first_fix(self) -> tuple[int, Fix] | None:
-        """(its number, the fix) shown for the first finding of the first report that has fixes: the first fix its replay
-        verified, else fix 1 (with why it was not run or what it gave)."""
+        """(its number, the fix) shown for the first finding of the first report that has fixes: the
+        first fix its replay verified, else fix 1 (with why it was not run or what it gave)."""
         for _, report in self.reports:
             findings = present(report).findings
             fixes = findings[0].fixes if findings else []
