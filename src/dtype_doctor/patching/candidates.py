@@ -13,6 +13,10 @@ class Candidate:
 
     title: str
     edits: list[Edit]
+    # tried before the lineage order: an edit that completes a cast the code already makes (a
+    # `.to(device)` given the dtype it left out), or that changes the failing tensor alone where it
+    # took another tensor's dtype (`out = x.new_empty(n)`), not that other tensor everywhere
+    first: bool = False
 
 
 @dataclass

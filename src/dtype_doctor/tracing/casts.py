@@ -29,3 +29,11 @@ MODULE_LOWERING = MODULE_CASTS & CAN_LOWER
 def cast_call(node: object, among: frozenset[str] = TENSOR_CASTS) -> bool:
     """`node` (an ast node) is a method call `<expr>.<cast>(...)` with a name of `among`."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in among
+
+
+# the calls that make a new tensor in another tensor's dtype when given none: `x.new_empty(n)`,
+# `torch.zeros_like(x)`: a decision of their own (the new tensor's), inherited from `x`
+INHERITING = frozenset(
+    {"new_zeros", "new_ones", "new_empty", "new_full"}
+    | {f"{n}_like" for n in ("zeros", "ones", "empty", "full", "rand", "randn")}
+)

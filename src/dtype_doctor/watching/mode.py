@@ -13,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..compile_state import compiler_flags, is_dynamo_compiling
 from ..errors import DtypeMismatchError
-from ..tracing.casts import TENSOR_CASTS
+from ..tracing.casts import INHERITING, TENSOR_CASTS
 from .contracts import CONTRACTS, Contract
 
 Tensor = torch.Tensor
@@ -168,6 +168,8 @@ def _classified(func: Any, on_error: Any) -> int:
     code = _REBIND if kind is PASS and func == _DATA_SETTER else _code_of(kind)
     if code is _TAG and getattr(func, "__name__", None) in TAKES_DTYPE:
         code = _TAG_OUTSIDE_AUTOCAST  # under autocast its output dtype is a birth (tagging.py)
+    elif code is _TAG and getattr(func, "__name__", None) in INHERITING:
+        code = _JUDGE  # `x.new_empty(n)`: the new tensor's own origin, x's as its parent (tagging.py)
     try:
         _KINDS[func] = kind
         _CODES[func] = code

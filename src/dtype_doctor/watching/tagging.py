@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..tensors import iter_tensors
+from ..tracing.casts import INHERITING
 from . import dtype_values, made_names
 from .autocast_regions import enclosing_region
 from .followed_dtype import followed_at
@@ -127,6 +128,9 @@ class Tagger:
                     if kind is CAST and self._dtype_from_other(o):
                         continue
                     if o is i:
+                        continue
+                    if getattr(kind, "name", None) in INHERITING and lookup(i) is not None:
+                        self._new_tag(func, kind, inputs, o, False)  # a new tensor, its dtype inherited
                         continue
                     parent = lookup(i) or self._parameter_tag(inputs, di)
                     if parent is not None and parent.kind == "autocast" and self._kept_low(func, o, parent):
