@@ -1,8 +1,9 @@
 """The decision one step before the failing tensor's birth: a `.to(device)` that left the dtype out (a
 tensor's, a model's), `x.new_empty(n)` taking the input's float32 under autocast, a helper's float32
-result where the failing function takes it. `run --write`
-tries the edit there first; the report's first fix is that edit, verified by its re-run, and the
-written script runs. Real torch; every edit made here is executed."""
+result where the failing function takes it, a factory's `dtype=dtype` whose value was written a line
+above, a cast the code has under an `if` that did not run. `run --write` tries the edit there first;
+the report's first fix is that edit, verified by its re-run, and the written script runs. Real torch;
+every edit made here is executed."""
 
 from __future__ import annotations
 
@@ -121,6 +122,55 @@ with torch.no_grad():
 """
 
 
+VALUE_ELSEWHERE = """\
+import torch
+from torch import nn
+
+
+class Grid(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        n = x.size(1)
+        dtype, device = torch.float32, x.device
+        steps = torch.arange(n, dtype=dtype, device=device)
+        return self.proj(x + steps[None, :, None])
+
+
+model = Grid().half()
+x = torch.randn(2, 3, 4, dtype=torch.float16)
+with torch.no_grad():
+    print(model(x).dtype)
+"""
+
+
+SKIPPED_CAST = """\
+import torch
+from torch import nn
+
+
+class Runner:
+    def __init__(self, model, dtype, device):
+        self.model, self.dtype, self.device = model.to(device=device, dtype=dtype), dtype, torch.device(device)
+
+    def prepare(self, batch):
+        feats = torch.as_tensor(batch)
+        if self.device.type == "cuda":
+            feats = feats.to(dtype=self.dtype)
+        return feats
+
+    def __call__(self, batch):
+        with torch.no_grad():
+            return self.model(self.prepare(batch))
+
+
+runner = Runner(nn.Linear(4, 2), torch.bfloat16, "cpu")
+print(runner([[0.5] * 4] * 3).dtype)
+"""
+
+
 def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedProcess]:
     script = tmp_path / "script.py"
     script.write_text(text)
@@ -138,8 +188,10 @@ def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedP
         (TENSOR_MOVED, 12, "    pixels = pixels.to(device=device, dtype=torch.bfloat16)\n"),
         (INHERITED_BUFFER, 12, "        out = x.new_zeros(x.size(0), x.size(1), dtype=torch.bfloat16)\n"),
         (HELPER_MASK, 15, "        mask = padding_mask(lengths, x.size(1)).to(torch.float16)\n"),
+        (VALUE_ELSEWHERE, 12, "        dtype, device = torch.float16, x.device\n"),
+        (SKIPPED_CAST, 11, "        feats = feats.to(dtype=self.dtype)\n"),
     ],
-    ids=["model-to-device", "tensor-to-device", "new-zeros-under-autocast", "helper-result-at-caller"],
+    ids=["model-to", "tensor-to", "new-zeros-autocast", "helper-result", "value-elsewhere", "skipped-cast"],
 )
 def test_the_first_fix_is_the_decision_before_the_birth(
     tmp_path: Path, text: str, line: int, written: str

@@ -52,6 +52,18 @@ def assigned_value(src: Source, line: int, name: str | None) -> ast.expr | None:
     return None
 
 
+def assigned_part(stmt: ast.Assign, name: str) -> ast.expr | None:
+    """The part of `stmt`'s value that `name` takes: `b` of `a, name = 1, b`, or the whole value."""
+    for target in stmt.targets:
+        if isinstance(target, ast.Name) and target.id == name:
+            return stmt.value
+        if isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple):
+            for t, v in zip(target.elts, stmt.value.elts, strict=False):
+                if isinstance(t, ast.Name) and t.id == name:
+                    return v
+    return None
+
+
 def attribute_set(src: Source, line: int, attr: str) -> tuple[ast.stmt, str, ast.expr] | None:
     """`OBJ.attr = VALUE` or `setattr(OBJ, "attr", VALUE)` on `line`: (statement, OBJ as written, VALUE)."""
     stmt = src.statement_at(line)

@@ -1,11 +1,14 @@
-"""Moves that left the dtype out: `x = x.to(device)`, `model.to(device=dev)` on a tensor's or a model's
-way between where it was made and where it failed.
+"""Decisions left undone on a tensor's or a model's way between where it was made and where it failed:
+a move that left the dtype out (`x = x.to(device)`, `model.to(device=dev)`), and a cast the code has
+but an `if` skipped (`if on_gpu: x = x.to(dtype=dt)`, run on CPU).
 
 A `.to()` that names a device and no dtype is a place where the code decided the tensor's (or the
 model's) placement and kept whatever dtype it had: the neighbour of the decision that was forgotten.
-Giving that call the dtype completes a cast the code already makes (no new statement, no new op), so
-the planner tries it before any cast it would add. Pure `ast` reading, scoped to the function that
-holds the anchor line (the module's top level outside any function); no torch import.
+A cast of the very variable under an `if` that the failing tensor did not go through (it arrived in
+the other dtype) is the decision written and not taken. Either edit completes what the code already
+says (no new op of the tool's own), so the planner tries them before any cast it would add. Pure
+`ast` reading, scoped to the function that holds the anchor line (the module's top level outside any
+function); no torch import.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ..tracing.casts import cast_call
 from .finders import enclosing_function
 from .source import Source
 
@@ -72,3 +76,20 @@ def assigned_names(src: Source, line: int) -> list[str]:
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
     flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
     return [ast.unparse(t) for t in flat if isinstance(t, (ast.Name, ast.Attribute))]
+
+
+def skipped_casts(src: Source, name: str, anchor: int) -> Iterator[tuple[ast.If, ast.Assign]]:
+    """`if COND: name = name.<cast>(...)` (no `else`) after `anchor` in its function: the `if` and
+    the cast it holds, nearest first."""
+    first, last = _span(src, anchor)
+    for node in sorted(src.nodes(ast.If), key=lambda n: n.lineno):
+        if not (anchor < node.lineno and first <= node.lineno <= last) or node.orelse:
+            continue
+        for stmt in node.body:
+            if (
+                isinstance(stmt, ast.Assign)
+                and [ast.unparse(t) for t in stmt.targets] == [name]
+                and cast_call(stmt.value)
+                and ast.unparse(stmt.value.func.value) == name  # type: ignore[attr-defined]
+            ):
+                yield node, stmt

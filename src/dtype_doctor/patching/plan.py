@@ -14,13 +14,12 @@ from collections.abc import Callable, Iterator
 
 from ..causes import by_cause, group_by_cause, root_origin
 from ..editing import finders as find
-from ..editing import moves
 from ..editing.array_cast import astype_edit
 from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
 from ..tracing.casts import INHERITING, RAISING_METHODS
-from . import autocast_edits, shown
+from . import autocast_edits, shown, undone
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
 
@@ -148,9 +147,9 @@ class Planner:
         tensors = [o for o in odd if not _held(o)]
         params = [o for o in odd if _held(o)]
         for o in odd:
-            yield from self.left_out(o, target)
+            yield from undone.left_out(self, o, target)
         for o in tensors:
-            yield from self.from_helper(f, o, target)
+            yield from undone.from_helper(self, f, o, target)
         for o in tensors:
             yield from self.cast_tensor(o, target)
         for o in tensors:
@@ -168,72 +167,6 @@ class Planner:
                 if not _held(o) and o.dtype in _FLOATS and o.dtype != other:
                     yield from self.cast_tensor(o, other)
 
-    # ---- a move that left the dtype out --------------------------------------------------------
-    def left_out(self, operand: Operand, dtype: str) -> Iterator[Candidate]:
-        """`.to(device)` on the operand's way (its variable after its birth, the model's after it was
-        built, the argument before the call that failed), given `dtype=`: editing/moves.py."""
-        if operand.origin is None:
-            return
-        root = root_origin(operand.origin)
-        places: list[tuple[Source, str, int, bool]] = []
-        for origin in [root] if root is operand.origin else [root, operand.origin]:
-            src = self.source(origin.file)
-            if src is None or origin.line is None:
-                continue
-            if origin.kind == "input":
-                arg = find.argument(find.model_call(src, origin.line), origin.name)
-                if isinstance(arg, (ast.Name, ast.Attribute)):
-                    places.append((src, ast.unparse(arg), origin.line, False))
-            else:
-                places += [(src, n, origin.line, True) for n in moves.assigned_names(src, origin.line)]
-        for src, name, line, after in places:
-            call = next(moves.moves(src, name, line, after), None)
-            edit = add_kwarg(src, call, "dtype", f"torch.{dtype}") if call is not None else None
-            if call is not None and edit is not None:
-                where = f"{src.path}:{call.lineno}"
-                yield Candidate(
-                    f"give the `.to()` that moves `{name}` the dtype it leaves out, {dtype} ({where})",
-                    [edit],
-                    first=True,
-                )
-
-    # ---- a helper's result: cast where it comes back into the code that failed ---------------------
-    def from_helper(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
-        """The operand was made inside a function of the user's (`mask = make_mask(n)`) and failed in
-        another: its result cast where the failing function calls it, changing this use alone (the
-        helper's other callers keep what they get)."""
-        root = root_origin(operand.origin) if operand.origin is not None else None
-        src = self.source(root.file if root is not None else None)
-        loc = f.location
-        if root is None or src is None or root.line is None or loc is None or loc.line is None:
-            return
-        helper = find.enclosing_function(src, root.line)
-        if helper is None or self.source(loc.file) is not src:
-            return
-        outer = find.enclosing_function(src, loc.line)
-        while outer is not None and (up := find.enclosing_function(src, outer.lineno, outside=outer)):
-            outer = up  # the outermost function around the failing line: its nested helpers' callers too
-        if outer is helper or (
-            outer is not None and outer.lineno <= helper.lineno <= (outer.end_lineno or 0)
-        ):
-            return  # made in the failing function itself: cast_tensor's
-        first, last = (outer.lineno, outer.end_lineno or outer.lineno) if outer else (1, len(src.lines))
-        calls = [
-            c
-            for c in src.nodes(ast.Call)
-            if first <= c.lineno <= last and call_name(c.func).rsplit(".", 1)[-1] == helper.name
-        ]
-        stmt = src.statement_at(calls[0].lineno) if len(calls) == 1 else None
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and castable(stmt.value)):
-            return
-        if not find.already_cast(stmt.value, dtype):
-            name, where = ast.unparse(stmt.targets[0]), f"{src.path}:{stmt.lineno}"
-            yield Candidate(
-                f"cast `{name}` to {dtype} where it comes back from `{helper.name}` ({where})",
-                [cast_expr(src, stmt.value, dtype)],
-                first=True,
-            )
-
     # ---- a tensor: cast where it is made or enters --------------------------------------------
     def cast_tensor(self, operand: Operand, dtype: str) -> Iterator[Candidate]:
         if operand.origin is None:
@@ -243,6 +176,9 @@ class Planner:
         if own is not root and own.kind == "op" and (own.op or "").rsplit(".", 1)[-1] in INHERITING:
             for cand in self.at_origin(own, dtype):
                 yield Candidate(cand.title, cand.edits, first=True)
+        if root.kind == "value":  # `dtype = torch.float32` read by `torch.arange(n, dtype=dtype)`
+            yield from undone.at_value(self, root, dtype)
+            root = undone.made_with_value(operand.origin) or root
         made = next((c for c in root.chain if c.kind != "call"), None) if root.kind == "input" else None
         for origin in (made, root) if made is not None else (root,):
             yield from self.at_origin(origin, dtype, direct=origin is operand.origin or root.kind == "input")

@@ -288,8 +288,12 @@ class Tagger:
         except TypeError:  # an unhashable callable or module
             key, tag = None, None
         if tag is None:
-            name = made_name(inner, _cached_op_name(func)) if inner is not None and inner == user else None
-            tag = Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, ())
+            mine = inner is not None and inner == user
+            name = made_name(inner, _cached_op_name(func)) if mine else None
+            # `torch.arange(n, dtype=dtype)`: the dtype value's own lines (`dtype = torch.float32`)
+            sites = dtype_values.factory_value_sites(inner, dt) if mine and new_kind == "op" else []
+            parents = dtype_values.value_tags(sites, dt) if sites else ()
+            tag = Tag(new_kind, dt, _cached_op_name(func), name, top, inner, user, parents)
             if new_kind == "autocast":
                 tag.region = enclosing_region(3)
             if key is not None:

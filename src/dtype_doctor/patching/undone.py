@@ -1,0 +1,151 @@
+"""Edits that complete a decision the code already made or almost made, tried before any cast the
+planner would add (`Candidate.first`): a move that left the dtype out (editing/moves.py), a cast an
+`if` skipped, a helper's result where the failing function takes it, a dtype value written where it
+was chosen. Each changes the failing tensor alone, where its dtype was decided. No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ..causes import root_origin
+from ..editing import finders as find
+from ..editing import moves
+from ..editing.source import Edit, Source, add_kwarg, call_name, cast_expr, castable
+from ..report import Finding, Operand, Origin
+from .candidates import Candidate
+
+if TYPE_CHECKING:
+    from .plan import Planner
+
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+
+# ---- a move that left the dtype out --------------------------------------------------------
+def left_out(planner: Planner, operand: Operand, dtype: str) -> Iterator[Candidate]:
+    """`.to(device)` on the operand's way (its variable after its birth, the model's after it was
+    built, the argument before the call that failed), given `dtype=`; before it, a cast of the
+    variable an `if` skipped (editing/moves.py)."""
+    if operand.origin is None:
+        return
+    root = root_origin(operand.origin)
+    found: list[tuple[Source, str, ast.Call | None]] = []
+    for origin in [root] if root is operand.origin else [root, operand.origin]:
+        src, line = user_line(planner, origin)
+        if src is None or line is None:
+            continue
+        if origin.kind == "input":
+            arg = find.argument(find.model_call(src, line), origin.name)
+            if isinstance(arg, ast.Call) and moves.without_dtype(arg):  # `model(x.to(device))`
+                found.append((src, ast.unparse(arg.func.value), arg))  # type: ignore[attr-defined]
+            elif isinstance(arg, (ast.Name, ast.Attribute)):
+                name = ast.unparse(arg)
+                found.append((src, name, next(moves.moves(src, name, line, False), None)))
+            continue
+        for name in moves.assigned_names(src, line):
+            yield from skipped_cast(planner, src, name, line)
+            found.append((src, name, next(moves.moves(src, name, line, True), None)))
+    for src, name, call in found:
+        edit = add_kwarg(src, call, "dtype", f"torch.{dtype}") if call is not None else None
+        if call is not None and edit is not None:
+            where = f"{src.path}:{call.lineno}"
+            yield Candidate(
+                f"give the `.to()` that moves `{name}` the dtype it leaves out, {dtype} ({where})",
+                [edit],
+                first=True,
+            )
+
+
+def user_line(planner: Planner, origin: Origin) -> tuple[Source | None, int | None]:
+    """Where `origin` was made in a user file: its own line, else (made in a library) the user's
+    line that called it."""
+    src = planner.source(origin.file)
+    if src is not None:
+        return src, origin.line
+    call = next((c for c in origin.chain if c.kind == "call" and planner.source(c.file)), None)
+    return (planner.source(call.file), call.line) if call is not None else (None, None)
+
+
+def skipped_cast(planner: Planner, src: Source, name: str, line: int) -> Iterator[Candidate]:
+    """`if COND: name = name.to(dtype=...)` after the line that made `name`, not taken (the
+    tensor arrived uncast): the code's own cast, run whatever COND says (in the `if`'s place when
+    it guarded nothing else, else right after it)."""
+    for test, cast in moves.skipped_casts(src, name, line):
+        if len(test.body) == 1:  # the `if` only guarded the cast: the cast in its place
+            start, end = src.span(test)
+            edit = Edit(src.path, start, end, src.segment(cast))
+        else:  # the cast again after the block
+            end = src.offset((test.end_lineno or test.lineno) + 1, 0)
+            edit = Edit(src.path, end, end, f"{src.indent(test.lineno)}{src.segment(cast)}{src.newline}")
+        yield Candidate(
+            f"run the cast of `{name}` at {src.path}:{cast.lineno}, which the `if` at "
+            f"{src.path}:{test.lineno} skipped, whatever its condition",
+            [edit],
+            first=True,
+        )
+
+
+# ---- a helper's result: cast where it comes back into the code that failed ---------------------
+def from_helper(planner: Planner, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
+    """The operand was made inside a function of the user's (`mask = make_mask(n)`) and failed in
+    another: its result cast where the failing function calls it, changing this use alone (the
+    helper's other callers keep what they get)."""
+    root = root_origin(operand.origin) if operand.origin is not None else None
+    src = planner.source(root.file if root is not None else None)
+    loc = f.location
+    if root is None or src is None or root.line is None or loc is None or loc.line is None:
+        return
+    helper = find.enclosing_function(src, root.line)
+    if helper is None or planner.source(loc.file) is not src:
+        return
+    outer = find.enclosing_function(src, loc.line)
+    while outer is not None and (up := find.enclosing_function(src, outer.lineno, outside=outer)):
+        outer = up  # the outermost function around the failing line: its nested helpers' callers too
+    if outer is helper or (outer is not None and outer.lineno <= helper.lineno <= (outer.end_lineno or 0)):
+        return  # made in the failing function itself: cast_tensor's
+    first, last = (outer.lineno, outer.end_lineno or outer.lineno) if outer else (1, len(src.lines))
+    calls = [
+        c
+        for c in src.nodes(ast.Call)
+        if first <= c.lineno <= last and call_name(c.func).rsplit(".", 1)[-1] == helper.name
+    ]
+    stmt = src.statement_at(calls[0].lineno) if len(calls) == 1 else None
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and castable(stmt.value)):
+        return
+    if not find.already_cast(stmt.value, dtype):
+        name, where = ast.unparse(stmt.targets[0]), f"{src.path}:{stmt.lineno}"
+        yield Candidate(
+            f"cast `{name}` to {dtype} where it comes back from `{helper.name}` ({where})",
+            [cast_expr(src, stmt.value, dtype)],
+            first=True,
+        )
+
+
+def at_value(planner: Planner, origin: Origin, dtype: str) -> Iterator[Candidate]:
+    """The dtype written where a value was chosen (`dtype, device = torch.float32, x.device`), made
+    the wanted one: every tensor made with that value follows."""
+    src = planner.source(origin.file)
+    stmt = src.statement_at(origin.line) if src is not None and origin.line is not None else None
+    if src is None or not isinstance(stmt, ast.Assign) or not origin.name:
+        return
+    value = find.assigned_part(stmt, origin.name)
+    literal = isinstance(value, ast.Attribute) and ast.unparse(value).startswith("torch.")
+    if literal and value.attr != dtype and value.attr in _FLOATS:  # type: ignore[union-attr]
+        start, end = src.span(value)  # type: ignore[arg-type]
+        yield Candidate(
+            f"choose {dtype} where `{origin.name}` is set ({src.path}:{stmt.lineno})",
+            [Edit(src.path, start, end, f"torch.{dtype}")],
+        )
+
+
+def made_with_value(origin: Origin) -> Origin | None:
+    """The tensor on the lineage made with a dtype value chosen elsewhere (its chain holds the value)."""
+    todo = [origin]
+    while todo:
+        current = todo.pop(0)
+        if current.kind in ("op", "cast") and any(c.kind == "value" for c in current.chain):
+            return current
+        todo.extend(current.chain)
+    return None
