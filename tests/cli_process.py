@@ -1,13 +1,77 @@
-"""`python -m dtype_doctor ARGS` in a child process, as a user's shell runs it (one thread)."""
+"""`python -m dtype_doctor ARGS` in a child process, as a user's shell runs it (one thread).
+
+A plain call (no standard input, text output, no other Popen option) is forked from a warm process
+that has imported torch and NumPy once per test worker (the tool's own zygote, verifying/warm.py,
+the one its re-runs use): the child starts at `python -m dtype_doctor` with the call's working
+directory, environment and `sys.path`, and pays no torch import (~3 s a call on the 2-core CI
+machine, most of a small `run`). `DTYPE_DOCTOR_TESTS_COLD` set, or any other call: a fresh
+interpreter, as before.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+_BOOT = "import runpy; runpy.run_module('dtype_doctor', run_name='__main__', alter_sys=True)"
+_PRELOAD = ["numpy", "torch", "rich.console"]
+_warm: list[Any] = []
+_one_at_a_time = threading.Lock()
+
+
+def _zygote() -> Any:
+    """This test process's warm zygote (started on first use), or None where there is none."""
+    if os.environ.get("DTYPE_DOCTOR_TESTS_COLD") or not hasattr(os, "fork") or sys.platform == "darwin":
+        return None
+    if not _warm:
+        from dtype_doctor.verifying.warm import Zygote
+
+        base = {**os.environ, "OMP_NUM_THREADS": "1"}
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p)
+        try:
+            _warm.append(Zygote(_PRELOAD, base))
+        except OSError:
+            _warm.append(None)
+        else:
+            atexit.register(_warm[0].close)
+    return _warm[0]
+
+
+def forked(
+    argv: list[str], cwd: Any, env: dict[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess | None:
+    """`python ARGV` (`-m dtype_doctor ...` or `SCRIPT ...`) forked from the warm zygote; None when
+    it does not serve."""
+    with _one_at_a_time:  # the zygote answers one request at a time
+        return _forked(argv, cwd, env, timeout)
+
+
+def _forked(
+    argv: list[str], cwd: Any, env: dict[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess | None:
+    z = _zygote()
+    if z is None:
+        return None
+    code = _BOOT if argv[:2] == ["-m", "dtype_doctor"] else None
+    if code is None:
+        script = argv[0]
+        code = f"import runpy; runpy.run_path({script!r}, run_name='__main__')"
+        rest = argv[1:]
+    else:
+        rest = argv[2:]
+    where = os.path.abspath(cwd) if cwd is not None else os.getcwd()
+    done = z.run([sys.executable, "-c", code, *rest], where, dict(env or ENV), timeout)
+    if done is None:
+        return None
+    status, out, err = done
+    return subprocess.CompletedProcess([sys.executable, *argv], status, out, err)
 
 
 def dtype_doctor(
@@ -20,6 +84,10 @@ def dtype_doctor(
     **popen: Any,
 ) -> subprocess.CompletedProcess:
     """The finished process, stdout and stderr captured (text unless `text=False`)."""
+    if stdin is None and text and not popen:
+        done = forked(["-m", "dtype_doctor", *args], cwd, env, timeout)
+        if done is not None:
+            return done
     return subprocess.run(
         [sys.executable, "-m", "dtype_doctor", *args],
         input=stdin,
@@ -30,3 +98,20 @@ def dtype_doctor(
         timeout=timeout,
         **popen,
     )
+
+
+def python(
+    cmd: list[str], cwd: Any = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, capture_output=True, text=True)` for `cmd` = [sys.executable, "-m",
+    "dtype_doctor", ...] or [sys.executable, SCRIPT, ...]: forked warm when it can be."""
+    if (
+        cmd
+        and cmd[0] == sys.executable
+        and len(cmd) > 1
+        and (cmd[1] == "-m") == (cmd[2:3] == ["dtype_doctor"])
+    ):
+        done = forked(cmd[1:], cwd, env, timeout)
+        if done is not None:
+            return done
+    return subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=timeout)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_process import python  # type: ignore[import-not-found]
+
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "tests" / "diff_zoo"
 ENV = {
@@ -46,7 +48,7 @@ CASES = {
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "dtype_doctor", *args]
-    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
+    return python(cmd, cwd=cwd, env=ENV, timeout=600)
 
 
 def _patch_section(path: Path) -> dict:
@@ -128,7 +130,7 @@ def test_run_diff_fixes_the_script(name: str, started: dict) -> None:
 
 def _cli_python(name: str, cwd: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, name]
-    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600, check=False)
+    return python(cmd, cwd=cwd, env=ENV, timeout=600)
 
 
 def _check_diff_factory(folder: Path) -> tuple[Path, subprocess.CompletedProcess]:

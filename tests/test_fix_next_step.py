@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+from cli_process import python  # type: ignore[import-not-found]
 from dtype_doctor.editing.paste import paste
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ def _first_fix(tmp_path: Path, name: str, source: str) -> tuple[dict, dict]:
     """(the first error, else warning, finding; its first fix with code), from `run --json`."""
     (tmp_path / name).write_text(textwrap.dedent(source))
     cmd = [sys.executable, "-m", "dtype_doctor", "run", "--json", "out.json", name]
-    subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    python(cmd, cwd=tmp_path, env=ENV, timeout=600)
     findings = json.loads((tmp_path / "out.json").read_text())["findings"]
     finding = next(f for sev in ("error", "warning") for f in findings if f["severity"] == sev)
     fix = next(x for x in finding["fixes"] if x["snippet"] and not x["snippet"].lstrip().startswith("#"))
@@ -34,9 +34,7 @@ def _runs_pasted(tmp_path: Path, name: str, fix: dict) -> None:
     assert fix["file"] == name and fix["line"], fix
     patched = tmp_path / f"patched_{name}"
     patched.write_text(paste((tmp_path / name).read_text(), fix["line"], fix["snippet"]))
-    proc = subprocess.run(
-        [sys.executable, patched.name], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300
-    )
+    proc = python([sys.executable, patched.name], cwd=tmp_path, env=ENV, timeout=300)
     assert proc.returncode == 0, (fix, patched.read_text(), proc.stderr[-1500:])
 
 
@@ -85,7 +83,7 @@ def _first_fix_of(tmp_path: Path, name: str, source: str, code: str | None = Non
     """Like `_first_fix`, with tests/tiny_models.py importable (real library models)."""
     (tmp_path / name).write_text(textwrap.dedent(source))
     cmd = [sys.executable, "-m", "dtype_doctor", "run", "--json", "out.json", name]
-    subprocess.run(cmd, cwd=tmp_path, env=_env_with_models(), capture_output=True, text=True, timeout=600)
+    python(cmd, cwd=tmp_path, env=_env_with_models(), timeout=600)
     findings = json.loads((tmp_path / "out.json").read_text())["findings"]
     finding = next(f for f in findings if f["severity"] == "error" and (code is None or f["code"] == code))
     fix = next(x for x in finding["fixes"] if x["snippet"] and not x["snippet"].lstrip().startswith("#"))
@@ -96,14 +94,7 @@ def _runs_pasted_with_models(tmp_path: Path, name: str, fix: dict) -> None:
     assert fix["file"] == name and fix["line"], fix
     patched = tmp_path / f"patched_{name}"
     patched.write_text(paste((tmp_path / name).read_text(), fix["line"], fix["snippet"]))
-    proc = subprocess.run(
-        [sys.executable, patched.name],
-        cwd=tmp_path,
-        env=_env_with_models(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = python([sys.executable, patched.name], cwd=tmp_path, env=_env_with_models(), timeout=300)
     assert proc.returncode == 0, (fix, patched.read_text(), proc.stderr[-1500:])
 
 

@@ -11,13 +11,13 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 from rich.console import Console
 
+from cli_process import python  # type: ignore[import-not-found]
 from dtype_doctor import remedies
 from dtype_doctor.remedies.model import FixTemplate
 from dtype_doctor.remedies.places import CALL, INPUT, MODEL, Place, after_built, kind_of, statement_line
@@ -101,7 +101,7 @@ def test_every_renderer_says_where_the_fix_is_pasted() -> None:
 
 def _findings(tmp_path: Path, name: str, *flags: str) -> list[dict]:
     cmd = [sys.executable, "-m", "dtype_doctor", "run", *flags, "--json", "out.json", name]
-    subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    python(cmd, cwd=tmp_path, env=ENV, timeout=600)
     return json.loads((tmp_path / "out.json").read_text())["findings"]
 
 
@@ -127,9 +127,7 @@ def _works_pasted(tmp_path: Path, name: str, fix: dict) -> None:
     assert fix["file"] == name and fix["line"], fix
     patched = tmp_path / f"patched_{name}"
     patched.write_text(_paste(script.read_text(), fix["line"], fix["snippet"]))
-    proc = subprocess.run(
-        [sys.executable, patched.name], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300
-    )
+    proc = python([sys.executable, patched.name], cwd=tmp_path, env=ENV, timeout=300)
     assert proc.returncode == 0, (fix, patched.read_text(), proc.stderr[-1500:])
 
 

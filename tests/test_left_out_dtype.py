@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_process import python  # type: ignore[import-not-found]
 from dtype_doctor.editing import moves
 from dtype_doctor.editing.source import Source
 
@@ -176,7 +177,7 @@ def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedP
     script.write_text(text)
     cmd = [sys.executable, "-m", "dtype_doctor", "run", "--write", "--no-backup", "--no-color"]
     cmd += ["--output-format", "json", "--output-file", "report.json", script.name]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = python(cmd, cwd=tmp_path, env=ENV, timeout=600)
     report = json.loads((tmp_path / "report.json").read_text())
     return script, report, proc
 
@@ -203,9 +204,7 @@ def test_the_first_fix_is_the_decision_before_the_birth(
     assert first["verified"] is True
     after = script.read_text()
     assert after.splitlines(keepends=True)[line - 1] == written
-    ran = subprocess.run(
-        [sys.executable, script.name], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300
-    )
+    ran = python([sys.executable, script.name], cwd=tmp_path, env=ENV, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
+from cli_process import python  # type: ignore[import-not-found]
 from dtype_doctor.editing.paste import paste
 from dtype_doctor.editing.source import Edit
 from dtype_doctor.patching.plan import Candidate, Cause, Planner
@@ -179,9 +179,7 @@ def test_run_numerics_write_writes_the_shown_fix_for_a_silent_overflow(tmp_path:
     script = tmp_path / "energy.py"
     script.write_text(ENERGY)
     cmd = [sys.executable, "-m", "dtype_doctor", "run", "--numerics", "--write", "--no-backup", "--no-color"]
-    proc = subprocess.run(
-        [*cmd, script.name], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600
-    )
+    proc = python([*cmd, script.name], cwd=tmp_path, env=ENV, timeout=600)
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 0, proc.stderr[-3000:]
     after = script.read_text()
@@ -189,9 +187,7 @@ def test_run_numerics_write_writes_the_shown_fix_for_a_silent_overflow(tmp_path:
     assert after.count("return") == 1
     assert "Compute `pow` in float32 at energy.py:9" in said
     assert "chosen: Compute `pow` in float32" in said and "whose re-run passed" in said
-    done = subprocess.run(
-        [sys.executable, script.name], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300
-    )
+    done = python([sys.executable, script.name], cwd=tmp_path, env=ENV, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

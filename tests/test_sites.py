@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from cli_process import python  # type: ignore[import-not-found]
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
@@ -122,13 +123,11 @@ def _write(tmp_path: Path, name: str, text: str) -> tuple[list[dict], str, str]:
         "r.json",
         name,
     ]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = python(cmd, cwd=tmp_path, env=ENV, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     findings = json.loads((tmp_path / "r.json").read_text())["findings"]
     after = script.read_text()
-    ran = subprocess.run(
-        [sys.executable, name], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300
-    )
+    ran = python([sys.executable, name], cwd=tmp_path, env=ENV, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]  # the patched script runs
     return findings, after, " ".join(proc.stderr.split())
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_process import python  # type: ignore[import-not-found]
 from dtype_doctor.editing import finders as find
 from dtype_doctor.editing.source import Source, apply, castable
 from dtype_doctor.patching.plan import Planner
@@ -116,14 +117,12 @@ def _write(tmp_path: Path, name: str, text: str) -> tuple[Path, subprocess.Compl
     script = tmp_path / name
     script.write_text(text)
     cmd = [sys.executable, "-m", "dtype_doctor", "run", "--write", "--no-backup", "--no-color", name]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = python(cmd, cwd=tmp_path, env=ENV, timeout=600)
     return script, proc
 
 
 def _runs_clean(script: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, script.name], cwd=script.parent, env=ENV, capture_output=True, text=True, timeout=300
-    )
+    proc = python([sys.executable, script.name], cwd=script.parent, env=ENV, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
