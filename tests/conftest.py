@@ -84,3 +84,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = getattr(item, "originalname", item.name)
         if in_lane(item.path.name, name) and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.fast)
+    # the long tests first: pytest-xdist deals them out before the rest, so that no worker is left
+    # running a minute-long test alone at the end while the other waits
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -46,6 +46,7 @@ def unet_case(tmp_path: Path) -> Path:
     return tmp_path / "onetrainer_mask.py"
 
 
+@pytest.mark.slow  # ~40-50 s: run first (tests/conftest.py)
 def test_the_cure_is_the_first_fix_in_json_console_sarif_and_note(unet_case: Path) -> None:
     cwd = unet_case.parent
     proc = dtype_doctor(

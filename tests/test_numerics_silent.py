@@ -17,6 +17,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -155,6 +156,7 @@ COMPILED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~40-50 s: run first (tests/conftest.py)
 def test_torch_compile_builds_the_same_graphs_under_run_and_run_numerics_as_under_python(tmp_path):
     script = tmp_path / "compiled.py"
     script.write_text(COMPILED)
