@@ -1,9 +1,10 @@
 """The decision one step before the failing tensor's birth: a `.to(device)` that left the dtype out (a
 tensor's, a model's), `x.new_empty(n)` taking the input's float32 under autocast, a helper's float32
 result where the failing function takes it, a factory's `dtype=dtype` whose value was written a line
-above, a cast the code has under an `if` that did not run. `run --write` tries the edit there first;
-the report's first fix is that edit, verified by its re-run, and the written script runs. Real torch;
-every edit made here is executed."""
+above, a cast the code has under an `if` that did not run (a move given the function's own dtype
+parameter when it has one). `run --write` tries the edit there first; the report's first fix is that
+edit, verified by its re-run, and the written script runs. Real torch; every edit made here is
+executed."""
 
 from __future__ import annotations
 
@@ -172,6 +173,23 @@ print(runner([[0.5] * 4] * 3).dtype)
 """
 
 
+DTYPE_PARAMETER = """\
+import torch
+from torch import nn
+
+
+def estimate(model, pixels, dtype, device):
+    pixels = pixels.to(device=device)
+    with torch.autocast("cpu", dtype=dtype, enabled=device.type == "cuda"):
+        return model(pixels)
+
+
+model = nn.Linear(4, 2).to(torch.bfloat16)
+with torch.no_grad():
+    print(estimate(model, torch.randn(3, 4), torch.bfloat16, torch.device("cpu")).dtype)
+"""
+
+
 def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedProcess]:
     script = tmp_path / "script.py"
     script.write_text(text)
@@ -191,8 +209,17 @@ def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedP
         (HELPER_MASK, 15, "        mask = padding_mask(lengths, x.size(1)).to(torch.float16)\n"),
         (VALUE_ELSEWHERE, 12, "        dtype, device = torch.float16, x.device\n"),
         (SKIPPED_CAST, 11, "        feats = feats.to(dtype=self.dtype)\n"),
+        (DTYPE_PARAMETER, 6, "    pixels = pixels.to(device=device, dtype=dtype)\n"),
     ],
-    ids=["model-to", "tensor-to", "new-zeros-autocast", "helper-result", "value-elsewhere", "skipped-cast"],
+    ids=[
+        "model-to",
+        "tensor-to",
+        "new-zeros-autocast",
+        "helper-result",
+        "value-elsewhere",
+        "skipped-cast",
+        "own-dtype-parameter",
+    ],
 )
 def test_the_first_fix_is_the_decision_before_the_birth(
     tmp_path: Path, text: str, line: int, written: str

@@ -93,3 +93,20 @@ def skipped_casts(src: Source, name: str, anchor: int) -> Iterator[tuple[ast.If,
                 and ast.unparse(stmt.value.func.value) == name  # type: ignore[attr-defined]
             ):
                 yield node, stmt
+
+
+def dtype_parameters(src: Source, line: int) -> list[str]:
+    """The parameters of the function holding `line` that it passes as a dtype (`dtype=NAME`
+    somewhere in its body): its own name for the dtype it works in. Empty when none or several."""
+    fn = enclosing_function(src, line)
+    if fn is None:
+        return []
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    passed = {
+        k.value.id
+        for c in ast.walk(fn)
+        if isinstance(c, ast.Call)
+        for k in c.keywords
+        if k.arg == "dtype" and isinstance(k.value, ast.Name) and k.value.id in params
+    }
+    return sorted(passed) if len(passed) == 1 else []

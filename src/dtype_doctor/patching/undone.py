@@ -48,14 +48,19 @@ def left_out(planner: Planner, operand: Operand, dtype: str) -> Iterator[Candida
             yield from skipped_cast(planner, src, name, line)
             found.append((src, name, next(moves.moves(src, name, line, True), None)))
     for src, name, call in found:
-        edit = add_kwarg(src, call, "dtype", f"torch.{dtype}") if call is not None else None
-        if call is not None and edit is not None:
-            where = f"{src.path}:{call.lineno}"
-            yield Candidate(
-                f"give the `.to()` that moves `{name}` the dtype it leaves out, {dtype} ({where})",
-                [edit],
-                first=True,
-            )
+        if call is None:
+            continue
+        where = f"{src.path}:{call.lineno}"
+        # the function's own dtype parameter when it has one (`def prepare(x, dtype, device)`), re-run
+        # first; the literal after it, in case that parameter holds another dtype
+        for value in dict.fromkeys([*moves.dtype_parameters(src, call.lineno)[:1], f"torch.{dtype}"]):
+            edit = add_kwarg(src, call, "dtype", value)
+            if edit is not None:
+                yield Candidate(
+                    f"give the `.to()` that moves `{name}` the dtype it leaves out: dtype={value} ({where})",
+                    [edit],
+                    first=True,
+                )
 
 
 def user_line(planner: Planner, origin: Origin) -> tuple[Source | None, int | None]:
