@@ -4,8 +4,9 @@ A plain call (no standard input, text output, no other Popen option) is forked f
 that has imported torch and NumPy once per test worker (the tool's own zygote, verifying/warm.py,
 the one its re-runs use): the child starts at `python -m dtype_doctor` with the call's working
 directory, environment and `sys.path`, and pays no torch import (~3 s a call on the 2-core CI
-machine, most of a small `run`). `DTYPE_DOCTOR_TESTS_COLD` set, or any other call: a fresh
-interpreter, as before.
+machine, most of a small `run`). A forked call past its timeout is killed and ends with exit 124
+(a cold one raises subprocess.TimeoutExpired). `DTYPE_DOCTOR_TESTS_COLD` set, or any other call: a
+fresh interpreter, as before.
 """
 
 from __future__ import annotations
@@ -48,26 +49,17 @@ def forked(
     argv: list[str], cwd: Any, env: dict[str, str] | None, timeout: float
 ) -> subprocess.CompletedProcess | None:
     """`python ARGV` (`-m dtype_doctor ...` or `SCRIPT ...`) forked from the warm zygote; None when
-    it does not serve."""
-    with _one_at_a_time:  # the zygote answers one request at a time
-        return _forked(argv, cwd, env, timeout)
-
-
-def _forked(
-    argv: list[str], cwd: Any, env: dict[str, str] | None, timeout: float
-) -> subprocess.CompletedProcess | None:
-    z = _zygote()
-    if z is None:
-        return None
-    code = _BOOT if argv[:2] == ["-m", "dtype_doctor"] else None
-    if code is None:
-        script = argv[0]
-        code = f"import runpy; runpy.run_path({script!r}, run_name='__main__')"
-        rest = argv[1:]
+    it does not serve or ARGV is anything else (`-c`, another module): the caller runs it cold."""
+    if argv[:2] == ["-m", "dtype_doctor"]:
+        code, rest = _BOOT, argv[2:]
+    elif argv and not argv[0].startswith("-"):
+        code, rest = f"import runpy; runpy.run_path({argv[0]!r}, run_name='__main__')", argv[1:]
     else:
-        rest = argv[2:]
+        return None
     where = os.path.abspath(cwd) if cwd is not None else os.getcwd()
-    done = z.run([sys.executable, "-c", code, *rest], where, dict(env or ENV), timeout)
+    with _one_at_a_time:  # the zygote answers one request at a time
+        z = _zygote()
+        done = z.run([sys.executable, "-c", code, *rest], where, dict(env or ENV), timeout) if z else None
     if done is None:
         return None
     status, out, err = done
@@ -105,12 +97,7 @@ def python(
 ) -> subprocess.CompletedProcess:
     """`subprocess.run(cmd, capture_output=True, text=True)` for `cmd` = [sys.executable, "-m",
     "dtype_doctor", ...] or [sys.executable, SCRIPT, ...]: forked warm when it can be."""
-    if (
-        cmd
-        and cmd[0] == sys.executable
-        and len(cmd) > 1
-        and (cmd[1] == "-m") == (cmd[2:3] == ["dtype_doctor"])
-    ):
+    if cmd[:1] == [sys.executable]:
         done = forked(cmd[1:], cwd, env, timeout)
         if done is not None:
             return done

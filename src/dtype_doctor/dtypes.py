@@ -17,6 +17,8 @@ CANONICAL = (
     "complex32", "complex64", "complex128",
     "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool",
 )  # fmt: skip
+# the floating dtypes a repair may choose between (float8 and complex never)
+FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 # Lower-cased spelling → canonical. Covers torch reprs, ATen/c10 scalar type names,
 # legacy tensor type names (torch.cuda.HalfTensor), CUDA/CPU type names (CUDABFloat16Type),

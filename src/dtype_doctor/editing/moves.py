@@ -95,12 +95,12 @@ def skipped_casts(src: Source, name: str, anchor: int) -> Iterator[tuple[ast.If,
                 yield node, stmt
 
 
-def dtype_parameters(src: Source, line: int) -> list[str]:
-    """The parameters of the function holding `line` that it passes as a dtype (`dtype=NAME`
-    somewhere in its body): its own name for the dtype it works in. Empty when none or several."""
+def dtype_parameter(src: Source, line: int) -> str | None:
+    """The parameter of the function holding `line` that it passes as a dtype (`dtype=NAME`
+    somewhere in its body): its own name for the dtype it works in. None when none or several."""
     fn = enclosing_function(src, line)
     if fn is None:
-        return []
+        return None
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     passed = {
         k.value.id
@@ -109,4 +109,4 @@ def dtype_parameters(src: Source, line: int) -> list[str]:
         for k in c.keywords
         if k.arg == "dtype" and isinstance(k.value, ast.Name) and k.value.id in params
     }
-    return sorted(passed) if len(passed) == 1 else []
+    return passed.pop() if len(passed) == 1 else None

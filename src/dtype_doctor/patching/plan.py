@@ -13,6 +13,7 @@ import ast
 from collections.abc import Callable, Iterator
 
 from ..causes import by_cause, group_by_cause, root_origin
+from ..dtypes import FLOATS
 from ..editing import finders as find
 from ..editing.array_cast import astype_edit
 from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
@@ -24,7 +25,6 @@ from . import usage_edits as usage
 from .candidates import Candidate, Cause
 
 LOW_NAMES = ("float16", "bfloat16")
-_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 # torch.nn classes that hold modules and take no dtype= (a layer such as nn.Linear takes it)
 _CONTAINERS = frozenset(
     {"Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Module", "Identity"}
@@ -107,7 +107,7 @@ class Planner:
         """Where the odd operands' dtypes were born, in user files, tensors first: each root origin,
         else (a root inside a library) the user's line that called it, then where the operand entered."""
         target = _target_dtype(f)
-        odd = [o for o in f.operands if o.dtype in _FLOATS and o.dtype != target and o.origin is not None]
+        odd = [o for o in f.operands if o.dtype in FLOATS and o.dtype != target and o.origin is not None]
         odd.sort(key=_held)
         out: list[Origin] = []
         for o in odd:
@@ -143,7 +143,7 @@ class Planner:
         target = _target_dtype(f)
         if target is None:
             return
-        odd = [o for o in f.operands if o.dtype in _FLOATS and o.dtype != target]  # never an index
+        odd = [o for o in f.operands if o.dtype in FLOATS and o.dtype != target]  # never an index
         tensors = [o for o in odd if not _held(o)]
         params = [o for o in odd if _held(o)]
         for o in odd:
@@ -164,7 +164,7 @@ class Planner:
         if len(wide) == 1 and not params:
             other = wide.pop()
             for o in f.operands:
-                if not _held(o) and o.dtype in _FLOATS and o.dtype != other:
+                if not _held(o) and o.dtype in FLOATS and o.dtype != other:
                     yield from self.cast_tensor(o, other)
 
     # ---- a tensor: cast where it is made or enters --------------------------------------------

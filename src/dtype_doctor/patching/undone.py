@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..causes import root_origin
+from ..dtypes import FLOATS
 from ..editing import finders as find
 from ..editing import moves
 from ..editing.source import Edit, Source, add_kwarg, call_name, cast_expr, castable
@@ -19,8 +20,6 @@ from .candidates import Candidate
 
 if TYPE_CHECKING:
     from .plan import Planner
-
-_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
 # ---- a move that left the dtype out --------------------------------------------------------
@@ -53,7 +52,8 @@ def left_out(planner: Planner, operand: Operand, dtype: str) -> Iterator[Candida
         where = f"{src.path}:{call.lineno}"
         # the function's own dtype parameter when it has one (`def prepare(x, dtype, device)`), re-run
         # first; the literal after it, in case that parameter holds another dtype
-        for value in dict.fromkeys([*moves.dtype_parameters(src, call.lineno)[:1], f"torch.{dtype}"]):
+        own = moves.dtype_parameter(src, call.lineno)
+        for value in [own, f"torch.{dtype}"] if own else [f"torch.{dtype}"]:
             edit = add_kwarg(src, call, "dtype", value)
             if edit is not None:
                 yield Candidate(
@@ -137,7 +137,7 @@ def at_value(planner: Planner, origin: Origin, dtype: str) -> Iterator[Candidate
         return
     value = find.assigned_part(stmt, origin.name)
     literal = isinstance(value, ast.Attribute) and ast.unparse(value).startswith("torch.")
-    if literal and value.attr != dtype and value.attr in _FLOATS:  # type: ignore[union-attr]
+    if literal and value.attr != dtype and value.attr in FLOATS:  # type: ignore[union-attr]
         start, end = src.span(value)  # type: ignore[arg-type]
         yield Candidate(
             f"choose {dtype} where `{origin.name}` is set ({src.path}:{stmt.lineno})",
