@@ -2,7 +2,10 @@
 process): the torch calls made directly from chosen lines of the user's files compute in float32.
 
 `$DTYPE_DOCTOR_TRY` is a JSON object: `lines` (["path:line", ...], or "*" for every line of the
-user's files) and `record` (a file to write, at exit, each user line that made a low-precision
+user's files), `keep` (true: leave the user's own precision choices alone: a cast or factory that
+names a low dtype literally (`.half()`, `dtype=torch.float16`), and the ops a library module runs
+when a line calls it, so that only the lines that compute in the precision they inherited are
+tried) and `record` (a file to write, at exit, each user line that made a low-precision
 computation: `{"key", "autocast", "low_names", "dtype_names"}`). Paths are relative to the scratch
 copy the re-run runs in (`$TMPDIR`), else absolute. For a chosen line:
 - an op whose floating operands are float16/bfloat16 (or that autocast lowers) runs on float32
@@ -19,6 +22,7 @@ import atexit
 import json
 import os
 import sys
+import weakref
 from typing import Any
 
 import torch
@@ -33,6 +37,7 @@ ENV = "DTYPE_DOCTOR_TRY"
 LOW = (torch.float16, torch.bfloat16)
 _GETTER = type(torch.Tensor.dtype.__get__)
 _MODULE_APPLY = torch.nn.Module._apply.__code__
+_MODULE_CALL = torch.nn.Module._call_impl.__code__
 
 
 def _name(func: Any) -> str:
@@ -62,38 +67,50 @@ def _up(x: Any) -> Any:
 
 
 class Fp32Lines(TorchFunctionMode):
-    def __init__(self, lines: Any, record: str | None) -> None:
+    def __init__(self, lines: Any, record: str | None, keep: bool = False) -> None:
         super().__init__()
         self.every = lines == "*"
+        self.keep = keep
         self.lines = set() if self.every else set(lines or ())
         self.record = record
         self.seen: dict[str, dict[str, Any]] = {}  # key -> what the record says of it
         self.scratch = os.path.realpath(os.environ.get("TMPDIR", "")) + os.sep
         self._user: dict[str, bool] = {}
         self._trees: dict[str, ast.Module | None] = {}
+        self._literals: dict[str, bool] = {}
+        self.made: dict[int, weakref.ref] = {}  # id -> the float32 tensors the intervention made
 
-    def _frame(self) -> Any:
-        """The first frame outside torch and this tool: the user's line, when it is in a user file."""
+    def _frame(self) -> tuple[Any, bool]:
+        """The first frame outside torch and this tool: the user's line, when it is in a user file;
+        and whether the op runs inside a module that line called (a library module's own op)."""
         f = sys._getframe(1)
+        in_module = False
         while f is not None:
             file = f.f_code.co_filename
             if f.f_code is _MODULE_APPLY:
-                return None  # a module-wide cast (`model.half()`): the model's dtype, never one line's op
+                return (
+                    None,
+                    False,
+                )  # a module-wide cast (`model.half()`): the model's dtype, never one line's op
             if not (file.startswith((TORCH_DIR, TOOL_DIR, "<"))):
                 break
+            in_module = in_module or f.f_code is _MODULE_CALL
             f = f.f_back
         if f is None:
-            return None
+            return None, False
         file = f.f_code.co_filename
         mine = self._user.get(file)
         if mine is None:
             mine = self._user[file] = is_user_file(file)
-        return f if mine else None
+        return (f, in_module) if mine else (None, False)
 
     def _key(self, frame: Any) -> str:
-        file = os.path.realpath(frame.f_code.co_filename)
+        return self._key_of(frame.f_code.co_filename, frame.f_lineno)
+
+    def _key_of(self, file: str, line: int) -> str:
+        file = os.path.realpath(file)
         where = file[len(self.scratch) :] if file.startswith(self.scratch) else file
-        return f"{where}:{frame.f_lineno}"
+        return f"{where}:{line}"
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -104,6 +121,7 @@ class Fp32Lines(TorchFunctionMode):
         low_in = any(_low(a) for a in operands) or any(
             isinstance(a, (list, tuple)) and any(_low(x) for x in a) for a in operands
         )
+        made_in = bool(self.made) and self._made_in(operands)
         auto = torch.is_autocast_enabled("cpu") or (
             torch.cuda.is_available() and torch.is_autocast_enabled("cuda")
         )
@@ -113,26 +131,65 @@ class Fp32Lines(TorchFunctionMode):
             or (name == "type_as" and len(args) > 1 and _low(args[1]))
         )
         makes_low = _is_low_dtype(kwargs.get("dtype"))
-        if not (low_in or auto or to_low or makes_low):
-            return func(*args, **kwargs)
-        frame = self._frame()
-        if frame is None:
-            return func(*args, **kwargs)
-        key = self._key(frame)
-        if self.record is not None:
-            self._note(key, frame, auto)
-        if not (self.every or key in self.lines):
-            return func(*args, **kwargs)
+        # a float32 tensor the intervention made meeting a low one: promote, as the changed
+        # decision would have (never the mismatch error a half-changed program meets)
+        follow = made_in and low_in and not to_low
+        chosen = False
+        if low_in or auto or to_low or makes_low:
+            frame, in_module = self._frame()
+            if frame is not None:
+                key = self._key(frame)
+                mine = not (
+                    self.keep and (in_module or ((to_low or makes_low) and self._literal(key, frame, name)))
+                )
+                if mine and self.record is not None:
+                    self._note(key, frame, auto)
+                chosen = mine and (self.every or key in self.lines)
+        if not (chosen or follow):
+            out = func(*args, **kwargs)
+            return self._tag(out) if made_in else out
         if to_low and args and isinstance(args[0], torch.Tensor):
-            return args[0] if args[0].dtype not in LOW else args[0].float()
+            return self._tag(args[0] if args[0].dtype not in LOW else args[0].float())
         if makes_low:
             kwargs = {**kwargs, "dtype": torch.float32}
         args, kwargs = tree_map(_up, (args, kwargs))
         with torch.autocast("cpu", enabled=False):
             if torch.cuda.is_available():
                 with torch.autocast("cuda", enabled=False):
-                    return func(*args, **kwargs)
-            return func(*args, **kwargs)
+                    return self._tag(func(*args, **kwargs))
+            return self._tag(func(*args, **kwargs))
+
+    def _made_in(self, operands: tuple) -> bool:
+        for a in operands:
+            for x in a if isinstance(a, (list, tuple)) else (a,):
+                ref = self.made.get(id(x)) if isinstance(x, torch.Tensor) else None
+                if ref is not None and ref() is x:
+                    return True
+        return False
+
+    def _tag(self, out: Any) -> Any:
+        """Remember the float32 tensors of `out` as the intervention's (followed where they flow)."""
+
+        def tag(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.dtype == torch.float32:
+                key = id(x)
+                self.made[key] = weakref.ref(x, lambda _, key=key: self.made.pop(key, None))
+            return x
+
+        tree_map(tag, out)
+        return out
+
+    def _literal(self, key: str, frame: Any, name: str) -> bool:
+        """The line asks for a low dtype in so many words: `.half()`, or `torch.float16` written out."""
+        if name in LOWERING_METHODS:
+            return True
+        literal = self._literals.get(key)
+        if literal is None:
+            tree = self._tree(frame.f_code.co_filename)
+            literal = self._literals[key] = any(
+                text.startswith("torch.") and _is_low_dtype(value) for text, value in _names_at(tree, frame)
+            )
+        return literal
 
     def _note(self, key: str, frame: Any, auto: bool) -> None:
         """What the record says of a user line: autocast was on, which of its names held a
@@ -145,9 +202,23 @@ class Fp32Lines(TorchFunctionMode):
                     entry["low_names"].append(text)
                 elif _is_low_dtype(value):
                     entry["dtype_names"].append(text)
+                    entry.setdefault("chosen", []).extend(self._chosen_at(frame, text))
         if auto and not entry["autocast"]:
             entry["autocast"] = True
             entry["autocast_device"] = "cpu" if torch.is_autocast_enabled("cpu") else "cuda"
+
+    def _chosen_at(self, frame: Any, text: str) -> list[dict[str, Any]]:
+        """Where the low dtype a name on this line holds was chosen: the argument its caller passed
+        for a parameter, a variable's assignment (nearest first), as `{"key", "expr"}`."""
+        if not text.isidentifier():
+            return []
+        from ..watching.dtype_values import resolve
+
+        try:
+            sites = resolve(frame, ast.Name(id=text, ctx=ast.Load()))
+        except Exception:
+            return []
+        return [{"key": self._key_of(site.file, site.line), "expr": site.name} for site in sites]
 
     def _tree(self, file: str) -> ast.Module | None:
         if file not in self._trees:
@@ -227,7 +298,7 @@ def install() -> Fp32Lines | None:
     record = spec.get("record")
     if record:  # relative: in the scratch copy the re-run runs in
         record = os.path.join(os.environ.get("TMPDIR", ""), record)
-    mode = Fp32Lines(spec.get("lines"), record)
+    mode = Fp32Lines(spec.get("lines"), record, keep=bool(spec.get("keep")))
     mode.__enter__()
     atexit.register(mode.write)
     return mode

@@ -42,6 +42,7 @@ class Outcome:
     prefix: list[dict[str, Any]] = field(default_factory=list)  # the lines that cure together, root last
     alone: bool = False  # the root line's edit alone cures (else only with the lines before it)
     why: str = ""  # why no root was found
+    kept: bool = False  # cured with the user's literal precision choices and library modules left alone
     candidates: int = 0
     tried: list[str] = field(default_factory=list)
 
@@ -63,13 +64,20 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
     """Find the user line whose float32 computation cures the failing program (see the module doc)."""
     out = Outcome()
 
-    def run(lines: Any) -> Replay:
+    def run(lines: Any, keep: bool) -> Replay:
         out.runs += 1
-        spec = json.dumps({"lines": lines, "record": RECORD if lines == "*" else None})
+        spec = json.dumps({"lines": lines, "keep": keep, "record": RECORD if lines == "*" else None})
         left = max(10.0, min(timeout, deadline - time.monotonic()))
         return replay({}, command, anchor, timeout=left, extra_env={TRY_ENV: spec}, collect=_collect)
 
-    first = run("*")
+    # first with the user's own precision choices kept (their literal casts, the library modules
+    # their lines call): a cure there is a line that computes in a precision it inherited
+    keep = True
+    first = run("*", keep)
+    if not (first.collected and _cured(first)):
+        keep = False
+        first = run("*", keep)
+    out.kept = keep
     entries = first.collected or []
     out.candidates = len(entries)
     if not entries:
@@ -87,7 +95,7 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
             out.why = f"the budget ran out bisecting {len(keys)} lines"
             return out
         mid = (lo + hi) // 2
-        if _cured(run(keys[:mid])):
+        if _cured(run(keys[:mid], keep)):
             hi = mid
         else:
             lo = mid + 1
@@ -104,6 +112,12 @@ def _original(key: str, anchor: str) -> str:
     return f"{shown_path(path)}:{line}"
 
 
+# a tensor's attributes that read no value of it
+_METADATA = frozenset(
+    {"shape", "device", "ndim", "size", "dim", "numel", "is_cuda", "requires_grad", "layout"}
+)
+
+
 def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
     """The statement at `line` computing in float32: its half operands `.float()`, a low dtype it
     names `torch.float32`, `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
@@ -117,12 +131,15 @@ def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
     start = src.offset(stmt.lineno, 0)
     _, end = src.span(stmt)
     spans: list[tuple[int, int, str]] = []
+    metadata = {id(n.value) for n in ast.walk(stmt) if isinstance(n, ast.Attribute) and n.attr in _METADATA}
     for node in ast.walk(stmt):
         if getattr(node, "lineno", None) != line:
             continue
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
             text = ast.unparse(node)
             a, b = src.span(node)
+            if text in low and id(node) in metadata:
+                continue  # `x.shape[0]`: no value of x is computed with
             if text in low:
                 spans.append((a, b, f"{src.text[a:b]}.float()"))
             elif text in dtypes:
@@ -212,7 +229,22 @@ def diagnose(
         fix = _tried_fix(lines, command, anchor, timeout, user_source, outcome)
         if fix is not None and fix.verified:
             outcome.alone = len(lines) == 1
-            return finding(outcome, code_of_program, fix), outcome
+            chosen = _chosen_fix(lines, command, anchor, timeout, user_source, outcome, deadline)
+            found = finding(outcome, code_of_program, fix)
+            if chosen is not None:
+                site, chosen_fix = chosen
+                path, _, line = site["key"].rpartition(":")
+                found.fixes.insert(0, chosen_fix)
+                found.location = Location(file=os.path.basename(path), line=int(line))
+                found.message += (
+                    f"; the dtype it computes in is chosen at {os.path.basename(path)}:{line}"
+                    f" (`{site['expr']}`), and float32 there alone makes it pass too"
+                )
+                found.root_cause = (
+                    f"the dtype `{site['expr']}` chosen at {os.path.basename(path)}:{line}: "
+                    f"float32 there alone makes the program pass"
+                )
+            return found, outcome
     where = outcome.root["key"]
     outcome.why = f"{where} in float32 cures the program, but no edit of it that was re-run did"
     return None, outcome
@@ -227,9 +259,6 @@ def _tried_fix(
     outcome: Outcome,
 ) -> Fix | None:
     """The lines' statements rewritten in float32 (one file), re-run: the fix with its verdict."""
-    from ..editing.fix_edits import small_diff, to_json
-    from ..editing.source import apply
-
     path = lines[-1]["key"].rpartition(":")[0]
     src = user_source(path)
     if src is None or any(e["key"].rpartition(":")[0] != path for e in lines):
@@ -237,16 +266,42 @@ def _tried_fix(
     edits = [e for entry in lines if (e := rewrite(src, int(entry["key"].rpartition(":")[2]), entry))]
     if not edits:
         return None
+    numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
+    return _verified(
+        src,
+        edits,
+        command,
+        anchor,
+        timeout,
+        outcome,
+        f"Compute {os.path.basename(path)}:{numbers} in float32",
+        "the experiment's cure: in float32 this makes the failing program pass",
+    )
+
+
+def _verified(
+    src: Source,
+    edits: list[Edit],
+    command: Command,
+    anchor: str,
+    timeout: float,
+    outcome: Outcome,
+    title: str,
+    why: str,
+) -> Fix:
+    """`edits` (with `import torch` where the file lacks it) re-run: the fix with its verdict."""
+    from ..editing.fix_edits import small_diff, to_json
+    from ..editing.source import apply
+
     if any("torch." in e.text for e in edits) and "import torch" not in src.text:
-        edits.insert(0, Edit(src.path, 0, 0, f"import torch{src.newline}"))
+        edits = [Edit(src.path, 0, 0, f"import torch{src.newline}"), *edits]
     backend = Patched({src.path: src.text}, lambda files: replay(files, command, anchor, timeout=timeout))
     seen = attempt({src.path: apply(src.text, edits)}, backend)
     outcome.runs += 1
     ruff = [to_json(src, e) for e in edits]
-    numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
     return cure(
-        f"Compute {os.path.basename(path)}:{numbers} in float32",
-        "the experiment's cure: in float32 this makes the failing program pass",
+        title,
+        why,
         ruff,
         small_diff(ruff),
         seen.passed,
@@ -254,3 +309,73 @@ def _tried_fix(
         if seen.passed
         else (seen.verdict.text if seen.verdict else "fails"),
     )
+
+
+def _chosen_fix(
+    lines: list[dict[str, Any]],
+    command: Command,
+    anchor: str,
+    timeout: float,
+    user_source: Callable[[str], Source | None],
+    outcome: Outcome,
+    deadline: float,
+) -> tuple[dict[str, Any], Fix] | None:
+    """The decision one step before the cured lines: where the low dtype they name was chosen (the
+    argument a caller passed, a variable's assignment), float32 there alone, re-run. The farthest
+    site first (where the value was written); None when no site's edit cures."""
+    sites: list[dict[str, Any]] = []
+    for entry in lines:
+        for site in reversed(entry.get("chosen") or ()):
+            if (
+                isinstance(site, dict)
+                and site not in sites
+                and site.get("key") not in {e["key"] for e in lines}
+            ):
+                sites.append(site)
+    for site in sites[:2]:
+        if time.monotonic() > deadline:
+            return None
+        key = _original(site["key"], anchor)
+        path, _, line = key.rpartition(":")
+        src = user_source(path)
+        edit = _value_edit(src, int(line), str(site.get("expr", ""))) if src is not None else None
+        if edit is None:
+            continue
+        fix = _verified(
+            src,
+            [edit],
+            command,
+            anchor,
+            timeout,
+            outcome,
+            f"Choose float32 where the dtype is chosen ({os.path.basename(path)}:{line})",
+            f"the lines that compute in it take `{site['expr']}` from here; float32 here alone cures the program",
+        )
+        if fix.verified:
+            return {**site, "key": key}, fix
+    return None
+
+
+def _value_edit(src: Source, line: int, expr: str) -> Edit | None:
+    """`expr` on the statement at `line` (an argument passed, or an assignment's value) made
+    `torch.float32`."""
+    stmt = src.statement_at(line)
+    if stmt is None or not expr:
+        return None
+    if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr for t in stmt.targets):
+        node: ast.AST | None = stmt.value
+    else:
+        node = next(
+            (
+                n
+                for n in ast.walk(stmt)
+                if isinstance(n, ast.expr)
+                and not isinstance(getattr(n, "ctx", None), ast.Store)
+                and ast.unparse(n) == expr
+            ),
+            None,
+        )
+    if node is None:
+        return None
+    start, end = src.span(node)
+    return Edit(src.path, start, end, "torch.float32")

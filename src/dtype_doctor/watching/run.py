@@ -316,10 +316,6 @@ def _exec_watched(
         guard = installed()
         if guard is not None:  # a re-run under the guard: torch's C++ writer checked too
             guard.guard_torch_writers()
-        if os.environ.get(TRY_ENV):  # a re-run of the experiment's: its intervention, under the watch
-            from ..experiment.intervene import install
-
-            install()
         session = watch(mode=opts.mode, numerics=opts.numerics, report=report)
         try:
             session.__enter__()
@@ -327,6 +323,12 @@ def _exec_watched(
             print(f"dtype-doctor run: error: cannot start watching: {exc}", file=sys.stderr)
             return
         sessions.append(session)
+        if os.environ.get(TRY_ENV):
+            # a re-run of the experiment's: its intervention above the watch, which sees the ops as
+            # they run (a cast the intervention skips is not a mismatch the program has)
+            from ..experiment.intervene import install
+
+            install()
 
     hook = _WatchOnTorchImport(start)
     limit = _make_room()

@@ -1,0 +1,92 @@
+"""The line experiment's root is a decision, not the widest cure: it keeps the user's own precision
+choices (a literal `dtype=torch.float16`, `.half()`, the library modules a line calls) and tries the
+lines that compute in a precision they inherited first; and when the cured lines take their dtype
+from a name, the place that name's value was chosen (a caller's argument, an assignment) is tried
+alone and, when it cures, is the first fix. Each fix is applied by the independent applier and the
+script then passes under plain python."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_process import dtype_doctor
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+    "OMP_NUM_THREADS": "1",
+}
+ENV.pop("DTYPE_DOCTOR_BUDGET", None)
+
+# positions made in the dtype of the data: above 2048 fp16 integers collapse. The fp16 data (line 8)
+# is the user's choice; the positions' derived dtype (line 5) is the root.
+DERIVED = """import torch
+
+
+def positions(x):
+    return torch.arange(x.shape[0], dtype=x.dtype)
+
+
+x = torch.randn(3000, 4, dtype=torch.float16)
+pos = positions(x)
+distinct = torch.unique(pos).numel()
+print("distinct positions", distinct)
+assert distinct == x.shape[0], "positions collapsed"
+"""
+
+# a table built in the dtype its caller passes: the caller's bf16 (line 10) is the decision
+CHOSEN = """import torch
+
+
+def angle_table(n, dtype):
+    t = torch.arange(n, dtype=dtype)
+    return (t[:, None] * torch.ones(1, 4, dtype=dtype)).cos()
+
+
+reference = angle_table(3000, torch.float32)
+table = angle_table(3000, dtype=torch.bfloat16)
+err = (table.float() - reference).abs().max().item()
+print("max error", err)
+assert err < 0.05, f"angle table off by {err:.3f}"
+"""
+
+
+def _applier():
+    spec = importlib.util.spec_from_file_location("fix_by_hand", ROOT / "scripts" / "fix_by_hand.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("script", "line", "written"),
+    [
+        (DERIVED, 5, "torch.arange(x.shape[0], dtype=torch.float32)"),
+        (CHOSEN, 10, "table = angle_table(3000, dtype=torch.float32)"),
+    ],
+    ids=["derived-dtype-not-the-literal-input", "dtype-chosen-by-the-caller"],
+)
+def test_the_root_is_the_decision_and_its_fix_cures(
+    tmp_path: Path, script: str, line: int, written: str
+) -> None:
+    (tmp_path / "prog.py").write_text(script)
+    proc = dtype_doctor("run", "--budget", "300", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
+    assert proc.returncode == 1 and "AssertionError" in proc.stderr, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    first = next(f for f in report["findings"] if f["severity"] == "error")
+    assert (first["location"]["file"], first["location"]["line"]) == ("prog.py", line), first["message"]
+    fix = first["fixes"][0]
+    assert fix["verified"] is True, fix["verification"]
+    assert any(e["location"]["row"] == line for e in fix["edits"]), fix["edits"]
+    _applier().apply_edits(tmp_path, fix["edits"])
+    assert written in (tmp_path / "prog.py").read_text()
+    ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-1500:]
