@@ -200,6 +200,29 @@ def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedP
     return script, report, proc
 
 
+# a table a method moves to the sample's device (keeping its float32) and indexes a few lines later
+TABLE_MOVED = """\
+import torch
+
+
+class Schedule:
+    def __init__(self, steps=50):
+        self.scale = torch.linspace(0.9, 0.1, steps)
+
+    def mix(self, sample, noise, t):
+        self.scale = self.scale.to(sample.device)
+        s = self.scale[t]
+        s = s.reshape(-1, 1)
+        return s * sample + (1 - s) * noise
+
+
+proj = torch.nn.Linear(4, 4).half()
+sample = torch.randn(2, 4, dtype=torch.float16)
+mixed = Schedule().mix(sample, torch.randn_like(sample), torch.tensor([3, 7]))
+print(proj(mixed).dtype)
+"""
+
+
 @pytest.mark.parametrize(
     ("text", "line", "written"),
     [
@@ -210,6 +233,7 @@ def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedP
         (VALUE_ELSEWHERE, 12, "        dtype, device = torch.float16, x.device\n"),
         (SKIPPED_CAST, 11, "        feats = feats.to(dtype=self.dtype)\n"),
         (DTYPE_PARAMETER, 6, "    pixels = pixels.to(device=device, dtype=dtype)\n"),
+        (TABLE_MOVED, 9, "        self.scale = self.scale.to(sample.device, dtype=sample.dtype)\n"),
     ],
     ids=[
         "model-to",
@@ -219,6 +243,7 @@ def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedP
         "value-elsewhere",
         "skipped-cast",
         "own-dtype-parameter",
+        "moved-on-the-way-to-its-use",
     ],
 )
 def test_the_first_fix_is_the_decision_before_the_birth(
@@ -243,3 +268,11 @@ def test_a_move_names_a_device_and_no_dtype() -> None:
     )
     found = [c.lineno for c in moves.moves(src, "x", 0, after=True)]
     assert found == [1, 3, 7]
+
+
+def test_the_way_back_from_a_use_follows_assignments_in_its_function() -> None:
+    src = Source(
+        "m.py",
+        "def f(self, t, x):\n    a = self.table[t]\n    b = a * 2\n    unrelated = 3\n    return b + x\n",
+    )
+    assert moves.read_back(src, 5) == ["b", "x", "a", "self.table", "t"]

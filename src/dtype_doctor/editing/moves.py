@@ -110,3 +110,48 @@ def dtype_parameter(src: Source, line: int) -> str | None:
         if k.arg == "dtype" and isinstance(k.value, ast.Name) and k.value.id in params
     }
     return passed.pop() if len(passed) == 1 else None
+
+
+def read_back(src: Source, line: int, depth: int = 4) -> list[str]:
+    """The names (`x`, `self.table`) the statement at `line` reads, then those the earlier
+    assignments of each in its function read, `depth` steps back: the failing value's way, nearest
+    first."""
+    first, _ = _span(src, line)
+    stmt = src.statement_at(line)
+    if stmt is None:
+        return []
+    out: list[str] = []
+    todo = [(n, 0) for n in _reads(stmt)]
+    while todo:
+        name, hops = todo.pop(0)
+        if name in out:
+            continue
+        out.append(name)
+        if hops >= depth:
+            continue
+        for node in src.nodes((ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if first <= node.lineno < line and name in {ast.unparse(t) for t in targets} and node.value:
+                todo.extend((n, hops + 1) for n in _reads(node.value))
+    return out
+
+
+def _reads(node: ast.AST) -> list[str]:
+    """The outermost names and attribute chains of names a node reads, callees left out."""
+    callees = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    found: list[str] = []
+    inner: set[int] = set()
+    for n in ast.walk(node):
+        if id(n) in inner or id(n) in callees:
+            inner.update(id(c) for c in ast.walk(n))
+            continue
+        if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load) and _of_names(n):
+            inner.update(id(c) for c in ast.walk(n))
+            found.append(ast.unparse(n))
+    return list(dict.fromkeys(found))
+
+
+def _of_names(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from ..editing import finders as find
+from ..editing.fix_edits import shown_path
 from ..editing.source import Edit, Source, add_kwarg, call_name, is_atom
 from ..report import Finding, Operand, Origin
 from ..tracing.casts import RAISING_METHODS
@@ -147,3 +148,53 @@ def wrapped_in_fp32(src: Source, stmt: ast.stmt, operands: list[ast.expr], devic
                    for i, line in enumerate(text.splitlines(keepends=True)))  # fmt: skip
     head = f'{indent}with torch.autocast(device_type="{device}", enabled=False):  # float32 here\n'
     return Edit(src.path, start, end, head + body)
+
+
+def off_regions(sources: _Sources, f: Finding) -> Iterator[Candidate]:
+    """A `with torch.autocast(...)` around the user's call that does nothing for the failing op's
+    tensors: it names another device (a "cuda" region over CPU tensors turns itself off, as does
+    `torch.cuda.amp.autocast()`). The region made one for the tensors' device, tried first: it was
+    entered before any op of it ran."""
+    device = f.data.get("device")
+    if not isinstance(device, str) or not device:
+        return
+    seen: set[tuple[str, int]] = set()
+    for key in f.data.get("user_stack") or ():
+        path, _, line = str(key).rpartition(":")
+        src = sources.source(path)
+        found = find.autocast_with(src, int(line)) if src is not None and line.isdigit() else None
+        if found is None or (path, found[0].lineno) in seen:
+            continue
+        seen.add((path, found[0].lineno))
+        edit = _region_for(src, found[1].context_expr, device)  # type: ignore[arg-type]
+        if edit is not None:
+            where = f"{shown_path(path)}:{found[0].lineno}"
+            yield Candidate(
+                f"make the autocast region at {where} one for {device} tensors: as written it is off for them",
+                [edit],
+                first=True,
+            )
+
+
+def _region_for(src: Source, call: ast.expr, device: str) -> Edit | None:
+    """The autocast call's device made `device`; None when it already names it (or a variable)."""
+    if not isinstance(call, ast.Call):
+        return None
+    name = call_name(call.func)
+    if name.endswith("cuda.amp.autocast") and device != "cuda":
+        start, end = src.span(call.func)
+        if src.text[end : end + 1] != "(":
+            return None
+        rest = ", " if call.args or call.keywords else ""
+        return Edit(src.path, start, end + 1, f'torch.autocast("{device}"{rest}')
+    given = next(
+        (k.value for k in call.keywords if k.arg == "device_type"), call.args[0] if call.args else None
+    )
+    if (
+        isinstance(given, ast.Constant)
+        and isinstance(given.value, str)
+        and given.value.split(":")[0] != device
+    ):
+        start, end = src.span(given)
+        return Edit(src.path, start, end, f'"{device}"')
+    return None

@@ -139,6 +139,7 @@ class Planner:
         if f.data.get("misuse") == "clip-before-unscale":
             yield from usage.unscale_before_clip(self, f)
             return
+        yield from autocast_edits.off_regions(self, f)  # a region for another device: off here
         yield from autocast_edits.candidates(self, f)  # float32 where autocast chose the low dtype
         target = _target_dtype(f)
         if target is None:
@@ -148,6 +149,8 @@ class Planner:
         params = [o for o in odd if _held(o)]
         for o in odd:
             yield from undone.left_out(self, o, target)
+        if tensors:
+            yield from undone.moved_on_the_way(self, f, target)
         for o in tensors:
             yield from undone.from_helper(self, f, o, target)
         for o in tensors:

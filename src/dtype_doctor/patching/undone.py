@@ -47,20 +47,49 @@ def left_out(planner: Planner, operand: Operand, dtype: str) -> Iterator[Candida
             yield from skipped_cast(planner, src, name, line)
             found.append((src, name, next(moves.moves(src, name, line, True), None)))
     for src, name, call in found:
-        if call is None:
+        if call is not None:
+            yield from _given_dtype(src, name, call, dtype)
+
+
+def moved_on_the_way(planner: Planner, f: Finding, dtype: str) -> Iterator[Candidate]:
+    """`.to(device)` with no dtype on the failing value's way to a failing line of the user's: the
+    names that line reads, followed back through their assignments in its function (the table a
+    method moves to the sample's device and indexes later), the nearest move before the use."""
+    places = [(f.location.file, f.location.line)] if f.location and f.location.line else []
+    your = str(f.data.get("your_code") or "")
+    if your.rpartition(":")[2].isdigit():
+        places.append((your.rpartition(":")[0], int(your.rpartition(":")[2])))
+    seen: set[int] = set()
+    for path, line in places:
+        src = planner.source(path)
+        if src is None or line is None:
             continue
-        where = f"{src.path}:{call.lineno}"
-        # the function's own dtype parameter when it has one (`def prepare(x, dtype, device)`), re-run
-        # first; the literal after it, in case that parameter holds another dtype
-        own = moves.dtype_parameter(src, call.lineno)
-        for value in [own, f"torch.{dtype}"] if own else [f"torch.{dtype}"]:
-            edit = add_kwarg(src, call, "dtype", value)
-            if edit is not None:
-                yield Candidate(
-                    f"give the `.to()` that moves `{name}` the dtype it leaves out: dtype={value} ({where})",
-                    [edit],
-                    first=True,
-                )
+        for name in moves.read_back(src, line):
+            call = next(moves.moves(src, name, line, False), None)
+            if call is not None and id(call) not in seen:
+                seen.add(id(call))
+                yield from _given_dtype(src, name, call, dtype)
+
+
+def _given_dtype(src: Source, name: str, call: ast.Call, dtype: str) -> Iterator[Candidate]:
+    """The move given a dtype: the dtype of the tensor whose device it follows (`.to(x.device)` ->
+    `dtype=x.dtype`), else the function's own dtype parameter, then the literal (in case either
+    holds another dtype), each re-run."""
+    where = f"{src.path}:{call.lineno}"
+    values = []
+    device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+    if isinstance(device, ast.Attribute) and device.attr == "device" and isinstance(device.value, ast.Name):
+        values.append(f"{device.value.id}.dtype")
+    own = moves.dtype_parameter(src, call.lineno)
+    values += [v for v in (own, f"torch.{dtype}") if v]
+    for value in dict.fromkeys(values):
+        edit = add_kwarg(src, call, "dtype", value)
+        if edit is not None:
+            yield Candidate(
+                f"give the `.to()` that moves `{name}` the dtype it leaves out: dtype={value} ({where})",
+                [edit],
+                first=True,
+            )
 
 
 def user_line(planner: Planner, origin: Origin) -> tuple[Source | None, int | None]:

@@ -263,6 +263,8 @@ def build(
     extra: dict[str, Any] = {"expected_dtype": canonical(expected)} if expected is not None else {}
     if ufile and (ufile, uline) != (file, line):
         extra["your_code"] = f"{ufile}:{uline}"
+    extra["device"] = fix_names["device"]
+    extra["user_stack"] = _safe(lambda: [f"{f.f_code.co_filename}:{f.f_lineno}" for f in frames]) or []
     if expected is not None and why:
         extra["intended"] = {"dtype": canonical(expected), "evidence": why}
         upcast = _safe(lambda: intent.deliberate(odd.tensor, prov) if odd.tensor is not None else None)
