@@ -22,7 +22,18 @@ from typing import Any
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 _BOOT = "import runpy; runpy.run_module('dtype_doctor', run_name='__main__', alter_sys=True)"
-_PRELOAD = ["numpy", "torch", "rich.console"]
+_PRELOAD = [
+    "numpy",
+    "torch",
+    "rich.console",
+    # the model libraries the zoo scripts build from (tests/tiny_models.py): several seconds a run
+    "diffusers.models.unets.unet_2d_condition",
+    "diffusers.models.autoencoders.autoencoder_kl",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.clip.modeling_clip",
+    "transformers.models.vit.modeling_vit",
+]
 _warm: list[Any] = []
 _one_at_a_time = threading.Lock()
 

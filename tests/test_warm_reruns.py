@@ -87,7 +87,8 @@ def test_a_warm_rerun_is_guarded_and_killed_past_its_timeout(tmp_path, monkeypat
     assert served == [True, True]
 
 
-def test_the_zygote_preloads_libraries_never_the_users_files(tmp_path):
+def test_the_zygote_preloads_libraries_never_the_users_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm, "_held_before", set())  # as before any program started here
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "users_module_xyz.py").write_text("VALUE = 1\n")
@@ -101,6 +102,20 @@ def test_the_zygote_preloads_libraries_never_the_users_files(tmp_path):
         sys.modules.pop("users_module_xyz", None)
     assert "users_module_xyz" not in names
     assert "json" in names and "dtype_doctor.verifying.warm" in names
+
+
+def test_what_the_process_held_before_the_program_is_not_the_programs(monkeypatch):
+    # a host's own modules (a notebook's, a test runner's warm process) are not imported for the
+    # program's re-runs; torch, NumPy and the tool are, whoever imported them first
+    import colorsys  # noqa: F401 (a library module this test process holds)
+
+    import torch  # noqa: F401
+
+    monkeypatch.setattr(warm, "_held_before", set())
+    assert "colorsys" in warm.preloadable("/nonexistent-anchor", "/nonexistent-scratch")
+    warm.program_starts()
+    names = warm.preloadable("/nonexistent-anchor", "/nonexistent-scratch")
+    assert "colorsys" not in names and "torch" in names and "dtype_doctor.verifying.warm" in names
 
 
 def test_programs_that_end_at_once_are_answered_one_after_another_with_their_codes(tmp_path, monkeypatch):

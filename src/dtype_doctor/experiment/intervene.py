@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -67,8 +68,11 @@ def _up(x: Any) -> Any:
 
 
 class Fp32Lines(TorchFunctionMode):
-    def __init__(self, lines: Any, record: str | None, keep: bool = False) -> None:
+    def __init__(
+        self, lines: Any, record: str | None, keep: bool = False, resolve: Callable[..., list] | None = None
+    ) -> None:
         super().__init__()
+        self.resolve = resolve  # (frame, name) -> the sites its value came through (watching/dtype_values)
         self.every = lines == "*"
         self.keep = keep
         self.lines = set() if self.every else set(lines or ())
@@ -210,12 +214,10 @@ class Fp32Lines(TorchFunctionMode):
     def _chosen_at(self, frame: Any, text: str) -> list[dict[str, Any]]:
         """Where the low dtype a name on this line holds was chosen: the argument its caller passed
         for a parameter, a variable's assignment (nearest first), as `{"key", "expr"}`."""
-        if not text.isidentifier():
+        if not text.isidentifier() or self.resolve is None:
             return []
-        from ..watching.dtype_values import resolve
-
         try:
-            sites = resolve(frame, ast.Name(id=text, ctx=ast.Load()))
+            sites = self.resolve(frame, ast.Name(id=text, ctx=ast.Load()))
         except Exception:
             return []
         return [{"key": self._key_of(site.file, site.line), "expr": site.name} for site in sites]
@@ -286,8 +288,9 @@ def _lookup(node: ast.expr, frame: Any) -> Any:
     return _MISSING
 
 
-def install() -> Fp32Lines | None:
-    """The intervention, when this process is an experiment's re-run ($DTYPE_DOCTOR_TRY)."""
+def install(resolve: Callable[..., list] | None = None) -> Fp32Lines | None:
+    """The intervention, when this process is an experiment's re-run ($DTYPE_DOCTOR_TRY); `resolve`
+    follows a dtype name to where its value was chosen (the watch's, passed in from above)."""
     raw = os.environ.get(ENV)
     if not raw:
         return None
@@ -298,7 +301,7 @@ def install() -> Fp32Lines | None:
     record = spec.get("record")
     if record:  # relative: in the scratch copy the re-run runs in
         record = os.path.join(os.environ.get("TMPDIR", ""), record)
-    mode = Fp32Lines(spec.get("lines"), record, keep=bool(spec.get("keep")))
+    mode = Fp32Lines(spec.get("lines"), record, keep=bool(spec.get("keep")), resolve=resolve)
     mode.__enter__()
     atexit.register(mode.write)
     return mode

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog import family_codes
+from ..editing.finders import enclosing_function
 from ..editing.fix_edits import shown_path
 from ..editing.source import Edit, Source
 from ..patching.verify import Command, Patched, Replay, attempt, replay
@@ -363,6 +364,8 @@ def _value_edit(src: Source, line: int, expr: str) -> Edit | None:
     if stmt is None or not expr:
         return None
     if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr for t in stmt.targets):
+        if enclosing_function(src, line) is None:
+            return None  # `dtype = torch.float16` at the top: the script's precision, not this value's
         node: ast.AST | None = stmt.value
     else:
         node = next(

@@ -39,16 +39,29 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(sorted(dirs | {here}))
 
 
+_held_before: set[str] = set()  # what this process held before the user's program started
+_ALWAYS = ("torch", "numpy", "dtype_doctor")  # what every re-run of a torch program imports
+
+
+def program_starts() -> None:
+    """Remember the modules held now: a host's own (a notebook's, a test runner's warm process)
+    are not the program's, and a re-run's zygote does not import them for it."""
+    _held_before.update(sys.modules)
+
+
 def preloadable(anchor: str, scratch: str) -> list[str]:
     """Names of the modules this process holds that a re-run of the same program imports the same
     way: their files in the standard library, site-packages or this tool, none under `anchor` (the
-    user's folder) or `scratch`."""
+    user's folder) or `scratch`, none the process held before the program started (but torch,
+    NumPy and this tool)."""
     libraries = _library_dirs()
     mine = tuple(os.path.realpath(p) + os.sep for p in (anchor, scratch))
     names = []
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if not file or name == "__main__" or name.startswith("__"):
+            continue
+        if name in _held_before and name.partition(".")[0] not in _ALWAYS:
             continue
         real = os.path.realpath(file)
         if real.startswith(mine) or not real.startswith(libraries):

@@ -327,9 +327,13 @@ def _exec_watched(
             # a re-run of the experiment's: its intervention above the watch, which sees the ops as
             # they run (a cast the intervention skips is not a mismatch the program has)
             from ..experiment.intervene import install
+            from .dtype_values import resolve
 
-            install()
+            install(resolve)
 
+    from ..verifying.warm import program_starts
+
+    program_starts()
     hook = _WatchOnTorchImport(start)
     limit = _make_room()
     if "torch" in sys.modules:
