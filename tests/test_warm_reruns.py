@@ -131,3 +131,37 @@ def test_programs_that_end_at_once_are_answered_one_after_another_with_their_cod
         ran = rerun.run([sys.executable, "-m", "quick"], str(scratch), str(scratch), env, 20)
         assert ran.code == 3 and time.perf_counter() - started < 15
     assert served == [True] * 5
+
+
+PREFORK = """
+import atexit, os, sys
+from dtype_doctor.verifying import warm
+atexit.register(lambda: print("parent atexit", flush=True))
+warm.prefork()
+print("forked", bool(warm._preforked))
+try:
+    os.waitpid(-1, os.WNOHANG)
+    print("a child")
+except ChildProcessError:
+    print("no child")
+here = os.getcwd()
+z = warm.zygote(here, os.path.join(here, "scratch"), dict(os.environ))
+code = "import sys; print(6 * 7); print('e', file=sys.stderr); raise SystemExit(3)"
+status, out, err = z.run([sys.executable, "-c", code], here, dict(os.environ), 60)
+print(status, out.strip(), err.strip())
+"""
+
+
+def test_the_zygote_forked_before_the_program_serves_and_is_no_child_of_it(tmp_path):
+    # `run` forks its re-runs' zygote before the user's program starts: a grandchild in a session
+    # of its own (the program's os.wait() finds no child of ours), which runs no handler of the
+    # parent's at its end and answers as a fresh zygote does
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(warm.__file__).rsplit("/dtype_doctor/", 1)[0]}
+    env.pop(warm._ENV_OFF, None)
+    done = subprocess.run(
+        [sys.executable, "-c", PREFORK], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["forked True", "no child", "3 42 e", "parent atexit"]

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from typing import Any
 
 from .child_signals import own_children
@@ -90,6 +91,16 @@ class Zygote:
         )
         self.ready: bool | None = None  # the first answer: whether it serves at all
         self.count = 0
+
+    @classmethod
+    def adopt(cls, forked: _Forked, modules: list[str]) -> Zygote:
+        """The pre-forked zygote (prefork), told which modules the program imported."""
+        self = cls.__new__(cls)
+        self.outputs = tempfile.mkdtemp(prefix="dtype-doctor-warm-")
+        self.proc = forked  # type: ignore[assignment]
+        self.ready, self.count = None, 0
+        forked.stdin.write((json.dumps({"modules": modules}) + "\n").encode())
+        return self
 
     def _line(self, timeout: float | None) -> dict | None:
         out = self.proc.stdout
@@ -159,6 +170,122 @@ class Zygote:
         shutil.rmtree(self.outputs, ignore_errors=True)
 
 
+class _Forked:
+    """The zygote forked from this process before the user's program ran, as Zygote reads its
+    process: two pipes. It is this process's grandchild (never a child the program could wait for)
+    and ends when its requests pipe closes, which its answers pipe shows as an end of file."""
+
+    def __init__(self, requests: int, answers: int) -> None:
+        self.stdin = os.fdopen(requests, "wb", buffering=0)
+        self.stdout = os.fdopen(answers, "rb", buffering=0)
+        self.pid = 0
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            ready, _, _ = select.select([self.stdout], [], [], left)
+            if not ready:
+                raise subprocess.TimeoutExpired("zygote", timeout or 0)
+            if not self.stdout.read(65536):
+                self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.pid:
+                os.kill(self.pid, 9)
+        self.returncode = -9
+
+
+_preforked: list[_Forked] = []
+
+
+def prefork() -> None:
+    """Fork the re-runs' zygote now, before the user's program runs: it holds what this process
+    holds (torch when it is imported already) and none of the program's state; it imports the
+    program's libraries when the first re-run asks. A double fork in a session of its own: no child
+    of this process, no terminal signal. Nothing when threads run (they would not survive a fork)
+    or re-runs start cold."""
+    import threading
+
+    if _preforked or os.environ.get(_ENV_OFF) or not hasattr(os, "fork") or sys.platform == "darwin":
+        return
+    if threading.active_count() != 1:
+        return
+    try:
+        req_r, req_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered is copied into the fork
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+    except OSError:
+        return
+    if pid == 0:
+        code = 70
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                os.close(req_w)
+                os.close(ans_r)
+                code = _forked_side(req_r, ans_w)
+            else:
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(req_r)
+    os.close(ans_w)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    forked = _Forked(req_w, ans_r)
+    ready, _, _ = select.select([forked.stdout], [], [], 10)
+    line = forked.stdout.readline() if ready else b""
+    try:
+        forked.pid = int(json.loads(line)["zygote"])
+    except (ValueError, KeyError, TypeError):
+        forked.stdin.close()
+        forked.stdout.close()
+        return
+    _preforked.append(forked)
+
+
+def _forked_side(requests: int, answers: int) -> int:
+    """In the forked zygote: a fresh interpreter's streams, hooks and signals, then serve."""
+    import io
+    import signal
+    import threading
+    import warnings
+
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    atexit._clear()  # the parent's: never run by a re-run
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _forked_side.kept = (sys.stdin, sys.stdout, sys.stderr)  # type: ignore[attr-defined]  # emptied before the fork; never flushed here
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=False)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace"
+    )
+    sys.excepthook, sys.displayhook = sys.__excepthook__, sys.__displayhook__
+    threading.excepthook = threading.__excepthook__
+    warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
+    sys.settrace(None)
+    sys.setprofile(None)
+    os.write(answers, (json.dumps({"zygote": os.getpid()}) + "\n").encode())
+    with os.fdopen(requests, "r") as incoming, os.fdopen(answers, "w") as outgoing:
+        first = incoming.readline()
+        if first:
+            _serve(list(json.loads(first).get("modules", [])), incoming, outgoing)
+    return 0
+
+
 _zygotes: dict[tuple[str, ...], Zygote] = {}
 
 
@@ -174,7 +301,9 @@ def zygote(anchor: str, scratch: str, env: dict[str, str]) -> Zygote | None:
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
         base["PYTHONPATH"] = os.pathsep.join([here, *sys.path[1:]])
         try:
-            found = _zygotes[key] = Zygote(modules, base)
+            found = _zygotes[key] = (
+                Zygote.adopt(_preforked.pop(), modules) if _preforked else Zygote(modules, base)
+            )
         except OSError:
             return None
     return found
@@ -185,29 +314,38 @@ def _close_all() -> None:
     for z in _zygotes.values():
         z.close()
     _zygotes.clear()
+    while _preforked:  # never used: its requests closed, it ends
+        forked = _preforked.pop()
+        with contextlib.suppress(Exception):
+            forked.stdin.close()
+            forked.wait(timeout=5)
+        forked.stdout.close()
 
 
 # -- the zygote's side ---------------------------------------------------------------------------
 def serve(listing: str) -> None:
     """Import the listed modules, then fork a child per request line until standard input closes."""
+    with open(listing) as fh:
+        modules = json.load(fh)
+    _serve(modules, sys.stdin, sys.stdout)
+
+
+def _serve(modules: list[str], requests: Any, answer: Any) -> None:
     import importlib
     import threading
 
-    with open(listing) as fh:
-        modules = json.load(fh)
     for name in modules:
         try:
             importlib.import_module(name)
         except BaseException:
             continue
     base_path = [p for p in sys.path if p]
-    answer = sys.stdout
     serving = threading.active_count() == 1  # a thread would not survive the fork
     answer.write(json.dumps({"serving": serving}) + "\n")
     answer.flush()
     if not serving:
         return
-    for line in sys.stdin:
+    for line in requests:
         request = json.loads(line)
         answer.flush()
         sys.stderr.flush()
@@ -228,7 +366,8 @@ def _child(request: dict[str, Any], base_path: list[str]) -> int:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            # appending: one path for both streams interleaves them as `2>&1` does
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
             os.dup2(target, fd)
             os.close(target)
         os.chdir(request["cwd"])

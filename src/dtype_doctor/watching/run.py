@@ -331,9 +331,12 @@ def _exec_watched(
 
             install(resolve)
 
-    from ..verifying.warm import program_starts
+    from ..verifying.guard import installed
+    from ..verifying.warm import prefork, program_starts
 
     program_starts()
+    if installed() is None:  # a re-run makes no re-runs of its own
+        prefork()  # the re-runs' zygote, forked before any of the program's state exists
     hook = _WatchOnTorchImport(start)
     limit = _make_room()
     if "torch" in sys.modules:
