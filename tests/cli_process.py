@@ -57,10 +57,11 @@ def _zygote() -> Any:
 
 
 def forked(
-    argv: list[str], cwd: Any, env: dict[str, str] | None, timeout: float
+    argv: list[str], cwd: Any, env: dict[str, str] | None, timeout: float, merged: bool = False
 ) -> subprocess.CompletedProcess | None:
     """`python ARGV` (`-m dtype_doctor ...` or `SCRIPT ...`) forked from the warm zygote; None when
-    it does not serve or ARGV is anything else (`-c`, another module): the caller runs it cold."""
+    it does not serve or ARGV is anything else (`-c`, another module): the caller runs it cold.
+    `merged`: stderr into stdout, as `2>&1`."""
     if argv[:2] == ["-m", "dtype_doctor"]:
         code, rest = _BOOT, argv[2:]
     elif argv and not argv[0].startswith("-"):
@@ -70,7 +71,11 @@ def forked(
     where = os.path.abspath(cwd) if cwd is not None else os.getcwd()
     with _one_at_a_time:  # the zygote answers one request at a time
         z = _zygote()
-        done = z.run([sys.executable, "-c", code, *rest], where, dict(env or ENV), timeout) if z else None
+        done = (
+            z.run([sys.executable, "-c", code, *rest], where, dict(env or ENV), timeout, merged)
+            if z
+            else None
+        )
     if done is None:
         return None
     status, out, err = done
@@ -113,3 +118,47 @@ def python(
         if done is not None:
             return done
     return subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def serve_commands(path: str) -> Any:
+    """A thread answering `tests/zygote_client.py` on the Unix socket `path`: each connection one
+    `dtype-doctor ARGS` forked as `forked` does (`{"code", "out", "err"}`, or `{"cold": true}` when
+    the zygote does not serve). Returns a function that stops it."""
+    import json
+    import socket
+
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(4)
+
+    def answer(conn: Any) -> None:
+        with conn:
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            ask = json.loads(data)
+            done = forked(["-m", "dtype_doctor", *ask["argv"]], ask["cwd"], ask["env"], 300, ask["merged"])
+            reply = (
+                {"cold": True}
+                if done is None
+                else {"code": done.returncode, "out": done.stdout, "err": done.stderr}
+            )
+            conn.sendall(json.dumps(reply).encode())
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+
+    def stop() -> None:
+        server.close()
+
+    return stop

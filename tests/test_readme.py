@@ -16,12 +16,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import readme_samples
+from cli_process import serve_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -157,7 +159,7 @@ def test_the_width_check_leaves_out_tracebacks_and_diffs_only():
     assert too_wide(output) == [f"dtype-doctor [matmul-dtype-mismatch] {long}", f"│ {long}"]
 
 
-def _run(checkout: Path, commands: list[str]) -> list[str]:
+def _run(checkout: Path, commands: list[str], server: str | None = None) -> list[str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(checkout / "src"),
@@ -165,11 +167,14 @@ def _run(checkout: Path, commands: list[str]) -> list[str]:
         "COLUMNS": str(WIDTH),
         "DTYPE_DOCTOR_PY": sys.executable,
         "DTYPE_DOCTOR_SRC": str(checkout / "src"),
+        "DTYPE_DOCTOR_CLIENT": str(ROOT / "tests" / "zygote_client.py"),
     }
+    if server:  # each command forked from this worker's warm zygote (tests/zygote_client.py)
+        env["DTYPE_DOCTOR_TEST_SERVER"] = server
     # this checkout's package first, before any PYTHONPATH a command sets itself
     prelude = (
         'dtype-doctor() { PYTHONPATH="$DTYPE_DOCTOR_SRC${PYTHONPATH:+:$PYTHONPATH}" '
-        '"$DTYPE_DOCTOR_PY" -m dtype_doctor "$@"; }\n'
+        '"$DTYPE_DOCTOR_PY" "$DTYPE_DOCTOR_CLIENT" "$@"; }\n'
     )
     failures = []
     for command in commands:
@@ -177,7 +182,9 @@ def _run(checkout: Path, commands: list[str]) -> list[str]:
         done = subprocess.run(
             ["bash", "-c", prelude + (f"{{ {command}\n}} 2>&1" if sample else command)],
             cwd=checkout,
-            env=env,
+            # a sample's output is what a fresh shell prints: cold, as the user runs it
+            env={k: v for k, v in env.items() if k != "DTYPE_DOCTOR_TEST_SERVER"} if sample else env,
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=300,
@@ -218,9 +225,18 @@ def test_every_readme_command_runs_from_a_fresh_checkout(checkout):
         else:
             phases[0].append(fresh)
     failures = []
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for blocks in phases:
-            failures += [f for found in pool.map(lambda block: _run(checkout, block), blocks) for f in found]
+    where = tempfile.mkdtemp(prefix="dd-readme-")
+    stop = serve_commands(os.path.join(where, "zygote.sock"))
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for blocks in phases:
+                ran = pool.map(
+                    lambda block: _run(checkout, block, os.path.join(where, "zygote.sock")), blocks
+                )
+                failures += [f for found in ran for f in found]
+    finally:
+        stop()
+        shutil.rmtree(where, ignore_errors=True)
     failures += [f"left in the checkout: {line}" for line in left_in(checkout)]
     if os.environ.get("DTYPE_DOCTOR_WRITE_SAMPLES"):
         (ROOT / "README.md").write_text(

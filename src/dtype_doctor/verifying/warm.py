@@ -112,17 +112,20 @@ class Zygote:
         return json.loads(line) if line else {"gone": True}
 
     def run(
-        self, argv: list[str], cwd: str, env: dict[str, str], timeout: float | None
+        self, argv: list[str], cwd: str, env: dict[str, str], timeout: float | None, merged: bool = False
     ) -> tuple[int, str, str] | None:
         """(exit code, stdout, stderr) of `python -c ...argv` run by a forked child; code 124 after
-        `timeout`; None when the zygote does not serve (the caller starts the re-run cold)."""
+        `timeout`; None when the zygote does not serve (the caller starts the re-run cold).
+        `merged`: both streams into one, interleaved as `2>&1` has them (returned as stdout)."""
         if self.ready is None:
             hello = self._line(600)
             self.ready = bool(hello and hello.get("serving"))
         if not self.ready or self.proc.poll() is not None:
             return None
         self.count += 1
-        out, err = (os.path.join(self.outputs, f"{self.count}.{n}") for n in ("out", "err"))
+        out, err = (
+            os.path.join(self.outputs, f"{self.count}.{n}") for n in ("out", "out" if merged else "err")
+        )
         request = {"argv": argv, "cwd": cwd, "env": env, "stdout": out, "stderr": err}
         try:
             assert self.proc.stdin is not None
@@ -147,14 +150,14 @@ class Zygote:
             self.ready = False
             return None
         texts = []
-        for path in (out, err):
+        for path in (out,) if merged else (out, err):
             try:
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     texts.append(fh.read())
                 os.remove(path)
             except OSError:
                 texts.append("")
-        return (ended["status"] if code is None else code), texts[0], texts[1]
+        return (ended["status"] if code is None else code), texts[0], texts[1] if len(texts) > 1 else ""
 
     def close(self) -> None:
         with own_children():
