@@ -138,6 +138,9 @@ import atexit, os, sys
 from dtype_doctor.verifying import warm
 atexit.register(lambda: print("parent atexit", flush=True))
 warm.prefork()
+assert not warm._preforked  # an API call inside a host: never forked
+warm.process_is_the_command()
+warm.prefork()
 print("forked", bool(warm._preforked))
 try:
     os.waitpid(-1, os.WNOHANG)

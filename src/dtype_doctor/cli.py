@@ -73,6 +73,10 @@ def _die_by(name: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the command line itself, not an API call inside a host
+        from .verifying.warm import process_is_the_command
+
+        process_is_the_command()
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     if first is not None and first == args_list[0]:

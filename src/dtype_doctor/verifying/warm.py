@@ -206,6 +206,14 @@ class _Forked:
 
 
 _preforked: list[_Forked] = []
+_command_line: list[bool] = [False]  # this process is the `dtype-doctor` command itself
+
+
+def process_is_the_command() -> None:
+    """The CLI started this process (`dtype-doctor ...`, `python -m dtype_doctor ...`): its state
+    before the program is the tool's alone, safe to fork. An API call inside a host (pytest, a
+    notebook) leaves it unset: the host's import hooks and handlers are not a re-run's."""
+    _command_line[0] = True
 
 
 def prefork() -> None:
@@ -216,7 +224,9 @@ def prefork() -> None:
     or re-runs start cold."""
     import threading
 
-    if _preforked or os.environ.get(_ENV_OFF) or not hasattr(os, "fork") or sys.platform == "darwin":
+    if _preforked or not _command_line[0] or os.environ.get(_ENV_OFF):
+        return
+    if not hasattr(os, "fork") or sys.platform == "darwin":
         return
     if threading.active_count() != 1:
         return
