@@ -162,3 +162,16 @@ def serve_commands(path: str) -> Any:
         server.close()
 
     return stop
+
+
+def fix_by_hand() -> Any:
+    """scripts/fix_by_hand.py, the independent applier of a fix's edits (imports nothing of the tool)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "fix_by_hand", Path(SRC).parent / "scripts" / "fix_by_hand.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -5,7 +5,6 @@ at the `with` line, verified by a re-run; applied by the independent applier, pl
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import dtype_doctor
+from cli_process import dtype_doctor, fix_by_hand
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
@@ -34,13 +33,6 @@ with {region}:
     y = step(model, x)
 print(y.dtype)
 """
-
-
-def _applier():
-    spec = importlib.util.spec_from_file_location("fix_by_hand", ROOT / "scripts" / "fix_by_hand.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -67,7 +59,7 @@ def test_a_region_for_another_device_is_the_first_fix(tmp_path: Path, region: st
     assert "autocast region at prog.py:11" in fix["title"], fix["title"]
     assert fix["verified"] is True, fix["verification"]
     assert [e["location"]["row"] for e in fix["edits"]] == [11]
-    _applier().apply_edits(tmp_path, fix["edits"])
+    fix_by_hand().apply_edits(tmp_path, fix["edits"])
     assert written in (tmp_path / "prog.py").read_text()
     ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
     assert ran.returncode == 0 and "torch.bfloat16" in ran.stdout, ran.stderr[-1500:]

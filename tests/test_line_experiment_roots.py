@@ -7,7 +7,6 @@ script then passes under plain python."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import dtype_doctor
+from cli_process import dtype_doctor, fix_by_hand
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {
@@ -59,13 +58,6 @@ assert err < 0.05, f"angle table off by {err:.3f}"
 """
 
 
-def _applier():
-    spec = importlib.util.spec_from_file_location("fix_by_hand", ROOT / "scripts" / "fix_by_hand.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("script", "line", "written"),
     [
@@ -86,7 +78,7 @@ def test_the_root_is_the_decision_and_its_fix_cures(
     fix = first["fixes"][0]
     assert fix["verified"] is True, fix["verification"]
     assert any(e["location"]["row"] == line for e in fix["edits"]), fix["edits"]
-    _applier().apply_edits(tmp_path, fix["edits"])
+    fix_by_hand().apply_edits(tmp_path, fix["edits"])
     assert written in (tmp_path / "prog.py").read_text()
     ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr[-1500:]
