@@ -91,11 +91,8 @@ class Fp32Lines(TorchFunctionMode):
         in_module = False
         while f is not None:
             file = f.f_code.co_filename
-            if f.f_code is _MODULE_APPLY:
-                return (
-                    None,
-                    False,
-                )  # a module-wide cast (`model.half()`): the model's dtype, never one line's op
+            if f.f_code is _MODULE_APPLY:  # a module-wide cast (`model.half()`): never one line's op
+                return None, False
             if not (file.startswith((TORCH_DIR, TOOL_DIR, "<"))):
                 break
             in_module = in_module or f.f_code is _MODULE_CALL

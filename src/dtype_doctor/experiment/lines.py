@@ -43,7 +43,6 @@ class Outcome:
     prefix: list[dict[str, Any]] = field(default_factory=list)  # the lines that cure together, root last
     alone: bool = False  # the root line's edit alone cures (else only with the lines before it)
     why: str = ""  # why no root was found
-    kept: bool = False  # cured with the user's literal precision choices and library modules left alone
     candidates: int = 0
     tried: list[str] = field(default_factory=list)
 
@@ -78,7 +77,6 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
     if not (first.collected and _cured(first)):
         keep = False
         first = run("*", keep)
-    out.kept = keep
     entries = first.collected or []
     out.candidates = len(entries)
     if not entries:
@@ -220,6 +218,7 @@ def diagnose(
     outcome = search(command, anchor, deadline, timeout)
     if outcome.root is None:
         return None, outcome
+    trial = _Trial(command, anchor, timeout, user_source, outcome)
     tries = [outcome.prefix[-1:]]
     if 1 < len(outcome.prefix) <= MAX_LINES_IN_A_FIX:
         tries.append(outcome.prefix)
@@ -227,128 +226,105 @@ def diagnose(
         if time.monotonic() > deadline:
             outcome.why = "the budget ran out before the root line's edit was re-run"
             return None, outcome
-        fix = _tried_fix(lines, command, anchor, timeout, user_source, outcome)
+        fix = _tried_fix(lines, trial)
         if fix is not None and fix.verified:
             outcome.alone = len(lines) == 1
-            chosen = _chosen_fix(lines, command, anchor, timeout, user_source, outcome, deadline)
             found = finding(outcome, code_of_program, fix)
+            chosen = _chosen_fix(lines, trial, deadline)
             if chosen is not None:
                 site, chosen_fix = chosen
                 path, _, line = site["key"].rpartition(":")
                 found.fixes.insert(0, chosen_fix)
-                found.location = Location(file=os.path.basename(path), line=int(line))
+                found.location = Location(file=path, line=int(line))
                 found.message += (
-                    f"; the dtype it computes in is chosen at {os.path.basename(path)}:{line}"
+                    f"; the dtype it computes in is chosen at {path}:{line}"
                     f" (`{site['expr']}`), and float32 there alone makes it pass too"
                 )
-                found.root_cause = (
-                    f"the dtype `{site['expr']}` chosen at {os.path.basename(path)}:{line}: "
-                    f"float32 there alone makes the program pass"
-                )
+                found.root_cause = f"the dtype `{site['expr']}` chosen at {path}:{line}: float32 there alone makes the program pass"
             return found, outcome
     where = outcome.root["key"]
     outcome.why = f"{where} in float32 cures the program, but no edit of it that was re-run did"
     return None, outcome
 
 
-def _tried_fix(
-    lines: list[dict[str, Any]],
-    command: Command,
-    anchor: str,
-    timeout: float,
-    user_source: Callable[[str], Source | None],
-    outcome: Outcome,
-) -> Fix | None:
+@dataclass
+class _Trial:
+    """What each edit the line experiment re-runs needs: the program, the folder its scratch copy
+    mirrors, a re-run's time limit, the user's files, and the outcome that counts the re-runs."""
+
+    command: Command
+    anchor: str
+    timeout: float
+    user_source: Callable[[str], Source | None]
+    outcome: Outcome
+
+    def fix(self, src: Source, edits: list[Edit], title: str, why: str) -> Fix:
+        """`edits` (with `import torch` where the file lacks it) re-run: the fix with its verdict."""
+        from ..editing.fix_edits import small_diff, to_json
+        from ..editing.source import apply
+
+        if any("torch." in e.text for e in edits) and "import torch" not in src.text:
+            edits = [Edit(src.path, 0, 0, f"import torch{src.newline}"), *edits]
+        backend = Patched(
+            {src.path: src.text}, lambda files: replay(files, self.command, self.anchor, timeout=self.timeout)
+        )
+        seen = attempt({src.path: apply(src.text, edits)}, backend)
+        self.outcome.runs += 1
+        ruff = [to_json(src, e) for e in edits]
+        return cure(
+            title,
+            why,
+            ruff,
+            small_diff(ruff),
+            seen.passed,
+            f"verified: these edits, re-run: {seen.describe().removeprefix('re-run of the patched copy: ')}"
+            if seen.passed
+            else (seen.verdict.text if seen.verdict else "fails"),
+        )
+
+
+def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     """The lines' statements rewritten in float32 (one file), re-run: the fix with its verdict."""
     path = lines[-1]["key"].rpartition(":")[0]
-    src = user_source(path)
+    src = trial.user_source(path)
     if src is None or any(e["key"].rpartition(":")[0] != path for e in lines):
         return None
     edits = [e for entry in lines if (e := rewrite(src, int(entry["key"].rpartition(":")[2]), entry))]
     if not edits:
         return None
     numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
-    return _verified(
+    return trial.fix(
         src,
         edits,
-        command,
-        anchor,
-        timeout,
-        outcome,
         f"Compute {os.path.basename(path)}:{numbers} in float32",
         "the experiment's cure: in float32 this makes the failing program pass",
     )
 
 
-def _verified(
-    src: Source,
-    edits: list[Edit],
-    command: Command,
-    anchor: str,
-    timeout: float,
-    outcome: Outcome,
-    title: str,
-    why: str,
-) -> Fix:
-    """`edits` (with `import torch` where the file lacks it) re-run: the fix with its verdict."""
-    from ..editing.fix_edits import small_diff, to_json
-    from ..editing.source import apply
-
-    if any("torch." in e.text for e in edits) and "import torch" not in src.text:
-        edits = [Edit(src.path, 0, 0, f"import torch{src.newline}"), *edits]
-    backend = Patched({src.path: src.text}, lambda files: replay(files, command, anchor, timeout=timeout))
-    seen = attempt({src.path: apply(src.text, edits)}, backend)
-    outcome.runs += 1
-    ruff = [to_json(src, e) for e in edits]
-    return cure(
-        title,
-        why,
-        ruff,
-        small_diff(ruff),
-        seen.passed,
-        f"verified: these edits, re-run: {seen.describe().removeprefix('re-run of the patched copy: ')}"
-        if seen.passed
-        else (seen.verdict.text if seen.verdict else "fails"),
-    )
-
-
 def _chosen_fix(
-    lines: list[dict[str, Any]],
-    command: Command,
-    anchor: str,
-    timeout: float,
-    user_source: Callable[[str], Source | None],
-    outcome: Outcome,
-    deadline: float,
+    lines: list[dict[str, Any]], trial: _Trial, deadline: float
 ) -> tuple[dict[str, Any], Fix] | None:
     """The decision one step before the cured lines: where the low dtype they name was chosen (the
     argument a caller passed, a variable's assignment), float32 there alone, re-run. The farthest
     site first (where the value was written); None when no site's edit cures."""
+    cured = {e["key"] for e in lines}
     sites: list[dict[str, Any]] = []
     for entry in lines:
         for site in reversed(entry.get("chosen") or ()):
-            if (
-                isinstance(site, dict)
-                and site not in sites
-                and site.get("key") not in {e["key"] for e in lines}
-            ):
+            if isinstance(site, dict) and site not in sites and site.get("key") not in cured:
                 sites.append(site)
     for site in sites[:2]:
         if time.monotonic() > deadline:
             return None
-        key = _original(site["key"], anchor)
+        key = _original(site["key"], trial.anchor)
         path, _, line = key.rpartition(":")
-        src = user_source(path)
+        src = trial.user_source(path)
         edit = _value_edit(src, int(line), str(site.get("expr", ""))) if src is not None else None
-        if edit is None:
+        if src is None or edit is None:
             continue
-        fix = _verified(
+        fix = trial.fix(
             src,
             [edit],
-            command,
-            anchor,
-            timeout,
-            outcome,
             f"Choose float32 where the dtype is chosen ({os.path.basename(path)}:{line})",
             f"the lines that compute in it take `{site['expr']}` from here; float32 here alone cures the program",
         )

@@ -380,17 +380,22 @@ class Planner:
 
     def call_site(self, f: Finding) -> tuple[Source, int] | None:
         """The user's line that called into the model (the finding's `your_code`, else its location)."""
+        return next(iter(self.user_places(f)), None)
+
+    def user_places(self, f: Finding) -> list[tuple[Source, int]]:
+        """The finding's `your_code` and its location, those in a user file, in that order."""
         places = [f.data.get("your_code")]
         if f.location is not None and f.location.file:
             places.append(f"{f.location.file}:{f.location.line}")
+        found = []
         for place in places:
             if not isinstance(place, str) or ":" not in place:
                 continue
             path, _, line = place.rpartition(":")
             src = self.source(path)
             if src is not None and line.isdigit():
-                return src, int(line)
-        return None
+                found.append((src, int(line)))
+        return found
 
     def module_assignments(self, attr: str, src: Source, line: int) -> Iterator[tuple[Source, ast.expr]]:
         """`X.attr = VALUE` / `attr = VALUE`, the last one before `line` in the call's file, when its

@@ -55,15 +55,8 @@ def moved_on_the_way(planner: Planner, f: Finding, dtype: str) -> Iterator[Candi
     """`.to(device)` with no dtype on the failing value's way to a failing line of the user's: the
     names that line reads, followed back through their assignments in its function (the table a
     method moves to the sample's device and indexes later), the nearest move before the use."""
-    places = [(f.location.file, f.location.line)] if f.location and f.location.line else []
-    your = str(f.data.get("your_code") or "")
-    if your.rpartition(":")[2].isdigit():
-        places.append((your.rpartition(":")[0], int(your.rpartition(":")[2])))
     seen: set[int] = set()
-    for path, line in places:
-        src = planner.source(path)
-        if src is None or line is None:
-            continue
+    for src, line in reversed(planner.user_places(f)):  # the failing line first, then the call
         for name in moves.read_back(src, line):
             call = next(moves.moves(src, name, line, False), None)
             if call is not None and id(call) not in seen:

@@ -72,35 +72,32 @@ def preloadable(anchor: str, scratch: str) -> list[str]:
 
 
 class Zygote:
-    """The warm process of one parent; `run` answers like a subprocess, or None when it cannot."""
+    """The warm process of one parent; `run` answers like a subprocess, or None when it cannot.
+    `forked`: the zygote forked before the program (prefork), told the modules on its pipe; else a
+    fresh interpreter that imports them."""
 
-    def __init__(self, modules: list[str], env: dict[str, str]) -> None:
+    def __init__(self, modules: list[str], env: dict[str, str], forked: _Forked | None = None) -> None:
         self.outputs = tempfile.mkdtemp(prefix="dtype-doctor-warm-")
-        listing = os.path.join(self.outputs, "modules.json")
-        with open(listing, "w") as fh:
-            json.dump(modules, fh)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, listing],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
-            cwd=self.outputs,
-            start_new_session=True,
-            bufsize=0,  # unbuffered: a line read leaves the next in the pipe, where select sees it
-        )
+        self.proc: subprocess.Popen | _Forked
+        if forked is not None:
+            forked.stdin.write((json.dumps({"modules": modules}) + "\n").encode())
+            self.proc = forked
+        else:
+            listing = os.path.join(self.outputs, "modules.json")
+            with open(listing, "w") as fh:
+                json.dump(modules, fh)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVE, listing],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+                cwd=self.outputs,
+                start_new_session=True,
+                bufsize=0,  # unbuffered: a line read leaves the next in the pipe, where select sees it
+            )
         self.ready: bool | None = None  # the first answer: whether it serves at all
         self.count = 0
-
-    @classmethod
-    def adopt(cls, forked: _Forked, modules: list[str]) -> Zygote:
-        """The pre-forked zygote (prefork), told which modules the program imported."""
-        self = cls.__new__(cls)
-        self.outputs = tempfile.mkdtemp(prefix="dtype-doctor-warm-")
-        self.proc = forked  # type: ignore[assignment]
-        self.ready, self.count = None, 0
-        forked.stdin.write((json.dumps({"modules": modules}) + "\n").encode())
-        return self
 
     def _line(self, timeout: float | None) -> dict | None:
         out = self.proc.stdout
@@ -267,6 +264,9 @@ def prefork() -> None:
     _preforked.append(forked)
 
 
+_parents_streams: list[Any] = []  # in the forked zygote: the tool's stream objects, never closed there
+
+
 def _forked_side(requests: int, answers: int) -> int:
     """In the forked zygote: a fresh interpreter's streams, hooks and signals, then serve."""
     import io
@@ -280,7 +280,9 @@ def _forked_side(requests: int, answers: int) -> int:
     atexit._clear()  # the parent's: never run by a re-run
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _forked_side.kept = (sys.stdin, sys.stdout, sys.stderr)  # type: ignore[attr-defined]  # emptied before the fork; never flushed here
+    _parents_streams.extend(
+        (sys.stdin, sys.stdout, sys.stderr)
+    )  # emptied before the fork: kept, never flushed
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=False)
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(
@@ -314,9 +316,7 @@ def zygote(anchor: str, scratch: str, env: dict[str, str]) -> Zygote | None:
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
         base["PYTHONPATH"] = os.pathsep.join([here, *sys.path[1:]])
         try:
-            found = _zygotes[key] = (
-                Zygote.adopt(_preforked.pop(), modules) if _preforked else Zygote(modules, base)
-            )
+            found = _zygotes[key] = Zygote(modules, base, _preforked.pop() if _preforked else None)
         except OSError:
             return None
     return found

@@ -301,7 +301,11 @@ def _exec_watched(
 ) -> None:
     """Run the program; watch from the moment torch is imported (at once when it already is).
     `ended(status)`: the program called os._exit, the watch has ended: report now."""
+    from ..verifying.guard import installed
+    from ..verifying.warm import prefork, program_starts
+
     sessions: list[Any] = []
+    guard = installed()  # set: this is a re-run, under the guard
 
     def os_exit(status: int) -> None:
         hook.remove()
@@ -310,10 +314,8 @@ def _exec_watched(
         ended(status)
 
     def start() -> None:
-        from ..verifying.guard import installed
         from . import watch
 
-        guard = installed()
         if guard is not None:  # a re-run under the guard: torch's C++ writer checked too
             guard.guard_torch_writers()
         session = watch(mode=opts.mode, numerics=opts.numerics, report=report)
@@ -331,11 +333,8 @@ def _exec_watched(
 
             install(resolve)
 
-    from ..verifying.guard import installed
-    from ..verifying.warm import prefork, program_starts
-
     program_starts()
-    if installed() is None:  # a re-run makes no re-runs of its own
+    if guard is None:  # a re-run makes no re-runs of its own
         prefork()  # the re-runs' zygote, forked before any of the program's state exists
     hook = _WatchOnTorchImport(start)
     limit = _make_room()
