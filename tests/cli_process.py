@@ -175,3 +175,16 @@ def fix_by_hand() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_write(folder: Path, text: str, env: dict[str, str]) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """`text` as folder/script.py, then `dtype-doctor run --write --no-backup` on it with a JSON report:
+    (the script, the report, the finished process)."""
+    import json
+
+    script = folder / "script.py"
+    script.write_text(text)
+    cmd = [sys.executable, "-m", "dtype_doctor", "run", "--write", "--no-backup", "--no-color"]
+    cmd += ["--output-format", "json", "--output-file", "report.json", script.name]
+    proc = python(cmd, cwd=folder, env=env, timeout=600)
+    return script, json.loads((folder / "report.json").read_text()), proc

@@ -8,7 +8,6 @@ executed."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import python  # type: ignore[import-not-found]
+from cli_process import python, run_write  # type: ignore[import-not-found]
 from dtype_doctor.editing import moves
 from dtype_doctor.editing.source import Source
 
@@ -191,13 +190,7 @@ with torch.no_grad():
 
 
 def _write(tmp_path: Path, text: str) -> tuple[Path, dict, subprocess.CompletedProcess]:
-    script = tmp_path / "script.py"
-    script.write_text(text)
-    cmd = [sys.executable, "-m", "dtype_doctor", "run", "--write", "--no-backup", "--no-color"]
-    cmd += ["--output-format", "json", "--output-file", "report.json", script.name]
-    proc = python(cmd, cwd=tmp_path, env=ENV, timeout=600)
-    report = json.loads((tmp_path / "report.json").read_text())
-    return script, report, proc
+    return run_write(tmp_path, text, ENV)
 
 
 # a table a method moves to the sample's device (keeping its float32) and indexes a few lines later

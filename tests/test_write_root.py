@@ -156,12 +156,12 @@ def test_a_region_kept_wide_on_purpose_is_cast_back_where_it_leaves(tmp_path: Pa
     after = script.read_text()
     said = " ".join(proc.stderr.split())
     # the shown first fix (the model loaded in float32, verified) where it states, else the cast where
-    # the region's result leaves it: never the deliberate upcast lowered
+    # the region's result is last assigned: never the deliberate upcast lowered
     shown = (
         "pool = pool.float()" in after and "Load the model in float32 if memory allows (pool.py:18)" in said
     )
-    at_exit = "        return self.proj(pooled.to(torch.bfloat16))\n" in after
-    assert shown or (at_exit and "cast `pooled` to bfloat16 where it enters `self.proj` (pool.py:14)" in said)
+    at_exit = "        pooled = (affinity @ wide).to(torch.bfloat16)\n" in after
+    assert shown or (at_exit and "cast `pooled` to bfloat16 where it is last assigned" in said), said
     assert "        wide = tokens.float()  # similarity in float32 on purpose\n" in after
     _runs_clean(script)
 

@@ -20,7 +20,7 @@ from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
 from ..tracing.casts import INHERITING, RAISING_METHODS
-from . import autocast_edits, shown, undone
+from . import autocast_edits, bindings, shown, undone
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
 
@@ -169,6 +169,9 @@ class Planner:
             for o in f.operands:
                 if not _held(o) and o.dtype in FLOATS and o.dtype != other:
                     yield from self.cast_tensor(o, other)
+        yield from bindings.last_assigned(
+            self, f, target
+        )  # tried first (Candidate.first) when float32 on purpose
 
     # ---- a tensor: cast where it is made or enters --------------------------------------------
     def cast_tensor(self, operand: Operand, dtype: str) -> Iterator[Candidate]:

@@ -138,11 +138,21 @@ def from_helper(planner: Planner, f: Finding, operand: Operand, dtype: str) -> I
         for c in src.nodes(ast.Call)
         if first <= c.lineno <= last and call_name(c.func).rsplit(".", 1)[-1] == helper.name
     ]
-    stmt = src.statement_at(calls[0].lineno) if len(calls) == 1 else None
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and castable(stmt.value)):
+    call = calls[0] if len(calls) == 1 else None
+    stmt = src.statement_at(call.lineno) if call is not None else None
+    if call is None or stmt is None:
         return
-    if not find.already_cast(stmt.value, dtype):
-        name, where = ast.unparse(stmt.targets[0]), f"{src.path}:{stmt.lineno}"
+    where = f"{src.path}:{stmt.lineno}"
+    whole = isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.value is call
+    if not whole:  # `return torch.matmul(x, self.dequantize().t())`: the helper's result alone
+        yield Candidate(
+            f"cast what `{src.segment(call)}` returns to {dtype} where `{outer.name if outer else 'the code'}` "
+            f"takes it ({where})",
+            [cast_expr(src, call, dtype)],
+            first=True,
+        )
+    elif isinstance(stmt, ast.Assign) and castable(stmt.value) and not find.already_cast(stmt.value, dtype):
+        name = ast.unparse(stmt.targets[0])
         yield Candidate(
             f"cast `{name}` to {dtype} where it comes back from `{helper.name}` ({where})",
             [cast_expr(src, stmt.value, dtype)],

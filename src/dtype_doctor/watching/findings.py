@@ -35,6 +35,7 @@ from .names import (
     call_source,
     expression_for,
     float64_array,
+    stack_facts,
     tensor_name,
     user_frames,
     visible,
@@ -264,7 +265,7 @@ def build(
     if ufile and (ufile, uline) != (file, line):
         extra["your_code"] = f"{ufile}:{uline}"
     extra["device"] = fix_names["device"]
-    extra["user_stack"] = _safe(lambda: [f"{f.f_code.co_filename}:{f.f_lineno}" for f in frames]) or []
+    extra.update(_safe(lambda: stack_facts(frames, odd.tensor)) or {"user_stack": []})
     if expected is not None and why:
         extra["intended"] = {"dtype": canonical(expected), "evidence": why}
         upcast = _safe(lambda: intent.deliberate(odd.tensor, prov) if odd.tensor is not None else None)

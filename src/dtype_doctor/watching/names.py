@@ -152,11 +152,30 @@ def resolve_text(text: str, frame: FrameType) -> Any:
 
 def tensor_name(t: torch.Tensor, frames: list[FrameType]) -> str | None:
     """The name a user frame gives the tensor (innermost first); `self` never counts."""
+    held = tensor_holder(t, frames)
+    return held[0] if held is not None else None
+
+
+def tensor_holder(t: torch.Tensor, frames: list[FrameType]) -> tuple[str, FrameType] | None:
+    """The innermost user frame whose local holds the tensor, and that local's name."""
     for f in frames:
         for name, value in list(f.f_locals.items()):
             if value is t and name != "self" and name.isidentifier() and not name.startswith("__"):
-                return name
+                return name, f
     return None
+
+
+def stack_facts(frames: list[FrameType], odd: torch.Tensor | None) -> dict[str, Any]:
+    """A finding's data about the user's stack: `user_stack` (file:line, innermost first) and
+    `odd_variable` (the local that holds the odd operand, and the file:line its frame was at), from
+    which the planner finds the variable's last assignment before the failing use."""
+    facts: dict[str, Any] = {"user_stack": [f"{f.f_code.co_filename}:{f.f_lineno}" for f in frames]}
+    held = tensor_holder(odd, frames) if odd is not None else None
+    if held is not None:
+        name, frame = held
+        at = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        facts["odd_variable"] = {"name": name, "at": at, "dtype": str(odd.dtype).removeprefix("torch.")}
+    return facts
 
 
 def loaded_names(snippet: str) -> set[str] | None:
