@@ -45,6 +45,7 @@ class Outcome:
     why: str = ""  # why no root was found
     candidates: int = 0
     tried: list[str] = field(default_factory=list)
+    low: list[dict[str, Any]] = field(default_factory=list)  # every low-precision line's record entry
 
 
 def _collect(scratch: str) -> list[dict[str, Any]]:
@@ -78,7 +79,7 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
         keep = False
         first = run("*", keep)
     entries = first.collected or []
-    out.candidates = len(entries)
+    out.candidates, out.low = len(entries), entries
     if not entries:
         out.why = "no line of yours computed in float16/bfloat16"
         return out
@@ -231,7 +232,16 @@ def diagnose(
             outcome.alone = len(lines) == 1
             found = finding(outcome, code_of_program, fix)
             chosen = _chosen_fix(lines, trial, deadline)
-            if chosen is not None:
+            wider = _also_widens(chosen[0], lines, trial) if chosen is not None else 0
+            if chosen is not None and wider:  # the line's own fix keeps more of the user's precision
+                site, chosen_fix = chosen
+                found.fixes.append(chosen_fix)
+                found.message += (
+                    f"; the dtype it computes in is chosen at {shown_path(site['key'])} (`{site['expr']}`):"
+                    f" float32 there makes it pass too, but also computes {wider} other line"
+                    f"{'s' if wider != 1 else ''} of yours in float32"
+                )
+            elif chosen is not None:
                 site, chosen_fix = chosen
                 path, _, line = site["key"].rpartition(":")
                 found.fixes.insert(0, chosen_fix)
@@ -331,6 +341,32 @@ def _chosen_fix(
         if fix.verified:
             return {**site, "key": key}, fix
     return None
+
+
+def _also_widens(site: dict[str, Any], lines: list[dict[str, Any]], trial: _Trial) -> int:
+    """How many low-precision lines outside the functions of the cured ones take their dtype from
+    `site` too: what float32 at the site computes in float32 beyond the cure (the cured function's
+    own other lines follow its dtype parameter, part of the one decision)."""
+    cured = {_function_of(e["key"], trial) for e in lines}
+    n = 0
+    for entry in trial.outcome.low:
+        key = _original(entry["key"], trial.anchor)
+        if _function_of(key, trial) in cured:
+            continue
+        sites = [s for s in entry.get("chosen") or () if isinstance(s, dict)]
+        n += any(
+            _original(str(s.get("key")), trial.anchor) == site["key"] and s.get("expr") == site.get("expr")
+            for s in sites
+        )
+    return n
+
+
+def _function_of(key: str, trial: _Trial) -> tuple[str, int]:
+    """(file, first line of the function holding the line; 0 at the top level)."""
+    path, _, line = key.rpartition(":")
+    src = trial.user_source(path)
+    fn = enclosing_function(src, int(line)) if src is not None and line.isdigit() else None
+    return path, fn.lineno if fn is not None else 0
 
 
 def _value_edit(src: Source, line: int, expr: str) -> Edit | None:

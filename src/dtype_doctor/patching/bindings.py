@@ -9,11 +9,11 @@ dtype. No torch import.
 from __future__ import annotations
 
 import ast
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..editing import finders as find
+from ..editing.fix_edits import shown_path
 from ..editing.source import FACTORIES, Source, call_name, cast_expr, castable
 from ..report import Finding
 from ..tracing.casts import INHERITING, cast_call
@@ -41,7 +41,7 @@ def last_assigned(planner: Planner, f: Finding, dtype: str) -> Iterator[Candidat
     fn = find.enclosing_function(src, use.lineno)
     first = _deliberate(f)
     stmt = _last_assignment(src, fn, name, use.lineno)
-    shown = _shown(src.path)
+    shown = shown_path(src.path)
     if stmt is not None:
         value = stmt.value
         if castable(value) and not cast_call(value) and not _birth(value):
@@ -82,12 +82,6 @@ def _birth(value: ast.expr) -> bool:
     """`torch.ones(n)`, `x.new_zeros(n)`: the assignment makes the tensor (given its dtype by the
     planner's birth edits, `dtype=`, not cast after it)."""
     return isinstance(value, ast.Call) and call_name(value.func).rsplit(".", 1)[-1] in FACTORIES | INHERITING
-
-
-def _shown(path: str) -> str:
-    """The file as titles name it: relative to the current directory when it lies under it."""
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
 
 
 def _deliberate(f: Finding) -> bool:
