@@ -2,7 +2,8 @@
 choices (a literal `dtype=torch.float16`, `.half()`, the library modules a line calls) and tries the
 lines that compute in a precision they inherited first; and when the cured lines take their dtype
 from a name, the place that name's value was chosen (a caller's argument, an assignment) is tried
-alone and, when it cures, is the first fix. Each fix is applied by the independent applier and the
+alone and, when it cures, is the first fix. The ops a library's code runs for a line (a diffusers
+block called under autocast) are that line's. Each fix is applied by the independent applier and the
 script then passes under plain python."""
 
 from __future__ import annotations
@@ -57,14 +58,39 @@ print("max error", err)
 assert err < 0.05, f"angle table off by {err:.3f}"
 """
 
+# a library's block (diffusers) called inside a float16 autocast region: its conv overflows, its
+# norm makes NaN. The line is the call (line 11): the ops the library runs for it are that line's
+LIBRARY_UNDER_AUTOCAST = """import torch
+from diffusers.models.resnet import ResnetBlock2D
+
+torch.manual_seed(0)
+block = ResnetBlock2D(in_channels=4, out_channels=4, temb_channels=None, groups=2).eval()
+with torch.no_grad():
+    block.conv1.weight.mul_(100000.0)
+    x = torch.randn(1, 4, 8, 8) * 30
+    with torch.autocast("cpu", dtype=torch.float16):
+        h = x * 0.5
+        out = block(h, None)
+assert torch.isfinite(out).all(), "the block's output holds inf/NaN"
+"""
+
 
 @pytest.mark.parametrize(
     ("script", "line", "written"),
     [
         (DERIVED, 5, "torch.arange(x.shape[0], dtype=torch.float32)"),
         (CHOSEN, 10, "table = angle_table(3000, dtype=torch.float32)"),
+        (
+            LIBRARY_UNDER_AUTOCAST,
+            11,
+            'with torch.autocast(device_type="cpu", enabled=False):\n            out = block',
+        ),
     ],
-    ids=["derived-dtype-not-the-literal-input", "dtype-chosen-by-the-caller"],
+    ids=[
+        "derived-dtype-not-the-literal-input",
+        "dtype-chosen-by-the-caller",
+        "a-library-block-under-autocast",
+    ],
 )
 def test_the_root_is_the_decision_and_its_fix_cures(
     tmp_path: Path, script: str, line: int, written: str

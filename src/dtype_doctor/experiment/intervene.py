@@ -94,16 +94,15 @@ class Fp32Lines(TorchFunctionMode):
             if f.f_code is _MODULE_APPLY:  # a module-wide cast (`model.half()`): never one line's op
                 return None, False
             if not (file.startswith((TORCH_DIR, TOOL_DIR, "<"))):
-                break
+                mine = self._user.get(file)
+                if mine is None:
+                    mine = self._user[file] = is_user_file(file)
+                if mine:
+                    return f, in_module
+                in_module = True  # a library's code (a diffusers decoder) between the op and the line
             in_module = in_module or f.f_code is _MODULE_CALL
             f = f.f_back
-        if f is None:
-            return None, False
-        file = f.f_code.co_filename
-        mine = self._user.get(file)
-        if mine is None:
-            mine = self._user[file] = is_user_file(file)
-        return (f, in_module) if mine else (None, False)
+        return None, False
 
     def _key(self, frame: Any) -> str:
         return self._key_of(frame.f_code.co_filename, frame.f_lineno)
