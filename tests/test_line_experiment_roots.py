@@ -3,7 +3,8 @@ choices (a literal `dtype=torch.float16`, `.half()`, the library modules a line 
 lines that compute in a precision they inherited first; and when the cured lines take their dtype
 from a name, the place that name's value was chosen (a caller's argument, an assignment) is tried
 alone and, when it cures, is the first fix. The ops a library's code runs for a line (a diffusers
-block called under autocast) are that line's. Each fix is applied by the independent applier and the
+block called under autocast) are that line's; a module-wide cast that rounds a float32 buffer is kept
+from its buffers. Each fix is applied by the independent applier and the
 script then passes under plain python."""
 
 from __future__ import annotations
@@ -74,6 +75,33 @@ with torch.no_grad():
 assert torch.isfinite(out).all(), "the block's output holds inf/NaN"
 """
 
+# a module-wide `.half()` also rounds a float32 frequency buffer that the forward reads in float32
+# on purpose: the cast line (21) is the root; its fix keeps the float32 buffers through it
+BUFFER_CAST = """import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+
+class TimeEmbedding(nn.Module):
+    def __init__(self, dim=64):
+        super().__init__()
+        self.register_buffer("freqs", torch.exp(-torch.arange(dim // 2) * 9.2 / (dim // 2)), persistent=False)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, t):
+        angles = t[:, None].float() * self.freqs.float()[None]
+        return self.proj(torch.cat([angles.cos(), angles.sin()], -1).to(self.proj.weight.dtype))
+
+
+model = TimeEmbedding()
+t = torch.tensor([999.0, 4000.0])
+reference = model(t)
+model.half()
+err = (model(t).float() - reference).abs().max().item()
+assert err < 0.05, f"time embedding off by {err:.3f}"
+"""
+
 
 @pytest.mark.parametrize(
     ("script", "line", "written"),
@@ -85,11 +113,17 @@ assert torch.isfinite(out).all(), "the block's output holds inf/NaN"
             11,
             'with torch.autocast(device_type="cpu", enabled=False):\n            out = block',
         ),
+        (
+            BUFFER_CAST,
+            21,
+            "_float32_buffers = {n: b for n, b in model.named_buffers() if b.dtype == torch.float32}",
+        ),
     ],
     ids=[
         "derived-dtype-not-the-literal-input",
         "dtype-chosen-by-the-caller",
         "a-library-block-under-autocast",
+        "a-module-cast-rounds-a-float32-buffer",
     ],
 )
 def test_the_root_is_the_decision_and_its_fix_cures(

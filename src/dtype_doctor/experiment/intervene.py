@@ -12,7 +12,9 @@ copy the re-run runs in (`$TMPDIR`), else absolute. For a chosen line:
   copies of them, autocast off, and its float32 result flows on;
 - a cast to float16/bfloat16 (`.half()`, `.to(torch.bfloat16)`, `.type(...)`) leaves its tensor as it
   was, a factory asked for a low dtype makes float32;
-- in-place ops and writes are left alone (an upcast copy would not be written back).
+- in-place ops and writes are left alone (an upcast copy would not be written back);
+- a module-wide cast (`model.half()`) casts the parameters as asked and leaves the module's float32
+  buffers float32 (a RoPE `inv_freq`, a frequency table): the line is recorded as a module cast.
 """
 
 from __future__ import annotations
@@ -84,25 +86,26 @@ class Fp32Lines(TorchFunctionMode):
         self._literals: dict[str, bool] = {}
         self.made: dict[int, weakref.ref] = {}  # id -> the float32 tensors the intervention made
 
-    def _frame(self) -> tuple[Any, bool]:
+    def _frame(self) -> tuple[Any, bool, Any]:
         """The first frame outside torch and this tool: the user's line, when it is in a user file;
-        and whether the op runs inside a module that line called (a library module's own op)."""
+        whether the op runs inside a module that line called (a library module's own op); and the
+        module whose module-wide cast (`model.half()`) runs the op, if one does (the innermost)."""
         f = sys._getframe(1)
-        in_module = False
+        in_module, applying = False, None
         while f is not None:
             file = f.f_code.co_filename
-            if f.f_code is _MODULE_APPLY:  # a module-wide cast (`model.half()`): never one line's op
-                return None, False
+            if f.f_code is _MODULE_APPLY and applying is None:
+                applying = f.f_locals.get("self")
             if not (file.startswith((TORCH_DIR, TOOL_DIR, "<"))):
                 mine = self._user.get(file)
                 if mine is None:
                     mine = self._user[file] = is_user_file(file)
                 if mine:
-                    return f, in_module
+                    return f, in_module, applying
                 in_module = True  # a library's code (a diffusers decoder) between the op and the line
             in_module = in_module or f.f_code is _MODULE_CALL
             f = f.f_back
-        return None, False
+        return None, False, None
 
     def _key(self, frame: Any) -> str:
         return self._key_of(frame.f_code.co_filename, frame.f_lineno)
@@ -136,7 +139,9 @@ class Fp32Lines(TorchFunctionMode):
         follow = made_in and low_in and not to_low
         chosen = False
         if low_in or auto or to_low or makes_low:
-            frame, in_module = self._frame()
+            frame, in_module, applying = self._frame()
+            if applying is not None:  # a module-wide cast: its float32 buffers may stay float32
+                return self._module_cast(func, args, kwargs, frame, applying, to_low)
             if frame is not None:
                 key = self._key(frame)
                 mine = not (
@@ -158,6 +163,29 @@ class Fp32Lines(TorchFunctionMode):
                 with torch.autocast("cuda", enabled=False):
                     return self._tag(func(*args, **kwargs))
             return self._tag(func(*args, **kwargs))
+
+    def _module_cast(
+        self, func: Any, args: tuple, kwargs: dict, frame: Any, module: Any, to_low: bool
+    ) -> Any:
+        """One tensor of a module-wide cast (`model.to(torch.bfloat16)`): on a chosen line, a float32
+        buffer (a RoPE `inv_freq`, running statistics) lowered by it stays float32, the parameters
+        take the user's dtype; the line is recorded as a module cast (its fix keeps those buffers)."""
+        tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        buffer = (
+            to_low
+            and tensor is not None
+            and tensor.dtype == torch.float32
+            and any(b is tensor for b in getattr(module, "_buffers", {}).values())
+        )
+        if not buffer or frame is None:
+            return func(*args, **kwargs)
+        key = self._key(frame)
+        if self.record is not None:
+            self._note(key, frame, False)
+            self.seen[key]["module_cast"] = True
+        if self.every or key in self.lines:
+            return self._tag(tensor)
+        return func(*args, **kwargs)
 
     def _made_in(self, operands: tuple) -> bool:
         for a in operands:

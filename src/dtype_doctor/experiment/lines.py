@@ -28,7 +28,7 @@ from ..editing.source import Edit, Source
 from ..patching.verify import Command, Patched, Replay, attempt, replay
 from ..remedies import cure
 from ..report import Finding, Fix, Location, Severity
-from ..tracing.casts import LOWERING_METHODS
+from ..tracing.casts import LOWERING_METHODS, MODULE_LOWERING
 
 TRY_ENV = "DTYPE_DOCTOR_TRY"  # = intervene.ENV
 RECORD = ".dtype-doctor-try.json"
@@ -127,6 +127,10 @@ def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
         stmt, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
     ):
         return None
+    if entry.get("module_cast"):
+        kept = keep_buffers(src, stmt)
+        if kept is not None:
+            return kept
     low, dtypes = set(entry.get("low_names", ())), set(entry.get("dtype_names", ()))
     start = src.offset(stmt.lineno, 0)
     _, end = src.span(stmt)
@@ -169,6 +173,35 @@ def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
     return Edit(src.path, start, end, body)
 
 
+def keep_buffers(src: Source, stmt: ast.stmt) -> Edit | None:
+    """A module-wide cast (`model = model.to(torch.bfloat16)`) that keeps the module's float32
+    buffers float32: they are set aside before it and put back after it (on the device it moved
+    them to). None when the cast's module is not a name the line reads before it (`Net().half()`)."""
+    casts = [
+        n
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in MODULE_LOWERING
+        and isinstance(n.func.value, (ast.Name, ast.Attribute))
+    ]
+    if not casts:
+        return None
+    model = src.segment(casts[0].func.value)  # type: ignore[attr-defined]
+    indent, nl = src.indent(stmt.lineno), src.newline
+    start = src.offset(stmt.lineno, 0)
+    last = stmt.end_lineno or stmt.lineno
+    end = start + len("".join(src.lines[stmt.lineno - 1 : last]).rstrip("\r\n"))  # its comment too
+    text = (
+        f"{indent}_float32_buffers = {{n: b for n, b in {model}.named_buffers() if b.dtype == torch.float32}}{nl}"
+        f"{src.text[start:end]}{nl}"
+        f"{indent}for _name, _buffer in _float32_buffers.items():  # buffers (RoPE tables, statistics) stay float32{nl}"
+        f'{indent}    _owner, _, _attr = _name.rpartition("."){nl}'
+        f"{indent}    setattr({model}.get_submodule(_owner), _attr, _buffer.to({model}.get_buffer(_name).device))"
+    )
+    return Edit(src.path, start, end, text)
+
+
 def _outermost(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
     """Drop a span inside another (`self.x` holds `self`): the outer one is rewritten."""
     return [s for s in spans if not any(o is not s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
@@ -186,10 +219,13 @@ def finding(
     code = family_codes.LOW_PRECISION_UNDER_AUTOCAST if autocast else family_codes.FINITE_BUT_WRONG
     how = "under autocast, in its low dtype" if autocast else "in float16/bfloat16"
     alone = "alone" if outcome.alone else "together with the lines that ran before it"
+    what = f"computes {how}, and computing it in float32 {alone} makes"
+    if outcome.root.get("module_cast"):
+        what = f"casts a module's float32 buffers to a low dtype with its parameters, and keeping them float32 {alone} makes"
     message = (
-        f"your program failed (exit {code_of_program}) with no dtype error seen; {path}:{line} computes "
-        f"{how}, and computing it in float32 {alone} makes the program pass: of {outcome.candidates} "
-        f"low-precision line(s) of yours, {outcome.runs} re-run(s) bisected to this one"
+        f"your program failed (exit {code_of_program}) with no dtype error seen; {path}:{line} {what} "
+        f"the program pass: of {outcome.candidates} low-precision line(s) of yours, {outcome.runs} re-run(s) "
+        "bisected to this one"
     )
     return Finding(
         code=code,
@@ -303,10 +339,13 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     if not edits:
         return None
     numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
+    title = f"Compute {os.path.basename(path)}:{numbers} in float32"
+    if len(lines) == 1 and lines[0].get("module_cast"):
+        title = f"Keep the float32 buffers float32 through the module-wide cast at {os.path.basename(path)}:{numbers}"
     return trial.fix(
         src,
         edits,
-        f"Compute {os.path.basename(path)}:{numbers} in float32",
+        title,
         "the experiment's cure: in float32 this makes the failing program pass",
     )
 
