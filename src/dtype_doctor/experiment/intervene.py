@@ -2,7 +2,7 @@
 process): the torch calls made directly from chosen lines of the user's files compute in float32.
 
 `$DTYPE_DOCTOR_TRY` is a JSON object: `lines` (["path:line", ...], or "*" for every line of the
-user's files), `keep` (true: leave the user's own precision choices alone: a cast or factory that
+user's files but those in `skip`), `keep` (true: leave the user's own precision choices alone: a cast or factory that
 names a low dtype literally (`.half()`, `dtype=torch.float16`), and the ops a library module runs
 when a line calls it, so that only the lines that compute in the precision they inherited are
 tried) and `record` (a file to write, at exit, each user line that made a low-precision
@@ -71,13 +71,19 @@ def _up(x: Any) -> Any:
 
 class Fp32Lines(TorchFunctionMode):
     def __init__(
-        self, lines: Any, record: str | None, keep: bool = False, resolve: Callable[..., list] | None = None
+        self,
+        lines: Any,
+        record: str | None,
+        keep: bool = False,
+        resolve: Callable[..., list] | None = None,
+        skip: Any = None,
     ) -> None:
         super().__init__()
         self.resolve = resolve  # (frame, name) -> the sites its value came through (watching/dtype_values)
         self.every = lines == "*"
         self.keep = keep
         self.lines = set() if self.every else set(lines or ())
+        self.skip = set(skip or ())  # with "*": the lines left as they are
         self.record = record
         self.seen: dict[str, dict[str, Any]] = {}  # key -> what the record says of it
         self.scratch = os.path.realpath(os.environ.get("TMPDIR", "")) + os.sep
@@ -149,7 +155,7 @@ class Fp32Lines(TorchFunctionMode):
                 )
                 if mine and self.record is not None:
                     self._note(key, frame, auto)
-                chosen = mine and (self.every or key in self.lines)
+                chosen = mine and self._chosen(key)
         if not (chosen or follow):
             out = func(*args, **kwargs)
             return self._tag(out) if made_in else out
@@ -183,9 +189,12 @@ class Fp32Lines(TorchFunctionMode):
         if self.record is not None:
             self._note(key, frame, False)
             self.seen[key]["module_cast"] = True
-        if self.every or key in self.lines:
-            return self._tag(tensor)
+        if self._chosen(key):  # not followed: a float32 buffer meets the rest as torch has it
+            return tensor
         return func(*args, **kwargs)
+
+    def _chosen(self, key: str) -> bool:
+        return key not in self.skip if self.every else key in self.lines
 
     def _made_in(self, operands: tuple) -> bool:
         for a in operands:
@@ -325,7 +334,9 @@ def install(resolve: Callable[..., list] | None = None) -> Fp32Lines | None:
     record = spec.get("record")
     if record:  # relative: in the scratch copy the re-run runs in
         record = os.path.join(os.environ.get("TMPDIR", ""), record)
-    mode = Fp32Lines(spec.get("lines"), record, keep=bool(spec.get("keep")), resolve=resolve)
+    mode = Fp32Lines(
+        spec.get("lines"), record, keep=bool(spec.get("keep")), resolve=resolve, skip=spec.get("skip")
+    )
     mode.__enter__()
     atexit.register(mode.write)
     return mode

@@ -4,7 +4,7 @@ float32, cures the program.
 A program that fails (its own assert on a symptom, a NaN check, an exception) while nothing
 dtype-doctor recognised explains it is re-run in an isolated scratch copy (patching/verify.replay)
 with every user line that computed in float16/bfloat16 (or under autocast) made float32
-(experiment/intervene.py). If that cures it, the lines are bisected in the order they first ran:
+(experiment/intervene.py). If that cures it, the lines are bisected in the order they first ran (module-wide casts last):
 the shortest first part that still cures ends at the root line, which is then tried alone. The
 root's fix is that line rewritten (its half operands `.float()`, a low dtype it asks for made
 `torch.float32`, a `.half()` made `.float()`, autocast off around it), re-run like any edit. Every
@@ -28,7 +28,7 @@ from ..editing.source import Edit, Source
 from ..patching.verify import Command, Patched, Replay, attempt, replay
 from ..remedies import cure
 from ..report import Finding, Fix, Location, Severity
-from ..tracing.casts import LOWERING_METHODS, MODULE_LOWERING
+from .rewrite import keep_buffers, rewrite
 
 TRY_ENV = "DTYPE_DOCTOR_TRY"  # = intervene.ENV
 RECORD = ".dtype-doctor-try.json"
@@ -45,7 +45,9 @@ class Outcome:
     why: str = ""  # why no root was found
     candidates: int = 0
     tried: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # re-run keys of roots whose edit did not cure
     low: list[dict[str, Any]] = field(default_factory=list)  # every low-precision line's record entry
+    keep: bool = True  # the pass that cured kept the user's own precision choices
 
 
 def _collect(scratch: str) -> list[dict[str, Any]]:
@@ -61,23 +63,33 @@ def _cured(seen: Replay) -> bool:
     return seen.code == 0 and not seen.stopped and seen.errors == 0
 
 
-def search(command: Command, anchor: str, deadline: float, timeout: float) -> Outcome:
-    """Find the user line whose float32 computation cures the failing program (see the module doc)."""
-    out = Outcome()
+def _runner(
+    out: Outcome, command: Command, anchor: str, deadline: float, timeout: float
+) -> Callable[..., Replay]:
+    """One re-run of the program with `$DTYPE_DOCTOR_TRY` set for `lines`, counted in `out`."""
 
-    def run(lines: Any, keep: bool) -> Replay:
+    def run(lines: Any, keep: bool, skip: list[str] | None = None) -> Replay:
         out.runs += 1
-        spec = json.dumps({"lines": lines, "keep": keep, "record": RECORD if lines == "*" else None})
+        spec = json.dumps(
+            {"lines": lines, "keep": keep, "record": RECORD if lines == "*" else None, "skip": skip}
+        )
         left = max(10.0, min(timeout, deadline - time.monotonic()))
         return replay({}, command, anchor, timeout=left, extra_env={TRY_ENV: spec}, collect=_collect)
 
+    return run
+
+
+def search(command: Command, anchor: str, deadline: float, timeout: float) -> Outcome:
+    """Find the user line whose float32 computation cures the failing program (see the module doc)."""
+    out = Outcome()
+    run = _runner(out, command, anchor, deadline, timeout)
     # first with the user's own precision choices kept (their literal casts, the library modules
     # their lines call): a cure there is a line that computes in a precision it inherited
-    keep = True
-    first = run("*", keep)
+    out.keep = True
+    first = run("*", out.keep)
     if not (first.collected and _cured(first)):
-        keep = False
-        first = run("*", keep)
+        out.keep = False
+        first = run("*", out.keep)
     entries = first.collected or []
     out.candidates, out.low = len(entries), entries
     if not entries:
@@ -88,20 +100,49 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
             f"computing every one of your {len(entries)} low-precision lines in float32 does not cure it"
         )
         return out
+    # a module-wide cast is the user's own choice of the parameters' dtype: its buffers are tried
+    # after every line that computed in a precision it inherited
+    entries.sort(key=lambda e: bool(e.get("module_cast")))
+    _bisect(out, entries, run, anchor, deadline)
+    return out
+
+
+def search_without(outcome: Outcome, command: Command, anchor: str, deadline: float, timeout: float) -> bool:
+    """The root line's own edit did not cure: the lines other than the roots found so far, if they
+    cure together, bisected again (another line that cures is a root whose edit may work)."""
+    assert outcome.root is not None
+    outcome.skipped.append(outcome.root["raw"])
+    outcome.root, outcome.prefix = None, []
+    run = _runner(outcome, command, anchor, deadline, timeout)
+    if time.monotonic() > deadline:
+        return False
+    again = run("*", outcome.keep, outcome.skipped)  # recorded anew: lines low only once the root is not
+    rest = [e for e in again.collected or [] if e["key"] not in outcome.skipped]
+    if not rest or not _cured(again):
+        return False
+    rest.sort(key=lambda e: bool(e.get("module_cast")))
+    _bisect(outcome, rest, run, anchor, deadline)
+    return outcome.root is not None
+
+
+def _bisect(
+    out: Outcome, entries: list[dict[str, Any]], run: Callable[..., Replay], anchor: str, deadline: float
+) -> None:
+    """The shortest first part of `entries` (all of which cure together) that cures: its last line
+    is the root (`out.root`, `out.prefix`)."""
     keys = [e["key"] for e in entries]
     lo, hi = 1, len(keys)  # the shortest prefix that cures is keys[:hi]
     while lo < hi:
         if time.monotonic() > deadline:
             out.why = f"the budget ran out bisecting {len(keys)} lines"
-            return out
+            return
         mid = (lo + hi) // 2
-        if _cured(run(keys[:mid], keep)):
+        if _cured(run(keys[:mid], out.keep)):
             hi = mid
         else:
             lo = mid + 1
-    out.prefix = [{**e, "key": _original(e["key"], anchor)} for e in entries[:hi]]
+    out.prefix = [{**e, "key": _original(e["key"], anchor), "raw": e["key"]} for e in entries[:hi]]
     out.root = out.prefix[-1]
-    return out
 
 
 def _original(key: str, anchor: str) -> str:
@@ -110,101 +151,6 @@ def _original(key: str, anchor: str) -> str:
     if not os.path.isabs(path):
         path = os.path.join(os.path.abspath(anchor), path)
     return f"{shown_path(path)}:{line}"
-
-
-# a tensor's attributes that read no value of it
-_METADATA = frozenset(
-    {"shape", "device", "ndim", "size", "dim", "numel", "is_cuda", "requires_grad", "layout"}
-)
-
-
-def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
-    """The statement at `line` computing in float32: its half operands `.float()`, a low dtype it
-    names `torch.float32`, `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
-    inside `with torch.autocast(device_type=..., enabled=False):`. None when nothing would change."""
-    stmt = src.statement_at(line)
-    if stmt is None or isinstance(
-        stmt, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
-    ):
-        return None
-    if entry.get("module_cast"):
-        kept = keep_buffers(src, stmt)
-        if kept is not None:
-            return kept
-    low, dtypes = set(entry.get("low_names", ())), set(entry.get("dtype_names", ()))
-    start = src.offset(stmt.lineno, 0)
-    _, end = src.span(stmt)
-    spans: list[tuple[int, int, str]] = []
-    metadata = {id(n.value) for n in ast.walk(stmt) if isinstance(n, ast.Attribute) and n.attr in _METADATA}
-    for node in ast.walk(stmt):
-        if getattr(node, "lineno", None) != line:
-            continue
-        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
-            text = ast.unparse(node)
-            a, b = src.span(node)
-            if text in low and id(node) in metadata:
-                continue  # `x.shape[0]`: no value of x is computed with
-            if text in low:
-                spans.append((a, b, f"{src.text[a:b]}.float()"))
-            elif text in dtypes:
-                spans.append((a, b, "torch.float32"))
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in LOWERING_METHODS
-            and not node.args
-        ):
-            a, b = src.span(node.func)
-            spans.append((b - len(node.func.attr), b, "float"))
-    spans = _outermost(spans)
-    body = src.text[start:end]
-    for a, b, text in sorted(spans, reverse=True):
-        body = body[: a - start] + text + body[b - start :]
-    if entry.get("autocast"):
-        indent = src.indent(stmt.lineno)
-        device = entry.get("autocast_device", "cpu")
-        lines = body.splitlines(keepends=True)
-        inner = "".join(
-            ("    " + ln if i else indent + "    " + ln[len(indent) :]) for i, ln in enumerate(lines)
-        )
-        body = f'{indent}with torch.autocast(device_type="{device}", enabled=False):{src.newline}{inner}'
-    if body == src.text[start:end]:
-        return None
-    return Edit(src.path, start, end, body)
-
-
-def keep_buffers(src: Source, stmt: ast.stmt) -> Edit | None:
-    """A module-wide cast (`model = model.to(torch.bfloat16)`) that keeps the module's float32
-    buffers float32: they are set aside before it and put back after it (on the device it moved
-    them to). None when the cast's module is not a name the line reads before it (`Net().half()`)."""
-    casts = [
-        n
-        for n in ast.walk(stmt)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and n.func.attr in MODULE_LOWERING
-        and isinstance(n.func.value, (ast.Name, ast.Attribute))
-    ]
-    if not casts:
-        return None
-    model = src.segment(casts[0].func.value)  # type: ignore[attr-defined]
-    indent, nl = src.indent(stmt.lineno), src.newline
-    start = src.offset(stmt.lineno, 0)
-    last = stmt.end_lineno or stmt.lineno
-    end = start + len("".join(src.lines[stmt.lineno - 1 : last]).rstrip("\r\n"))  # its comment too
-    text = (
-        f"{indent}_float32_buffers = {{n: b for n, b in {model}.named_buffers() if b.dtype == torch.float32}}{nl}"
-        f"{src.text[start:end]}{nl}"
-        f"{indent}for _name, _buffer in _float32_buffers.items():  # buffers (RoPE tables, statistics) stay float32{nl}"
-        f'{indent}    _owner, _, _attr = _name.rpartition("."){nl}'
-        f"{indent}    setattr({model}.get_submodule(_owner), _attr, _buffer.to({model}.get_buffer(_name).device))"
-    )
-    return Edit(src.path, start, end, text)
-
-
-def _outermost(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Drop a span inside another (`self.x` holds `self`): the outer one is rewritten."""
-    return [s for s in spans if not any(o is not s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
 
 
 def finding(
@@ -239,6 +185,7 @@ def finding(
 
 
 MAX_LINES_IN_A_FIX = 4
+OTHER_ROOTS = 2  # roots tried after one whose edit did not cure (search_without)
 
 
 def diagnose(
@@ -256,26 +203,47 @@ def diagnose(
     if outcome.root is None:
         return None, outcome
     trial = _Trial(command, anchor, timeout, user_source, outcome)
+    where = outcome.root["key"]
+    for _ in range(1 + OTHER_ROOTS):
+        found = _root_fix(outcome, trial, code_of_program, deadline)
+        if found is not None or outcome.why:
+            return found, outcome
+        if not search_without(outcome, command, anchor, deadline, timeout):
+            break
+    outcome.why = (
+        outcome.why or f"{where} in float32 cures the program, but no edit of it that was re-run did"
+    )
+    return None, outcome
+
+
+def _root_fix(outcome: Outcome, trial: _Trial, code_of_program: int, deadline: float) -> Finding | None:
+    """The root line's fix (alone, else with the few lines before it), re-run: its finding when one
+    cured; None else (`outcome.why` set when the budget ran out)."""
+    assert outcome.root is not None
     tries = [outcome.prefix[-1:]]
     if 1 < len(outcome.prefix) <= MAX_LINES_IN_A_FIX:
         tries.append(outcome.prefix)
     for lines in tries:
         if time.monotonic() > deadline:
             outcome.why = "the budget ran out before the root line's edit was re-run"
-            return None, outcome
+            return None
         fix = _tried_fix(lines, trial)
         if fix is not None and fix.verified:
             outcome.alone = len(lines) == 1
             found = finding(outcome, code_of_program, fix)
             chosen = _chosen_fix(lines, trial, deadline)
             wider = _also_widens(chosen[0], lines, trial) if chosen is not None else 0
-            if chosen is not None and wider:  # the line's own fix keeps more of the user's precision
+            whole = any(e.get("module_cast") for e in lines)  # the value a module-wide cast takes
+            # the line's own fix keeps more of the user's precision: it goes first
+            if chosen is not None and (wider or whole):
                 site, chosen_fix = chosen
                 found.fixes.append(chosen_fix)
+                more = (
+                    "the whole module" if whole else f"{wider} other line{'s' if wider != 1 else ''} of yours"
+                )
                 found.message += (
                     f"; the dtype it computes in is chosen at {shown_path(site['key'])} (`{site['expr']}`):"
-                    f" float32 there makes it pass too, but also computes {wider} other line"
-                    f"{'s' if wider != 1 else ''} of yours in float32"
+                    f" float32 there makes it pass too, but also computes {more} in float32"
                 )
             elif chosen is not None:
                 site, chosen_fix = chosen
@@ -287,10 +255,8 @@ def diagnose(
                     f" (`{site['expr']}`), and float32 there alone makes it pass too"
                 )
                 found.root_cause = f"the dtype `{site['expr']}` chosen at {path}:{line}: float32 there alone makes the program pass"
-            return found, outcome
-    where = outcome.root["key"]
-    outcome.why = f"{where} in float32 cures the program, but no edit of it that was re-run did"
-    return None, outcome
+            return found
+    return None
 
 
 @dataclass
@@ -335,19 +301,25 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     src = trial.user_source(path)
     if src is None or any(e["key"].rpartition(":")[0] != path for e in lines):
         return None
-    edits = [e for entry in lines if (e := rewrite(src, int(entry["key"].rpartition(":")[2]), entry))]
-    if not edits:
-        return None
     numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
     title = f"Compute {os.path.basename(path)}:{numbers} in float32"
-    if len(lines) == 1 and lines[0].get("module_cast"):
+    stmt = src.statement_at(int(numbers)) if len(lines) == 1 and lines[0].get("module_cast") else None
+    kept = keep_buffers(src, stmt) if stmt is not None else None
+    if kept is not None:
         title = f"Keep the float32 buffers float32 through the module-wide cast at {os.path.basename(path)}:{numbers}"
+    edits = [kept] if kept is not None else [e for entry in lines if (e := rewrite(src, _line(entry), entry))]
+    if not edits:
+        return None
     return trial.fix(
         src,
         edits,
         title,
         "the experiment's cure: in float32 this makes the failing program pass",
     )
+
+
+def _line(entry: dict[str, Any]) -> int:
+    return int(entry["key"].rpartition(":")[2])
 
 
 def _chosen_fix(

@@ -177,13 +177,9 @@ def build(
         _safe(lambda: intent.rule_evidence(tensors, names, expected, place, root, prov)) if expected else None
     )
     floats = [s for s in operands if s.tensor.is_floating_point()]
-    lowered = (  # a rule asks for a wider dtype than the model's, and no parameter decides
-        expected is not None
-        and want in blame.LOW_DTYPES
-        and expected not in blame.LOW_DTYPES
-        and want != expected
-        and not any(names.tensor(s.tensor) for s in floats)
-    )
+    # a rule asks for a wider dtype than the model's, and no parameter decides
+    wider = expected is not None and want in blame.LOW_DTYPES and expected not in blame.LOW_DTYPES
+    lowered = wider and want != expected and not any(names.tensor(s.tensor) for s in floats)
     unruled = expected is None and any(s.tensor.dtype != want for s in floats)  # raised, no contract
     if want is not None and (lowered or unruled) and any(s.tensor.dtype == want for s in floats):
         for s in floats:  # the models' dtype decides, not the first operand

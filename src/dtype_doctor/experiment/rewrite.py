@@ -1,0 +1,113 @@
+"""The root line's statement rewritten as the line experiment's fix: in float32 (its half operands
+`.float()`, a low dtype it names `torch.float32`, `.half()` made `.float()`, autocast off around it),
+or, for a module-wide cast, with the module's float32 buffers kept float32 through it. No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..editing.source import Edit, Source
+from ..tracing.casts import LOWERING_METHODS, MODULE_LOWERING
+
+# a tensor's attributes that read no value of it
+_METADATA = frozenset(
+    {"shape", "device", "ndim", "size", "dim", "numel", "is_cuda", "requires_grad", "layout"}
+)
+
+
+def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
+    """The statement at `line` computing in float32: its half operands `.float()`, a low dtype it
+    names `torch.float32`, `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
+    inside `with torch.autocast(device_type=..., enabled=False):`. None when nothing would change."""
+    stmt = src.statement_at(line)
+    if stmt is None or isinstance(
+        stmt, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
+    ):
+        return None
+    low, dtypes = set(entry.get("low_names", ())), set(entry.get("dtype_names", ()))
+    start = src.offset(stmt.lineno, 0)
+    _, end = src.span(stmt)
+    spans: list[tuple[int, int, str]] = []
+    metadata = {id(n.value) for n in ast.walk(stmt) if isinstance(n, ast.Attribute) and n.attr in _METADATA}
+    for node in ast.walk(stmt):
+        if getattr(node, "lineno", None) != line:
+            continue
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            text = ast.unparse(node)
+            a, b = src.span(node)
+            if text in low and id(node) in metadata:
+                continue  # `x.shape[0]`: no value of x is computed with
+            if text in low:
+                spans.append((a, b, f"{src.text[a:b]}.float()"))
+            elif text in dtypes:
+                spans.append((a, b, "torch.float32"))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in LOWERING_METHODS
+            and not node.args
+        ):
+            a, b = src.span(node.func)
+            spans.append((b - len(node.func.attr), b, "float"))
+    spans = _outermost(spans)
+    body = src.text[start:end]
+    for a, b, text in sorted(spans, reverse=True):
+        body = body[: a - start] + text + body[b - start :]
+    if entry.get("autocast"):
+        indent = src.indent(stmt.lineno)
+        device = entry.get("autocast_device", "cpu")
+        lines = body.splitlines(keepends=True)
+        inner = "".join(
+            ("    " + ln if i else indent + "    " + ln[len(indent) :]) for i, ln in enumerate(lines)
+        )
+        body = f'{indent}with torch.autocast(device_type="{device}", enabled=False):{src.newline}{inner}'
+    if body == src.text[start:end]:
+        return None
+    return Edit(src.path, start, end, body)
+
+
+def keep_buffers(src: Source, stmt: ast.stmt) -> Edit | None:
+    """A module-wide cast (`model = model.to(torch.bfloat16)`) that keeps the module's float32
+    buffers float32: they are set aside before it and put back after it (on the device it moved
+    them to). A module made on the line (`Net().half()`) is made first, as `_module`."""
+    casts = [
+        n
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MODULE_LOWERING
+    ]
+    if not casts or isinstance(stmt, (ast.For, ast.While, ast.If, ast.With)):
+        return None
+    receiver = casts[0].func.value  # type: ignore[attr-defined]
+    indent, nl = src.indent(stmt.lineno), src.newline
+    start = src.offset(stmt.lineno, 0)
+    last = stmt.end_lineno or stmt.lineno
+    end = start + len("".join(src.lines[stmt.lineno - 1 : last]).rstrip("\r\n"))  # its comment too
+    line, made = src.text[start:end], ""
+    model = src.segment(receiver)
+    if not isinstance(receiver, (ast.Name, ast.Attribute)):  # made on the line: made before it
+        a, b = src.span(receiver)
+        line, made, model = (
+            line[: a - start] + "_module" + line[b - start :],
+            f"{indent}_module = {model}{nl}",
+            "_module",
+        )
+    returned = ""
+    if isinstance(stmt, ast.Return):  # `return model.to(dtype)`: the buffers go back before it returns
+        line = f"{indent}_cast = {line[len(indent) + len('return ') :]}"
+        returned = f"{nl}{indent}return _cast"
+    text = (
+        f"{made}{indent}_float32_buffers = {{n: b for n, b in {model}.named_buffers() if b.dtype == torch.float32}}{nl}"
+        f"{line}{nl}"
+        f"{indent}for _name, _buffer in _float32_buffers.items():  # buffers (RoPE tables, statistics) stay float32{nl}"
+        f'{indent}    _owner, _, _attr = _name.rpartition("."){nl}'
+        f"{indent}    setattr({model}.get_submodule(_owner), _attr, _buffer.to({model}.get_buffer(_name).device))"
+        f"{returned}"
+    )
+    return Edit(src.path, start, end, text)
+
+
+def _outermost(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Drop a span inside another (`self.x` holds `self`): the outer one is rewritten."""
+    return [s for s in spans if not any(o is not s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
