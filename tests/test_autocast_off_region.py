@@ -1,7 +1,8 @@
 """An autocast region written for another device does nothing for the program's tensors (a "cuda"
 region over CPU tensors, `torch.cuda.amp.autocast()` on CPU: torch turns it off with a warning), so a
 bfloat16 input meets a float32 layer. The first fix is the region made one for the tensors' device,
-at the `with` line, verified by a re-run; applied by the independent applier, plain python passes."""
+at the `with` line, verified by a re-run; applied by the independent applier, plain python passes.
+A custom autograd Function's `custom_fwd` without `cast_inputs` under autocast gets it."""
 
 from __future__ import annotations
 
@@ -63,3 +64,57 @@ def test_a_region_for_another_device_is_the_first_fix(tmp_path: Path, region: st
     assert written in (tmp_path / "prog.py").read_text()
     ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
     assert ran.returncode == 0 and "torch.bfloat16" in ran.stdout, ran.stderr[-1500:]
+
+
+# a custom autograd Function whose forward has `custom_fwd` and no `cast_inputs`: under autocast its
+# bfloat16 input (an autocast linear's output) meets its own float32 accumulator in an op autocast
+# does not cover; the decorator's own decision (`cast_inputs=torch.float32`, line 8) is the first fix
+CUSTOM_FWD = """import torch
+from torch import nn
+from torch.autograd import Function
+
+
+class PoolRows(Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
+    def forward(ctx, feats, weights):
+        pooled = torch.zeros(feats.shape[0], feats.shape[1], dtype=weights.dtype)
+        pooled.index_add_(0, torch.arange(feats.shape[0]), feats)
+        return pooled * weights
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.weights = nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        return PoolRows.apply(self.proj(x), self.weights)
+
+
+head = Head()
+with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    print(head(torch.randn(4, 8)).dtype)
+"""
+
+
+def test_a_custom_function_under_autocast_gets_cast_inputs(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(CUSTOM_FWD)
+    proc = dtype_doctor("run", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
+    assert proc.returncode == 1 and "RuntimeError" in proc.stderr, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    fix = next(f for f in report["findings"] if f["severity"] == "error")["fixes"][0]
+    assert "cast_inputs=torch.float32 (prog.py:8)" in fix["title"], fix["title"]
+    assert fix["verified"] is True, fix["verification"]
+    fix_by_hand().apply_edits(tmp_path, fix["edits"])
+    assert (
+        '@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)'
+        in (tmp_path / "prog.py").read_text()
+    )
+    ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert ran.returncode == 0 and "torch.float32" in ran.stdout, ran.stderr[-1500:]

@@ -24,7 +24,8 @@ class MissingBwd:
     indent: str
 
 
-def _named(node: ast.expr, last: str) -> bool:
+def decorated_by(node: ast.expr, last: str) -> bool:
+    """`node` (a decorator) is `last` or a call of it, by its last dotted name (`torch.amp.custom_fwd(...)`)."""
     func = node.func if isinstance(node, ast.Call) else node
     return call_name(func).rsplit(".", 1)[-1] == last
 
@@ -36,8 +37,8 @@ def missing_custom_bwd(src: Source, line: int) -> MissingBwd | None:
         bwd, fwd = methods.get("backward"), methods.get("forward")
         if bwd is None or fwd is None or not bwd.lineno <= line <= (bwd.end_lineno or bwd.lineno):
             continue
-        fwd_dec = next((d for d in fwd.decorator_list if _named(d, "custom_fwd")), None)
-        if fwd_dec is None or any(_named(d, "custom_bwd") for d in bwd.decorator_list):
+        fwd_dec = next((d for d in fwd.decorator_list if decorated_by(d, "custom_fwd")), None)
+        if fwd_dec is None or any(decorated_by(d, "custom_bwd") for d in bwd.decorator_list):
             return None
         text = _bwd_decorator(src, fwd_dec)
         if text is None:

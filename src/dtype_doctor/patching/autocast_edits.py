@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from ..editing import finders as find
+from ..editing.custom_bwd import decorated_by
 from ..editing.fix_edits import shown_path
 from ..editing.source import Edit, Source, add_kwarg, call_name, is_atom
 from ..report import Finding, Operand, Origin
@@ -198,3 +199,33 @@ def _region_for(src: Source, call: ast.expr, device: str) -> Edit | None:
         start, end = src.span(given)
         return Edit(src.path, start, end, f'"{device}"')
     return None
+
+
+def custom_fwd_inputs(planner: _Sources, f: Finding) -> Iterator[Candidate]:
+    """The failing op ran in (or below) the `forward` of a custom autograd Function decorated with
+    `custom_fwd` and no `cast_inputs`: under autocast its inputs arrive in whatever dtypes the region
+    made them, and the Function's own ops (a kernel autocast does not know) mix them.
+    `cast_inputs=torch.float32` is that decorator's own decision: the forward then runs on float32
+    inputs with autocast off. Tried first (`Candidate.first`)."""
+    seen: set[int] = set()
+    for place in f.data.get("user_stack") or ():
+        path, _, line = str(place).rpartition(":")
+        src = planner.source(path)
+        fn = find.enclosing_function(src, int(line)) if src is not None and line.isdigit() else None
+        if src is None or fn is None or fn.name != "forward":
+            continue
+        dec = next((d for d in fn.decorator_list if decorated_by(d, "custom_fwd")), None)
+        if (
+            not isinstance(dec, ast.Call)
+            or id(dec) in seen
+            or any(k.arg == "cast_inputs" for k in dec.keywords)
+        ):
+            continue
+        seen.add(id(dec))
+        edit = add_kwarg(src, dec, "cast_inputs", "torch.float32")
+        if edit is not None:
+            yield Candidate(
+                f"give the `custom_fwd` on `forward` cast_inputs=torch.float32 ({shown_path(src.path)}:{dec.lineno})",
+                [edit],
+                first=True,
+            )

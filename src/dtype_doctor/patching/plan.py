@@ -141,6 +141,7 @@ class Planner:
             return
         yield from autocast_edits.off_regions(self, f)  # a region for another device: off here
         yield from autocast_edits.candidates(self, f)  # float32 where autocast chose the low dtype
+        yield from autocast_edits.custom_fwd_inputs(self, f)  # a custom Function's inputs under autocast
         target = _target_dtype(f)
         if target is None:
             return
