@@ -52,18 +52,11 @@ print(y.dtype)
     ids=["positional", "keyword", "cuda-amp"],
 )
 def test_a_region_for_another_device_is_the_first_fix(tmp_path: Path, region: str, written: str) -> None:
-    (tmp_path / "prog.py").write_text(SCRIPT.format(region=region))
-    proc = dtype_doctor("run", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
-    assert proc.returncode == 1 and "RuntimeError" in proc.stderr, proc.stderr[-2000:]
-    report = json.loads((tmp_path / "r.json").read_text())
-    fix = next(f for f in report["findings"] if f["severity"] == "error")["fixes"][0]
+    fix = _first_fix(tmp_path, SCRIPT.format(region=region))
     assert "autocast region at prog.py:11" in fix["title"], fix["title"]
     assert fix["verified"] is True, fix["verification"]
     assert [e["location"]["row"] for e in fix["edits"]] == [11]
-    fix_by_hand().apply_edits(tmp_path, fix["edits"])
-    assert written in (tmp_path / "prog.py").read_text()
-    ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
-    assert ran.returncode == 0 and "torch.bfloat16" in ran.stdout, ran.stderr[-1500:]
+    _runs_after(tmp_path, fix, written, "torch.bfloat16")
 
 
 # a custom autograd Function whose forward has `custom_fwd` and no `cast_inputs`: under autocast its
@@ -104,17 +97,27 @@ with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
 
 
 def test_a_custom_function_under_autocast_gets_cast_inputs(tmp_path: Path) -> None:
-    (tmp_path / "prog.py").write_text(CUSTOM_FWD)
+    fix = _first_fix(tmp_path, CUSTOM_FWD)
+    assert "cast_inputs=torch.float32 (prog.py:8)" in fix["title"], fix["title"]
+    assert fix["verified"] is True, fix["verification"]
+    _runs_after(
+        tmp_path, fix, '@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)', "torch.float32"
+    )
+
+
+def _first_fix(tmp_path: Path, script: str) -> dict:
+    """`run` on the script as prog.py (it fails with a RuntimeError): the first error's first fix."""
+    (tmp_path / "prog.py").write_text(script)
     proc = dtype_doctor("run", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
     assert proc.returncode == 1 and "RuntimeError" in proc.stderr, proc.stderr[-2000:]
     report = json.loads((tmp_path / "r.json").read_text())
     fix = next(f for f in report["findings"] if f["severity"] == "error")["fixes"][0]
-    assert "cast_inputs=torch.float32 (prog.py:8)" in fix["title"], fix["title"]
-    assert fix["verified"] is True, fix["verification"]
+    return fix
+
+
+def _runs_after(tmp_path: Path, fix: dict, written: str, prints: str) -> None:
+    """The fix applied by the independent applier writes `written`; plain python then prints `prints`."""
     fix_by_hand().apply_edits(tmp_path, fix["edits"])
-    assert (
-        '@torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)'
-        in (tmp_path / "prog.py").read_text()
-    )
+    assert written in (tmp_path / "prog.py").read_text()
     ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
-    assert ran.returncode == 0 and "torch.float32" in ran.stdout, ran.stderr[-1500:]
+    assert ran.returncode == 0 and prints in ran.stdout, ran.stderr[-1500:]
