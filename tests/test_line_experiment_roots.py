@@ -142,3 +142,28 @@ def test_the_root_is_the_decision_and_its_fix_cures(
     assert written in (tmp_path / "prog.py").read_text()
     ran = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr[-1500:]
+
+
+# a float16 sum overflows: the root line itself makes inf from finite values, so the finding names
+# the symptom (nonfinite-values), where a wrong-but-finite result is finite-but-wrong
+OVERFLOW = """import torch
+
+
+def total(x):
+    return x.sum()
+
+
+x = torch.full((1000,), 100.0, dtype=torch.float16)
+s = total(x)
+assert torch.isfinite(s), "the sum overflowed"
+"""
+
+
+@pytest.mark.parametrize(("script", "code"), [(OVERFLOW, "nonfinite-values"), (DERIVED, "finite-but-wrong")])
+def test_the_finding_names_a_nonfinite_symptom(tmp_path: Path, script: str, code: str) -> None:
+    (tmp_path / "prog.py").write_text(script)
+    dtype_doctor("run", "--budget", "300", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
+    report = json.loads((tmp_path / "r.json").read_text())
+    first = next(f for f in report["findings"] if f["severity"] == "error")
+    assert first["code"] == code, first["message"]
+    assert first["fixes"][0]["verified"] is True

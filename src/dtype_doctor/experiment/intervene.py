@@ -5,8 +5,9 @@ process): the torch calls made directly from chosen lines of the user's files co
 user's files but those in `skip`), `keep` (true: leave the user's own precision choices alone: a cast or factory that
 names a low dtype literally (`.half()`, `dtype=torch.float16`), and the ops a library module runs
 when a line calls it, so that only the lines that compute in the precision they inherited are
-tried) and `record` (a file to write, at exit, each user line that made a low-precision
-computation: `{"key", "autocast", "low_names", "dtype_names"}`). Paths are relative to the scratch
+tried), `record` (a file to write, at exit, each user line that made a low-precision
+computation: `{"key", "autocast", "low_names", "dtype_names"}`, plus `"nonfinite"` under `probe`
+when the line, left as it is, made inf/NaN from finite operands). Paths are relative to the scratch
 copy the re-run runs in (`$TMPDIR`), else absolute. For a chosen line:
 - an op whose floating operands are float16/bfloat16 (or that autocast lowers) runs on float32
   copies of them, autocast off, and its float32 result flows on;
@@ -77,6 +78,7 @@ class Fp32Lines(TorchFunctionMode):
         keep: bool = False,
         resolve: Callable[..., list] | None = None,
         skip: Any = None,
+        probe: bool = False,
     ) -> None:
         super().__init__()
         self.resolve = resolve  # (frame, name) -> the sites its value came through (watching/dtype_values)
@@ -84,6 +86,7 @@ class Fp32Lines(TorchFunctionMode):
         self.keep = keep
         self.lines = set() if self.every else set(lines or ())
         self.skip = set(skip or ())  # with "*": the lines left as they are
+        self.probe = probe  # record which lines make inf/NaN from finite operands (their own precision)
         self.record = record
         self.seen: dict[str, dict[str, Any]] = {}  # key -> what the record says of it
         self.scratch = os.path.realpath(os.environ.get("TMPDIR", "")) + os.sep
@@ -143,7 +146,7 @@ class Fp32Lines(TorchFunctionMode):
         # a float32 tensor the intervention made meeting a low one: promote, as the changed
         # decision would have (never the mismatch error a half-changed program meets)
         follow = made_in and low_in and not to_low
-        chosen = False
+        chosen, noted = False, None
         if low_in or auto or to_low or makes_low:
             frame, in_module, applying = self._frame()
             if applying is not None:  # a module-wide cast: its float32 buffers may stay float32
@@ -155,9 +158,12 @@ class Fp32Lines(TorchFunctionMode):
                 )
                 if mine and self.record is not None:
                     self._note(key, frame, auto)
+                    noted = key
                 chosen = mine and self._chosen(key)
         if not (chosen or follow):
             out = func(*args, **kwargs)
+            if noted is not None and self.probe and _made_nonfinite(out, operands):
+                self.seen[noted]["nonfinite"] = True
             return self._tag(out) if made_in else out
         if to_low and args and isinstance(args[0], torch.Tensor):
             return self._tag(args[0] if args[0].dtype not in LOW else args[0].float())
@@ -274,6 +280,15 @@ class Fp32Lines(TorchFunctionMode):
             pass
 
 
+def _made_nonfinite(out: Any, operands: tuple) -> bool:
+    """A low-precision output holding inf/NaN while every floating operand was finite."""
+    outs = [x for x in (out if isinstance(out, (list, tuple)) else (out,)) if _low(x)]
+    if not any(not torch.isfinite(x).all() for x in outs):
+        return False
+    ins = [x for a in operands for x in (a if isinstance(a, (list, tuple)) else (a,))]
+    return all(torch.isfinite(x).all() for x in ins if isinstance(x, torch.Tensor) and x.is_floating_point())
+
+
 def _names_at(tree: ast.Module | None, frame: Any) -> list[tuple[str, Any]]:
     """(source text, value) of each name and dotted attribute of names read on the frame's line,
     looked up (never called) in the frame."""
@@ -335,7 +350,12 @@ def install(resolve: Callable[..., list] | None = None) -> Fp32Lines | None:
     if record:  # relative: in the scratch copy the re-run runs in
         record = os.path.join(os.environ.get("TMPDIR", ""), record)
     mode = Fp32Lines(
-        spec.get("lines"), record, keep=bool(spec.get("keep")), resolve=resolve, skip=spec.get("skip")
+        spec.get("lines"),
+        record,
+        keep=bool(spec.get("keep")),
+        resolve=resolve,
+        skip=spec.get("skip"),
+        probe=bool(spec.get("probe")),
     )
     mode.__enter__()
     atexit.register(mode.write)

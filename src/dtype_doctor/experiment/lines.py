@@ -48,6 +48,7 @@ class Outcome:
     skipped: list[str] = field(default_factory=list)  # re-run keys of roots whose edit did not cure
     low: list[dict[str, Any]] = field(default_factory=list)  # every low-precision line's record entry
     keep: bool = True  # the pass that cured kept the user's own precision choices
+    nonfinite: str = ""  # the line that, left as it is, makes inf/NaN from finite operands (the root's first)
 
 
 def _collect(scratch: str) -> list[dict[str, Any]]:
@@ -68,11 +69,10 @@ def _runner(
 ) -> Callable[..., Replay]:
     """One re-run of the program with `$DTYPE_DOCTOR_TRY` set for `lines`, counted in `out`."""
 
-    def run(lines: Any, keep: bool, skip: list[str] | None = None) -> Replay:
+    def run(lines: Any, keep: bool, skip: list[str] | None = None, probe: bool = False) -> Replay:
         out.runs += 1
-        spec = json.dumps(
-            {"lines": lines, "keep": keep, "record": RECORD if lines == "*" else None, "skip": skip}
-        )
+        record = RECORD if lines == "*" or probe else None
+        spec = json.dumps({"lines": lines, "keep": keep, "record": record, "skip": skip, "probe": probe})
         left = max(10.0, min(timeout, deadline - time.monotonic()))
         return replay({}, command, anchor, timeout=left, extra_env={TRY_ENV: spec}, collect=_collect)
 
@@ -163,6 +163,8 @@ def finding(
     path, _, line = outcome.root["key"].rpartition(":")
     autocast = bool(outcome.root.get("autocast"))
     code = family_codes.LOW_PRECISION_UNDER_AUTOCAST if autocast else family_codes.FINITE_BUT_WRONG
+    if outcome.nonfinite and not autocast:
+        code = family_codes.NONFINITE_VALUES
     how = "under autocast, in its low dtype" if autocast else "in float16/bfloat16"
     alone = "alone" if outcome.alone else "together with the lines that ran before it"
     what = f"computes {how}, and computing it in float32 {alone} makes"
@@ -173,6 +175,8 @@ def finding(
         f"the program pass: of {outcome.candidates} low-precision line(s) of yours, {outcome.runs} re-run(s) "
         "bisected to this one"
     )
+    if outcome.nonfinite:
+        message += f"; left as it is, {outcome.nonfinite} makes inf/NaN from finite operands"
     return Finding(
         code=code,
         title="The precision of this line is the root: in float32 the program passes",
@@ -230,6 +234,7 @@ def _root_fix(outcome: Outcome, trial: _Trial, code_of_program: int, deadline: f
         fix = _tried_fix(lines, trial)
         if fix is not None and fix.verified:
             outcome.alone = len(lines) == 1
+            outcome.nonfinite = _makes_nonfinite(outcome, trial, deadline)
             found = finding(outcome, code_of_program, fix)
             chosen = _chosen_fix(lines, trial, deadline)
             wider = _also_widens(chosen[0], lines, trial) if chosen is not None else 0
@@ -316,6 +321,19 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
         title,
         "the experiment's cure: in float32 this makes the failing program pass",
     )
+
+
+def _makes_nonfinite(outcome: Outcome, trial: _Trial, deadline: float) -> str:
+    """One re-run with no line changed that records which lines make inf/NaN from finite operands:
+    the root line if it does, else the first that does, else "" (the symptom's name: non-finite
+    values, not only wrong ones)."""
+    assert outcome.root is not None
+    if time.monotonic() > deadline:
+        return ""
+    run = _runner(outcome, trial.command, trial.anchor, deadline, trial.timeout)
+    made = [e["key"] for e in run([], outcome.keep, probe=True).collected or [] if e.get("nonfinite")]
+    raw = outcome.root.get("raw")
+    return _original(raw if raw in made else made[0], trial.anchor) if made else ""
 
 
 def _line(entry: dict[str, Any]) -> int:
