@@ -111,13 +111,17 @@ def explicit_dtype(call: ast.Call) -> str | None:
     return None
 
 
-def last_assignment(src: Source, name: str, before: int) -> ast.expr | None:
+def last_assignment(src: Source, name: str, before: int, in_function: bool = False) -> ast.expr | None:
+    """The value of the last `name = VALUE` before line `before`; `in_function`: only in the body of
+    the function holding `before` (not a nested function's, nor the module's when it is in one)."""
+    fn = enclosing_function(src, before) if in_function else None
     best: ast.Assign | None = None
     for node in src.nodes(ast.Assign):
         named = (
             len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
         )
-        if named and node.lineno < before and (best is None or node.lineno > best.lineno):
+        later = named and node.lineno < before and (best is None or node.lineno > best.lineno)
+        if later and (not in_function or enclosing_function(src, node.lineno) is fn):
             best = node
     return best.value if best is not None else None
 

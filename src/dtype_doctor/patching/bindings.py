@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..editing import finders as find
 from ..editing.fix_edits import shown_path
-from ..editing.source import FACTORIES, Source, call_name, cast_expr, castable
+from ..editing.source import FACTORIES, call_name, cast_expr, castable
 from ..report import Finding
 from ..tracing.casts import INHERITING, cast_call
 from .candidates import Candidate
@@ -40,14 +40,13 @@ def last_assigned(planner: Planner, f: Finding, dtype: str) -> Iterator[Candidat
         return
     fn = find.enclosing_function(src, use.lineno)
     first = _deliberate(f)
-    stmt = _last_assignment(src, fn, name, use.lineno)
+    value = find.last_assignment(src, name, use.lineno, in_function=True)
     shown = shown_path(src.path)
-    if stmt is not None:
-        value = stmt.value
+    if value is not None:
         if castable(value) and not cast_call(value) and not _birth(value):
             yield Candidate(
                 f"cast `{name}` to {dtype} where it is last assigned before its use at line "
-                f"{use.lineno} ({shown}:{stmt.lineno})",
+                f"{use.lineno} ({shown}:{value.lineno})",
                 [cast_expr(src, value, dtype)],
                 first=first,
             )
@@ -60,22 +59,6 @@ def last_assigned(planner: Planner, f: Finding, dtype: str) -> Iterator[Candidat
             [find.insert_before(src, body.lineno, f"{name} = {name}.to(torch.{dtype})")],
             first=first,
         )
-
-
-def _last_assignment(src: Source, fn: ast.AST | None, name: str, before: int) -> ast.Assign | None:
-    """`name = VALUE` in `fn`'s own body (not a nested function's), ending before line `before`."""
-    best: ast.Assign | None = None
-    for node in src.nodes(ast.Assign):
-        assert isinstance(node, ast.Assign)
-        if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
-            continue
-        if node.targets[0].id != name or (node.end_lineno or node.lineno) >= before:
-            continue
-        if find.enclosing_function(src, node.lineno) is not fn:
-            continue
-        if best is None or node.lineno > best.lineno:
-            best = node
-    return best
 
 
 def _birth(value: ast.expr) -> bool:
