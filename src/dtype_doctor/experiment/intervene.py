@@ -162,7 +162,8 @@ class Fp32Lines(TorchFunctionMode):
                 chosen = mine and self._chosen(key)
         if not (chosen or follow):
             out = func(*args, **kwargs)
-            if noted is not None and self.probe and _made_nonfinite(out, operands):
+            uninitialised = "empty" in name  # torch.empty*, new_empty: whatever the memory held
+            if noted is not None and self.probe and not uninitialised and _made_nonfinite(out, operands):
                 self.seen[noted]["nonfinite"] = True
             return self._tag(out) if made_in else out
         if to_low and args and isinstance(args[0], torch.Tensor):
