@@ -162,8 +162,8 @@ class Fp32Lines(TorchFunctionMode):
                 chosen = mine and self._chosen(key)
         if not (chosen or follow):
             out = func(*args, **kwargs)
-            uninitialised = "empty" in name  # torch.empty*, new_empty: whatever the memory held
-            if noted is not None and self.probe and not uninitialised and _made_nonfinite(out, operands):
+            # (torch.empty*, new_empty: their output is whatever the memory held)
+            if noted is not None and self.probe and "empty" not in name and _made_nonfinite(out, operands):
                 self.seen[noted]["nonfinite"] = True
             return self._tag(out) if made_in else out
         if to_low and args and isinstance(args[0], torch.Tensor):

@@ -44,7 +44,6 @@ class Outcome:
     alone: bool = False  # the root line's edit alone cures (else only with the lines before it)
     why: str = ""  # why no root was found
     candidates: int = 0
-    tried: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # re-run keys of roots whose edit did not cure
     low: list[dict[str, Any]] = field(default_factory=list)  # every low-precision line's record entry
     keep: bool = True  # the pass that cured kept the user's own precision choices
@@ -100,9 +99,6 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
             f"computing every one of your {len(entries)} low-precision lines in float32 does not cure it"
         )
         return out
-    # a module-wide cast is the user's own choice of the parameters' dtype: its buffers are tried
-    # after every line that computed in a precision it inherited
-    entries.sort(key=lambda e: bool(e.get("module_cast")))
     _bisect(out, entries, run, anchor, deadline)
     return out
 
@@ -120,7 +116,6 @@ def search_without(outcome: Outcome, command: Command, anchor: str, deadline: fl
     rest = [e for e in again.collected or [] if e["key"] not in outcome.skipped]
     if not rest or not _cured(again):
         return False
-    rest.sort(key=lambda e: bool(e.get("module_cast")))
     _bisect(outcome, rest, run, anchor, deadline)
     return outcome.root is not None
 
@@ -129,7 +124,9 @@ def _bisect(
     out: Outcome, entries: list[dict[str, Any]], run: Callable[..., Replay], anchor: str, deadline: float
 ) -> None:
     """The shortest first part of `entries` (all of which cure together) that cures: its last line
-    is the root (`out.root`, `out.prefix`)."""
+    is the root (`out.root`, `out.prefix`). A module-wide cast is the user's own choice of the
+    parameters' dtype: its buffers are tried after every line that computed in a dtype it inherited."""
+    entries = sorted(entries, key=lambda e: bool(e.get("module_cast")))
     keys = [e["key"] for e in entries]
     lo, hi = 1, len(keys)  # the shortest prefix that cures is keys[:hi]
     while lo < hi:
@@ -237,31 +234,38 @@ def _root_fix(outcome: Outcome, trial: _Trial, code_of_program: int, deadline: f
             outcome.nonfinite = _makes_nonfinite(outcome, trial, deadline)
             found = finding(outcome, code_of_program, fix)
             chosen = _chosen_fix(lines, trial, deadline)
-            wider = _also_widens(chosen[0], lines, trial) if chosen is not None else 0
-            whole = any(e.get("module_cast") for e in lines)  # the value a module-wide cast takes
-            # the line's own fix keeps more of the user's precision: it goes first
-            if chosen is not None and (wider or whole):
-                site, chosen_fix = chosen
-                found.fixes.append(chosen_fix)
-                more = (
-                    "the whole module" if whole else f"{wider} other line{'s' if wider != 1 else ''} of yours"
-                )
-                found.message += (
-                    f"; the dtype it computes in is chosen at {shown_path(site['key'])} (`{site['expr']}`):"
-                    f" float32 there makes it pass too, but also computes {more} in float32"
-                )
-            elif chosen is not None:
-                site, chosen_fix = chosen
-                path, _, line = site["key"].rpartition(":")
-                found.fixes.insert(0, chosen_fix)
-                found.location = Location(file=path, line=int(line))
-                found.message += (
-                    f"; the dtype it computes in is chosen at {path}:{line}"
-                    f" (`{site['expr']}`), and float32 there alone makes it pass too"
-                )
-                found.root_cause = f"the dtype `{site['expr']}` chosen at {path}:{line}: float32 there alone makes the program pass"
+            if chosen is not None:
+                _add_chosen(found, *chosen, lines, trial)
             return found
     return None
+
+
+def _add_chosen(
+    found: Finding, site: dict[str, Any], fix: Fix, lines: list[dict[str, Any]], trial: _Trial
+) -> None:
+    """Where the dtype was chosen, as a fix of the root's finding: first (the finding located there)
+    when float32 there widens nothing beyond the cure; after the line's own fix, which keeps more of
+    the user's precision, when it also makes other lines of theirs, or a whole module, float32."""
+    wider = _also_widens(site, lines, trial)
+    whole = any(e.get("module_cast") for e in lines)  # the value a module-wide cast takes
+    if wider or whole:
+        found.fixes.append(fix)
+        more = "the whole module" if whole else f"{wider} other line{'s' if wider != 1 else ''} of yours"
+        found.message += (
+            f"; the dtype it computes in is chosen at {shown_path(site['key'])} (`{site['expr']}`):"
+            f" float32 there makes it pass too, but also computes {more} in float32"
+        )
+        return
+    path, _, line = site["key"].rpartition(":")
+    found.fixes.insert(0, fix)
+    found.location = Location(file=path, line=int(line))
+    found.message += (
+        f"; the dtype it computes in is chosen at {path}:{line}"
+        f" (`{site['expr']}`), and float32 there alone makes it pass too"
+    )
+    found.root_cause = (
+        f"the dtype `{site['expr']}` chosen at {path}:{line}: float32 there alone makes the program pass"
+    )
 
 
 @dataclass
@@ -308,7 +312,7 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
         return None
     numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
     title = f"Compute {os.path.basename(path)}:{numbers} in float32"
-    stmt = src.statement_at(int(numbers)) if len(lines) == 1 and lines[0].get("module_cast") else None
+    stmt = src.statement_at(_line(lines[0])) if len(lines) == 1 and lines[0].get("module_cast") else None
     kept = keep_buffers(src, stmt) if stmt is not None else None
     if kept is not None:
         title = f"Keep the float32 buffers float32 through the module-wide cast at {os.path.basename(path)}:{numbers}"

@@ -17,14 +17,16 @@ _METADATA = frozenset(
 )
 
 
+# a statement holding others: never rewritten whole
+_COMPOUND = (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
+
+
 def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
     """The statement at `line` computing in float32: its half operands `.float()`, a low dtype it
     names `torch.float32`, `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
     inside `with torch.autocast(device_type=..., enabled=False):`. None when nothing would change."""
     stmt = src.statement_at(line)
-    if stmt is None or isinstance(
-        stmt, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
-    ):
+    if stmt is None or isinstance(stmt, _COMPOUND):
         return None
     low, dtypes = set(entry.get("low_names", ())), set(entry.get("dtype_names", ()))
     start = src.offset(stmt.lineno, 0)
@@ -77,7 +79,7 @@ def keep_buffers(src: Source, stmt: ast.stmt) -> Edit | None:
         for n in ast.walk(stmt)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MODULE_LOWERING
     ]
-    if not casts or isinstance(stmt, (ast.For, ast.While, ast.If, ast.With)):
+    if not casts or isinstance(stmt, _COMPOUND):
         return None
     receiver = casts[0].func.value  # type: ignore[attr-defined]
     indent, nl = src.indent(stmt.lineno), src.newline

@@ -170,9 +170,8 @@ class Planner:
             for o in f.operands:
                 if not _held(o) and o.dtype in FLOATS and o.dtype != other:
                     yield from self.cast_tensor(o, other)
-        yield from bindings.last_assigned(
-            self, f, target
-        )  # tried first (Candidate.first) when float32 on purpose
+        # the odd local cast where the failing function last assigned it (first when float32 on purpose)
+        yield from bindings.last_assigned(self, f, target)
 
     # ---- a tensor: cast where it is made or enters --------------------------------------------
     def cast_tensor(self, operand: Operand, dtype: str) -> Iterator[Candidate]:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..dtypes import canonical
 from ..editing.source import current_lines
 from ..remedies.scope import snippet_names
 from ..tracing.casts import cast_call
@@ -174,7 +175,7 @@ def stack_facts(frames: list[FrameType], odd: torch.Tensor | None) -> dict[str, 
     if held is not None:
         name, frame = held
         at = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        facts["odd_variable"] = {"name": name, "at": at, "dtype": str(odd.dtype).removeprefix("torch.")}
+        facts["odd_variable"] = {"name": name, "at": at, "dtype": canonical(odd.dtype)}
     return facts
 
 
