@@ -104,18 +104,20 @@ assert err < 0.05, f"time embedding off by {err:.3f}"
 
 
 @pytest.mark.parametrize(
-    ("script", "line", "written"),
+    ("script", "line", "module", "written"),
     [
-        (DERIVED, 5, "torch.arange(x.shape[0], dtype=torch.float32)"),
-        (CHOSEN, 10, "table = angle_table(3000, dtype=torch.float32)"),
+        (DERIVED, 5, None, "torch.arange(x.shape[0], dtype=torch.float32)"),
+        (CHOSEN, 10, None, "table = angle_table(3000, dtype=torch.float32)"),
         (
             LIBRARY_UNDER_AUTOCAST,
             11,
+            "conv1",  # the block's module that overflows, of those the line ran
             'with torch.autocast(device_type="cpu", enabled=False):\n            out = block',
         ),
         (
             BUFFER_CAST,
             21,
+            None,  # the buffers' owner is the model itself
             "_float32_buffers = {n: b for n, b in model.named_buffers() if b.dtype == torch.float32}",
         ),
     ],
@@ -127,7 +129,7 @@ assert err < 0.05, f"time embedding off by {err:.3f}"
     ],
 )
 def test_the_root_is_the_decision_and_its_fix_cures(
-    tmp_path: Path, script: str, line: int, written: str
+    tmp_path: Path, script: str, line: int, module: str | None, written: str
 ) -> None:
     (tmp_path / "prog.py").write_text(script)
     proc = dtype_doctor("run", "--budget", "300", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
@@ -135,6 +137,7 @@ def test_the_root_is_the_decision_and_its_fix_cures(
     report = json.loads((tmp_path / "r.json").read_text())
     first = next(f for f in report["findings"] if f["severity"] == "error")
     assert (first["location"]["file"], first["location"]["line"]) == ("prog.py", line), first["message"]
+    assert first["location"]["module"] == module, first["location"]
     fix = first["fixes"][0]
     assert fix["verified"] is True, fix["verification"]
     assert any(e["location"]["row"] == line for e in fix["edits"]), fix["edits"]

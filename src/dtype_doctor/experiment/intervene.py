@@ -7,7 +7,9 @@ names a low dtype literally (`.half()`, `dtype=torch.float16`), and the ops a li
 when a line calls it, so that only the lines that compute in the precision they inherited are
 tried), `record` (a file to write, at exit, each user line that made a low-precision
 computation: `{"key", "autocast", "low_names", "dtype_names"}`, plus `"nonfinite"` under `probe`
-when the line, left as it is, made inf/NaN from finite operands). Paths are relative to the scratch
+when the line, left as it is, made inf/NaN from finite operands; `"module"`: the module its first
+op ran in, or whose buffers its module-wide cast kept, and `"nonfinite_module"`, named as the
+watch names them). Paths are relative to the scratch
 copy the re-run runs in (`$TMPDIR`), else absolute. For a chosen line:
 - an op whose floating operands are float16/bfloat16 (or that autocast lowers) runs on float32
   copies of them, autocast off, and its float32 result flows on;
@@ -79,8 +81,12 @@ class Fp32Lines(TorchFunctionMode):
         resolve: Callable[..., list] | None = None,
         skip: Any = None,
         probe: bool = False,
+        modules: tuple[Callable[[], Any], Callable[[Any], str | None]] | None = None,
     ) -> None:
         super().__init__()
+        # (the module running now, a module's name): the watch's, to say in which module a line ran
+        self.modules = modules
+        self._ran_in: dict[tuple[str, str], weakref.ref] = {}  # (key, "module"/"nonfinite_module") -> module
         self.resolve = resolve  # (frame, name) -> the sites its value came through (watching/dtype_values)
         self.every = lines == "*"
         self.keep = keep
@@ -164,6 +170,8 @@ class Fp32Lines(TorchFunctionMode):
             out = func(*args, **kwargs)
             # (torch.empty*, new_empty: their output is whatever the memory held)
             if noted is not None and self.probe and "empty" not in name and _made_nonfinite(out, operands):
+                if not self.seen[noted].get("nonfinite"):
+                    self._ran(noted, "nonfinite_module")
                 self.seen[noted]["nonfinite"] = True
             return self._tag(out) if made_in else out
         if to_low and args and isinstance(args[0], torch.Tensor):
@@ -196,6 +204,7 @@ class Fp32Lines(TorchFunctionMode):
         if self.record is not None:
             self._note(key, frame, False)
             self.seen[key]["module_cast"] = True
+            self._ran(key, "module", module)
         if self._chosen(key):  # not followed: a float32 buffer meets the rest as torch has it
             return tensor
         return func(*args, **kwargs)
@@ -241,6 +250,7 @@ class Fp32Lines(TorchFunctionMode):
         entry = self.seen.get(key)
         if entry is None:
             entry = self.seen[key] = {"key": key, "autocast": False, "low_names": [], "dtype_names": []}
+            self._ran(key, "module")
             for text, value in _names_at(self._tree(frame.f_code.co_filename), frame):
                 if _low(value):
                     entry["low_names"].append(text)
@@ -271,9 +281,28 @@ class Fp32Lines(TorchFunctionMode):
                 self._trees[file] = None
         return self._trees[file]
 
+    def _ran(self, key: str, field: str, module: Any = None) -> None:
+        """Remember the module running now (or `module`) as the line's `field`, named at exit."""
+        if module is None and self.modules is not None:
+            module = self.modules[0]()
+        if module is not None:
+            self._ran_in[key, field] = weakref.ref(module)
+
+    def _name_modules(self) -> None:
+        name_of = self.modules[1] if self.modules is not None else None
+        for (key, field), ref in self._ran_in.items():
+            module = ref()
+            name = name_of(module) if name_of is not None and module is not None else None
+            if name and key in self.seen:
+                self.seen[key][field] = name
+
     def write(self) -> None:
         if self.record is None:
             return
+        try:
+            self._name_modules()
+        except Exception:  # a name is a nicety; the record is what the experiment needs
+            pass
         try:
             with open(self.record, "w", encoding="utf-8") as fh:
                 json.dump(list(self.seen.values()), fh)
@@ -337,9 +366,13 @@ def _lookup(node: ast.expr, frame: Any) -> Any:
     return _MISSING
 
 
-def install(resolve: Callable[..., list] | None = None) -> Fp32Lines | None:
+def install(
+    resolve: Callable[..., list] | None = None,
+    modules: tuple[Callable[[], Any], Callable[[Any], str | None]] | None = None,
+) -> Fp32Lines | None:
     """The intervention, when this process is an experiment's re-run ($DTYPE_DOCTOR_TRY); `resolve`
-    follows a dtype name to where its value was chosen (the watch's, passed in from above)."""
+    follows a dtype name to where its value was chosen, `modules` gives the module running now and
+    a module's name (the watch's, passed in from above)."""
     raw = os.environ.get(ENV)
     if not raw:
         return None
@@ -357,6 +390,7 @@ def install(resolve: Callable[..., list] | None = None) -> Fp32Lines | None:
         resolve=resolve,
         skip=spec.get("skip"),
         probe=bool(spec.get("probe")),
+        modules=modules,
     )
     mode.__enter__()
     atexit.register(mode.write)

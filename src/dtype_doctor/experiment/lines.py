@@ -48,6 +48,7 @@ class Outcome:
     low: list[dict[str, Any]] = field(default_factory=list)  # every low-precision line's record entry
     keep: bool = True  # the pass that cured kept the user's own precision choices
     nonfinite: str = ""  # the line that, left as it is, makes inf/NaN from finite operands (the root's first)
+    nonfinite_module: str = ""  # the module that line's first inf/NaN was made in
 
 
 def _collect(scratch: str) -> list[dict[str, Any]]:
@@ -174,12 +175,17 @@ def finding(
     )
     if outcome.nonfinite:
         message += f"; left as it is, {outcome.nonfinite} makes inf/NaN from finite operands"
+        if outcome.nonfinite_module:
+            message += f" (in `{outcome.nonfinite_module}`)"
+    module = outcome.root.get("module") or None
+    if outcome.nonfinite_module and outcome.nonfinite == outcome.root["key"]:
+        module = outcome.nonfinite_module  # where the symptom is made, of the modules the root line ran
     return Finding(
         code=code,
         title="The precision of this line is the root: in float32 the program passes",
         severity=Severity.ERROR,
         message=message,
-        location=Location(file=path, line=int(line)),
+        location=Location(file=path, line=int(line), module=module),
         fixes=[fix] if fix is not None else [],
         data={"experiment": {"runs": outcome.runs, "candidates": outcome.candidates, "alone": outcome.alone}},
     )
@@ -231,7 +237,7 @@ def _root_fix(outcome: Outcome, trial: _Trial, code_of_program: int, deadline: f
         fix = _tried_fix(lines, trial)
         if fix is not None and fix.verified:
             outcome.alone = len(lines) == 1
-            outcome.nonfinite = _makes_nonfinite(outcome, trial, deadline)
+            outcome.nonfinite, outcome.nonfinite_module = _makes_nonfinite(outcome, trial, deadline)
             found = finding(outcome, code_of_program, fix)
             chosen = _chosen_fix(lines, trial, deadline)
             if chosen is not None:
@@ -327,17 +333,20 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     )
 
 
-def _makes_nonfinite(outcome: Outcome, trial: _Trial, deadline: float) -> str:
+def _makes_nonfinite(outcome: Outcome, trial: _Trial, deadline: float) -> tuple[str, str]:
     """One re-run with no line changed that records which lines make inf/NaN from finite operands:
     the root line if it does, else the first that does, else "" (the symptom's name: non-finite
-    values, not only wrong ones)."""
+    values, not only wrong ones); with the module it was made in ("" when none is known)."""
     assert outcome.root is not None
     if time.monotonic() > deadline:
-        return ""
+        return "", ""
     run = _runner(outcome, trial.command, trial.anchor, deadline, trial.timeout)
-    made = [e["key"] for e in run([], outcome.keep, probe=True).collected or [] if e.get("nonfinite")]
+    made = [e for e in run([], outcome.keep, probe=True).collected or [] if e.get("nonfinite")]
+    if not made:
+        return "", ""
     raw = outcome.root.get("raw")
-    return _original(raw if raw in made else made[0], trial.anchor) if made else ""
+    entry = next((e for e in made if e["key"] == raw), made[0])
+    return _original(entry["key"], trial.anchor), str(entry.get("nonfinite_module") or "")
 
 
 def _line(entry: dict[str, Any]) -> int:

@@ -331,7 +331,7 @@ def _exec_watched(
             from ..experiment.intervene import install
             from .dtype_values import resolve
 
-            install(resolve)
+            install(resolve, (lambda: session.stack.top, session.names.module))
 
     program_starts()
     if guard is None:  # a re-run makes no re-runs of its own
