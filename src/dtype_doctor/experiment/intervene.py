@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -299,10 +300,8 @@ class Fp32Lines(TorchFunctionMode):
     def write(self) -> None:
         if self.record is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # a name is a nicety; the record is what the experiment needs
             self._name_modules()
-        except Exception:  # a name is a nicety; the record is what the experiment needs
-            pass
         try:
             with open(self.record, "w", encoding="utf-8") as fh:
                 json.dump(list(self.seen.values()), fh)
