@@ -357,3 +357,32 @@ def test_a_folder_with_main_is_re_run_patched(tmp_path):
     assert "dtype=torch.float16" in done.stdout
     assert "re-run of the patched copy: exit 0, no dtype error" in " ".join(done.stderr.split()), done.stderr
     assert done.returncode == 0, done.stderr
+
+
+# H4: a file saved while the program runs is not the one that ran: no edit is made against it
+EDITED_WHILE_RUNNING = """
+import torch
+
+torch.manual_seed(0)
+lin = torch.nn.Linear(4, 4).half()
+x = torch.randn(2, 4)
+with open(__file__) as fh:
+    text = fh.read()
+with open(__file__, "w") as fh:  # the user saves an edit while the program runs
+    fh.write("# edited during the run\\n" + text)
+y = lin(x)
+"""
+
+
+@pytest.mark.parametrize("flag", ["--write", "--diff"])
+def test_a_file_changed_while_the_program_ran_is_not_edited(tmp_path, flag):
+    script = _script(tmp_path, "prog.py", EDITED_WHILE_RUNNING)
+    argv = [sys.executable, "-m", "dtype_doctor", "run", flag, "--json=r.json", "prog.py"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert script.read_text() == "# edited during the run\n" + textwrap.dedent(EDITED_WHILE_RUNNING)
+    assert proc.stdout == ""  # --diff: no patch
+    report = json.loads((tmp_path / "r.json").read_text())
+    patch = next(s for s in report["sections"] if s["type"] == "source_patch")
+    assert "prog.py changed while the program ran" in patch["outcome"], patch["outcome"]
+    assert not [f for f in report["findings"] if any(x.get("edits") for x in f["fixes"])]

@@ -235,6 +235,9 @@ class Report:
     meta: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     sections: list[Any] = field(default_factory=list)  # sections.Table, Plot, DtypeMap, EnvFacts, ...
+    # when the program the report is of started (time.time_ns(), never serialized): a file written
+    # since is not the one that ran, and no edit is made against it (patching.plan.Planner)
+    started_ns: int | None = field(default=None, compare=False, repr=False)
 
     def add(self, finding: Finding) -> Finding:
         """Add a finding, folding it into an identical earlier one (count += 1). O(1): by Finding.key."""

@@ -172,12 +172,13 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
         timeout=timeout,
         on_progress=rerun_progress(args, "run"),
         deadline=None if patch else t0 + budget,
+        since_ns=report.started_ns,
     )
     cure_first(report, proposal, time.monotonic() - t0)
     if code and report.meta.get("raised") and not (proposal.tried and proposal.section.verified):
         # --diff/--write asked for a fix: the line experiment gets at least PATCH_BUDGET
         until = t0 + (max(budget, PATCH_BUDGET) if patch else budget)
-        _line_experiment(report, proposal, command, anchor, until, timeout, code, patch)
+        _line_experiment(report, proposal, command, anchor, until, timeout, code, patch, report.started_ns)
     if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
         proposal.section.verified = None
         proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
@@ -199,6 +200,7 @@ def _line_experiment(
     timeout: float,
     code: int,
     patch: bool,
+    since_ns: int | None,
 ) -> None:
     """The program failed and no edit planned from the findings cured it: the line experiment
     (experiment/lines.py) looks for the line of the user's whose float32 computation does. Its root
@@ -213,7 +215,7 @@ def _line_experiment(
     t0 = time.monotonic()
     if deadline - t0 < 5:
         return
-    planner = Planner()
+    planner = Planner(since_ns=since_ns)
     found, outcome = lines.diagnose(command, anchor, deadline, timeout, code, planner.source)
     meta = report.meta.setdefault("experiment", {"tried": 0, "cured": False, "seconds": 0.0, "changes": []})
     meta["tried"] = meta.get("tried", 0) + outcome.runs

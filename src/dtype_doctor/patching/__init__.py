@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..editing.fix_edits import to_json
+from ..editing.fix_edits import shown_path, to_json
 from ..editing.source import diff_bytes, unified_diff
 from ..report import Report, Severity
 from ..sections import SourcePatch
@@ -63,11 +63,13 @@ def propose(
     home: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     deadline: float | None = None,
+    since_ns: int | None = None,
 ) -> Proposal:
     """Plan edits for `report`'s root causes, replay them with `command` (see verifying/backends/
     patched.replay) and return the patch of the first candidates that pass (else the best tried),
-    with the replay's outcome. `on_progress(done, total)`: before each re-run."""
-    planner = Planner(user_file, home)
+    with the replay's outcome. `on_progress(done, total)`: before each re-run. `since_ns`: when the
+    program started; a file written since is not edited (Planner)."""
+    planner = Planner(user_file, home, since_ns)
     causes = planner.plan(report)
     if not causes:
         what = _why_none(report, planner) if report.findings else "nothing to fix"
@@ -121,6 +123,11 @@ def propose(
 
 def _why_none(report: Report, planner: Planner) -> str:
     """Why no edit is proposed: the findings touch no file of the user's, or none gave an edit there."""
+    if planner.changed:
+        return (
+            f"{', '.join(dict.fromkeys(map(shown_path, planner.changed)))} changed while the program ran: its lines are not the ones"
+            " that ran, so no edit is made there (run again)"
+        )
     mine = [
         path
         for f in report.findings

@@ -28,7 +28,7 @@ def attach_edits(report: Report) -> Report:
     fix to place comes back as it is."""
     if report.tool in ("explain", "audit", "env", "compare", "merge", "numerics"):
         return _failing_last(report)  # no fix of these has a place in a file of the user's
-    planner = Planner()
+    planner = Planner(since_ns=report.started_ns)
     findings: list[Finding] = []
     changed = False
     for f in report.findings:

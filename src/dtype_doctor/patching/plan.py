@@ -10,6 +10,7 @@ No torch import.
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Callable, Iterator
 
 from ..causes import by_cause, group_by_cause, root_origin
@@ -35,10 +36,17 @@ class Planner:
     """Reads each user file once and turns findings into candidates."""
 
     def __init__(
-        self, user_file: Callable[[str | None], bool] = is_user_file, home: str | None = None
+        self,
+        user_file: Callable[[str | None], bool] = is_user_file,
+        home: str | None = None,
+        since_ns: int | None = None,
     ) -> None:
         self.user_file = user_file
         self.home = home  # check: the factory's file, where modules are built when no call site shows
+        # when the program started (time.time_ns()): a file written since is not the one that ran,
+        # and its line numbers are not the run's; it is never edited
+        self.since_ns = since_ns
+        self.changed: list[str] = []
         self.sources: dict[str, Source | None] = {}
 
     def source(self, path: str | None) -> Source | None:
@@ -46,6 +54,10 @@ class Planner:
             return None
         assert path is not None
         if path not in self.sources:
+            if self._changed_since(path):
+                self.changed.append(path)
+                self.sources[path] = None
+                return None
             try:
                 src = Source.read(path)
                 src.tree  # noqa: B018 (parse now: a file that does not parse is not edited)
@@ -53,6 +65,12 @@ class Planner:
             except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
                 self.sources[path] = None
         return self.sources[path]
+
+    def _changed_since(self, path: str) -> bool:
+        try:
+            return self.since_ns is not None and os.stat(path).st_mtime_ns > self.since_ns
+        except OSError:
+            return False
 
     # ---- causes -------------------------------------------------------------------------------
     def plan(self, report: Report) -> list[Cause]:

@@ -17,6 +17,7 @@ import runpy
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 from collections.abc import Callable, Iterator
@@ -430,7 +431,7 @@ def run_program(opts: RunOptions, then: Callable[[int, Report], None] | None = N
     else:
         script = _script_file(opts.target)
         source = _read_source(script)  # read once: /dev/stdin cannot be read twice
-    report = Report(tool="run")
+    report = Report(tool="run", started_ns=time.time_ns())
     r = rank()
     report.meta["program"] = " ".join([("-m " if opts.is_module else "") + opts.target, *opts.argv])
     saved_argv, saved_path, std = sys.argv[:], sys.path[:], StdStreams()
