@@ -347,6 +347,16 @@ def test_a_jagged_tensors_report_meets_the_schema_and_merges(tmp_path):
     jsonschema.validate(json.loads((tmp_path / "merged.json").read_text()), json_schema())
 
 
+# H23: building a float16 nested tensor (a view of its values with float32 metadata tensors) is clean
+def test_building_a_half_nested_tensor_is_no_promotion(tmp_path):
+    _script(tmp_path, "nested.py", JAGGED.replace("out = torch.matmul(batch, weight)", "print(batch.dtype)"))
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--diff", "--json=out.json", "nested.py"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0 and "torch.float16" in done.stderr, done.stderr[-2000:]
+    assert done.stdout == ""  # --diff: no patch (the program's own output goes to stderr)
+    assert json.loads((tmp_path / "out.json").read_text())["findings"] == []
+
+
 # H21: `run --diff DIR/` (a folder with __main__.py): the re-run runs the patched copy
 def test_a_folder_with_main_is_re_run_patched(tmp_path):
     (tmp_path / "app").mkdir()

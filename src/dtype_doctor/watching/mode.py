@@ -114,7 +114,21 @@ def classify(func: Any) -> Any:
     if name in _PASS_NAMES or name.startswith(("_foreach", "is_", "_is_", "_has_")):
         return PASS
     inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
-    return Generic(name, inplace, not inplace and name not in _NO_PROMOTION)
+    return Generic(name, inplace, not inplace and name not in _NO_PROMOTION and not _returns_a_view(name))
+
+
+def _returns_a_view(name: str) -> bool:
+    """The aten op of that name returns a view of an operand (`Tensor(a)` in its schema: a nested
+    tensor made from its values and metadata tensors): it computes nothing, so nothing promotes."""
+    packet = (
+        getattr(torch.ops.aten, name, None) if name.isidentifier() and not name.startswith("__") else None
+    )
+    try:
+        overload = packet.default if packet is not None else None
+    except AttributeError:
+        return False
+    returns = getattr(getattr(overload, "_schema", None), "returns", ())
+    return bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
 
 
 # what a call of a function needs, looked up once per function for every session; the kind itself
