@@ -18,14 +18,21 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": ""}
 _REPORT = re.compile(r"dtype-doctor run: .*", re.DOTALL)
 
 
-def _both(tmp_path, source: str, *args: str, stdin: bytes | None = None, script_arg: str | None = None):
+def _both(
+    tmp_path,
+    source: str,
+    *args: str,
+    stdin: bytes | None = None,
+    script_arg: str | None = None,
+    options: tuple[str, ...] = (),
+):
     script = tmp_path / "probe.py"
     script.write_text(textwrap.dedent(source))
     target = script_arg or str(script)
     runs = []
     for cmd in (
         [sys.executable, target, *args],
-        [sys.executable, "-m", "dtype_doctor", "run", "--no-color", target, *args],
+        [sys.executable, "-m", "dtype_doctor", "run", "--no-color", *options, target, *args],
     ):
         p = subprocess.run(cmd, capture_output=True, env=ENV, input=stdin, cwd=tmp_path, timeout=300)
         err = _REPORT.sub("", p.stderr.decode())
@@ -85,8 +92,10 @@ def test_keyboard_interrupt_shows_its_traceback_and_exits_130(tmp_path):
     assert code == 130 and err.endswith("KeyboardInterrupt\n") and "line 3, in f" in err
 
 
-def test_cpp_warning_is_attributed_to_the_users_line(tmp_path):
-    # torch warns about `x.T` on a 3-d tensor from C++, once per process
+@pytest.mark.parametrize("options", [(), ("--numerics",)], ids=["run", "numerics"])
+def test_cpp_warning_is_attributed_to_the_users_line(tmp_path, options):
+    # torch warns about `x.T` on a 3-d tensor from C++, once per process; under --numerics the
+    # monitor's own modes call the op (H10)
     _, out, _ = _same(
         tmp_path,
         """
@@ -96,6 +105,7 @@ def test_cpp_warning_is_attributed_to_the_users_line(tmp_path):
             torch.ones(2, 3, 4).T
         print([(m.filename.rsplit("/", 1)[-1], m.lineno) for m in w])
         """,
+        options=options,
     )
     assert out == "[('probe.py', 5)]\n"
     _, out, _ = _same(
@@ -108,6 +118,7 @@ def test_cpp_warning_is_attributed_to_the_users_line(tmp_path):
         except UserWarning:
             print("raised")
         """,
+        options=options,
     )
     assert out == "raised\n"
 
