@@ -396,3 +396,41 @@ def test_a_file_changed_while_the_program_ran_is_not_edited(tmp_path, flag):
     patch = next(s for s in report["sections"] if s["type"] == "source_patch")
     assert "prog.py changed while the program ran" in patch["outcome"], patch["outcome"]
     assert not [f for f in report["findings"] if any(x.get("edits") for x in f["fixes"])]
+
+
+# H5: check --write casts where a half layer takes a float32 activation in the layer's own dtype,
+# not a literal: the model converted again (`.float()` to evaluate, `.half()`) still runs
+HALF_HEAD = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4).half()
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h)
+
+
+def build():
+    return Net()
+"""
+
+
+def test_check_write_casts_in_the_consumers_dtype(tmp_path):
+    model = _script(tmp_path, "model.py", HALF_HEAD)
+    argv = [sys.executable, "-m", "dtype_doctor", "check", "--write", "--no-backup", "model.py:build"]
+    done = subprocess.run(
+        [*argv, "--input", "2x4"], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "return self.b(h.to(self.b.weight.dtype))" in model.read_text()
+    use = "import torch, model\nm = model.build()\nfor convert in (m.float, m.half, m.float):\n    convert()(torch.randn(2, 4, dtype=next(m.parameters()).dtype))\nprint('ok')\n"
+    ran = subprocess.run(
+        [sys.executable, "-c", use], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120
+    )
+    assert ran.stdout == "ok\n", ran.stderr[-1500:]

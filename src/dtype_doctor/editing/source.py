@@ -217,13 +217,14 @@ def castable(node: ast.expr) -> bool:
     return not isinstance(node, (*plain, ast.Constant, ast.JoinedStr, ast.Lambda))
 
 
-def cast_expr(src: Source, node: ast.expr, dtype: str) -> Edit:
-    """`EXPR` → `EXPR.to(torch.DTYPE)` (parenthesised when it is not an atom)."""
+def cast_expr(src: Source, node: ast.expr, dtype: str, to: str | None = None) -> Edit:
+    """`EXPR` → `EXPR.to(torch.DTYPE)` (parenthesised when it is not an atom); `to`: the dtype as an
+    expression instead (`self.out.weight.dtype`: the cast follows the consumer's dtype)."""
     start, end = src.span(node)
     text = src.text[start:end]
     if not is_atom(node):
         text = f"({text})"
-    return Edit(src.path, start, end, f"{text}.to(torch.{dtype})")
+    return Edit(src.path, start, end, f"{text}.to({to or f'torch.{dtype}'})")
 
 
 def add_kwarg(src: Source, call: ast.Call, name: str, value: str) -> Edit | None:

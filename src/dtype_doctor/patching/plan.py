@@ -335,6 +335,13 @@ class Planner:
             if named and castable(named[0]):
                 arg = named[0]
                 what, where = src.segment(arg), f"{src.path}:{arg.lineno}"
+                if _weighs(f, module, dtype) and callee.rsplit(".", 1)[-1] == module:
+                    # the consumer's own weight names the dtype: the cast follows the module when
+                    # it is converted again (`model.float()` for evaluation), where a literal would not
+                    yield Candidate(
+                        f"cast `{what}` to the dtype of `{callee}` where it enters it ({where})",
+                        [cast_expr(src, arg, dtype, to=f"{callee}.weight.dtype")],
+                    )
                 yield Candidate(
                     f"cast `{what}` to {dtype} where it enters `{callee or 'the call'}` ({where})",
                     [cast_expr(src, arg, dtype)],
@@ -441,6 +448,17 @@ def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file)
 # ---- helpers --------------------------------------------------------------------------------------
 def _held(o: Operand) -> bool:
     return o.origin is not None and o.origin.kind in ("parameter", "buffer")
+
+
+def _weighs(f: Finding, module: str, dtype: str) -> bool:
+    """The failing module's own `weight` is an operand of `dtype` (`self.out(h)`: `out.weight`)."""
+    return bool(module) and any(
+        o.origin is not None
+        and o.origin.kind == "parameter"
+        and o.dtype == dtype
+        and (o.origin.name or "").split(".")[-2:] == [module, "weight"]
+        for o in f.operands
+    )
 
 
 def _is_name(node: ast.expr, name: str | None) -> bool:
