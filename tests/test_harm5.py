@@ -434,3 +434,33 @@ def test_check_write_casts_in_the_consumers_dtype(tmp_path):
         [sys.executable, "-c", use], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120
     )
     assert ran.stdout == "ok\n", ran.stderr[-1500:]
+
+
+# H22: a script folder too big to copy whole (a 65 MB sparse data file): a fix in a subpackage is
+# re-run in the copy's package, not against the original next to it
+def test_a_fix_in_a_subpackage_of_a_big_folder_is_re_run_patched(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    _script(tmp_path, "pkg/__init__.py", "")
+    _script(
+        tmp_path,
+        "pkg/steps.py",
+        """
+        import torch
+
+
+        def step():
+            layer = torch.nn.Linear(4, 4).half()
+            x = torch.randn(2, 4)
+            return layer(x)
+        """,
+    )
+    _script(tmp_path, "main.py", "from pkg.steps import step\n\nprint(step().dtype)\n")
+    with open(tmp_path / "weights.bin", "wb") as fh:
+        fh.truncate(65 << 20)  # past the copy limit, no disk used
+    argv = [sys.executable, "-m", "dtype_doctor", "run", "--diff", "--json=out.json", "main.py"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert "+++ b/pkg/steps.py" in done.stdout, done.stderr[-2000:]
+    patch = next(
+        s for s in json.loads((tmp_path / "out.json").read_text())["sections"] if s["type"] == "source_patch"
+    )
+    assert patch["verified"] is True, patch["outcome"]

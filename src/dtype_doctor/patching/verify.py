@@ -188,7 +188,7 @@ def replay(
     scratch = tempfile.mkdtemp(prefix="dtype-doctor-replay-")
     try:
         anchor = os.path.abspath(anchor)
-        placed = _copy_small_tree(anchor, scratch)
+        placed = _copy_small_tree(anchor, scratch, list(files))
         extra: list[str] = []
         for path, text in files.items():
             real = os.path.abspath(path)
@@ -220,13 +220,17 @@ def replay(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _copy_small_tree(anchor: str, scratch: str) -> dict[str, str]:
+def _copy_small_tree(anchor: str, scratch: str, patched: Sequence[str] = ()) -> dict[str, str]:
     """Copy `anchor` into `scratch` when it holds at most COPY_LIMIT_FILES files / COPY_LIMIT_BYTES,
-    else the Python files at its top (the script and the modules next to it); {original: copy}."""
+    else the Python files at its top (the script and the modules next to it) and those of each
+    package a `patched` file lies in (the copy's package must hold the patched module: a package
+    of the original next to it would be imported instead); {original: copy}."""
     files = _tree_files(anchor)
     if files is None:  # too big: walking it again for .py files could take long
         with os.scandir(anchor) as entries:
             files = [e.path for e in entries if e.name.endswith(".py") and e.is_file(follow_symlinks=False)]
+        for package in _top_packages(anchor, patched):
+            files += _tree_files(package, suffix=".py") or []
     placed: dict[str, str] = {}
     for path in files:
         dest = os.path.join(scratch, os.path.relpath(path, anchor))
@@ -239,15 +243,27 @@ def _copy_small_tree(anchor: str, scratch: str) -> dict[str, str]:
     return placed
 
 
-def _tree_files(anchor: str) -> list[str] | None:
-    """The regular files under `anchor`; None past COPY_LIMIT_FILES / COPY_LIMIT_BYTES."""
+def _top_packages(anchor: str, patched: Sequence[str]) -> list[str]:
+    """The folders right under `anchor` that hold a `patched` file (deeper down)."""
+    tops = []
+    for path in patched:
+        rel = os.path.relpath(os.path.abspath(path), anchor)
+        parts = rel.split(os.sep)
+        if len(parts) > 1 and parts[0] != os.pardir and parts[0] not in _SKIP_DIRS:
+            tops.append(os.path.join(anchor, parts[0]))
+    return list(dict.fromkeys(tops))
+
+
+def _tree_files(anchor: str, suffix: str = "") -> list[str] | None:
+    """The regular files under `anchor` (ending in `suffix`); None past COPY_LIMIT_FILES /
+    COPY_LIMIT_BYTES."""
     files: list[str] = []
     size = 0
     for root, dirs, names in os.walk(anchor):
         dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not os.path.islink(os.path.join(root, d))]
         for name in names:
             path = os.path.join(root, name)
-            if not os.path.isfile(path) or os.path.islink(path):
+            if not name.endswith(suffix) or not os.path.isfile(path) or os.path.islink(path):
                 continue
             files.append(path)
             size += os.path.getsize(path)
