@@ -1,7 +1,8 @@
 """Where a replay runs, so that nothing it does reaches the user's process, files, terminal or input.
 
 `in_child`: a forked child (CPU, `os.fork` available, CUDA not initialised): standard streams on
-/dev/null, a scratch working directory, the audit-hook guard (guard.py); it sends back plain data
+/dev/null, the program's other descriptors on /dev/null and its shared memory private
+(child_os.py), a scratch working directory, the audit-hook guard (guard.py); it sends back plain data
 through a pipe and leaves with `os._exit`. Memory, random generators, hooks, caches and counters are
 the child's own copies. `sealed`: the in-process fallback: every generator (torch CPU and CUDA,
 `random`, NumPy) saved and restored, forward hooks (global and the modules') suppressed.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..tracing.files import library_file
+from .child_os import cut_off
 from .child_signals import own_children
 from .guard import Guard, paused
 
@@ -85,6 +87,7 @@ def in_child(work: Callable[[], Any], timeout: float = TIMEOUT_S) -> Outcome:
 def _child(work: Callable[[], Any], scratch: str, out: int) -> None:
     code = 0
     try:
+        cut_off(keep=(out,))  # the program's files, sockets and shared memory out of reach
         payload = _sandboxed(work, scratch)
         data = pickle.dumps(payload)
         while data:
