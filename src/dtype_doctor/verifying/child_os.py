@@ -7,6 +7,7 @@ nothing is done and the Python guard is the only line). No torch import.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -34,10 +35,8 @@ def _descriptors_to_null(keep: set[int]) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in fds:
         if fd > 2 and fd != null and fd not in keep:
-            try:
+            with contextlib.suppress(OSError):
                 os.dup2(null, fd, inheritable=False)
-            except OSError:
-                pass
     os.close(null)
 
 
