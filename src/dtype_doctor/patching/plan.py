@@ -230,6 +230,13 @@ class Planner:
         if not direct and calls and _lowers(dtype, find.explicit_dtype(calls[0])):
             return  # maths begun with `dtype=torch.float32` on purpose (tables, phases): not lowered
         if origin.kind == "op" and (op in FACTORIES or op in INHERITING) and calls:
+            # the tensor whose device the factory takes (`device=x.device`): its dtype first, which
+            # follows the data when the model runs in another precision
+            partner = _device_partner(calls[0])
+            if partner and len(calls) == 1:
+                edit = add_kwarg(src, calls[0], "dtype", f"{partner}.dtype")
+                if edit is not None:
+                    yield Candidate(f"create `{name}` in the dtype of `{partner}` ({where})", [edit])
             # every call of the factory on the line (`meshgrid(linspace(..), linspace(..))`): one birth each
             edits = [
                 e for e in (add_kwarg(src, c, "dtype", f"torch.{dtype}") for c in calls) if e is not None
@@ -448,6 +455,16 @@ def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file)
 # ---- helpers --------------------------------------------------------------------------------------
 def _held(o: Operand) -> bool:
     return o.origin is not None and o.origin.kind in ("parameter", "buffer")
+
+
+def _device_partner(call: ast.Call) -> str:
+    """`x` of a `device=x.device` argument (a name or an attribute), else ""."""
+    for k in call.keywords:
+        value = k.value
+        if k.arg == "device" and isinstance(value, ast.Attribute) and value.attr == "device":
+            if isinstance(value.value, (ast.Name, ast.Attribute)):
+                return ast.unparse(value.value)
+    return ""
 
 
 def _weighs(f: Finding, module: str, dtype: str) -> bool:

@@ -158,8 +158,7 @@ def _failure_finding(
         slots = bind(kind, args, kwargs)
         op = kind.op
     else:
-        slots = [Slot(f"operand{i}", a, ("a", i)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        slots += [Slot(k, v, ("k", k)) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        slots = _slots(args, kwargs)
         op = qualified_op_name(func)
     if not slots:
         return None
@@ -188,6 +187,23 @@ def _failure_finding(
         if frame is not None:
             _value_births(finding, frame, frame.f_lineno, str(exc))
     return session.add_finding(finding, fix_context)
+
+
+def _slots(args: tuple, kwargs: dict) -> list[Slot]:
+    """Every tensor operand of a call with no contract, those in a tuple or list argument too (an
+    LSTM cell's `(h, c)` state, the tensors of a `torch.cat`)."""
+    slots = []
+    for key, value in [*enumerate(args), *kwargs.items()]:
+        kind, role = ("a", f"operand{key}") if isinstance(key, int) else ("k", key)
+        if isinstance(value, torch.Tensor):
+            slots.append(Slot(role, value, (kind, key)))
+        elif type(value) in (tuple, list):
+            slots += [
+                Slot(f"{role}[{j}]", x, (kind, key, j))
+                for j, x in enumerate(value)
+                if isinstance(x, torch.Tensor)
+            ]
+    return slots
 
 
 def _library_fixes_first(finding: Any) -> None:
