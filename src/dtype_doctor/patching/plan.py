@@ -461,9 +461,13 @@ def _device_partner(call: ast.Call) -> str:
     """`x` of a `device=x.device` argument (a name or an attribute), else ""."""
     for k in call.keywords:
         value = k.value
-        if k.arg == "device" and isinstance(value, ast.Attribute) and value.attr == "device":
-            if isinstance(value.value, (ast.Name, ast.Attribute)):
-                return ast.unparse(value.value)
+        if (
+            k.arg == "device"
+            and isinstance(value, ast.Attribute)
+            and value.attr == "device"
+            and isinstance(value.value, (ast.Name, ast.Attribute))
+        ):
+            return ast.unparse(value.value)
     return ""
 
 
