@@ -103,9 +103,43 @@ assert err < 0.05, f"time embedding off by {err:.3f}"
 """
 
 
+# fp16 scores sharpened in place by a tiny temperature overflow: the division (line 9) is the first
+# op that makes inf from finite values, and is the root, though float32 scores upstream (line 4)
+# would cure it too; the rebinding keeps the in-place call's result, so `.float()` is its cure
+IN_PLACE = """import torch
+
+
+def scores(q, k):
+    return q @ k.t()
+
+
+def sharpen(s, temp):
+    s = s.div_(temp)
+    return s.softmax(-1)
+
+
+torch.manual_seed(0)
+q = torch.randn(4, 8, dtype=torch.float16) * 3
+k = torch.randn(6, 8, dtype=torch.float16) * 3
+p = sharpen(scores(q, k), 1e-4)
+assert torch.isfinite(p).all(), "NaN probabilities"
+"""
+
+# a float16 running sum `acc += x` overflows: computed in float32, it becomes `acc = acc.float() + (x)`
+AUGMENTED = """import torch
+
+acc = torch.zeros(4, dtype=torch.float16)
+for _ in range(100):
+    acc += torch.full((4,), 1000.0, dtype=torch.float16)
+assert torch.isfinite(acc).all(), "the running sum overflowed"
+"""
+
+
 @pytest.mark.parametrize(
     ("script", "line", "module", "written"),
     [
+        (IN_PLACE, 9, None, "s = s.float().div_(temp)"),
+        (AUGMENTED, 5, None, "acc = acc.float() + (torch.full((4,), 1000.0, dtype=torch.float16))"),
         (DERIVED, 5, None, "torch.arange(x.shape[0], dtype=torch.float32)"),
         (CHOSEN, 10, None, "table = angle_table(3000, dtype=torch.float32)"),
         (
@@ -122,6 +156,8 @@ assert err < 0.05, f"time embedding off by {err:.3f}"
         ),
     ],
     ids=[
+        "an-in-place-overflow-is-its-own-root",
+        "an-augmented-sum-in-float32",
         "derived-dtype-not-the-literal-input",
         "dtype-chosen-by-the-caller",
         "a-library-block-under-autocast",

@@ -7,7 +7,8 @@ names a low dtype literally (`.half()`, `dtype=torch.float16`), and the ops a li
 when a line calls it, so that only the lines that compute in the precision they inherited are
 tried), `record` (a file to write, at exit, each user line that made a low-precision
 computation: `{"key", "autocast", "low_names", "dtype_names"}`, plus `"nonfinite"` under `probe`
-when the line, left as it is, made inf/NaN from finite operands; `"module"`: the module its first
+when the line, left as it is, made inf/NaN from finite operands, and `"nonfinite_order"` (1: the
+first line that did); `"module"`: the module its first
 op ran in, or whose buffers its module-wide cast kept, and `"nonfinite_module"`, named as the
 watch names them). Paths are relative to the scratch
 copy the re-run runs in (`$TMPDIR`), else absolute. For a chosen line:
@@ -15,7 +16,9 @@ copy the re-run runs in (`$TMPDIR`), else absolute. For a chosen line:
   copies of them, autocast off, and its float32 result flows on;
 - a cast to float16/bfloat16 (`.half()`, `.to(torch.bfloat16)`, `.type(...)`) leaves its tensor as it
   was, a factory asked for a low dtype makes float32;
-- in-place ops and writes are left alone (an upcast copy would not be written back);
+- an in-place op (`x.div_(t)`, `x += y`) computes its float32 result out of place, writes it into
+  its tensor as the op would, and returns the float32 result (which flows on where the line uses
+  it); writes with no out-of-place twin (`__setitem__`, `copy_`, `out=`) are left alone;
 - a module-wide cast (`model.half()`) casts the parameters as asked and leaves the module's float32
   buffers float32 (a RoPE `inv_freq`, a frequency table): the line is recorded as a module cast.
 """
@@ -61,6 +64,23 @@ def _writes(name: str) -> bool:
     return name.endswith("_")
 
 
+def _outplace(name: str) -> Any:
+    """The out-of-place twin of an in-place tensor op (`div_` → `Tensor.div`, `__iadd__` →
+    `Tensor.__add__`), None for a write with none (`__setitem__`, `copy_`, `exponential_`)."""
+    if name.startswith("__i") and name.endswith("__"):
+        twin = f"__{name[3:]}"
+    elif name.endswith("_") and not name.endswith("__") and name not in _NO_TWIN:
+        twin = name[:-1]
+    else:
+        return None
+    found = getattr(torch.Tensor, twin, None)
+    return found if callable(found) else None
+
+
+# in-place ops whose name without `_` is another op (or a property): never computed out of place
+_NO_TWIN = frozenset({"resize_", "resize_as_", "bernoulli_", "set_", "requires_grad_", "detach_"})
+
+
 def _is_low_dtype(x: Any) -> bool:
     return type(x) is torch.dtype and x in LOW
 
@@ -101,6 +121,7 @@ class Fp32Lines(TorchFunctionMode):
         self._trees: dict[str, ast.Module | None] = {}
         self._literals: dict[str, bool] = {}
         self.made: dict[int, weakref.ref] = {}  # id -> the float32 tensors the intervention made
+        self._made_nonfinite = 0  # under probe: how many lines made inf/NaN so far (their order)
 
     def _frame(self) -> tuple[Any, bool, Any]:
         """The first frame outside torch and this tool: the user's line, when it is in a user file;
@@ -134,7 +155,9 @@ class Fp32Lines(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = _name(func)
-        if type(func) is _GETTER or _writes(name) or "out" in kwargs:
+        inplace = _writes(name)
+        outplace = _outplace(name) if inplace else None
+        if type(func) is _GETTER or "out" in kwargs or (inplace and outplace is None):
             return func(*args, **kwargs)
         operands = (*args, *kwargs.values())
         low_in = any(_low(a) for a in operands) or any(
@@ -168,23 +191,40 @@ class Fp32Lines(TorchFunctionMode):
                     noted = key
                 chosen = mine and self._chosen(key)
         if not (chosen or follow):
+            # (torch.empty*, new_empty: their output is whatever the memory held; an in-place op's
+            # operands are judged before it overwrites them)
+            probing = noted is not None and self.probe and "empty" not in name
+            before = probing and inplace and _finite(operands)
             out = func(*args, **kwargs)
-            # (torch.empty*, new_empty: their output is whatever the memory held)
-            if noted is not None and self.probe and "empty" not in name and _made_nonfinite(out, operands):
-                if not self.seen[noted].get("nonfinite"):
+            if (
+                noted is not None
+                and probing
+                and _nonfinite(out)
+                and (before if inplace else _finite(operands))
+            ):
+                entry = self.seen[noted]
+                if not entry.get("nonfinite"):
                     self._ran(noted, "nonfinite_module")
-                self.seen[noted]["nonfinite"] = True
+                    entry["nonfinite_order"] = self._made_nonfinite = self._made_nonfinite + 1
+                entry["nonfinite"] = True
             return self._tag(out) if made_in else out
         if to_low and args and isinstance(args[0], torch.Tensor):
             return self._tag(args[0] if args[0].dtype not in LOW else args[0].float())
         if makes_low:
             kwargs = {**kwargs, "dtype": torch.float32}
+        target = args[0] if inplace and args and isinstance(args[0], torch.Tensor) else None
         args, kwargs = tree_map(_up, (args, kwargs))
         with torch.autocast("cpu", enabled=False):
             if torch.cuda.is_available():
                 with torch.autocast("cuda", enabled=False):
-                    return self._tag(func(*args, **kwargs))
-            return self._tag(func(*args, **kwargs))
+                    out = (outplace or func)(*args, **kwargs)
+            else:
+                out = (outplace or func)(*args, **kwargs)
+        if target is not None and isinstance(out, torch.Tensor):
+            # an in-place op: its float32 result flows on where the line uses what it returns
+            # (`x = x.div_(t)`, `x += y`); the tensor itself is written as the op would write it
+            target.copy_(out)
+        return self._tag(out)
 
     def _module_cast(
         self, func: Any, args: tuple, kwargs: dict, frame: Any, module: Any, to_low: bool
@@ -309,11 +349,14 @@ class Fp32Lines(TorchFunctionMode):
             pass
 
 
-def _made_nonfinite(out: Any, operands: tuple) -> bool:
-    """A low-precision output holding inf/NaN while every floating operand was finite."""
+def _nonfinite(out: Any) -> bool:
+    """A low-precision output holding inf/NaN."""
     outs = [x for x in (out if isinstance(out, (list, tuple)) else (out,)) if _low(x)]
-    if not any(not torch.isfinite(x).all() for x in outs):
-        return False
+    return any(not torch.isfinite(x).all() for x in outs)
+
+
+def _finite(operands: tuple) -> bool:
+    """Every floating tensor operand is finite."""
     ins = [x for a in operands for x in (a if isinstance(a, (list, tuple)) else (a,))]
     return all(torch.isfinite(x).all() for x in ins if isinstance(x, torch.Tensor) and x.is_floating_point())
 
@@ -326,10 +369,12 @@ def _names_at(tree: ast.Module | None, frame: Any) -> list[tuple[str, Any]]:
     line = frame.f_lineno
     out: list[tuple[str, Any]] = []
     seen: set[str] = set()
+    # `x += y` reads x too (its target's ctx says Store)
+    read = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign) and n.lineno == line}
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Name, ast.Attribute)) or getattr(node, "lineno", None) != line:
             continue
-        if not isinstance(node.ctx, ast.Load):
+        if not isinstance(node.ctx, ast.Load) and id(node) not in read:
             continue
         text = ast.unparse(node)
         if text in seen:

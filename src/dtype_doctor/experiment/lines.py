@@ -49,6 +49,9 @@ class Outcome:
     keep: bool = True  # the pass that cured kept the user's own precision choices
     nonfinite: str = ""  # the line that, left as it is, makes inf/NaN from finite operands (the root's first)
     nonfinite_module: str = ""  # the module that line's first inf/NaN was made in
+    # the lines the probe saw make inf/NaN, the first first
+    probed: list[dict[str, Any]] = field(default_factory=list)
+    by_probe: bool = False  # the root is the first line that made inf/NaN, tried alone (no bisection)
 
 
 def _collect(scratch: str) -> list[dict[str, Any]]:
@@ -100,8 +103,26 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
             f"computing every one of your {len(entries)} low-precision lines in float32 does not cure it"
         )
         return out
-    _bisect(out, entries, run, anchor, deadline)
+    if not _nonfinite_first(out, run, anchor):
+        _bisect(out, entries, run, anchor, deadline)
     return out
+
+
+def _nonfinite_first(out: Outcome, run: Callable[..., Replay], anchor: str) -> bool:
+    """The program left as it is, recording which lines make inf/NaN from finite operands: the first
+    that does is the symptom's own op, tried alone before any bisection (a float32 line upstream
+    would cure it too, by widening far more). True when it cures: the root."""
+    probe = run([], out.keep, probe=True).collected or []
+    made = sorted((e for e in probe if e.get("nonfinite")), key=lambda e: e.get("nonfinite_order", 0))
+    out.probed = [{**e, "key": _original(e["key"], anchor), "raw": e["key"]} for e in made]
+    # (recorded in the program as it is: a line low there may not be once everything is float32)
+    first = made[0] if made else None
+    if first is None or not _cured(run([first["key"]], out.keep)):
+        return False
+    out.prefix = [{**first, "key": _original(first["key"], anchor), "raw": first["key"]}]
+    out.root = out.prefix[-1]
+    out.by_probe = True
+    return True
 
 
 def search_without(outcome: Outcome, command: Command, anchor: str, deadline: float, timeout: float) -> bool:
@@ -171,7 +192,7 @@ def finding(
     message = (
         f"your program failed (exit {code_of_program}) with no dtype error seen; {path}:{line} {what} "
         f"the program pass: of {outcome.candidates} low-precision line(s) of yours, {outcome.runs} re-run(s) "
-        "bisected to this one"
+        + ("tried the first that makes inf/NaN" if outcome.by_probe else "bisected to this one")
     )
     if outcome.nonfinite:
         message += f"; left as it is, {outcome.nonfinite} makes inf/NaN from finite operands"
@@ -237,7 +258,7 @@ def _root_fix(outcome: Outcome, trial: _Trial, code_of_program: int, deadline: f
         fix = _tried_fix(lines, trial)
         if fix is not None and fix.verified:
             outcome.alone = len(lines) == 1
-            outcome.nonfinite, outcome.nonfinite_module = _makes_nonfinite(outcome, trial, deadline)
+            outcome.nonfinite, outcome.nonfinite_module = _makes_nonfinite(outcome)
             found = finding(outcome, code_of_program, fix)
             chosen = _chosen_fix(lines, trial, deadline)
             if chosen is not None:
@@ -322,7 +343,11 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     kept = keep_buffers(src, stmt) if stmt is not None else None
     if kept is not None:
         title = f"Keep the float32 buffers float32 through the module-wide cast at {os.path.basename(path)}:{numbers}"
-    edits = [kept] if kept is not None else [e for entry in lines if (e := rewrite(src, _line(entry), entry))]
+    edits = (
+        [kept]
+        if kept is not None
+        else [e for entry in lines if (e := rewrite(src, _line(entry), entry, trial.outcome.keep))]
+    )
     if not edits:
         return None
     return trial.fix(
@@ -333,20 +358,17 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     )
 
 
-def _makes_nonfinite(outcome: Outcome, trial: _Trial, deadline: float) -> tuple[str, str]:
-    """One re-run with no line changed that records which lines make inf/NaN from finite operands:
-    the root line if it does, else the first that does, else "" (the symptom's name: non-finite
-    values, not only wrong ones); with the module it was made in ("" when none is known)."""
+def _makes_nonfinite(outcome: Outcome) -> tuple[str, str]:
+    """Of the lines the probe saw make inf/NaN from finite operands: the root line if it does, else
+    the first that does, else "" (the symptom's name: non-finite values, not only wrong ones); with
+    the module it was made in ("" when none is known)."""
     assert outcome.root is not None
-    if time.monotonic() > deadline:
-        return "", ""
-    run = _runner(outcome, trial.command, trial.anchor, deadline, trial.timeout)
-    made = [e for e in run([], outcome.keep, probe=True).collected or [] if e.get("nonfinite")]
+    made = outcome.probed or []
     if not made:
         return "", ""
     raw = outcome.root.get("raw")
-    entry = next((e for e in made if e["key"] == raw), made[0])
-    return _original(entry["key"], trial.anchor), str(entry.get("nonfinite_module") or "")
+    entry = next((e for e in made if e["raw"] == raw), made[0])
+    return entry["key"], str(entry.get("nonfinite_module") or "")
 
 
 def _line(entry: dict[str, Any]) -> int:

@@ -21,9 +21,10 @@ _METADATA = frozenset(
 _COMPOUND = (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
 
 
-def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
+def rewrite(src: Source, line: int, entry: dict[str, Any], keep: bool = False) -> Edit | None:
     """The statement at `line` computing in float32: its half operands `.float()`, a low dtype it
-    names `torch.float32`, `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
+    names `torch.float32` (`keep`: not one written out, `torch.float16`: the user's own choice, which
+    the experiment kept), `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
     inside `with torch.autocast(device_type=..., enabled=False):`. None when nothing would change."""
     stmt = src.statement_at(line)
     if stmt is None or isinstance(stmt, _COMPOUND):
@@ -33,6 +34,7 @@ def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
     _, end = src.span(stmt)
     spans: list[tuple[int, int, str]] = []
     metadata = {id(n.value) for n in ast.walk(stmt) if isinstance(n, ast.Attribute) and n.attr in _METADATA}
+    metadata |= _written_in_place(stmt)  # `.float()` there would write a copy: the update lost
     for node in ast.walk(stmt):
         if getattr(node, "lineno", None) != line:
             continue
@@ -43,7 +45,7 @@ def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
                 continue  # `x.shape[0]`: no value of x is computed with
             if text in low:
                 spans.append((a, b, f"{src.text[a:b]}.float()"))
-            elif text in dtypes:
+            elif text in dtypes and not (keep and text.startswith("torch.")):
                 spans.append((a, b, "torch.float32"))
         if (
             isinstance(node, ast.Call)
@@ -57,6 +59,12 @@ def rewrite(src: Source, line: int, entry: dict[str, Any]) -> Edit | None:
     body = src.text[start:end]
     for a, b, text in sorted(spans, reverse=True):
         body = body[: a - start] + text + body[b - start :]
+    if isinstance(stmt, ast.AugAssign) and src.segment(stmt.target) in low and type(stmt.op) in _OPERATORS:
+        # `x += y` writes into x in its dtype: `x = x.float() + y` computes it in float32
+        target = src.segment(stmt.target)
+        a, b = src.span(stmt.value)
+        value = body[a - start : len(body) - (end - b)]
+        body = f"{src.indent(stmt.lineno)}{target} = {target}.float() {_OPERATORS[type(stmt.op)]} ({value})"
     if entry.get("autocast"):
         indent = src.indent(stmt.lineno)
         device = entry.get("autocast_device", "cpu")
@@ -108,6 +116,24 @@ def keep_buffers(src: Source, stmt: ast.stmt) -> Edit | None:
         f"{returned}"
     )
     return Edit(src.path, start, end, text)
+
+
+_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@"}
+
+
+def _written_in_place(stmt: ast.stmt) -> set[int]:
+    """The receivers of in-place calls (`x.mul_(2)`) whose update the statement relies on: every one,
+    but `x = x.div_(t)`, whose result is what the line keeps."""
+    kept = ast.unparse(stmt.targets[0]) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+    return {
+        id(n.func.value)
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr.endswith("_")
+        and not n.func.attr.endswith("__")
+        and not (n is getattr(stmt, "value", None) and ast.unparse(n.func.value) == kept)
+    }
 
 
 def _outermost(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
