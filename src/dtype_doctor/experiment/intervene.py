@@ -187,7 +187,7 @@ class Fp32Lines(TorchFunctionMode):
                     self.keep and (in_module or ((to_low or makes_low) and self._literal(key, frame, name)))
                 )
                 if mine and self.record is not None:
-                    self._note(key, frame, auto)
+                    self._note(key, frame, auto, in_module)
                     noted = key
                 chosen = mine and self._chosen(key)
         if not (chosen or follow):
@@ -285,13 +285,16 @@ class Fp32Lines(TorchFunctionMode):
             )
         return literal
 
-    def _note(self, key: str, frame: Any, auto: bool) -> None:
+    def _note(self, key: str, frame: Any, auto: bool, in_module: bool = False) -> None:
         """What the record says of a user line: autocast was on, which of its names held a
-        low-precision tensor or a low dtype (for the edit that makes the line float32)."""
+        low-precision tensor or a low dtype (for the edit that makes the line float32); the module
+        it ran in: the one whose method holds the line, else (or when its op ran inside a module the
+        line called) the innermost module running."""
         entry = self.seen.get(key)
         if entry is None:
             entry = self.seen[key] = {"key": key, "autocast": False, "low_names": [], "dtype_names": []}
-            self._ran(key, "module")
+            owner = frame.f_locals.get("self") if not in_module else None
+            self._ran(key, "module", owner if isinstance(owner, torch.nn.Module) else None)
             for text, value in _names_at(self._tree(frame.f_code.co_filename), frame):
                 if _low(value):
                     entry["low_names"].append(text)

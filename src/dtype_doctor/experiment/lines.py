@@ -51,7 +51,9 @@ class Outcome:
     nonfinite_module: str = ""  # the module that line's first inf/NaN was made in
     # the lines the probe saw make inf/NaN, the first first
     probed: list[dict[str, Any]] = field(default_factory=list)
-    by_probe: bool = False  # the root is the first line that made inf/NaN, tried alone (no bisection)
+    tried_alone: bool = (
+        False  # the root was tried alone: the first line that made inf/NaN, or the latest cure
+    )
 
 
 def _collect(scratch: str) -> list[dict[str, Any]]:
@@ -103,26 +105,70 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
             f"computing every one of your {len(entries)} low-precision lines in float32 does not cure it"
         )
         return out
-    if not _nonfinite_first(out, run, anchor):
+    as_is = _probe(out, run, anchor)
+    if not (_nonfinite_first(out, run, anchor) or _latest_cure(out, as_is, run, anchor, deadline)):
         _bisect(out, entries, run, anchor, deadline)
     return out
 
 
-def _nonfinite_first(out: Outcome, run: Callable[..., Replay], anchor: str) -> bool:
-    """The program left as it is, recording which lines make inf/NaN from finite operands: the first
-    that does is the symptom's own op, tried alone before any bisection (a float32 line upstream
-    would cure it too, by widening far more). True when it cures: the root."""
-    probe = run([], out.keep, probe=True).collected or []
-    made = sorted((e for e in probe if e.get("nonfinite")), key=lambda e: e.get("nonfinite_order", 0))
+def _probe(out: Outcome, run: Callable[..., Replay], anchor: str) -> list[dict[str, Any]]:
+    """The program left as it is, recording every low-precision line in the order they first ran
+    (returned) and which make inf/NaN from finite operands (`out.probed`, the first first)."""
+    as_is = run([], out.keep, probe=True).collected or []
+    made = sorted((e for e in as_is if e.get("nonfinite")), key=lambda e: e.get("nonfinite_order", 0))
     out.probed = [{**e, "key": _original(e["key"], anchor), "raw": e["key"]} for e in made]
-    # (recorded in the program as it is: a line low there may not be once everything is float32)
-    first = made[0] if made else None
-    if first is None or not _cured(run([first["key"]], out.keep)):
+    return as_is
+
+
+def _nonfinite_first(out: Outcome, run: Callable[..., Replay], anchor: str) -> bool:
+    """The first line that made inf/NaN from finite operands (the symptom's own op), tried alone
+    before any bisection: a float32 line upstream would cure it too, by widening far more. It is
+    recorded in the program as it is (a line low there may not be once everything is float32).
+    True when it cures: the root."""
+    first = out.probed[0] if out.probed else None
+    return first is not None and _root_alone(out, first, run)
+
+
+def _latest_cure(
+    out: Outcome, as_is: list[dict[str, Any]], run: Callable[..., Replay], anchor: str, deadline: float
+) -> bool:
+    """The shortest last part of the program's low-precision lines (as it runs, module-wide casts
+    aside) that cures it: its first line is where the precision is lost, since a line can only cure
+    from there what it computes itself (the values it is given stay rounded). Tried alone; True when
+    it cures: the root, which widens the least of the program's precision."""
+    keys = [e["key"] for e in as_is if not e.get("module_cast")][::-1]
+    if not keys or not _cured(run(keys, out.keep)):
         return False
-    out.prefix = [{**first, "key": _original(first["key"], anchor), "raw": first["key"]}]
-    out.root = out.prefix[-1]
-    out.by_probe = True
+    hi = _shortest_cure(keys, lambda part: _cured(run(part, out.keep)), deadline)
+    if hi is None:
+        out.why = f"the budget ran out bisecting {len(keys)} lines"
+        return False
+    first = next(e for e in as_is if e["key"] == keys[hi - 1])
+    return _root_alone(out, {**first, "key": _original(first["key"], anchor), "raw": first["key"]}, run)
+
+
+def _root_alone(out: Outcome, entry: dict[str, Any], run: Callable[..., Replay]) -> bool:
+    """`entry` (its key the user's path, "raw" the re-run's) computed in float32 alone: when that
+    cures, it is the root (True)."""
+    if not _cured(run([entry["raw"]], out.keep)):
+        return False
+    out.prefix, out.root, out.tried_alone = [entry], entry, True
     return True
+
+
+def _shortest_cure(keys: list[str], cures: Callable[[list[str]], bool], deadline: float) -> int | None:
+    """The least n for which keys[:n] cures (keys, all of which cure together), by bisection; None
+    when the deadline passes first."""
+    lo, hi = 1, len(keys)
+    while lo < hi:
+        if time.monotonic() > deadline:
+            return None
+        mid = (lo + hi) // 2
+        if cures(keys[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
 
 
 def search_without(outcome: Outcome, command: Command, anchor: str, deadline: float, timeout: float) -> bool:
@@ -150,16 +196,10 @@ def _bisect(
     parameters' dtype: its buffers are tried after every line that computed in a dtype it inherited."""
     entries = sorted(entries, key=lambda e: bool(e.get("module_cast")))
     keys = [e["key"] for e in entries]
-    lo, hi = 1, len(keys)  # the shortest prefix that cures is keys[:hi]
-    while lo < hi:
-        if time.monotonic() > deadline:
-            out.why = f"the budget ran out bisecting {len(keys)} lines"
-            return
-        mid = (lo + hi) // 2
-        if _cured(run(keys[:mid], out.keep)):
-            hi = mid
-        else:
-            lo = mid + 1
+    hi = _shortest_cure(keys, lambda part: _cured(run(part, out.keep)), deadline)
+    if hi is None:
+        out.why = f"the budget ran out bisecting {len(keys)} lines"
+        return
     out.prefix = [{**e, "key": _original(e["key"], anchor), "raw": e["key"]} for e in entries[:hi]]
     out.root = out.prefix[-1]
 
@@ -192,7 +232,7 @@ def finding(
     message = (
         f"your program failed (exit {code_of_program}) with no dtype error seen; {path}:{line} {what} "
         f"the program pass: of {outcome.candidates} low-precision line(s) of yours, {outcome.runs} re-run(s) "
-        + ("tried the first that makes inf/NaN" if outcome.by_probe else "bisected to this one")
+        + ("found it where the precision is lost" if outcome.tried_alone else "bisected to this one")
     )
     if outcome.nonfinite:
         message += f"; left as it is, {outcome.nonfinite} makes inf/NaN from finite operands"
@@ -285,7 +325,9 @@ def _add_chosen(
         return
     path, _, line = site["key"].rpartition(":")
     found.fixes.insert(0, fix)
-    found.location = Location(file=path, line=int(line))
+    same = _function_of(site["key"], trial) in {_function_of(e["key"], trial) for e in lines}
+    module = found.location.module if found.location is not None and same else None
+    found.location = Location(file=path, line=int(line), module=module)  # (its module, in the same method)
     found.message += (
         f"; the dtype it computes in is chosen at {path}:{line}"
         f" (`{site['expr']}`), and float32 there alone makes it pass too"
