@@ -135,10 +135,27 @@ assert torch.isfinite(acc).all(), "the running sum overflowed"
 """
 
 
+# a float32 program whose precision fails it: positions 6.4e6 m apart by 1 cm, made from Python
+# floats by torch.tensor (float32 by default), collapse; no half line: float32 lines tried in float64
+DEFAULT_FLOAT32 = """import torch
+
+
+def to_metres(readings):
+    return torch.tensor(readings)
+
+
+base = 6_371_000.0
+pos = to_metres([base + 0.01 * i for i in range(50)])
+steps = pos[1:] - pos[:-1]
+assert (steps > 0).all(), "steps collapsed"
+"""
+
+
 @pytest.mark.parametrize(
     ("script", "line", "module", "written"),
     [
         (IN_PLACE, 9, None, "s = s.float().div_(temp)"),
+        (DEFAULT_FLOAT32, 5, None, "return torch.tensor(readings, dtype=torch.float64)"),
         (AUGMENTED, 5, None, "acc = acc.float() + (torch.full((4,), 1000.0, dtype=torch.float16))"),
         (DERIVED, 5, None, "torch.arange(x.shape[0], dtype=torch.float32)"),
         (CHOSEN, 10, None, "table = angle_table(3000, dtype=torch.float32)"),
@@ -157,6 +174,7 @@ assert torch.isfinite(acc).all(), "the running sum overflowed"
     ],
     ids=[
         "an-in-place-overflow-is-its-own-root",
+        "a-float32-default-in-a-float64-world",
         "an-augmented-sum-in-float32",
         "derived-dtype-not-the-literal-input",
         "dtype-chosen-by-the-caller",
@@ -206,3 +224,13 @@ def test_the_finding_names_a_nonfinite_symptom(tmp_path: Path, script: str, code
     first = next(f for f in report["findings"] if f["severity"] == "error")
     assert first["code"] == code, first["message"]
     assert first["fixes"][0]["verified"] is True
+
+
+def test_a_failure_precision_does_not_cure_gets_no_root(tmp_path: Path) -> None:
+    # no half line, and float64 cures nothing: the experiment names no line
+    (tmp_path / "prog.py").write_text(
+        "import torch\nx = torch.ones(3) * 2\nassert x.sum() == 7, 'wrong total'\n"
+    )
+    proc = dtype_doctor("run", "--budget", "300", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
+    assert proc.returncode == 1 and "wrong total" in proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["findings"] == []

@@ -2,11 +2,13 @@
 process): the torch calls made directly from chosen lines of the user's files compute in float32.
 
 `$DTYPE_DOCTOR_TRY` is a JSON object: `lines` (["path:line", ...], or "*" for every line of the
-user's files but those in `skip`), `keep` (true: leave the user's own precision choices alone: a cast or factory that
+user's files but those in `skip`), `wide` (true: float32 is low too, computed in float64: a
+float32 program whose precision fails it), `keep` (true: leave the user's own precision choices alone: a cast or factory that
 names a low dtype literally (`.half()`, `dtype=torch.float16`), and the ops a library module runs
 when a line calls it, so that only the lines that compute in the precision they inherited are
 tried), `record` (a file to write, at exit, each user line that made a low-precision
-computation: `{"key", "autocast", "low_names", "dtype_names"}`, plus `"nonfinite"` under `probe`
+computation: `{"key", "autocast", "low_names", "dtype_names"}` (and `"defaults"`: its factories that
+made a low dtype because none was asked), plus `"nonfinite"` under `probe`
 when the line, left as it is, made inf/NaN from finite operands, and `"nonfinite_order"` (1: the
 first line that did); `"module"`: the module its first
 op ran in, or whose buffers its module-wide cast kept, and `"nonfinite_module"`, named as the
@@ -33,6 +35,7 @@ import os
 import sys
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -81,16 +84,39 @@ def _outplace(name: str) -> Any:
 _NO_TWIN = frozenset({"resize_", "resize_as_", "bernoulli_", "set_", "requires_grad_", "detach_"})
 
 
-def _is_low_dtype(x: Any) -> bool:
-    return type(x) is torch.dtype and x in LOW
+@dataclass(frozen=True)
+class Tier:
+    """Which dtypes are low and what they are computed in: float16/bfloat16 in float32 (the
+    default), or, `wide`, float32 as well in float64 (a float32 program whose precision fails it)."""
+
+    low: tuple[torch.dtype, ...]
+    up: torch.dtype
+    lowering: frozenset[str]  # the methods that cast to a low dtype
+    can_lower: frozenset[str]  # the casts that may
+    # factories whose dtype, when none is asked, is a low one (the default float32): the wide tier's
+    defaulting: frozenset[str] = frozenset()
+
+    def is_low_dtype(self, x: Any) -> bool:
+        return type(x) is torch.dtype and x in self.low
+
+    def is_low(self, x: Any) -> bool:
+        return isinstance(x, torch.Tensor) and x.dtype in self.low
+
+    def up_copy(self, x: Any) -> Any:
+        return x.to(self.up) if self.is_low(x) else x
 
 
-def _low(x: Any) -> bool:
-    return isinstance(x, torch.Tensor) and x.dtype in LOW
-
-
-def _up(x: Any) -> Any:
-    return x.float() if _low(x) else x
+HALF = Tier(LOW, torch.float32, LOWERING_METHODS, CAN_LOWER)
+WIDE = Tier(
+    (torch.float32, *LOW),
+    torch.float64,
+    LOWERING_METHODS | {"float"},
+    CAN_LOWER | {"float"},
+    # (not the random ones: another draw would change the program's stream)
+    frozenset(
+        {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye"}
+    ),
+)
 
 
 class Fp32Lines(TorchFunctionMode):
@@ -103,8 +129,10 @@ class Fp32Lines(TorchFunctionMode):
         skip: Any = None,
         probe: bool = False,
         modules: tuple[Callable[[], Any], Callable[[Any], str | None]] | None = None,
+        tier: Tier = HALF,
     ) -> None:
         super().__init__()
+        self.tier = tier
         # (the module running now, a module's name): the watch's, to say in which module a line ran
         self.modules = modules
         self._ran_in: dict[tuple[str, str], weakref.ref] = {}  # (key, "module"/"nonfinite_module") -> module
@@ -159,20 +187,22 @@ class Fp32Lines(TorchFunctionMode):
         outplace = _outplace(name) if inplace else None
         if type(func) is _GETTER or "out" in kwargs or (inplace and outplace is None):
             return func(*args, **kwargs)
+        tier = self.tier
         operands = (*args, *kwargs.values())
-        low_in = any(_low(a) for a in operands) or any(
-            isinstance(a, (list, tuple)) and any(_low(x) for x in a) for a in operands
+        low_in = any(tier.is_low(a) for a in operands) or any(
+            isinstance(a, (list, tuple)) and any(tier.is_low(x) for x in a) for a in operands
         )
         made_in = bool(self.made) and self._made_in(operands)
         auto = torch.is_autocast_enabled("cpu") or (
             torch.cuda.is_available() and torch.is_autocast_enabled("cuda")
         )
-        to_low = name in CAN_LOWER and (
-            name in LOWERING_METHODS
-            or any(_is_low_dtype(a) for a in operands)
-            or (name == "type_as" and len(args) > 1 and _low(args[1]))
+        to_low = name in tier.can_lower and (
+            name in tier.lowering
+            or any(tier.is_low_dtype(a) for a in operands)
+            or (name == "type_as" and len(args) > 1 and tier.is_low(args[1]))
         )
-        makes_low = _is_low_dtype(kwargs.get("dtype"))
+        defaults = name in tier.defaulting and kwargs.get("dtype") is None  # `torch.tensor(floats)`: float32
+        makes_low = tier.is_low_dtype(kwargs.get("dtype")) or defaults
         # a float32 tensor the intervention made meeting a low one: promote, as the changed
         # decision would have (never the mismatch error a half-changed program meets)
         follow = made_in and low_in and not to_low
@@ -199,7 +229,7 @@ class Fp32Lines(TorchFunctionMode):
             if (
                 noted is not None
                 and probing
-                and _nonfinite(out)
+                and _nonfinite(out, tier)
                 and (before if inplace else _finite(operands))
             ):
                 entry = self.seen[noted]
@@ -207,13 +237,22 @@ class Fp32Lines(TorchFunctionMode):
                     self._ran(noted, "nonfinite_module")
                     entry["nonfinite_order"] = self._made_nonfinite = self._made_nonfinite + 1
                 entry["nonfinite"] = True
+            if defaults and noted is not None and tier.is_low(out):
+                self._defaulted(noted, name)
             return self._tag(out) if made_in else out
         if to_low and args and isinstance(args[0], torch.Tensor):
-            return self._tag(args[0] if args[0].dtype not in LOW else args[0].float())
-        if makes_low:
-            kwargs = {**kwargs, "dtype": torch.float32}
+            return self._tag(tier.up_copy(args[0]))
+        if defaults:
+            out = func(*args, **kwargs)  # (the data decides: integers stay integers)
+            if not tier.is_low(out):
+                return self._tag(out) if made_in else out
+            if noted is not None:
+                self._defaulted(noted, name)
+            kwargs = {**kwargs, "dtype": tier.up}
+        elif makes_low:
+            kwargs = {**kwargs, "dtype": tier.up}
         target = args[0] if inplace and args and isinstance(args[0], torch.Tensor) else None
-        args, kwargs = tree_map(_up, (args, kwargs))
+        args, kwargs = tree_map(tier.up_copy, (args, kwargs))
         with torch.autocast("cpu", enabled=False):
             if torch.cuda.is_available():
                 with torch.autocast("cuda", enabled=False):
@@ -226,6 +265,12 @@ class Fp32Lines(TorchFunctionMode):
             target.copy_(out)
         return self._tag(out)
 
+    def _defaulted(self, key: str, name: str) -> None:
+        """The line's factory `name` made a low dtype because none was asked (its fix asks one)."""
+        made = self.seen[key].setdefault("defaults", [])
+        if name not in made:
+            made.append(name)
+
     def _module_cast(
         self, func: Any, args: tuple, kwargs: dict, frame: Any, module: Any, to_low: bool
     ) -> Any:
@@ -236,7 +281,7 @@ class Fp32Lines(TorchFunctionMode):
         buffer = (
             to_low
             and tensor is not None
-            and tensor.dtype == torch.float32
+            and tensor.dtype == self.tier.up
             and any(b is tensor for b in getattr(module, "_buffers", {}).values())
         )
         if not buffer or frame is None:
@@ -265,7 +310,7 @@ class Fp32Lines(TorchFunctionMode):
         """Remember the float32 tensors of `out` as the intervention's (followed where they flow)."""
 
         def tag(x: Any) -> Any:
-            if isinstance(x, torch.Tensor) and x.dtype == torch.float32:
+            if isinstance(x, torch.Tensor) and x.dtype == self.tier.up:
                 key = id(x)
                 self.made[key] = weakref.ref(x, lambda _, key=key: self.made.pop(key, None))
             return x
@@ -275,13 +320,14 @@ class Fp32Lines(TorchFunctionMode):
 
     def _literal(self, key: str, frame: Any, name: str) -> bool:
         """The line asks for a low dtype in so many words: `.half()`, or `torch.float16` written out."""
-        if name in LOWERING_METHODS:
+        if name in self.tier.lowering:
             return True
         literal = self._literals.get(key)
         if literal is None:
             tree = self._tree(frame.f_code.co_filename)
             literal = self._literals[key] = any(
-                text.startswith("torch.") and _is_low_dtype(value) for text, value in _names_at(tree, frame)
+                text.startswith("torch.") and self.tier.is_low_dtype(value)
+                for text, value in _names_at(tree, frame)
             )
         return literal
 
@@ -296,9 +342,9 @@ class Fp32Lines(TorchFunctionMode):
             owner = frame.f_locals.get("self") if not in_module else None
             self._ran(key, "module", owner if isinstance(owner, torch.nn.Module) else None)
             for text, value in _names_at(self._tree(frame.f_code.co_filename), frame):
-                if _low(value):
+                if self.tier.is_low(value):
                     entry["low_names"].append(text)
-                elif _is_low_dtype(value):
+                elif self.tier.is_low_dtype(value):
                     entry["dtype_names"].append(text)
                     entry.setdefault("chosen", []).extend(self._chosen_at(frame, text))
         if auto and not entry["autocast"]:
@@ -352,9 +398,9 @@ class Fp32Lines(TorchFunctionMode):
             pass
 
 
-def _nonfinite(out: Any) -> bool:
+def _nonfinite(out: Any, tier: Tier) -> bool:
     """A low-precision output holding inf/NaN."""
-    outs = [x for x in (out if isinstance(out, (list, tuple)) else (out,)) if _low(x)]
+    outs = [x for x in (out if isinstance(out, (list, tuple)) else (out,)) if tier.is_low(x)]
     return any(not torch.isfinite(x).all() for x in outs)
 
 
@@ -438,6 +484,7 @@ def install(
         skip=spec.get("skip"),
         probe=bool(spec.get("probe")),
         modules=modules,
+        tier=WIDE if spec.get("wide") else HALF,
     )
     mode.__enter__()
     atexit.register(mode.write)

@@ -51,9 +51,14 @@ class Outcome:
     nonfinite_module: str = ""  # the module that line's first inf/NaN was made in
     # the lines the probe saw make inf/NaN, the first first
     probed: list[dict[str, Any]] = field(default_factory=list)
-    tried_alone: bool = (
-        False  # the root was tried alone: the first line that made inf/NaN, or the latest cure
-    )
+    # the root was tried alone: the first line that made inf/NaN, or the latest cure
+    tried_alone: bool = False
+    wide: bool = False  # no line computed in float16/bfloat16: float32 lines were tried in float64
+
+
+def _up(outcome: Outcome) -> str:
+    """The dtype the experiment computed its lines in."""
+    return "float64" if outcome.wide else "float32"
 
 
 def _collect(scratch: str) -> list[dict[str, Any]]:
@@ -77,7 +82,9 @@ def _runner(
     def run(lines: Any, keep: bool, skip: list[str] | None = None, probe: bool = False) -> Replay:
         out.runs += 1
         record = RECORD if lines == "*" or probe else None
-        spec = json.dumps({"lines": lines, "keep": keep, "record": record, "skip": skip, "probe": probe})
+        spec = json.dumps(
+            {"lines": lines, "keep": keep, "record": record, "skip": skip, "probe": probe, "wide": out.wide}
+        )
         left = max(10.0, min(timeout, deadline - time.monotonic()))
         return replay({}, command, anchor, timeout=left, extra_env={TRY_ENV: spec}, collect=_collect)
 
@@ -95,14 +102,17 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
     if not (first.collected and _cured(first)):
         out.keep = False
         first = run("*", out.keep)
+    if not first.collected:  # no half line at all: a float32 program whose precision fails it?
+        out.wide, out.keep = True, True
+        first = run("*", out.keep)
     entries = first.collected or []
     out.candidates, out.low = len(entries), entries
     if not entries:
-        out.why = "no line of yours computed in float16/bfloat16"
+        out.why = "no line of yours computed in float16/bfloat16 (nor in float32, tried in float64)"
         return out
     if not _cured(first):
         out.why = (
-            f"computing every one of your {len(entries)} low-precision lines in float32 does not cure it"
+            f"computing every one of your {len(entries)} low-precision lines in {_up(out)} does not cure it"
         )
         return out
     as_is = _probe(out, run, anchor)
@@ -224,9 +234,15 @@ def finding(
     code = family_codes.LOW_PRECISION_UNDER_AUTOCAST if autocast else family_codes.FINITE_BUT_WRONG
     if outcome.nonfinite and not autocast:
         code = family_codes.NONFINITE_VALUES
-    how = "under autocast, in its low dtype" if autocast else "in float16/bfloat16"
+    how = (
+        "under autocast, in its low dtype"
+        if autocast
+        else "in float32"
+        if outcome.wide
+        else "in float16/bfloat16"
+    )
     alone = "alone" if outcome.alone else "together with the lines that ran before it"
-    what = f"computes {how}, and computing it in float32 {alone} makes"
+    what = f"computes {how}, and computing it in {_up(outcome)} {alone} makes"
     if outcome.root.get("module_cast"):
         what = f"casts a module's float32 buffers to a low dtype with its parameters, and keeping them float32 {alone} makes"
     message = (
@@ -243,7 +259,7 @@ def finding(
         module = outcome.nonfinite_module  # where the symptom is made, of the modules the root line ran
     return Finding(
         code=code,
-        title="The precision of this line is the root: in float32 the program passes",
+        title=f"The precision of this line is the root: in {_up(outcome)} the program passes",
         severity=Severity.ERROR,
         message=message,
         location=Location(file=path, line=int(line), module=module),
@@ -279,7 +295,7 @@ def diagnose(
         if not search_without(outcome, command, anchor, deadline, timeout):
             break
     outcome.why = (
-        outcome.why or f"{where} in float32 cures the program, but no edit of it that was re-run did"
+        outcome.why or f"{where} in {_up(outcome)} cures the program, but no edit of it that was re-run did"
     )
     return None, outcome
 
@@ -320,7 +336,7 @@ def _add_chosen(
         more = "the whole module" if whole else f"{wider} other line{'s' if wider != 1 else ''} of yours"
         found.message += (
             f"; the dtype it computes in is chosen at {shown_path(site['key'])} (`{site['expr']}`):"
-            f" float32 there makes it pass too, but also computes {more} in float32"
+            f" {_up(trial.outcome)} there makes it pass too, but also computes {more} in {_up(trial.outcome)}"
         )
         return
     path, _, line = site["key"].rpartition(":")
@@ -330,11 +346,9 @@ def _add_chosen(
     found.location = Location(file=path, line=int(line), module=module)  # (its module, in the same method)
     found.message += (
         f"; the dtype it computes in is chosen at {path}:{line}"
-        f" (`{site['expr']}`), and float32 there alone makes it pass too"
+        f" (`{site['expr']}`), and {_up(trial.outcome)} there alone makes it pass too"
     )
-    found.root_cause = (
-        f"the dtype `{site['expr']}` chosen at {path}:{line}: float32 there alone makes the program pass"
-    )
+    found.root_cause = f"the dtype `{site['expr']}` chosen at {path}:{line}: {_up(trial.outcome)} there alone makes the program pass"
 
 
 @dataclass
@@ -380,7 +394,8 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     if src is None or any(e["key"].rpartition(":")[0] != path for e in lines):
         return None
     numbers = ", ".join(entry["key"].rpartition(":")[2] for entry in lines)
-    title = f"Compute {os.path.basename(path)}:{numbers} in float32"
+    up = _up(trial.outcome)
+    title = f"Compute {os.path.basename(path)}:{numbers} in {up}"
     stmt = src.statement_at(_line(lines[0])) if len(lines) == 1 and lines[0].get("module_cast") else None
     kept = keep_buffers(src, stmt) if stmt is not None else None
     if kept is not None:
@@ -388,7 +403,11 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
     edits = (
         [kept]
         if kept is not None
-        else [e for entry in lines if (e := rewrite(src, _line(entry), entry, trial.outcome.keep))]
+        else [
+            e
+            for entry in lines
+            if (e := rewrite(src, _line(entry), entry, trial.outcome.keep, trial.outcome.wide))
+        ]
     )
     if not edits:
         return None
@@ -396,7 +415,7 @@ def _tried_fix(lines: list[dict[str, Any]], trial: _Trial) -> Fix | None:
         src,
         edits,
         title,
-        "the experiment's cure: in float32 this makes the failing program pass",
+        f"the experiment's cure: in {up} this makes the failing program pass",
     )
 
 
@@ -435,14 +454,15 @@ def _chosen_fix(
         key = _original(site["key"], trial.anchor)
         path, _, line = key.rpartition(":")
         src = trial.user_source(path)
-        edit = _value_edit(src, int(line), str(site.get("expr", ""))) if src is not None else None
+        up = _up(trial.outcome)
+        edit = _value_edit(src, int(line), str(site.get("expr", "")), up) if src is not None else None
         if src is None or edit is None:
             continue
         fix = trial.fix(
             src,
             [edit],
-            f"Choose float32 where the dtype is chosen ({os.path.basename(path)}:{line})",
-            f"the lines that compute in it take `{site['expr']}` from here; float32 here alone cures the program",
+            f"Choose {up} where the dtype is chosen ({os.path.basename(path)}:{line})",
+            f"the lines that compute in it take `{site['expr']}` from here; {up} here alone cures the program",
         )
         if fix.verified:
             return {**site, "key": key}, fix
@@ -475,7 +495,7 @@ def _function_of(key: str, trial: _Trial) -> tuple[str, int]:
     return path, fn.lineno if fn is not None else 0
 
 
-def _value_edit(src: Source, line: int, expr: str) -> Edit | None:
+def _value_edit(src: Source, line: int, expr: str, up: str = "float32") -> Edit | None:
     """`expr` on the statement at `line` (an argument passed, or an assignment's value) made
     `torch.float32`."""
     stmt = src.statement_at(line)
@@ -499,4 +519,4 @@ def _value_edit(src: Source, line: int, expr: str) -> Edit | None:
     if node is None:
         return None
     start, end = src.span(node)
-    return Edit(src.path, start, end, "torch.float32")
+    return Edit(src.path, start, end, f"torch.{up}")

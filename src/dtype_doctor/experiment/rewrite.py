@@ -21,15 +21,22 @@ _METADATA = frozenset(
 _COMPOUND = (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef, ast.Try)
 
 
-def rewrite(src: Source, line: int, entry: dict[str, Any], keep: bool = False) -> Edit | None:
+def rewrite(
+    src: Source, line: int, entry: dict[str, Any], keep: bool = False, wide: bool = False
+) -> Edit | None:
     """The statement at `line` computing in float32: its half operands `.float()`, a low dtype it
     names `torch.float32` (`keep`: not one written out, `torch.float16`: the user's own choice, which
     the experiment kept), `.half()`/`.bfloat16()` made `.float()`, and under autocast the statement
-    inside `with torch.autocast(device_type=..., enabled=False):`. None when nothing would change."""
+    inside `with torch.autocast(device_type=..., enabled=False):`. `wide`: in float64 instead (its
+    float32 operands `.double()`, `.float()` made `.double()`, a factory that made float32 because
+    no dtype was asked given `dtype=torch.float64`). None when nothing would change."""
     stmt = src.statement_at(line)
     if stmt is None or isinstance(stmt, _COMPOUND):
         return None
     low, dtypes = set(entry.get("low_names", ())), set(entry.get("dtype_names", ()))
+    method, up = ("double", "torch.float64") if wide else ("float", "torch.float32")
+    lowering = LOWERING_METHODS | {"float"} if wide else LOWERING_METHODS
+    defaults = set(entry.get("defaults", ()))
     start = src.offset(stmt.lineno, 0)
     _, end = src.span(stmt)
     spans: list[tuple[int, int, str]] = []
@@ -44,17 +51,24 @@ def rewrite(src: Source, line: int, entry: dict[str, Any], keep: bool = False) -
             if text in low and id(node) in metadata:
                 continue  # `x.shape[0]`: no value of x is computed with
             if text in low:
-                spans.append((a, b, f"{src.text[a:b]}.float()"))
+                spans.append((a, b, f"{src.text[a:b]}.{method}()"))
             elif text in dtypes and not (keep and text.startswith("torch.")):
-                spans.append((a, b, "torch.float32"))
+                spans.append((a, b, up))
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr in LOWERING_METHODS
+            and node.func.attr in lowering
             and not node.args
         ):
             a, b = src.span(node.func)
-            spans.append((b - len(node.func.attr), b, "float"))
+            spans.append((b - len(node.func.attr), b, method))
+        if (
+            isinstance(node, ast.Call)
+            and _callee(node) in defaults
+            and not any(k.arg == "dtype" for k in node.keywords)
+        ):
+            _, b = src.span(node)
+            spans.append((b - 1, b - 1, f"{', ' if node.args or node.keywords else ''}dtype={up}"))
     spans = _outermost(spans)
     body = src.text[start:end]
     for a, b, text in sorted(spans, reverse=True):
@@ -64,7 +78,9 @@ def rewrite(src: Source, line: int, entry: dict[str, Any], keep: bool = False) -
         target = src.segment(stmt.target)
         a, b = src.span(stmt.value)
         value = body[a - start : len(body) - (end - b)]
-        body = f"{src.indent(stmt.lineno)}{target} = {target}.float() {_OPERATORS[type(stmt.op)]} ({value})"
+        body = (
+            f"{src.indent(stmt.lineno)}{target} = {target}.{method}() {_OPERATORS[type(stmt.op)]} ({value})"
+        )
     if entry.get("autocast"):
         indent = src.indent(stmt.lineno)
         device = entry.get("autocast_device", "cpu")
@@ -119,6 +135,11 @@ def keep_buffers(src: Source, stmt: ast.stmt) -> Edit | None:
 
 
 _OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@"}
+
+
+def _callee(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _written_in_place(stmt: ast.stmt) -> set[int]:
