@@ -151,10 +151,29 @@ assert (steps > 0).all(), "steps collapsed"
 """
 
 
+# a Python float made a tensor while the default dtype is bfloat16 (a "bf16-true" step): rounded
+# before a float32 sum ever sees it; the factory that took the default dtype is the root
+DEFAULT_BFLOAT16 = """import torch
+
+
+def as_tensor(v):
+    return torch.tensor(v)
+
+
+total = torch.zeros((), dtype=torch.float32)
+torch.set_default_dtype(torch.bfloat16)
+for i in range(100):
+    total += as_tensor(1.0 + i * 1e-3).float()
+torch.set_default_dtype(torch.float32)
+assert abs(total.item() - 104.95) < 1e-3, f"logged total {total.item()}"
+"""
+
+
 @pytest.mark.parametrize(
     ("script", "line", "module", "written"),
     [
         (IN_PLACE, 9, None, "s = s.float().div_(temp)"),
+        (DEFAULT_BFLOAT16, 5, None, "return torch.tensor(v, dtype=torch.float32)"),
         (DEFAULT_FLOAT32, 5, None, "return torch.tensor(readings, dtype=torch.float64)"),
         (AUGMENTED, 5, None, "acc = acc.float() + (torch.full((4,), 1000.0, dtype=torch.float16))"),
         (DERIVED, 5, None, "torch.arange(x.shape[0], dtype=torch.float32)"),
@@ -174,6 +193,7 @@ assert (steps > 0).all(), "steps collapsed"
     ],
     ids=[
         "an-in-place-overflow-is-its-own-root",
+        "a-factory-under-a-bfloat16-default-dtype",
         "a-float32-default-in-a-float64-world",
         "an-augmented-sum-in-float32",
         "derived-dtype-not-the-literal-input",

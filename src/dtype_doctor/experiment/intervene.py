@@ -93,7 +93,8 @@ class Tier:
     up: torch.dtype
     lowering: frozenset[str]  # the methods that cast to a low dtype
     can_lower: frozenset[str]  # the casts that may
-    # factories whose dtype, when none is asked, is a low one (the default float32): the wide tier's
+    # factories that make the default dtype when none is asked: low when it is (`torch.tensor(0.5)`
+    # under `set_default_dtype(torch.bfloat16)`; float32 in the wide tier)
     defaulting: frozenset[str] = frozenset()
 
     def is_low_dtype(self, x: Any) -> bool:
@@ -106,16 +107,14 @@ class Tier:
         return x.to(self.up) if self.is_low(x) else x
 
 
-HALF = Tier(LOW, torch.float32, LOWERING_METHODS, CAN_LOWER)
+# factories that make the default dtype when none is asked (not the random ones: another draw
+# would change the program's stream)
+_DEFAULTING = frozenset(
+    {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye"}
+)
+HALF = Tier(LOW, torch.float32, LOWERING_METHODS, CAN_LOWER, _DEFAULTING)
 WIDE = Tier(
-    (torch.float32, *LOW),
-    torch.float64,
-    LOWERING_METHODS | {"float"},
-    CAN_LOWER | {"float"},
-    # (not the random ones: another draw would change the program's stream)
-    frozenset(
-        {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye"}
-    ),
+    (torch.float32, *LOW), torch.float64, LOWERING_METHODS | {"float"}, CAN_LOWER | {"float"}, _DEFAULTING
 )
 
 
@@ -201,7 +200,9 @@ class Fp32Lines(TorchFunctionMode):
             or any(tier.is_low_dtype(a) for a in operands)
             or (name == "type_as" and len(args) > 1 and tier.is_low(args[1]))
         )
-        defaults = name in tier.defaulting and kwargs.get("dtype") is None  # `torch.tensor(floats)`: float32
+        defaults = (  # `torch.tensor(floats)`: the default dtype
+            name in tier.defaulting and kwargs.get("dtype") is None and torch.get_default_dtype() in tier.low
+        )
         makes_low = tier.is_low_dtype(kwargs.get("dtype")) or defaults
         # a float32 tensor the intervention made meeting a low one: promote, as the changed
         # decision would have (never the mismatch error a half-changed program meets)
