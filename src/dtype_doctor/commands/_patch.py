@@ -211,12 +211,15 @@ def _line_experiment(
     from ..editing.fix_edits import apply_json, by_file
     from ..experiment import lines
     from ..patching.plan import Planner
+    from ..report import Severity
 
     t0 = time.monotonic()
     if deadline - t0 < 5:
         return
     planner = Planner(since_ns=since_ns)
-    found, outcome = lines.diagnose(command, anchor, deadline, timeout, code, planner.source)
+    # the dtype error the program died of: the experiment's root is that error's
+    raised = next((f.code for f in report.findings if f.severity == Severity.ERROR), "")
+    found, outcome = lines.diagnose(command, anchor, deadline, timeout, code, planner.source, raised)
     meta = report.meta.setdefault("experiment", {"tried": 0, "cured": False, "seconds": 0.0, "changes": []})
     meta["tried"] = meta.get("tried", 0) + outcome.runs
     meta["seconds"] = round(meta.get("seconds", 0.0) + time.monotonic() - t0, 1)

@@ -54,6 +54,7 @@ class Outcome:
     # the root was tried alone: the first line that made inf/NaN, or the latest cure
     tried_alone: bool = False
     wide: bool = False  # no line computed in float16/bfloat16: float32 lines were tried in float64
+    raised: str = ""  # the family code of the dtype error the program died of ("": none was seen)
 
 
 def _up(outcome: Outcome) -> str:
@@ -234,6 +235,7 @@ def finding(
     code = family_codes.LOW_PRECISION_UNDER_AUTOCAST if autocast else family_codes.FINITE_BUT_WRONG
     if outcome.nonfinite and not autocast:
         code = family_codes.NONFINITE_VALUES
+    code = outcome.raised or code  # the error the program died of, its root found by the experiment
     how = (
         "under autocast, in its low dtype"
         if autocast
@@ -246,7 +248,8 @@ def finding(
     if outcome.root.get("module_cast"):
         what = f"casts a module's float32 buffers to a low dtype with its parameters, and keeping them float32 {alone} makes"
     message = (
-        f"your program failed (exit {code_of_program}) with no dtype error seen; {path}:{line} {what} "
+        f"your program failed (exit {code_of_program}) "
+        f"{f'on a dtype error ({outcome.raised})' if outcome.raised else 'with no dtype error seen'}; {path}:{line} {what} "
         f"the program pass: of {outcome.candidates} low-precision line(s) of yours, {outcome.runs} re-run(s) "
         + ("found it where the precision is lost" if outcome.tried_alone else "bisected to this one")
     )
@@ -279,11 +282,14 @@ def diagnose(
     timeout: float,
     code_of_program: int,
     user_source: Callable[[str], Source | None],
+    raised: str = "",
 ) -> tuple[Finding | None, Outcome]:
     """The line experiment, then its root's fix made and re-run: the root line's statement in
     float32 alone, else (when the cure needed the lines before it, a few) those lines too. The
-    finding only when an edit's re-run cured the program (None else: `outcome.why` says why)."""
+    finding only when an edit's re-run cured the program (None else: `outcome.why` says why).
+    `raised`: the family code of the dtype error the program died of, if it did."""
     outcome = search(command, anchor, deadline, timeout)
+    outcome.raised = raised
     if outcome.root is None:
         return None, outcome
     trial = _Trial(command, anchor, timeout, user_source, outcome)
