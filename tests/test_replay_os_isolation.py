@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from cli_process import ENV as BASE
+from cli_process import dtype_doctor
 
 ENV = {k: v for k, v in BASE.items() if k != "DTYPE_DOCTOR_BUDGET"}  # the experiment and its replays run
 
@@ -67,14 +68,7 @@ def test_a_replay_leaves_the_programs_files_and_shared_memory_alone(tmp_path: Pa
     assert expected == ("forward\n", "forward\n", 1.0)
     for name in ("log.txt", "raw.txt", "mm.bin"):
         (tmp_path / name).unlink()
-    run = subprocess.run(
-        [sys.executable, "-m", "dtype_doctor", "run", "--json=r.json", "prog.py"],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = dtype_doctor("run", "--json=r.json", "prog.py", cwd=tmp_path, env=ENV)
     fix = json.loads((tmp_path / "r.json").read_text())["findings"][0]["fixes"][0]
     assert "replayed on copies" in fix["verification"], run.stderr[-3000:]  # the forward was replayed
     assert _files(tmp_path) == expected

@@ -36,6 +36,15 @@ def argument(call: ast.Call | None, name: str | None) -> ast.expr | None:
     return tensors[0] if tensors and not any(kw.arg == name for kw in call.keywords) else None
 
 
+def keyword_attribute(call: ast.Call, keyword: str, attr: str) -> ast.expr | None:
+    """`X` of the call's `keyword=X.attr` (`device=x.device`, `dtype=y.dtype`), else None."""
+    for k in call.keywords:
+        value = k.value
+        if k.arg == keyword and isinstance(value, ast.Attribute) and value.attr == attr:
+            return value.value
+    return None
+
+
 def assigned_value(src: Source, line: int, name: str | None) -> ast.expr | None:
     """The value of `name = VALUE` (or `name: T = VALUE`) on `line`."""
     stmt = src.statement_at(line)

@@ -459,16 +459,8 @@ def _held(o: Operand) -> bool:
 
 def _device_partner(call: ast.Call) -> str:
     """`x` of a `device=x.device` argument (a name or an attribute), else ""."""
-    for k in call.keywords:
-        value = k.value
-        if (
-            k.arg == "device"
-            and isinstance(value, ast.Attribute)
-            and value.attr == "device"
-            and isinstance(value.value, (ast.Name, ast.Attribute))
-        ):
-            return ast.unparse(value.value)
-    return ""
+    partner = find.keyword_attribute(call, "device", "device")
+    return ast.unparse(partner) if isinstance(partner, (ast.Name, ast.Attribute)) else ""
 
 
 def _weighs(f: Finding, module: str, dtype: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..editing.finders import keyword_attribute
 from .dtype_values import parse_line
 
 _followed: dict[tuple[int, int], tuple[ast.expr, ...]] = {}
@@ -32,17 +33,9 @@ def _dtype_sources(code: Any, line: int) -> tuple[ast.expr, ...]:
     exprs: list[ast.expr] = []
     tree = parse_line(code.co_filename, line)
     for node in ast.walk(tree) if tree is not None else ():
-        if not isinstance(node, ast.Call):
-            continue
-        for kw in node.keywords:
-            value = kw.value
-            if (
-                kw.arg == "dtype"
-                and isinstance(value, ast.Attribute)
-                and value.attr == "dtype"
-                and _plain(value.value)
-            ):
-                exprs.append(value.value)
+        source = keyword_attribute(node, "dtype", "dtype") if isinstance(node, ast.Call) else None
+        if source is not None and _plain(source):
+            exprs.append(source)
     _followed[key] = tuple(exprs)
     return _followed[key]
 
