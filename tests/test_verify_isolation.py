@@ -451,3 +451,22 @@ def test_a_replay_stuck_on_a_lock_another_thread_held_at_the_fork_is_stopped_ear
     assert outcome.stopped and "stopped running" in outcome.stopped, outcome
     assert "another thread of your program" in outcome.stopped
     assert isolation.in_child(lambda: lock.acquire() and "acquired").value == "acquired"  # free: it runs
+
+
+def test_a_replay_past_its_memory_bound_is_stopped() -> None:
+    # H14: a replay may hold what the program held and as much again and a half (at least 1 GiB more)
+    import time
+
+    from dtype_doctor.verifying import isolation
+
+    bound = isolation.memory_bound()
+    assert bound is not None
+
+    def hog() -> str:
+        held = torch.ones(bound // 4 + (64 << 20))  # float32: past the bound, touched
+        time.sleep(30)
+        return str(held.shape)
+
+    outcome = isolation.in_child(hog, timeout=120)
+    assert outcome.stopped and "past its bound" in outcome.stopped, outcome
+    assert isolation.in_child(lambda: "small").value == "small"

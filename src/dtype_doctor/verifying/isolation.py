@@ -159,19 +159,57 @@ def _sandboxed(work: Callable[[], Any], scratch: str) -> tuple[str, Any]:
     return ("done", value)
 
 
+def _rss(pid: int) -> int | None:
+    """The resident memory of a process in bytes (Linux's /proc), None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def memory_bound() -> int | None:
+    """The most resident memory a replay forked from this process now may use (bytes): what the
+    program holds and as much again and a half, at least 1 GiB more (a deep copy of the model and its
+    inputs, and a float32 copy of a half model). None where memory cannot be read."""
+    held = _rss(os.getpid())
+    return held + max(1 << 30, int(1.5 * held)) if held else None
+
+
+class _MemoryBound:
+    """A replay past its memory bound is stopped, before it takes the machine's memory (and ten
+    times the run's time)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.bound = pid, memory_bound()
+
+    def why(self) -> str | None:
+        used = _rss(self.pid) if self.bound is not None else None
+        if used is None or self.bound is None or used <= self.bound:
+            return None
+        return (
+            f"the replay used {used / 2**30:.1f} GiB of memory, past its bound of "
+            f"{self.bound / 2**30:.1f} GiB (what your program held, and as much again and a half)"
+        )
+
+
 def _collect(pid: int, fd: int, timeout: float) -> Outcome:
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
-    stall = _Stall(pid)
+    stall, memory = _Stall(pid), _MemoryBound(pid)
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return _stopped(pid, f"the replay did not finish in {timeout:.0f} s")
-            if not select.select([fd], [], [], min(left, 1.0))[0]:  # each second: is it still running?
-                why = stall.why()
-                if why:
-                    return _stopped(pid, why)
+            ready = select.select([fd], [], [], min(left, 1.0))[0]
+            why = memory.why() or (None if ready else stall.why())  # each second: is it still running?
+            if why:
+                return _stopped(pid, why)
+            if not ready:
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
