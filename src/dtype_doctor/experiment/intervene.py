@@ -67,6 +67,10 @@ def _writes(name: str) -> bool:
     return name.endswith("_")
 
 
+# the in-place op a tensor's augmented assignment runs
+_AUGMENTED = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_", ast.Pow: "pow_"}
+
+
 def _outplace(name: str) -> Any:
     """The out-of-place twin of an in-place tensor op (`div_` → `Tensor.div`, `__iadd__` →
     `Tensor.__add__`), None for a write with none (`__setitem__`, `copy_`, `exponential_`)."""
@@ -149,6 +153,7 @@ class Fp32Lines(TorchFunctionMode):
         self._literals: dict[str, bool] = {}
         self.made: dict[int, weakref.ref] = {}  # id -> the float32 tensors the intervention made
         self._made_nonfinite = 0  # under probe: how many lines made inf/NaN so far (their order)
+        self._rebinding: dict[tuple[str, int, str], bool] = {}  # (file, line, op) -> _rebinds
 
     def _frame(self) -> tuple[Any, bool, Any]:
         """The first frame outside torch and this tool: the user's line, when it is in a user file;
@@ -207,7 +212,7 @@ class Fp32Lines(TorchFunctionMode):
         # a float32 tensor the intervention made meeting a low one: promote, as the changed
         # decision would have (never the mismatch error a half-changed program meets)
         follow = made_in and low_in and not to_low
-        chosen, noted = False, None
+        chosen, noted, frame = False, None, None
         if low_in or auto or to_low or makes_low:
             frame, in_module, applying = self._frame()
             if applying is not None:  # a module-wide cast: its float32 buffers may stay float32
@@ -253,6 +258,7 @@ class Fp32Lines(TorchFunctionMode):
         elif makes_low:
             kwargs = {**kwargs, "dtype": tier.up}
         target = args[0] if inplace and args and isinstance(args[0], torch.Tensor) else None
+        rebound = target is not None and self._rebinds(frame, name)
         args, kwargs = tree_map(tier.up_copy, (args, kwargs))
         with torch.autocast("cpu", enabled=False):
             if torch.cuda.is_available():
@@ -261,10 +267,38 @@ class Fp32Lines(TorchFunctionMode):
             else:
                 out = (outplace or func)(*args, **kwargs)
         if target is not None and isinstance(out, torch.Tensor):
-            # an in-place op: its float32 result flows on where the line uses what it returns
-            # (`x = x.div_(t)`, `x += y`); the tensor itself is written as the op would write it
+            # an in-place op: the tensor is written as the op would write it; its float32 result
+            # flows on where the line rebinds a name to it (`x = x.div_(t)`, `x += y`), else (a
+            # chain, `t.mul_(d).add_(s)`; a statement of its own) the tensor is what it returns
             target.copy_(out)
+            if not rebound:
+                return target
         return self._tag(out)
+
+    def _rebinds(self, frame: Any, name: str) -> bool:
+        """The frame's line assigns what its in-place call `name` returns (`x = x.div_(t)`)."""
+        if frame is None:
+            return False
+        key = (frame.f_code.co_filename, frame.f_lineno, name)
+        found = self._rebinding.get(key)
+        if found is None:
+            tree = self._tree(frame.f_code.co_filename)
+            found = self._rebinding[key] = any(
+                n.lineno <= frame.f_lineno <= (n.end_lineno or n.lineno)
+                and (
+                    (
+                        isinstance(n, ast.Assign)
+                        and isinstance(n.value, ast.Call)
+                        and isinstance(n.value.func, ast.Attribute)
+                        and n.value.func.attr == name
+                    )
+                    # `x += y`: python rebinds x to what the tensor's `add_` returns
+                    or (isinstance(n, ast.AugAssign) and _AUGMENTED.get(type(n.op)) == name)
+                )
+                for n in (ast.walk(tree) if tree is not None else ())
+                if isinstance(n, (ast.Assign, ast.AugAssign))
+            )
+        return found
 
     def _defaulted(self, key: str, name: str) -> None:
         """The line's factory `name` made a low dtype because none was asked (its fix asks one)."""
