@@ -35,7 +35,6 @@ import os
 import sys
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,11 +42,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from ..editing.user_files import is_user_file
-from ..tracing.casts import CAN_LOWER, LOWERING_METHODS
 from ..tracing.files import TOOL_DIR, TORCH_DIR
+from .ops import AUGMENTED, HALF, WIDE, Tier, finite, nonfinite, out_of_place, writes
 
 ENV = "DTYPE_DOCTOR_TRY"
-LOW = (torch.float16, torch.bfloat16)
 _GETTER = type(torch.Tensor.dtype.__get__)
 _MODULE_APPLY = torch.nn.Module._apply.__code__
 _MODULE_CALL = torch.nn.Module._call_impl.__code__
@@ -55,71 +53,6 @@ _MODULE_CALL = torch.nn.Module._call_impl.__code__
 
 def _name(func: Any) -> str:
     return getattr(func, "__name__", "") or ""
-
-
-def _writes(name: str) -> bool:
-    """An in-place op or a write (`add_`, `__iadd__`, `__setitem__`): an upcast copy would not be
-    written back."""
-    if name.startswith("__") and name.endswith("__"):
-        return name == "__setitem__" or (
-            name.startswith("__i") and name not in ("__index__", "__int__", "__invert__", "__iter__")
-        )
-    return name.endswith("_")
-
-
-# the in-place op a tensor's augmented assignment runs
-_AUGMENTED = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_", ast.Pow: "pow_"}
-
-
-def _outplace(name: str) -> Any:
-    """The out-of-place twin of an in-place tensor op (`div_` → `Tensor.div`, `__iadd__` →
-    `Tensor.__add__`), None for a write with none (`__setitem__`, `copy_`, `exponential_`)."""
-    if name.startswith("__i") and name.endswith("__"):
-        twin = f"__{name[3:]}"
-    elif name.endswith("_") and not name.endswith("__") and name not in _NO_TWIN:
-        twin = name[:-1]
-    else:
-        return None
-    found = getattr(torch.Tensor, twin, None)
-    return found if callable(found) else None
-
-
-# in-place ops whose name without `_` is another op (or a property): never computed out of place
-_NO_TWIN = frozenset({"resize_", "resize_as_", "bernoulli_", "set_", "requires_grad_", "detach_"})
-
-
-@dataclass(frozen=True)
-class Tier:
-    """Which dtypes are low and what they are computed in: float16/bfloat16 in float32 (the
-    default), or, `wide`, float32 as well in float64 (a float32 program whose precision fails it)."""
-
-    low: tuple[torch.dtype, ...]
-    up: torch.dtype
-    lowering: frozenset[str]  # the methods that cast to a low dtype
-    can_lower: frozenset[str]  # the casts that may
-    # factories that make the default dtype when none is asked: low when it is (`torch.tensor(0.5)`
-    # under `set_default_dtype(torch.bfloat16)`; float32 in the wide tier)
-    defaulting: frozenset[str] = frozenset()
-
-    def is_low_dtype(self, x: Any) -> bool:
-        return type(x) is torch.dtype and x in self.low
-
-    def is_low(self, x: Any) -> bool:
-        return isinstance(x, torch.Tensor) and x.dtype in self.low
-
-    def up_copy(self, x: Any) -> Any:
-        return x.to(self.up) if self.is_low(x) else x
-
-
-# factories that make the default dtype when none is asked (not the random ones: another draw
-# would change the program's stream)
-_DEFAULTING = frozenset(
-    {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye"}
-)
-HALF = Tier(LOW, torch.float32, LOWERING_METHODS, CAN_LOWER, _DEFAULTING)
-WIDE = Tier(
-    (torch.float32, *LOW), torch.float64, LOWERING_METHODS | {"float"}, CAN_LOWER | {"float"}, _DEFAULTING
-)
 
 
 class Fp32Lines(TorchFunctionMode):
@@ -187,8 +120,8 @@ class Fp32Lines(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = _name(func)
-        inplace = _writes(name)
-        outplace = _outplace(name) if inplace else None
+        inplace = writes(name)
+        outplace = out_of_place(name) if inplace else None
         if type(func) is _GETTER or "out" in kwargs or (inplace and outplace is None):
             return func(*args, **kwargs)
         tier = self.tier
@@ -230,13 +163,13 @@ class Fp32Lines(TorchFunctionMode):
             # (torch.empty*, new_empty: their output is whatever the memory held; an in-place op's
             # operands are judged before it overwrites them)
             probing = noted is not None and self.probe and "empty" not in name
-            before = probing and inplace and _finite(operands)
+            before = probing and inplace and finite(operands)
             out = func(*args, **kwargs)
             if (
                 noted is not None
                 and probing
-                and _nonfinite(out, tier)
-                and (before if inplace else _finite(operands))
+                and nonfinite(out, tier)
+                and (before if inplace else finite(operands))
             ):
                 entry = self.seen[noted]
                 if not entry.get("nonfinite"):
@@ -293,7 +226,7 @@ class Fp32Lines(TorchFunctionMode):
                         and n.value.func.attr == name
                     )
                     # `x += y`: python rebinds x to what the tensor's `add_` returns
-                    or (isinstance(n, ast.AugAssign) and _AUGMENTED.get(type(n.op)) == name)
+                    or (isinstance(n, ast.AugAssign) and AUGMENTED.get(type(n.op)) == name)
                 )
                 for n in (ast.walk(tree) if tree is not None else ())
                 if isinstance(n, (ast.Assign, ast.AugAssign))
@@ -431,18 +364,6 @@ class Fp32Lines(TorchFunctionMode):
                 json.dump(list(self.seen.values()), fh)
         except OSError:
             pass
-
-
-def _nonfinite(out: Any, tier: Tier) -> bool:
-    """A low-precision output holding inf/NaN."""
-    outs = [x for x in (out if isinstance(out, (list, tuple)) else (out,)) if tier.is_low(x)]
-    return any(not torch.isfinite(x).all() for x in outs)
-
-
-def _finite(operands: tuple) -> bool:
-    """Every floating tensor operand is finite."""
-    ins = [x for a in operands for x in (a if isinstance(a, (list, tuple)) else (a,))]
-    return all(torch.isfinite(x).all() for x in ins if isinstance(x, torch.Tensor) and x.is_floating_point())
 
 
 def _names_at(tree: ast.Module | None, frame: Any) -> list[tuple[str, Any]]:

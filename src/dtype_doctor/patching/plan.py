@@ -21,15 +21,11 @@ from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
 from ..tracing.casts import INHERITING, RAISING_METHODS
-from . import autocast_edits, bindings, shown, undone
+from . import autocast_edits, bindings, module_edits, shown, undone
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
 
 LOW_NAMES = ("float16", "bfloat16")
-# torch.nn classes that hold modules and take no dtype= (a layer such as nn.Linear takes it)
-_CONTAINERS = frozenset(
-    {"Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Module", "Identity"}
-)
 
 
 class Planner:
@@ -180,7 +176,7 @@ class Planner:
             yield from self.drop_upcast(o)
         for o in params:
             yield from self.at_birth(o, target)
-            yield from self.convert_module(f, o, target)
+            yield from module_edits.convert_module(self, f, o, target)
         # the other way round: a float32 model fed a half tensor by mistake
         wide = {o.dtype for o in f.operands if _held(o) and o.dtype and o.dtype not in LOW_NAMES}
         if len(wide) == 1 and not params:
@@ -355,52 +351,6 @@ class Planner:
                 )
                 return
 
-    # ---- a module island: convert the module where it is built, else after loading --------------
-    def convert_module(self, f: Finding, operand: Operand, dtype: str) -> Iterator[Candidate]:
-        origin = operand.origin
-        path = _module_path(origin.module if origin else None, origin.name if origin else operand.name)
-        site = self.model_input_site(f) or self.call_site(f)
-        home = self.source(self.home)
-        if site is None and home is not None:
-            site = (home, len(home.lines) + 1)  # the factory's file: its last assignment of the module
-        if site is None:
-            return
-        src, line = site
-        call = find.model_call(src, line)
-        callee = call_name(call.func) if call is not None else ""
-        if path:
-            for asg_src, value in self.module_assignments(path.split(".")[0], src, line):
-                if _per_call(asg_src, value.lineno):
-                    continue  # a module built in forward: converting it there costs every call
-                where = f"{asg_src.path}:{value.lineno}"
-                name = path.split(".")[0]
-                built = call_name(value.func) if isinstance(value, ast.Call) else ""
-                layer = built.startswith(("nn.", "torch.nn.")) and built.rsplit(".", 1)[-1] not in _CONTAINERS
-                edit = add_kwarg(asg_src, value, "dtype", f"torch.{dtype}") if layer else None
-                if edit is not None:
-                    yield Candidate(f"build `{name}` in {dtype} with dtype= ({where})", [edit])
-                if not find.already_cast(value, dtype):
-                    title = f"convert `{name}` to {dtype} where it is built ({where})"
-                    yield Candidate(title, [cast_expr(asg_src, value, dtype)])
-        if not callee or _per_call(src, line):
-            return  # a module cast inside a method (forward) would run on every call
-        where = f"{src.path}:{line}"
-        if path:
-            parts = path.split(".")
-            if all(p.isidentifier() or p.isdigit() for p in parts):
-                sub = callee + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
-            else:
-                sub = f'{callee}.get_submodule("{path}")'
-
-            yield Candidate(
-                f"convert `{sub}` to {dtype} before the call ({where})",
-                [find.insert_before(src, line, f"{sub}.to(torch.{dtype})")],
-            )
-        yield Candidate(
-            f"convert `{callee}` to {dtype} before the call ({where})",
-            [find.insert_before(src, line, f"{callee}.to(torch.{dtype})")],
-        )
-
     def model_input_site(self, f: Finding) -> tuple[Source, int] | None:
         """The user's line that called the outermost model (the line its inputs came in at): module
         paths are relative to that model."""
@@ -431,20 +381,6 @@ class Planner:
             if src is not None and line.isdigit():
                 found.append((src, int(line)))
         return found
-
-    def module_assignments(self, attr: str, src: Source, line: int) -> Iterator[tuple[Source, ast.expr]]:
-        """`X.attr = VALUE` / `attr = VALUE`, the last one before `line` in the call's file, when its
-        value is a call (a module taken from elsewhere, `X.attr = heads[k]`, is not built there)."""
-        best: ast.Assign | None = None
-        for node in src.nodes(ast.Assign):
-            if node.lineno >= line:
-                continue
-            for target in node.targets:
-                name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
-                if name == attr and (best is None or node.lineno > best.lineno):
-                    best = node
-        if best is not None and isinstance(best.value, ast.Call):
-            yield src, best.value
 
 
 def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file) -> list[Cause]:
@@ -483,18 +419,6 @@ def _lowers(target: str, written: str | None) -> bool:
     return target in LOW_NAMES and written in ("float32", "float64", "float", "double")
 
 
-def _per_call(src: Source, line: int) -> bool:
-    """`line` may run on each call of a model: it is in a method (first parameter `self`) other than
-    `__init__`, or in a function nested in another (a wrapper, a closure)."""
-    fn = find.enclosing_function(src, line)
-    if fn is None:
-        return False
-    args = fn.args.args
-    if args and args[0].arg == "self" and fn.name != "__init__":
-        return True
-    return find.enclosing_function(src, fn.lineno, outside=fn) is not None
-
-
 def _target_dtype(f: Finding) -> str | None:
     """The dtype the cause should become: the half dtype the operands show (the user's intent), else
     the one the op needed."""
@@ -514,13 +438,3 @@ def _by_autocast(f: Finding) -> bool:
     """Every half operand was made half by autocast (its root origin is autocast's)."""
     low = [o for o in f.operands if o.dtype in LOW_NAMES]
     return all(o.origin is not None and root_origin(o.origin).kind == "autocast" for o in low)
-
-
-def _module_path(module: str | None, param: str | None) -> str:
-    """The module's path under the called model: `LlamaModel.layers.0.q_proj` → `layers.0.q_proj` (a
-    leading class name is no attribute); from a parameter's name when the module is not known."""
-    path = module if module is not None else (param or "").rpartition(".")[0]
-    parts = [p for p in path.split(".") if p]
-    if parts and parts[0][:1].isupper():
-        parts = parts[1:]
-    return ".".join(parts)
