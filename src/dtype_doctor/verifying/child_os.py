@@ -1,8 +1,9 @@
 """What a forked replay child inherits at the OS level, cut off from the user's program: file
 descriptors (a logging FileHandler's file, a raw fd, an sqlite database, a socket) point at
 /dev/null, and writable shared mappings (`share_memory_()` tensors, `np.memmap`, /dev/shm) become
-private copy-on-write ones, so the replay's writes land in the child's memory only (Linux; elsewhere
-nothing is done and the Python guard is the only line). No torch import.
+private (the same file mapped copy-on-write, else a copy, else read-only), so the replay's writes
+land in the child's memory only (Linux; elsewhere nothing is done and the Python guard is the only
+line). No torch import.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def _shared_mappings_private() -> None:
             _make_private(libc, *region)
 
 
-def _region(line: str) -> tuple[int, int, int] | None:
-    """(start, size, prot) of a writable shared mapping of memory (not of a device), else None."""
+def _region(line: str) -> tuple[int, int, int, int, str] | None:
+    """(start, size, prot, file offset, path) of a writable shared mapping of memory (not of a
+    device), else None."""
     parts = line.split(maxsplit=5)
     if len(parts) < 5 or len(parts[1]) != 4 or parts[1][1] != "w" or parts[1][3] != "s":
         return None
@@ -71,18 +73,37 @@ def _region(line: str) -> tuple[int, int, int] | None:
         return None  # a device's memory (a GPU's, a frame buffer): never copied
     start, end = (int(x, 16) for x in parts[0].split("-"))
     prot = sum(_PROT[c] for c in parts[1][:3] if c in _PROT)
-    return start, end - start, prot
+    return start, end - start, prot, int(parts[2], 16), path
 
 
-def _make_private(libc: ctypes.CDLL, start: int, size: int, prot: int) -> None:
-    """The mapping at `start` replaced by a private anonymous one holding the same bytes."""
+# a shared mapping with no file to map again (anonymous, or its file removed) is copied up to this
+# size; a larger one is made read-only (a write then ends the replay, never reaching the program)
+COPY_LIMIT = 256 << 20
+
+
+def _make_private(libc: ctypes.CDLL, start: int, size: int, prot: int, offset: int, path: str) -> None:
+    """The mapping at `start` replaced by a private one with the same bytes: the same file mapped
+    copy-on-write, else an anonymous copy, else (too big to copy) the shared one read-only."""
+    if path.startswith("/") and not path.endswith(" (deleted)") and os.path.isfile(path):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            got = libc.mmap(start, size, prot, _MAP_PRIVATE | _MAP_FIXED, fd, offset)
+            os.close(fd)
+            if got not in (None, _MAP_FAILED):
+                return
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if size > COPY_LIMIT:
+        libc.mprotect(start, size, prot & ~_PROT["w"])
+        return
     saved = ctypes.create_string_buffer(size)
     ctypes.memmove(saved, start, size)
-    flags = _MAP_PRIVATE | _MAP_FIXED | _MAP_ANONYMOUS
-    got = libc.mmap(start, size, _PROT["r"] | _PROT["w"], flags, -1, 0)
+    got = libc.mmap(start, size, _PROT["r"] | _PROT["w"], _MAP_PRIVATE | _MAP_FIXED | _MAP_ANONYMOUS, -1, 0)
     if got in (None, _MAP_FAILED):
-        return  # refused: the old shared mapping is still there, unchanged
+        libc.mprotect(start, size, prot & ~_PROT["w"])  # refused: never written through, at least
+        return
     ctypes.memmove(start, saved, size)
     if prot != _PROT["r"] | _PROT["w"]:
-        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         libc.mprotect(start, size, prot)
