@@ -1,5 +1,6 @@
-"""Issue 38's "one of each": one set of cast names (tracing/casts.py) and one answer to "whose
-file is it" (tracing/files.py); no other module keeps its own copy."""
+"""Issue 38's "one of each": one set of cast names (tracing/casts.py), one answer to "is this call in
+place" (tracing/inplace.py) and one to "whose file is it" (tracing/files.py); no other module keeps
+its own copy."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dtype_doctor.tracing import casts, files
+from dtype_doctor.tracing import casts, files, inplace
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dtype_doctor"
 CAST_WORDS = {"to", "type", "half", "bfloat16", "float", "double", "type_as"}
@@ -66,6 +67,36 @@ def test_no_module_tests_for_site_packages_itself():
         for line in _package_markers(ast.parse(p.read_text()))
     ]
     assert not found, "library-file tests outside tracing/files.py:\n" + "\n".join(found)
+
+
+def _in_place_tests(tree: ast.AST) -> list[int]:
+    """Lines that test a name for an in-place dunder (`name.startswith("__i")`)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "startswith"
+        and any(isinstance(a, ast.Constant) and a.value == "__i" for a in node.args)
+    ]
+
+
+def test_no_module_tests_for_in_place_names_itself():
+    found = [
+        f"{p.relative_to(SRC)}:{line}"
+        for p in _modules()
+        for line in _in_place_tests(ast.parse(p.read_text()))
+    ]
+    assert not found, "in-place name tests outside tracing/inplace.py:\n" + "\n".join(found)
+
+
+def test_in_place_names_their_twin():
+    assert inplace.in_place("add_") == ("add", True)
+    assert inplace.in_place("Tensor.__iadd__") == ("__add__", True)
+    assert inplace.in_place("torch.add") == ("add", False)
+    for dunder in ("__index__", "__int__", "__invert__", "__iter__", "__init__"):
+        assert inplace.in_place(dunder) == (dunder, False)
+    assert _in_place_tests(ast.parse('ok = name.startswith("__i")')) == [1]
 
 
 def test_the_checks_bite():

@@ -4,13 +4,13 @@ are computed in (a tier), an in-place op's out-of-place twin, whether values are
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..tracing.casts import CAN_LOWER, LOWERING_METHODS
+from ..tracing.casts import CAN_LOWER, LOWERING_FROM_FLOAT64, LOWERING_METHODS
+from ..tracing.inplace import in_place
 
 LOW = (torch.float16, torch.bfloat16)
 
@@ -18,25 +18,14 @@ LOW = (torch.float16, torch.bfloat16)
 def writes(name: str) -> bool:
     """An in-place op or a write (`add_`, `__iadd__`, `__setitem__`): an upcast copy would not be
     written back."""
-    if name.startswith("__") and name.endswith("__"):
-        return name == "__setitem__" or (
-            name.startswith("__i") and name not in ("__index__", "__int__", "__invert__", "__iter__")
-        )
-    return name.endswith("_")
-
-
-# the in-place op a tensor's augmented assignment runs
-AUGMENTED = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_", ast.Pow: "pow_"}
+    return name == "__setitem__" or in_place(name)[1]
 
 
 def out_of_place(name: str) -> Any:
     """The out-of-place twin of an in-place tensor op (`div_` → `Tensor.div`, `__iadd__` →
     `Tensor.__add__`), None for a write with none (`__setitem__`, `copy_`, `exponential_`)."""
-    if name.startswith("__i") and name.endswith("__"):
-        twin = f"__{name[3:]}"
-    elif name.endswith("_") and not name.endswith("__") and name not in _NO_TWIN:
-        twin = name[:-1]
-    else:
+    twin, inplace = in_place(name)
+    if not inplace or name in _NO_TWIN:
         return None
     found = getattr(torch.Tensor, twin, None)
     return found if callable(found) else None
@@ -75,9 +64,7 @@ _DEFAULTING = frozenset(
     {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye"}
 )
 HALF = Tier(LOW, torch.float32, LOWERING_METHODS, CAN_LOWER, _DEFAULTING)
-WIDE = Tier(
-    (torch.float32, *LOW), torch.float64, LOWERING_METHODS | {"float"}, CAN_LOWER | {"float"}, _DEFAULTING
-)
+WIDE = Tier((torch.float32, *LOW), torch.float64, LOWERING_FROM_FLOAT64, CAN_LOWER | {"float"}, _DEFAULTING)
 
 
 def nonfinite(out: Any, tier: Tier) -> bool:

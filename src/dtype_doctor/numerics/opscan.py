@@ -25,21 +25,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..dtypes import dtype_name
 from ..tensors import iter_tensors, map_tensors
+from ..tracing.inplace import in_place
 from .apart import call_apart, rng_state, set_rng_state
 from .frames import user_line
 
-_INPLACE_DUNDERS = frozenset(
-    {
-        "__iadd__",
-        "__isub__",
-        "__imul__",
-        "__itruediv__",
-        "__ifloordiv__",
-        "__imod__",
-        "__ipow__",
-        "__imatmul__",
-    }
-)
 _BINOPS = {
     "__add__": ast.Add, "__radd__": ast.Add, "__iadd__": ast.Add, "add": ast.Add,
     "__sub__": ast.Sub, "__rsub__": ast.Sub, "__isub__": ast.Sub, "sub": ast.Sub,
@@ -113,9 +102,7 @@ class _Scan(TorchFunctionMode):
         if self.hit is not None:
             return func(*args, **kwargs)
         name = getattr(func, "__name__", str(func))
-        inplace = (
-            name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__")) or "out" in kwargs
-        )
+        inplace = in_place(name)[1] or "out" in kwargs
         # an in-place op overwrites its operand: what it read is taken before it runs
         before = self._operands(args, kwargs, inplace) if inplace else None
         out = func(*args, **kwargs)

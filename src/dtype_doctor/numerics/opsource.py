@@ -14,6 +14,7 @@ import linecache
 import math
 
 from ..editing.source import current_lines, file_stamp
+from ..tracing.inplace import in_place
 
 _BINOPS = {
     ast.Add: ("add", "__add__", "__radd__", "__iadd__"),
@@ -60,16 +61,9 @@ def statement(file: str | None, line: int | None) -> tuple[str, ast.stmt] | None
     return (text, best) if text else None
 
 
-def _bare(op: str) -> str:
-    name = op.rpartition(".")[2]
-    if name.startswith("__i") and name.endswith("__"):
-        return "__" + name[3:]
-    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
-
-
 def _node_of(node: ast.stmt, op: str) -> tuple[ast.AST, ast.expr | None] | None:
     """(the node that runs `op` in the statement, its receiver)."""
-    name = _bare(op)
+    name = in_place(op)[0]
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call):
             func = sub.func
@@ -136,7 +130,7 @@ def upcast_operands(
     if found is None or found[3] is None:
         return None
     text, node, call, target = found
-    if isinstance(call, (ast.Assign, ast.AugAssign)) or _in_place(op):
+    if isinstance(call, (ast.Assign, ast.AugAssign)) or in_place(op)[1]:
         # stored into the tensor itself: make the tensor float32 first, then the statement as is
         if not isinstance(target, (ast.Name, ast.Attribute)):
             return None
@@ -221,7 +215,7 @@ def _torch_function(func: ast.expr) -> bool:
 def clamped_exp(file: str | None, line: int | None, op: str, limit: float) -> str | None:
     """The statement with the exponent of `x.exp()` / `torch.exp(x)` clamped at ln(`limit`), so that
     the result stays finite in the dtype whose largest value is `limit`."""
-    if _bare(op) not in ("exp", "exp_"):
+    if in_place(op)[0] not in ("exp", "exp_"):
         return None
     found = _op_in(file, line, op)
     if found is None or found[3] is None:
@@ -229,13 +223,6 @@ def clamped_exp(file: str | None, line: int | None, op: str, limit: float) -> st
     text, node, _call, target = found
     bound = math.floor(math.log(limit) * 100) / 100
     return _replace(file, text, node, target, lambda src: f"{_wrap(src, target)}.clamp(max={bound:g})")  # type: ignore[arg-type]
-
-
-def _in_place(op: str) -> bool:
-    name = op.rpartition(".")[2]
-    return (name.endswith("_") and not name.endswith("__")) or (
-        name.startswith("__i") and name.endswith("__")
-    )
 
 
 def float32_factory(file: str | None, line: int | None, op: str) -> str | None:
@@ -359,7 +346,7 @@ _PRODUCTS = ("matmul", "__matmul__", "__rmatmul__", "bmm", "mm")
 def scaled_first(file: str | None, line: int | None, op: str) -> str | None:
     """`s = a @ b / c` rewritten `s = (a / c) @ b` (`torch.bmm(q, k) / c` → `torch.bmm(q / c, k)`):
     the same value, with the division applied before the product can overflow."""
-    if _bare(op) not in _PRODUCTS:
+    if in_place(op)[0] not in _PRODUCTS:
         return None
     found = _op_in(file, line, op)
     if found is None:

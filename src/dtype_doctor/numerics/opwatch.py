@@ -31,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 from ..compile_state import is_dynamo_compiling
 from ..tracing.casts import CAN_LOWER, LOWERING_METHODS, METHOD_DTYPE
 from ..tracing.files import TOOL_DIR, TORCH_DIR, library_file
+from ..tracing.inplace import in_place
 from . import opchecks, opsource
 from .frames import user_line
 from .opchecks import LOW, Problem
@@ -59,15 +60,6 @@ _WRAPPERS = tuple(
 )
 _GETTER_TYPE = type(torch.Tensor.dtype.__get__)  # property getters: `t.grad`, `t.data`, `t.shape`
 _GETTER = ("getter", "", False, "")
-
-
-def _base_name(name: str) -> tuple[str, bool]:
-    """(`add` for add/add_/__iadd__, whether the call is in place)."""
-    if name.startswith("__i") and name.endswith("__") and name not in ("__init__", "__index__"):
-        return "__" + name[3:], True
-    if name.endswith("_") and not name.endswith("__"):
-        return name[:-1], True
-    return name, False
 
 
 @dataclass
@@ -130,7 +122,7 @@ class OpWatch(TorchFunctionMode):
 
     def _traced(self, func: Any, kind: Any, args: tuple, kwargs: dict) -> Any:
         """The op, checked, and its finiteness recorded in the step's trace (optrace)."""
-        inplace = kind[2] if kind is not None else _base_name(getattr(func, "__name__", "") or "")[1]
+        inplace = kind[2] if kind is not None else in_place(getattr(func, "__name__", "") or "")[1]
         if inplace and self.trace is not None:
             with user_dispatch_aside():
                 prior = self.trace.prior(args[0])
@@ -189,7 +181,7 @@ class OpWatch(TorchFunctionMode):
                 self._kinds[func] = _GETTER
             return _GETTER
         name = getattr(func, "__name__", "") or ""
-        base, inplace = _base_name(name)
+        base, inplace = in_place(name)
         kind: tuple[str, str, bool, str] | None = None
         if base in _RANGES:
             kind = ("range", base, False, name)

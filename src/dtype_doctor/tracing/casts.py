@@ -20,6 +20,8 @@ METHOD_DTYPE = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "
 # those that lower, and those that raise
 LOWERING_METHODS = frozenset(m for m, d in METHOD_DTYPE.items() if d in ("float16", "bfloat16"))
 RAISING_METHODS = frozenset(METHOD_DTYPE) - LOWERING_METHODS
+# the methods that cast a float64 tensor to a lower dtype (`.float()` too)
+LOWERING_FROM_FLOAT64 = LOWERING_METHODS | {"float"}
 # the casts told their dtype by an argument: `.to(X)`, `.to(dtype=X)`, `.type(X)`
 DTYPE_ARGUMENT = TENSOR_CASTS - frozenset(METHOD_DTYPE) - {"type_as"}
 # a whole model cast that may lower its parameters: `model.half()`, `model.to(torch.bfloat16)`

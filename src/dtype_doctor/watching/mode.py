@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 from ..compile_state import compiler_flags, is_dynamo_compiling
 from ..errors import DtypeMismatchError
 from ..tracing.casts import INHERITING, TENSOR_CASTS
+from ..tracing.inplace import in_place
 from .contracts import CONTRACTS, Contract
 
 Tensor = torch.Tensor
@@ -113,7 +114,7 @@ def classify(func: Any) -> Any:
         return VIEW
     if name in _PASS_NAMES or name.startswith(("_foreach", "is_", "_is_", "_has_")):
         return PASS
-    inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+    inplace = in_place(name)[1]
     return Generic(name, inplace, not inplace and name not in _NO_PROMOTION and not _returns_a_view(name))
 
 
