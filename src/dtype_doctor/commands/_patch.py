@@ -178,7 +178,7 @@ def run_with_experiment(opts: Any, args: argparse.Namespace, show: Any) -> int:
     if code and report.meta.get("raised") and not (proposal.tried and proposal.section.verified):
         # --diff/--write asked for a fix: the line experiment gets at least PATCH_BUDGET
         until = t0 + (max(budget, PATCH_BUDGET) if patch else budget)
-        _line_experiment(report, proposal, command, anchor, until, timeout, code, patch, report.started_ns)
+        _line_experiment(report, proposal, command, anchor, until, timeout, code, patch)
     if not report.findings and code:  # nothing of dtype-doctor's to fix, but the program failed
         proposal.section.verified = None
         proposal.section.outcome = f"no dtype problem seen; the program exited with code {code}"
@@ -200,7 +200,6 @@ def _line_experiment(
     timeout: float,
     code: int,
     patch: bool,
-    since_ns: int | None,
 ) -> None:
     """The program failed and no edit planned from the findings cured it: the line experiment
     (experiment/lines.py) looks for the line of the user's whose float32 computation does. Its root
@@ -216,7 +215,7 @@ def _line_experiment(
     t0 = time.monotonic()
     if deadline - t0 < 5:
         return
-    planner = Planner(since_ns=since_ns)
+    planner = Planner(since_ns=report.started_ns)
     # the dtype error the program died of: the experiment's root is that error's
     raised = next((f.code for f in report.findings if f.severity == Severity.ERROR), "")
     found, outcome = lines.diagnose(command, anchor, deadline, timeout, code, planner.source, raised)

@@ -18,9 +18,10 @@ copy the re-run runs in (`$TMPDIR`), else absolute. For a chosen line:
   copies of them, autocast off, and its float32 result flows on;
 - a cast to float16/bfloat16 (`.half()`, `.to(torch.bfloat16)`, `.type(...)`) leaves its tensor as it
   was, a factory asked for a low dtype makes float32;
-- an in-place op (`x.div_(t)`, `x += y`) computes its float32 result out of place, writes it into
-  its tensor as the op would, and returns the float32 result (which flows on where the line uses
-  it); writes with no out-of-place twin (`__setitem__`, `copy_`, `out=`) are left alone;
+- an in-place op (`x.div_(t)`, `x += y`) computes its float32 result out of place and writes it into
+  its tensor as the op would; the float32 result flows on where the line rebinds a name to it
+  (`x = x.div_(t)`, `x += y`), elsewhere the tensor is what it returns; writes with no out-of-place
+  twin (`__setitem__`, `copy_`, `out=`) are left alone;
 - a module-wide cast (`model.half()`) casts the parameters as asked and leaves the module's float32
   buffers float32 (a RoPE `inv_freq`, a frequency table): the line is recorded as a module cast.
 """
@@ -43,7 +44,8 @@ from torch.utils._pytree import tree_map
 
 from ..editing.user_files import is_user_file
 from ..tracing.files import TOOL_DIR, TORCH_DIR
-from .ops import AUGMENTED, HALF, WIDE, Tier, finite, nonfinite, out_of_place, writes
+from .ops import HALF, WIDE, Tier, finite, nonfinite, out_of_place, writes
+from .rewrite import rebound_method
 
 ENV = "DTYPE_DOCTOR_TRY"
 _GETTER = type(torch.Tensor.dtype.__get__)
@@ -193,12 +195,11 @@ class Fp32Lines(TorchFunctionMode):
         target = args[0] if inplace and args and isinstance(args[0], torch.Tensor) else None
         rebound = target is not None and self._rebinds(frame, name)
         args, kwargs = tree_map(tier.up_copy, (args, kwargs))
-        with torch.autocast("cpu", enabled=False):
-            if torch.cuda.is_available():
-                with torch.autocast("cuda", enabled=False):
-                    out = (outplace or func)(*args, **kwargs)
-            else:
-                out = (outplace or func)(*args, **kwargs)
+        cuda_off = (
+            torch.autocast("cuda", enabled=False) if torch.cuda.is_available() else contextlib.nullcontext()
+        )
+        with torch.autocast("cpu", enabled=False), cuda_off:
+            out = (outplace or func)(*args, **kwargs)
         if target is not None and isinstance(out, torch.Tensor):
             # an in-place op: the tensor is written as the op would write it; its float32 result
             # flows on where the line rebinds a name to it (`x = x.div_(t)`, `x += y`), else (a
@@ -209,7 +210,8 @@ class Fp32Lines(TorchFunctionMode):
         return self._tag(out)
 
     def _rebinds(self, frame: Any, name: str) -> bool:
-        """The frame's line assigns what its in-place call `name` returns (`x = x.div_(t)`)."""
+        """The frame's line rebinds a name to what its in-place call `name` returns (`x = x.div_(t)`,
+        `x += y`: rewrite.rebound_method, which the line's fix follows)."""
         if frame is None:
             return False
         key = (frame.f_code.co_filename, frame.f_lineno, name)
@@ -217,17 +219,7 @@ class Fp32Lines(TorchFunctionMode):
         if found is None:
             tree = self._tree(frame.f_code.co_filename)
             found = self._rebinding[key] = any(
-                n.lineno <= frame.f_lineno <= (n.end_lineno or n.lineno)
-                and (
-                    (
-                        isinstance(n, ast.Assign)
-                        and isinstance(n.value, ast.Call)
-                        and isinstance(n.value.func, ast.Attribute)
-                        and n.value.func.attr == name
-                    )
-                    # `x += y`: python rebinds x to what the tensor's `add_` returns
-                    or (isinstance(n, ast.AugAssign) and AUGMENTED.get(type(n.op)) == name)
-                )
+                n.lineno <= frame.f_lineno <= (n.end_lineno or n.lineno) and rebound_method(n) == name
                 for n in (ast.walk(tree) if tree is not None else ())
                 if isinstance(n, (ast.Assign, ast.AugAssign))
             )
@@ -374,9 +366,10 @@ def _names_at(tree: ast.Module | None, frame: Any) -> list[tuple[str, Any]]:
     line = frame.f_lineno
     out: list[tuple[str, Any]] = []
     seen: set[str] = set()
-    # `x += y` reads x too (its target's ctx says Store)
-    read = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign) and n.lineno == line}
-    for node in ast.walk(tree):
+    read: set[int] = set()  # `x += y` reads x too (its target's ctx says Store)
+    for node in ast.walk(tree):  # (breadth first: an AugAssign before its target)
+        if isinstance(node, ast.AugAssign) and node.lineno == line:
+            read.add(id(node.target))
         if not isinstance(node, (ast.Name, ast.Attribute)) or getattr(node, "lineno", None) != line:
             continue
         if not isinstance(node.ctx, ast.Load) and id(node) not in read:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..editing.source import Edit, Source
-from ..tracing.casts import LOWERING_METHODS, MODULE_LOWERING
+from ..editing.source import Edit, Source, call_name
+from ..tracing.casts import LOWERING_FROM_FLOAT64, LOWERING_METHODS, MODULE_LOWERING
+from ..tracing.inplace import in_place
 
 # a tensor's attributes that read no value of it
 _METADATA = frozenset(
@@ -35,7 +36,7 @@ def rewrite(
         return None
     low, dtypes = set(entry.get("low_names", ())), set(entry.get("dtype_names", ()))
     method, up = ("double", "torch.float64") if wide else ("float", "torch.float32")
-    lowering = LOWERING_METHODS | {"float"} if wide else LOWERING_METHODS
+    lowering = LOWERING_FROM_FLOAT64 if wide else LOWERING_METHODS
     defaults = set(entry.get("defaults", ()))
     start = src.offset(stmt.lineno, 0)
     _, end = src.span(stmt)
@@ -64,7 +65,7 @@ def rewrite(
             spans.append((b - len(node.func.attr), b, method))
         if (
             isinstance(node, ast.Call)
-            and _callee(node) in defaults
+            and call_name(node.func).rsplit(".", 1)[-1] in defaults
             and not any(k.arg == "dtype" for k in node.keywords)
         ):
             _, b = src.span(node)
@@ -73,14 +74,13 @@ def rewrite(
     body = src.text[start:end]
     for a, b, text in sorted(spans, reverse=True):
         body = body[: a - start] + text + body[b - start :]
-    if isinstance(stmt, ast.AugAssign) and src.segment(stmt.target) in low and type(stmt.op) in _OPERATORS:
+    if isinstance(stmt, ast.AugAssign) and src.segment(stmt.target) in low and type(stmt.op) in _AUGMENTED:
         # `x += y` writes into x in its dtype: `x = x.float() + y` computes it in float32
         target = src.segment(stmt.target)
         a, b = src.span(stmt.value)
         value = body[a - start : len(body) - (end - b)]
-        body = (
-            f"{src.indent(stmt.lineno)}{target} = {target}.{method}() {_OPERATORS[type(stmt.op)]} ({value})"
-        )
+        symbol = _AUGMENTED[type(stmt.op)][0]
+        body = f"{src.indent(stmt.lineno)}{target} = {target}.{method}() {symbol} ({value})"
     if entry.get("autocast"):
         indent = src.indent(stmt.lineno)
         device = entry.get("autocast_device", "cpu")
@@ -134,26 +134,48 @@ def keep_buffers(src: Source, stmt: ast.stmt) -> Edit | None:
     return Edit(src.path, start, end, text)
 
 
-_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@"}
+# an augmented assignment's operator: its symbol, and the in-place op a tensor runs for it
+_AUGMENTED = {
+    ast.Add: ("+", "add_"),
+    ast.Sub: ("-", "sub_"),
+    ast.Mult: ("*", "mul_"),
+    ast.Div: ("/", "div_"),
+    ast.Pow: ("**", "pow_"),
+    ast.MatMult: ("@", None),
+}
 
 
-def _callee(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+def rebound_method(stmt: ast.stmt) -> str | None:
+    """The in-place method whose result the statement binds to the name it updates: `x = x.div_(t)`
+    → "div_", `x += y` → "add_" (python rebinds x to what the tensor's `add_` returns); None for any
+    other statement. Only there may the in-place op's result differ from its tensor (the experiment
+    lets its float32 result flow on, and its fix `.float()`s the receiver)."""
+    if isinstance(stmt, ast.AugAssign):
+        return _AUGMENTED.get(type(stmt.op), ("", None))[1]
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return None
+    call = stmt.value
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and in_place(call.func.attr)[1]
+        and ast.unparse(call.func.value) == ast.unparse(stmt.targets[0])
+    ):
+        return call.func.attr
+    return None
 
 
 def _written_in_place(stmt: ast.stmt) -> set[int]:
-    """The receivers of in-place calls (`x.mul_(2)`) whose update the statement relies on: every one,
-    but `x = x.div_(t)`, whose result is what the line keeps."""
-    kept = ast.unparse(stmt.targets[0]) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+    """The receivers of in-place calls (`x.mul_(2)`) whose update the statement relies on: every one
+    but the call whose result it rebinds (`rebound_method`)."""
+    rebound = stmt.value if isinstance(stmt, ast.Assign) and rebound_method(stmt) else None
     return {
         id(n.func.value)
         for n in ast.walk(stmt)
         if isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
-        and n.func.attr.endswith("_")
-        and not n.func.attr.endswith("__")
-        and not (n is getattr(stmt, "value", None) and ast.unparse(n.func.value) == kept)
+        and in_place(n.func.attr)[1]
+        and n is not rebound
     }
 
 

@@ -109,7 +109,7 @@ def search(command: Command, anchor: str, deadline: float, timeout: float) -> Ou
         )
         return out
     as_is = _probe(out, run, anchor)
-    if not (_nonfinite_first(out, run, anchor) or _latest_cure(out, as_is, run, anchor, deadline)):
+    if not (_nonfinite_first(out, run) or _latest_cure(out, as_is, run, anchor, deadline)):
         _bisect(out, entries, run, anchor, deadline)
     return out
 
@@ -119,11 +119,11 @@ def _probe(out: Outcome, run: Callable[..., Replay], anchor: str) -> list[dict[s
     (returned) and which make inf/NaN from finite operands (`out.probed`, the first first)."""
     as_is = run([], out.keep, probe=True).collected or []
     made = sorted((e for e in as_is if e.get("nonfinite")), key=lambda e: e.get("nonfinite_order", 0))
-    out.probed = [{**e, "key": original(e["key"], anchor), "raw": e["key"]} for e in made]
+    out.probed = [_users(e, anchor) for e in made]
     return as_is
 
 
-def _nonfinite_first(out: Outcome, run: Callable[..., Replay], anchor: str) -> bool:
+def _nonfinite_first(out: Outcome, run: Callable[..., Replay]) -> bool:
     """The first line that made inf/NaN from finite operands (the symptom's own op), tried alone
     before any bisection: a float32 line upstream would cure it too, by widening far more. It is
     recorded in the program as it is (a line low there may not be once everything is float32).
@@ -139,15 +139,11 @@ def _latest_cure(
     aside) that cures it: its first line is where the precision is lost, since a line can only cure
     from there what it computes itself (the values it is given stay rounded). Tried alone; True when
     it cures: the root, which widens the least of the program's precision."""
-    keys = [e["key"] for e in as_is if not e.get("module_cast")][::-1]
-    if not keys or not _cured(run(keys, out.keep)):
+    latest = [e for e in as_is if not e.get("module_cast")][::-1]
+    if not latest or not _cured(run([e["key"] for e in latest], out.keep)):
         return False
-    hi = _shortest_cure(keys, lambda part: _cured(run(part, out.keep)), deadline)
-    if hi is None:
-        out.why = f"the budget ran out bisecting {len(keys)} lines"
-        return False
-    first = next(e for e in as_is if e["key"] == keys[hi - 1])
-    return _root_alone(out, {**first, "key": original(first["key"], anchor), "raw": first["key"]}, run)
+    n = _shortest_cure(out, latest, run, deadline)
+    return n is not None and _root_alone(out, _users(latest[n - 1], anchor), run)
 
 
 def _root_alone(out: Outcome, entry: dict[str, Any], run: Callable[..., Replay]) -> bool:
@@ -159,15 +155,19 @@ def _root_alone(out: Outcome, entry: dict[str, Any], run: Callable[..., Replay])
     return True
 
 
-def _shortest_cure(keys: list[str], cures: Callable[[list[str]], bool], deadline: float) -> int | None:
-    """The least n for which keys[:n] cures (keys, all of which cure together), by bisection; None
-    when the deadline passes first."""
+def _shortest_cure(
+    out: Outcome, entries: list[dict[str, Any]], run: Callable[..., Replay], deadline: float
+) -> int | None:
+    """The least n for which the lines of entries[:n] in float32 cure the program (all of them do),
+    by bisection; None (`out.why` says so) when the deadline passes first."""
+    keys = [e["key"] for e in entries]
     lo, hi = 1, len(keys)
     while lo < hi:
         if time.monotonic() > deadline:
+            out.why = f"the budget ran out bisecting {len(keys)} lines"
             return None
         mid = (lo + hi) // 2
-        if cures(keys[:mid]):
+        if _cured(run(keys[:mid], out.keep)):
             hi = mid
         else:
             lo = mid + 1
@@ -198,13 +198,16 @@ def _bisect(
     is the root (`out.root`, `out.prefix`). A module-wide cast is the user's own choice of the
     parameters' dtype: its buffers are tried after every line that computed in a dtype it inherited."""
     entries = sorted(entries, key=lambda e: bool(e.get("module_cast")))
-    keys = [e["key"] for e in entries]
-    hi = _shortest_cure(keys, lambda part: _cured(run(part, out.keep)), deadline)
-    if hi is None:
-        out.why = f"the budget ran out bisecting {len(keys)} lines"
+    n = _shortest_cure(out, entries, run, deadline)
+    if n is None:
         return
-    out.prefix = [{**e, "key": original(e["key"], anchor), "raw": e["key"]} for e in entries[:hi]]
+    out.prefix = [_users(e, anchor) for e in entries[:n]]
     out.root = out.prefix[-1]
+
+
+def _users(entry: dict[str, Any], anchor: str) -> dict[str, Any]:
+    """A record entry with its key the user's `path:line` (`original`), the re-run's kept as "raw"."""
+    return {**entry, "key": original(entry["key"], anchor), "raw": entry["key"]}
 
 
 def original(key: str, anchor: str) -> str:
