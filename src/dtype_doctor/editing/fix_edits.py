@@ -41,6 +41,19 @@ def to_json(src: Source, edit: Edit) -> dict[str, Any]:
     }
 
 
+def between(path: str, before: str, after: str) -> list[dict[str, Any]]:
+    """Edits that make `after` of `before` (whole lines replaced), in ruff's shape: edits made in
+    rounds, each on the text the one before left, as one set on the file as it was."""
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    starts = _line_starts(before) if old else [0]
+    starts += [len(before)] * (len(old) + 1 - len(starts))
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.append(to_json(Source(path, before), Edit(path, starts[i1], starts[i2], "".join(new[j1:j2]))))
+    return out
+
+
 def offset(text: str, row: int, column: int) -> int:
     """The character offset of a 1-based (row, column) in `text` (ValueError when outside it)."""
     starts = _line_starts(text)

@@ -11,10 +11,12 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..editing.fix_edits import shown_path, to_json
+from ..editing.fix_edits import between, shown_path, to_json
 from ..editing.source import diff_bytes, unified_diff
 from ..report import Report, Severity
 from ..sections import SourcePatch
+from .candidates import only
+from .chain import Round, next_rounds, one_round
 from .plan import Candidate, Cause, Planner, is_user_file, plan
 from .search import search
 from .shown import finding_files
@@ -88,18 +90,21 @@ def propose(
         return result
 
     log: list[tuple[list[Candidate], Replay]] = []
-    chosen, files, result = search(
-        causes, originals, run, on_progress=on_progress, log=log, deadline=deadline
-    )
+    rounds = _search_in_rounds(planner, report, causes, originals, run, log, on_progress, deadline)
+    chosen = [c for r in rounds for c in r.chosen]
+    files, result, later = rounds[-1].files, rounds[-1].result, len(rounds) - 1
+    changes = [
+        {"cause": label, "change": c.title}
+        for r in rounds
+        for label, c in zip(r.causes, r.chosen, strict=True)
+    ]
+    for path, src in planner.sources.items():  # files a later round read first
+        if src is not None and path not in originals:
+            originals[path], encodings[path] = src.text, src.encoding
     diff = "".join(unified_diff(p, originals[p], text, encodings[p]) for p, text in files.items())
-    changes = []
-    for cause in causes:
-        cand = next((c for c in chosen if c in cause.candidates), None)
-        if cand is not None:
-            changes.append({"cause": cause.label, "change": cand.title})
     outcome = result.describe() if result is not None else ""
     if result is not None:
-        outcome += "\n" + _why_chosen(chosen, result, log)
+        outcome += "\n" + _why_chosen(chosen, result, log, later)
     if result is not None and not result.passed and result.tail:
         outcome += "\nthe patched copy's output ended with:\n" + textwrap.indent(result.tail, "  ")
     section = SourcePatch(
@@ -109,8 +114,11 @@ def propose(
         verified=result.passed if result is not None else None,
         outcome=outcome,
     )
-    made = dict.fromkeys(e for cand in chosen for e in cand.edits)  # as search.combine applied them
-    edits = [to_json(src, e) for e in made if (src := planner.sources.get(e.path)) is not None]
+    if later:  # edits made on the text an earlier round left: as one set on the files as they were
+        edits = [e for p, text in files.items() for e in between(p, originals[p], text)]
+    else:
+        made = dict.fromkeys(e for cand in chosen for e in cand.edits)  # as search.combine applied them
+        edits = [to_json(src, e) for e in made if (src := planner.sources.get(e.path)) is not None]
     return Proposal(
         section,
         len(log),
@@ -119,6 +127,35 @@ def propose(
         files,
         {p: encodings[p] for p in files},
     )
+
+
+def _search_in_rounds(
+    planner: Planner,
+    report: Report,
+    causes: list[Cause],
+    originals: dict[str, str],
+    run: Callable[[dict[str, str]], Replay],
+    log: list[tuple[list[Candidate], Replay]],
+    on_progress: Callable[[int, int], None] | None,
+    deadline: float | None,
+) -> list[Round]:
+    """The narrow candidates first, in rounds while each re-run gets further (chain.py); when none
+    of that passes, the broad ones (the whole model in float32): the rounds of what is chosen."""
+    narrow, broad = only(causes, broad=False), only(causes, broad=True)
+    rounds: list[Round] = []
+    if narrow:
+        first = one_round(narrow, originals, run, log, on_progress, deadline)
+        rounds = [first, *next_rounds(planner, report, first, run, log, on_progress, deadline)]
+        if rounds[-1].result is not None and rounds[-1].result.passed:
+            return rounds
+    if broad:
+        wide = one_round(broad, originals, run, log, on_progress, deadline)
+        if not rounds or (
+            wide.result is not None
+            and wide.result.score() > (rounds[-1].result.score() if rounds[-1].result else ())
+        ):
+            return [wide]
+    return rounds
 
 
 def _why_none(report: Report, planner: Planner) -> str:
@@ -140,11 +177,19 @@ def _why_none(report: Report, planner: Planner) -> str:
     return f"no edit of {names} could be derived from the findings: no shown fix with code could be pasted there, and no cast applies"
 
 
-def _why_chosen(chosen: list[Candidate], result: Replay, log: list[tuple[list[Candidate], Replay]]) -> str:
+def _why_chosen(
+    chosen: list[Candidate], result: Replay, log: list[tuple[list[Candidate], Replay]], later: int = 0
+) -> str:
     """Which edit set the patch is, and why: the first of those tried, in lineage order (each cause's
-    candidates at its earliest birth first), whose re-run passed; else the one that came closest."""
+    candidates at its earliest birth first), whose re-run passed; else the one that came closest.
+    `later`: rounds after the first (chain.py), each planned from the re-run before it."""
     n = len(log)
     sets = f"{n} edit set{'s' if n != 1 else ''} tried"
+    if later:
+        sets += (
+            f" in {later + 1} rounds (each re-run died of a dtype error further on: the next round was"
+            " planned from its report, on the files as the round before left them)"
+        )
     at = next((i for i, (cands, seen) in enumerate(log) if seen is result), None)
     what = "; ".join(c.title for c in chosen) or "no edit"
     if result.passed:

@@ -17,9 +17,18 @@ class Candidate:
     # `.to(device)` given the dtype it left out), or that changes the failing tensor alone where it
     # took another tensor's dtype (`out = x.new_empty(n)`), not that other tensor everywhere
     first: bool = False
+    # the whole model in float32: it cures any seam at twice the weights' memory, so it is tried only
+    # after every narrower edit (and chain of edits) has failed
+    broad: bool = False
 
 
 @dataclass
 class Cause:
     label: str
     candidates: list[Candidate] = field(default_factory=list)
+
+
+def only(causes: list[Cause], broad: bool) -> list[Cause]:
+    """Each cause with just its broad (or just its narrow) candidates; causes left with none dropped."""
+    kept = [Cause(c.label, [k for k in c.candidates if k.broad == broad]) for c in causes]
+    return [c for c in kept if c.candidates]

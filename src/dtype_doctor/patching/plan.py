@@ -10,13 +10,16 @@ No torch import.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 
+from ..catalog.errors import LOAD_FP32
 from ..causes import by_cause, group_by_cause, root_origin
 from ..dtypes import FLOATS
 from ..editing import finders as find
 from ..editing.array_cast import astype_edit
+from ..editing.fix_edits import shown_path
 from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast_expr, castable
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
@@ -36,6 +39,7 @@ class Planner:
         user_file: Callable[[str | None], bool] = is_user_file,
         home: str | None = None,
         since_ns: int | None = None,
+        overlay: dict[str, Source] | None = None,
     ) -> None:
         self.user_file = user_file
         self.home = home  # check: the factory's file, where modules are built when no call site shows
@@ -43,12 +47,14 @@ class Planner:
         # and its line numbers are not the run's; it is never edited
         self.since_ns = since_ns
         self.changed: list[str] = []
-        self.sources: dict[str, Source | None] = {}
+        # a file's text as an earlier round of edits left it (patching.propose's chain), read for it
+        self.sources: dict[str, Source | None] = dict(overlay or {})
 
     def source(self, path: str | None) -> Source | None:
         if not self.user_file(path):
             return None
         assert path is not None
+        path = shown_path(path)  # one key a file: a report names it relative, a fix's edit absolute
         if path not in self.sources:
             if self._changed_since(path):
                 self.changed.append(path)
@@ -87,7 +93,7 @@ class Planner:
     def with_import(self, cand: Candidate) -> Candidate:
         """The candidate plus `import torch` in each file it writes `torch.` into that lacks it."""
         edits = self.with_import_edits(cand.edits)
-        return Candidate(cand.title, edits, cand.first) if len(edits) != len(cand.edits) else cand
+        return dataclasses.replace(cand, edits=edits) if len(edits) != len(cand.edits) else cand
 
     def with_import_edits(self, edits: list[Edit]) -> list[Edit]:
         extra = []
@@ -107,7 +113,8 @@ class Planner:
         out.sort(key=lambda rc: rc[0] >= 0)  # those tried first, the rest in their order
         failed: list[Candidate] = []
         for fix in shown.shown_fixes(f, self.source, self.births(f)):
-            cand = Candidate(fix.title, [fix.edit, *fix.more])
+            broad = fix.fix is not None and fix.fix.title == LOAD_FP32.title
+            cand = Candidate(fix.title, [fix.edit, *fix.more], broad=broad)
             if fix.failed:
                 failed.append(cand)
                 continue

@@ -8,9 +8,11 @@ finding touches); else, said in the title, the finding's own line in a user file
 
 from __future__ import annotations
 
+import ast
 import bisect
 import os
 import re
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -129,7 +131,7 @@ def _part_edits(
     for named, at, code in parts(snippet):
         where = _resolve(named, finding_files(f), source) if named else src
         at = at or line
-        if where is None or lowers(where, at, code) or unresolved(code, where.path, at):
+        if where is None or lowers(where, at, code) or not_a_cure(code) or unresolved(code, where.path, at):
             return []  # names what the file lacks there: a NameError, or a result nothing reads
         try:
             start, end, text = paste_span(where.text, at, code)
@@ -137,6 +139,23 @@ def _part_edits(
             return []
         edits.append(Edit(where.path, start, end, text))
     return edits
+
+
+def not_a_cure(code: str) -> bool:
+    """The snippet cannot cure a run: it passes `...` to a call (`torch.zeros(..., dtype=d)`, a shape
+    of code for a person to fill in), or it only asserts (a check that fails earlier, not a fix)."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except SyntaxError:
+        return False
+    if tree.body and all(isinstance(stmt, ast.Assert) for stmt in tree.body):
+        return True
+    return any(
+        isinstance(a, ast.Constant) and a.value is Ellipsis
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for a in [*node.args, *(k.value for k in node.keywords)]
+    )
 
 
 def lowers(src: Source, line: int, snippet: str) -> bool:

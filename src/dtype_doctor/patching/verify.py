@@ -12,6 +12,7 @@ its exit code and last words; a patch that changes no code is never run. No torc
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..editing.fix_edits import shown_path
 from ..report import Report, Severity
 from ..verifying import rerun, verifier
 from ..verifying.contract import THRESHOLD, Verdict
@@ -60,6 +62,7 @@ class Replay:
     error: float | None = None  # the same, as a number, when it was measured
     verdict: Verdict | None = None
     collected: Any = None  # what the caller's `collect` read from the scratch copy after the re-run
+    report: Report | None = None  # the re-run's own report, its places in the user's files (`user_places`)
 
     def outcome(self) -> Outcome:
         """What the verifier judges: a crash fails with its exit code and last words, errors or
@@ -212,7 +215,8 @@ def replay(
             return Replay(
                 code=124, errors=0, warnings=0, stopped=f"the re-run did not finish in {timeout:.0f} s"
             )
-        seen = _result(ran, os.path.join(scratch, REPORT_NAME))
+        back = user_places(scratch, rerun.workdir(scratch, anchor), anchor)
+        seen = _result(ran, os.path.join(scratch, REPORT_NAME), back)
         if collect is not None:
             seen.collected = collect(scratch)
         return seen
@@ -272,20 +276,53 @@ def _tree_files(anchor: str, suffix: str = "") -> list[str] | None:
     return files
 
 
-def _result(proc: rerun.Ran, report_path: str) -> Replay:
+# the fields of a report's JSON that hold a file's path
+_PLACE_KEYS = frozenset({"file", "filename", "source"})
+
+
+def user_places(scratch: str, workdir: str, anchor: str) -> Callable[[str], str]:
+    """A path the re-run named (absolute in `scratch`, or relative to its working directory
+    `workdir`) as the user names the file it copies: the same file's path in `anchor` (outside it,
+    its absolute path), relative to the working directory when under it. Other paths are kept."""
+
+    def back(path: str) -> str:
+        full = os.path.normpath(os.path.join(workdir, path))
+        if not full.startswith(scratch + os.sep) or not os.path.exists(full):
+            return path
+        rel = os.path.relpath(full, scratch)
+        head, _, rest = rel.partition(os.sep)
+        real = os.sep + rest if head == "_abs" else os.path.join(anchor, rel)
+        return shown_path(real)
+
+    return back
+
+
+def _mapped(data: Any, back: Callable[[str], str]) -> Any:
+    if isinstance(data, dict):
+        return {
+            k: back(v) if k in _PLACE_KEYS and isinstance(v, str) else _mapped(v, back)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [_mapped(v, back) for v in data]
+    return data
+
+
+def _result(proc: rerun.Ran, report_path: str, back: Callable[[str], str] = str) -> Replay:
     errors = warnings = 0
     measured, error, left = "", None, ()
+    report = None
     try:
         with open(report_path, encoding="utf-8") as fh:
-            report = Report.from_json(fh.read())
+            report = Report.from_dict(_mapped(json.load(fh), back))
         errors = sum(1 for f in report.findings if f.severity == Severity.ERROR)
         warnings = sum(1 for f in report.findings if f.severity == Severity.WARNING)
         left = tuple(f.code for f in report.findings if f.severity in (Severity.ERROR, Severity.WARNING))
         measured = str(report.meta.get("error_vs_fp32") or "")
         value = report.meta.get("error_vs_fp32_value")
         error = float(value) if isinstance(value, (int, float)) else None
-    except (OSError, ValueError):  # it crashed before its report: the exit code says it
-        pass
+    except (OSError, ValueError, TypeError, KeyError):  # it crashed before its report: the exit code says it
+        report = None
     tail = "\n".join(program_output(proc.stderr or "")[-6:]) if proc.code else ""
     return Replay(
         proc.code,
@@ -296,6 +333,7 @@ def _result(proc: rerun.Ran, report_path: str) -> Replay:
         stopped=proc.stopped or "",
         error=error,
         left=left,
+        report=report,
     )
 
 

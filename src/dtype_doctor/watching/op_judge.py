@@ -41,6 +41,8 @@ class OpJudge:
         if m is None:
             return args, kwargs, inputs, None
         finding = self._report(c.op, slots, m, m.context)
+        if m.code == SILENT_PROMOTION:  # cat/stack: a float32 island is judged as any promotion's
+            contained.judge(self.session, finding, inputs)
         mode = self.session.mode
         if mode == "strict":
             raise DtypeMismatchError(findings.note_text(finding), finding)
