@@ -16,8 +16,8 @@ from pathlib import Path
 from cli_process import python  # type: ignore[import-not-found]
 from dtype_doctor.editing.fix_edits import apply_json, between, shown_path
 from dtype_doctor.patching.shown import not_a_cure
-from dtype_doctor.patching.verify import user_places
-from dtype_doctor.remedies.scope import unresolved
+from dtype_doctor.patching.verify import scratch_to_user
+from dtype_doctor.remedies.scope import made_unbound
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
@@ -135,7 +135,7 @@ def test_a_check_or_a_shape_of_code_is_not_a_cure() -> None:
     assert not not_a_cure("assert x.ndim == 2\nx = x.half()")
 
 
-def test_a_global_reassigned_inside_a_function_is_unresolved(tmp_path: Path) -> None:
+def test_a_global_reassigned_inside_a_function_is_never_pasted_there(tmp_path: Path) -> None:
     path = tmp_path / "train.py"
     path.write_text(
         "import torch\n"
@@ -146,11 +146,11 @@ def test_a_global_reassigned_inside_a_function_is_unresolved(tmp_path: Path) -> 
         "def other(model):\n"
         "    return model\n"
     )
-    problems = unresolved("model = model.float()", str(path), 4)
-    assert problems and "local" in problems[0] and "`model`" in problems[0]
-    # where the function has it as a parameter, or at module level, it is the snippet's to rebind
-    assert unresolved("model = model.float()", str(path), 7) == []
-    assert unresolved("model = model.float()\nprint(model)", str(path), 2) == []
+    assert made_unbound("model = model.float()", str(path), 4) == {"model"}  # UnboundLocalError there
+    # a parameter of the function, the module level, or a name the snippet binds before it reads it
+    assert made_unbound("model = model.float()", str(path), 7) == set()
+    assert made_unbound("model = model.float()", str(path), 2) == set()
+    assert made_unbound("for p in model.parameters():\n    p.data = p.data.float()", str(path), 4) == set()
 
 
 def test_edits_made_in_rounds_are_one_set_on_the_first_text() -> None:
@@ -167,7 +167,7 @@ def test_the_rerun_places_are_the_users_files(tmp_path: Path) -> None:
     (scratch / "pkg" / "model.py").write_text("")
     (scratch / "_abs" / "opt" / "lib").mkdir(parents=True)
     (scratch / "_abs" / "opt" / "lib" / "helper.py").write_text("")
-    back = user_places(str(scratch), str(scratch), str(anchor))
+    back = scratch_to_user(str(scratch), str(scratch), str(anchor))
     assert back(str(scratch / "pkg" / "model.py")) == shown_path(str(anchor / "pkg" / "model.py"))
     assert back(os.path.join("pkg", "model.py")) == shown_path(str(anchor / "pkg" / "model.py"))
     assert back(str(scratch / "_abs" / "opt" / "lib" / "helper.py")) == "/opt/lib/helper.py"

@@ -14,6 +14,7 @@ from torch import nn
 
 import tiny_models
 from dtype_doctor import watch
+from dtype_doctor.causes import root_origin
 
 transformers = pytest.importorskip("transformers")
 logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -81,7 +82,10 @@ def test_a_cast_that_keeps_the_dtype_takes_the_origin_of_the_tensor_whose_dtype_
     origin = _operand(s.report.errors[0], "input").origin
     assert (origin.kind, origin.name) == ("input", "input")
     made = next(c for c in origin.chain if c.kind != "call")
-    assert (made.kind, made.op, made.line) == ("op", "torch.zeros", line)  # not the .float() cast
+    # the line that chose `reference`'s dtype, then where that dtype was born: not the .float() cast
+    assert (made.kind, made.line) == ("cast", line + 3)
+    assert [(c.kind, c.op, c.line) for c in made.chain] == [("op", "torch.zeros", line)]
+    assert (root_origin(origin).op, root_origin(origin).line) == ("torch.zeros", line)
 
 
 def test_parameters_are_named_in_the_outermost_model_even_when_reached_through_a_helper():

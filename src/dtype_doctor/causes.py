@@ -68,6 +68,10 @@ def root_origin(origin: Origin, expected: str | None = None) -> Origin:
     return found
 
 
+# a complex tensor has its parts' precision: a spectrum's magnitude took its dtype where the signal did
+_REAL = {"complex32": "float16", "complex64": "float32", "complex128": "float64"}
+
+
 def _root_origin(origin: Origin, expected: str | None = None) -> Origin:
     current = origin
     for _ in range(16):
@@ -77,7 +81,10 @@ def _root_origin(origin: Origin, expected: str | None = None) -> Origin:
                 return current
             current = before[0]
             continue
-        parents = [c for c in current.chain if c.kind != "call" and c.dtype == current.dtype]
+        precision = _REAL.get(current.dtype or "", current.dtype)
+        parents = [
+            c for c in current.chain if c.kind != "call" and _REAL.get(c.dtype or "", c.dtype) == precision
+        ]
         if current.kind == "promotion" and not parents and expected:
             parents = [c for c in current.chain if c.kind != "call" and c.dtype not in (None, expected)]
         if current.kind == "input" and parents and parents[0].kind in ("op", "cast"):

@@ -135,6 +135,21 @@ def last_assignment(src: Source, name: str, before: int, in_function: bool = Fal
     return best.value if best is not None else None
 
 
+def borrowed_dtype(call: ast.Call) -> ast.expr | None:
+    """The expression a cast takes its dtype from another tensor by: `y.dtype` in `x.to(y.dtype)`
+    or `x.to(dtype=y.dtype)`, `y` in `x.type_as(y)`; None for any other call."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    if call.func.attr == "type_as" and len(call.args) == 1:
+        return call.args[0]
+    if call.func.attr != "to":
+        return None
+    for value in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
+        if isinstance(value, ast.Attribute) and value.attr == "dtype":
+            return value
+    return None
+
+
 def already_cast(value: ast.expr, dtype: str) -> bool:
     return (
         isinstance(value, ast.Call)

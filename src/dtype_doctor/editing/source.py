@@ -227,9 +227,10 @@ def cast_expr(src: Source, node: ast.expr, dtype: str, to: str | None = None) ->
     return Edit(src.path, start, end, f"{text}.to({to or f'torch.{dtype}'})")
 
 
-def add_kwarg(src: Source, call: ast.Call, name: str, value: str) -> Edit | None:
-    """`f(1, 2)` → `f(1, 2, NAME=VALUE)`, in the call's own layout; None when it has NAME or **kw."""
-    if any(k.arg in (name, None) for k in call.keywords):
+def add_kwarg(src: Source, call: ast.Call, name: str, value: str, beside_kwargs: bool = False) -> Edit | None:
+    """`f(1, 2)` → `f(1, 2, NAME=VALUE)`, in the call's own layout; None when it has NAME, or **kw
+    (unless `beside_kwargs`: a re-run tells whether **kw carried NAME too)."""
+    if any(k.arg == name or (k.arg is None and not beside_kwargs) for k in call.keywords):
         return None
     _, end = src.span(call)
     before = src.text[: end - 1].rstrip()  # up to the `)`

@@ -20,6 +20,7 @@ class Candidate:
     # the whole model in float32: it cures any seam at twice the weights' memory, so it is tried only
     # after every narrower edit (and chain of edits) has failed
     broad: bool = False
+    dtype: str | None = None  # the dtype it gives the odd operands (planner.toward), when it says
 
 
 @dataclass

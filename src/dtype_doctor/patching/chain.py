@@ -9,10 +9,11 @@ No torch import.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..editing.source import Source
+from ..editing.source import Edit, Source
 from ..report import Report, Severity
 from .candidates import Cause, only
 from .plan import Candidate, Planner
@@ -75,6 +76,41 @@ def further(
     return bool(new - failures(before, text_in(before_files)))
 
 
+def _coherent(causes: list[Cause], rounds: list[Round], planner: Planner, nxt: Planner) -> list[Cause]:
+    """A later round goes on in the direction the earlier ones took: candidates toward a dtype they
+    chose first, and none that edits a line an earlier round wrote (it would undo it)."""
+    kept = {c.dtype for r in rounds for c in r.chosen if c.dtype}
+    written: dict[str, set[int]] = {}
+    for path, text in rounds[-1].files.items():
+        before = planner.sources.get(path)
+        if before is not None:
+            written[path] = _rows_written(before.text, text)
+    out = []
+    for cause in causes:
+        fresh = [
+            k for k in cause.candidates if not any(_row(nxt, e) in written.get(e.path, ()) for e in k.edits)
+        ]
+        fresh.sort(key=lambda k: k.dtype not in kept)
+        if fresh:
+            out.append(Cause(cause.label, fresh))
+    return out
+
+
+def _rows_written(before: str, after: str) -> set[int]:
+    """The 1-based rows of `after` that are not `before`'s."""
+    old, new = before.splitlines(), after.splitlines()
+    rows: set[int] = set()
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            rows.update(range(j1 + 1, j2 + 1))
+    return rows
+
+
+def _row(planner: Planner, edit: Edit) -> int | None:
+    src = planner.sources.get(edit.path)
+    return src.text.count("\n", 0, edit.start) + 1 if src is not None else None
+
+
 def one_round(
     causes: list[Cause],
     originals: dict[str, str],
@@ -115,7 +151,7 @@ def next_rounds(
             src = planner.sources.get(path)
             overlay[path] = Source(path, text, src.encoding if src is not None else "utf-8")
         nxt = Planner(planner.user_file, planner.home, planner.since_ns, overlay)
-        causes = only(nxt.plan(last.result.report), broad=False)
+        causes = _coherent(only(nxt.plan(last.result.report), broad=False), rounds, planner, nxt)
         if not causes:
             break
         base = {path: src.text for path, src in nxt.sources.items() if src is not None}

@@ -24,11 +24,10 @@ from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
 from ..tracing.casts import INHERITING, RAISING_METHODS
-from . import autocast_edits, bindings, module_edits, shown, undone
+from . import autocast_edits, bindings, module_edits, shown, targets, undone
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
-
-LOW_NAMES = ("float16", "bfloat16")
+from .targets import LOW_NAMES
 
 
 class Planner:
@@ -127,7 +126,7 @@ class Planner:
     def births(self, f: Finding) -> list[Origin]:
         """Where the odd operands' dtypes were born, in user files, tensors first: each root origin,
         else (a root inside a library) the user's line that called it, then where the operand entered."""
-        target = _target_dtype(f)
+        target = targets.target_dtype(f)
         odd = [o for o in f.operands if o.dtype in FLOATS and o.dtype != target and o.origin is not None]
         odd.sort(key=_held)
         out: list[Origin] = []
@@ -163,9 +162,17 @@ class Planner:
         yield from autocast_edits.off_regions(self, f)  # a region for another device: off here
         yield from autocast_edits.candidates(self, f)  # float32 where autocast chose the low dtype
         yield from autocast_edits.custom_fwd_inputs(self, f)  # a custom Function's inputs under autocast
-        target = _target_dtype(f)
+        target = targets.target_dtype(f)
         if target is None:
             return
+        # the half dtype the operands show, the consumer's (by the report's evidence), and an in-place
+        # op's destination's, which keeps its own
+        for dtype in dict.fromkeys([target, targets.intended_dtype(f), targets.destination_dtype(self, f)]):
+            if dtype is not None:
+                yield from (dataclasses.replace(c, dtype=c.dtype or dtype) for c in self.toward(f, dtype))
+
+    def toward(self, f: Finding, target: str) -> Iterator[Candidate]:
+        """The candidates that give the finding's odd operands `target`."""
         odd = [o for o in f.operands if o.dtype in FLOATS and o.dtype != target]  # never an index
         tensors = [o for o in odd if not _held(o)]
         params = [o for o in odd if _held(o)]
@@ -203,6 +210,8 @@ class Planner:
         if own is not root and own.kind == "op" and (own.op or "").rsplit(".", 1)[-1] in INHERITING:
             for cand in self.at_origin(own, dtype):
                 yield Candidate(cand.title, cand.edits, first=True)
+        if own is not root and own.kind == "cast":  # `x.to(y.dtype)`: the line chose y's dtype
+            yield from self.borrowed_dtype(own, dtype)
         if root.kind == "value":  # `dtype = torch.float32` read by `torch.arange(n, dtype=dtype)`
             yield from undone.at_value(self, root, dtype)
             root = undone.made_with_value(operand.origin) or root
@@ -232,6 +241,8 @@ class Planner:
         calls = [c for c in find.calls_on(src, origin.line) if call_name(c.func).rsplit(".", 1)[-1] == op]
         if not direct and calls and _lowers(dtype, find.explicit_dtype(calls[0])):
             return  # maths begun with `dtype=torch.float32` on purpose (tables, phases): not lowered
+        if origin.kind == "op":  # made with `dtype=dtype`, a parameter its caller left at the default
+            yield from undone.defaulted_parameter(self, origin, dtype)
         if origin.kind == "op" and (op in FACTORIES or op in INHERITING) and calls:
             # the tensor whose device the factory takes (`device=x.device`): its dtype first, which
             # follows the data when the model runs in another precision
@@ -258,6 +269,30 @@ class Planner:
             yield Candidate(
                 f"cast the {origin.op} result to {dtype} ({where})", [cast_expr(src, calls[0], dtype)]
             )
+
+    def borrowed_dtype(self, origin: Origin, dtype: str) -> Iterator[Candidate]:
+        """A cast that takes another tensor's dtype (`z.to(embeds.dtype)`, `z.type_as(embeds)`),
+        where that dtype is not the one the tensor's consumer needs: the cast given `dtype` itself,
+        changing this tensor alone."""
+        src = self.source(origin.file)
+        if src is None or origin.line is None:
+            return
+        for call in find.calls_on(src, origin.line):
+            borrowed = find.borrowed_dtype(call)
+            if borrowed is None or call.lineno != origin.line:
+                continue
+            start, end = src.span(borrowed)
+            text = f"torch.{dtype}"
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "type_as":  # `.type_as(y)` whole
+                start, end, text = src.span(call.func.value)[1], src.span(call)[1], f".to(torch.{dtype})"
+            other = src.segment(borrowed)
+            other = other if other.endswith(".dtype") else f"{other}.dtype"
+            yield Candidate(
+                f"cast `{origin.name or 'the tensor'}` to {dtype}, not to `{other}` ({origin.file}:{origin.line})",
+                [Edit(src.path, start, end, text)],
+                first=True,
+            )
+            return
 
     def drop_upcast(self, operand: Operand) -> Iterator[Candidate]:
         """Remove the `.float()` / `.double()` that made the operand wide (`x = x.float()` → `x = x`)."""
@@ -424,24 +459,3 @@ def _is_name(node: ast.expr, name: str | None) -> bool:
 def _lowers(target: str, written: str | None) -> bool:
     """Casting a tensor made with `dtype=WRITTEN` (float32/float64, on purpose) to half `target`."""
     return target in LOW_NAMES and written in ("float32", "float64", "float", "double")
-
-
-def _target_dtype(f: Finding) -> str | None:
-    """The dtype the cause should become: the half dtype the operands show (the user's intent), else
-    the one the op needed."""
-    low = {o.dtype for o in f.operands if o.dtype in LOW_NAMES}
-    expected = f.data.get("expected_dtype")
-    if low and isinstance(expected, str) and expected not in LOW_NAMES and _by_autocast(f):
-        return expected  # autocast made them half by design: the model's own dtype is not lowered
-    if len(low) == 1:
-        return low.pop()
-    if isinstance(expected, str):
-        return expected
-    wide = {o.dtype for o in f.operands if o.dtype in ("float32", "float64")}
-    return "float32" if wide == {"float32", "float64"} and not low else None  # a float64 intruder
-
-
-def _by_autocast(f: Finding) -> bool:
-    """Every half operand was made half by autocast (its root origin is autocast's)."""
-    low = [o for o in f.operands if o.dtype in LOW_NAMES]
-    return all(o.origin is not None and root_origin(o.origin).kind == "autocast" for o in low)

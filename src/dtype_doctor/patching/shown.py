@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..causes import root_origin
 from ..editing.paste import code_lines, parts, paste_span
 from ..editing.source import Edit, Source
-from ..remedies.scope import unresolved
+from ..remedies.scope import made_unbound, unresolved
 from ..report import Finding, Fix, Origin, Severity
 
 _PLACE = re.compile(r"([\w./\\-]+\.py):(\d+)")
@@ -131,8 +131,10 @@ def _part_edits(
     for named, at, code in parts(snippet):
         where = _resolve(named, finding_files(f), source) if named else src
         at = at or line
-        if where is None or lowers(where, at, code) or not_a_cure(code) or unresolved(code, where.path, at):
-            return []  # names what the file lacks there: a NameError, or a result nothing reads
+        if where is None or lowers(where, at, code) or not_a_cure(code):
+            return []
+        if unresolved(code, where.path, at) or made_unbound(code, where.path, at):
+            return []  # a NameError, an UnboundLocalError, or a result nothing reads
         try:
             start, end, text = paste_span(where.text, at, code)
         except (SyntaxError, IndexError, ValueError):

@@ -1,7 +1,7 @@
 """Edits that complete a decision the code already made or almost made, tried before any cast the
 planner would add (`Candidate.first`): a move that left the dtype out (editing/moves.py), a cast an
 `if` skipped, a helper's result where the failing function takes it, a dtype value written where it
-was chosen. Each changes the failing tensor alone, where its dtype was decided. No torch import.
+was chosen, a `dtype` parameter a caller left at its default. Each changes the failing tensor alone, where its dtype was decided. No torch import.
 """
 
 from __future__ import annotations
@@ -186,3 +186,82 @@ def made_with_value(origin: Origin) -> Origin | None:
             return current
         todo.extend(current.chain)
     return None
+
+
+# ---- a dtype parameter its caller left at the default ----------------------------------------
+def defaulted_parameter(planner: Planner, origin: Origin, dtype: str) -> Iterator[Candidate]:
+    """The tensor was made with `dtype=NAME` where NAME is a parameter of the function around it that
+    has a default (`def __init__(self, x, dtype=torch.float32)`), and a caller left it out: each
+    such call of the user's given the dtype, the tensor whose device it passes first (`device=t.device`
+    -> `dtype=t.dtype`), then the literal."""
+    src = planner.source(origin.file)
+    if src is None or origin.line is None:
+        return
+    func = find.enclosing_function(src, origin.line)
+    if func is None:
+        return
+    made = [c for c in find.calls_on(src, origin.line) if c.lineno == origin.line]
+    names = {
+        k.value.id for c in made for k in c.keywords if k.arg == "dtype" and isinstance(k.value, ast.Name)
+    }
+    param = next((p for p in _defaulted(func) if p in names), None)
+    callee = _callee_name(src, func)
+    if param is None or callee is None:
+        return
+    sites = [c for c in src.nodes(ast.Call) if _calls(c, callee) and not _passes(c, func, param)]
+    by_value: dict[str, list[Edit]] = {}  # the partner's dtype at each call, then the literal
+    for call in sites:
+        partner = find.keyword_attribute(call, "device", "device")
+        values = [f"{ast.unparse(partner)}.dtype"] if isinstance(partner, (ast.Name, ast.Attribute)) else []
+        for key, value in [
+            *(("of the tensor whose device it passes", v) for v in values),
+            (f"torch.{dtype}",) * 2,
+        ]:
+            edit = add_kwarg(src, call, param, value, beside_kwargs=True)
+            if edit is not None:
+                by_value.setdefault(key, []).append(edit)
+    lines = ", ".join(str(c.lineno) for c in sites)
+    for key, edits in by_value.items():
+        what = f"`{param}={key}`" if key.startswith("torch.") else f"`{param}=` {key}"
+        yield Candidate(
+            f"pass {what} where `{callee}` is called ({src.path}:{lines}): it was left at its "
+            f"default, which made {f'`{origin.name}`' if origin.name else 'the tensor'} at line {origin.line} "
+            f"{origin.dtype}",
+            edits,
+            first=True,
+        )
+
+
+def _defaulted(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The parameters of `func` that have a default value."""
+    args = func.args
+    positional = [*args.posonlyargs, *args.args]
+    named = [a.arg for a in positional[len(positional) - len(args.defaults) :]]
+    return named + [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+
+
+def _callee_name(src: Source, func: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """How callers name `func`: its class for an `__init__`, else its own name."""
+    if func.name != "__init__":
+        return func.name
+    owner = next(
+        (c for c in src.nodes(ast.ClassDef) if any(b is func for b in c.body)),  # type: ignore[attr-defined]
+        None,
+    )
+    return owner.name if owner is not None else None  # type: ignore[attr-defined]
+
+
+def _calls(call: ast.Call, callee: str) -> bool:
+    return call_name(call.func).rsplit(".", 1)[-1] == callee
+
+
+def _passes(call: ast.Call, func: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> bool:
+    """The call writes `param` out, by keyword or by position (`*args`/`**kwargs` may carry it or
+    not: the re-run of the edit tells)."""
+    if any(k.arg == param for k in call.keywords):
+        return True
+    positional = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    if positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    written = next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)), len(call.args))
+    return param in positional and positional.index(param) < written

@@ -215,7 +215,7 @@ def replay(
             return Replay(
                 code=124, errors=0, warnings=0, stopped=f"the re-run did not finish in {timeout:.0f} s"
             )
-        back = user_places(scratch, rerun.workdir(scratch, anchor), anchor)
+        back = scratch_to_user(scratch, rerun.workdir(scratch, anchor), anchor)
         seen = _result(ran, os.path.join(scratch, REPORT_NAME), back)
         if collect is not None:
             seen.collected = collect(scratch)
@@ -280,7 +280,7 @@ def _tree_files(anchor: str, suffix: str = "") -> list[str] | None:
 _PLACE_KEYS = frozenset({"file", "filename", "source"})
 
 
-def user_places(scratch: str, workdir: str, anchor: str) -> Callable[[str], str]:
+def scratch_to_user(scratch: str, workdir: str, anchor: str) -> Callable[[str], str]:
     """A path the re-run named (absolute in `scratch`, or relative to its working directory
     `workdir`) as the user names the file it copies: the same file's path in `anchor` (outside it,
     its absolute path), relative to the working directory when under it. Other paths are kept."""

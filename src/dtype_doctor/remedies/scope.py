@@ -237,29 +237,24 @@ def unresolved(snippet: str, path: str, line: int | None) -> list[str]:
     where = f"{path}:{line}" if line else path
     missing = needed - here - ALWAYS if not _star_import(path) else set()
     out = [f"`{n}`, which {where} does not have" for n in sorted(missing)]
-    out += [
-        f"`{n}`, which it would make local to the function at {where}, read before it is assigned"
-        for n in sorted(_made_local(snippet, path, line) & needed - missing)
-    ]
     out += [f"`{n}`, assigned and never used" for n in sorted(discarded - everywhere - missing)]
     return out
 
 
-def _made_local(snippet: str, path: str, line: int | None) -> set[str]:
-    """The names the snippet assigns that the function around `line` does not bind: pasted there,
-    each becomes that function's local, and the snippet's read of it an UnboundLocalError."""
-    tree = tree_of(path) if line else None
-    if tree is None:
+def made_unbound(snippet: str, path: str, line: int) -> set[str]:
+    """The names the snippet reads before it assigns them, where the function around `line` does
+    not bind them (`model = model.float()` inside a function that only sees a global `model`):
+    pasted there, each becomes the function's local, read before assignment (UnboundLocalError)."""
+    names = snippet_names(snippet)
+    tree = tree_of(path)
+    if names is None or tree is None:
         return set()
     functions = [s for s in _enclosing_scopes(tree, line) if not isinstance(s, ast.ClassDef)]
-    try:
-        pasted = ast.parse(snippet)
-    except SyntaxError:
-        return set()
     if not functions:
         return set()
     inner = functions[-1]
-    return local_names(pasted) - _parameters(inner) - local_names(inner)  # type: ignore[arg-type]
+    bound = _parameters(inner) | local_names(inner)  # type: ignore[arg-type]
+    return set(names[0]) & local_names(ast.parse(snippet)) - bound
 
 
 def phrase(problems: Iterable[str]) -> str:

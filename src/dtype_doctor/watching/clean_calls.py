@@ -126,7 +126,18 @@ class Repeats:
         self.state = CallState()
         self._partial: set[int] = set()  # id() of the findings made in a repeat (origins missing)
 
-    def begin(self, module: nn.Module, args: tuple, kwargs: dict, autocast: tuple, findings: int) -> None:
+    def begin(
+        self,
+        module: nn.Module,
+        args: tuple,
+        kwargs: dict,
+        autocast: tuple,
+        findings: int,
+        via: nn.Module | None = None,
+    ) -> None:
+        """A root call of `module` begins; `via`: the submodule it was entered through, when the
+        call is a method of `module` other than forward (`pipe(...)` calling its transformer, then
+        its VAE's decoder: one method, one signature, other ops)."""
         state = self.state
         state.lazy = state.repeat = False
         state.call = None
@@ -135,6 +146,8 @@ class Repeats:
             state.lazy = state.repeat = True
             return
         sig = signature(module, args, kwargs, autocast)
+        if via is not None and via is not module:
+            sig = (*sig, id(via))
         state.call = (module, sig, findings)
         state.lazy = state.repeat = self.enabled and seen_clean(module, sig)
 

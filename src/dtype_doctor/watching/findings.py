@@ -181,11 +181,14 @@ def build(
     wider = expected is not None and want in blame.LOW_DTYPES and expected not in blame.LOW_DTYPES
     lowered = wider and want != expected and not any(names.tensor(s.tensor) for s in floats)
     unruled = expected is None and any(s.tensor.dtype != want for s in floats)  # raised, no contract
-    if want is not None and (lowered or unruled) and any(s.tensor.dtype == want for s in floats):
+    beside = intent.float64_beside_state(expected, want, [s.tensor for s in floats], names)  # NumPy's
+    moved = (lowered or unruled) and any(s.tensor.dtype == want for s in floats)
+    if want is not None and (beside or moved):
         for s in floats:  # the models' dtype decides, not the first operand
             s.odd = s.tensor.dtype != want
         expected = want
-        why = _safe(lambda: intent.model_evidence(root, prov, want))
+        evidence = (lambda: intent.rule_evidence(tensors, names, want, place, root, prov)) if beside else None
+        why = _safe(evidence or (lambda: intent.model_evidence(root, prov, want)))
     if expected is None and site_fixes.integer_store(operands, floats):  # floats into an int8 cache
         expected = floats[0].tensor.dtype
         why = f"the values written are {canonical(expected)}; an integer store cannot hold them"

@@ -152,6 +152,19 @@ def _dt(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def float64_beside_state(
+    expected: torch.dtype | None, want: torch.dtype | None, floats: list[torch.Tensor], names: Any
+) -> bool:
+    """The op's rule asks for float64 (the wider operand's), but a parameter or buffer among the
+    operands is in the model's own dtype `want`: the float64 data intrudes into a module's state."""
+    return (
+        expected is torch.float64
+        and want is not None
+        and want is not torch.float64
+        and any(t.dtype is want and names.tensor(t) is not None for t in floats)
+    )
+
+
 def rule_evidence(
     tensors: list[torch.Tensor], names: Any, expected: torch.dtype, place: str, root: Any, prov: Provenance
 ) -> str:

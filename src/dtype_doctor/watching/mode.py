@@ -219,7 +219,7 @@ def _operands(args: tuple, kwargs: dict | None) -> tuple[Any, list | None, Any, 
                     dt = d
                 elif d is not dt:
                     mixed = True
-                if d.is_floating_point:
+                if d.is_floating_point or d.is_complex:  # a spectrum carries its signal's origin
                     if first is None:
                         first = x
                     elif floats is None:
@@ -326,7 +326,7 @@ class WatchMode(TorchFunctionMode):
                             floats.append(a)
                 elif dt is None:
                     dt = d
-                    if d.is_floating_point:
+                    if d.is_floating_point or d.is_complex:
                         first = a
                 else:
                     mixed = True

@@ -72,7 +72,7 @@ class ModuleHooks:
         autocast = _autocast_now()
         session.calls[id(module)] = (owner, method, args, kwargs, autocast)
         call_memo.begin()
-        session.repeats.begin(owner, args, kwargs, autocast, len(session.report.findings))
+        session.repeats.begin(owner, args, kwargs, autocast, len(session.report.findings), module)
 
     def on_nested(self, module: nn.Module, args: tuple) -> None:
         """A module call inside another (runs for every module: nothing to do unless autocast is on)."""

@@ -139,7 +139,7 @@ class Tagger:
                         self.prov.set(o, parent)
                     else:  # made during the run from an untracked tensor: born here
                         self._new_tag(func, kind, inputs, o, False)
-                elif o.is_floating_point():
+                elif o.is_floating_point() or o.is_complex():
                     self._new_tag(func, kind, inputs, o, False)
             return
         promoted = False
@@ -150,7 +150,9 @@ class Tagger:
                     promoted = len({i.dtype for i in inputs if i.dim() > 0}) > 1
                     break
         for o in outs:
-            if not o.is_floating_point() or (o._base is not None and lookup(o) is not None):
+            if not (o.is_floating_point() or o.is_complex()) or (
+                o._base is not None and lookup(o) is not None
+            ):
                 continue
             if any(o is i for i in inputs):
                 continue  # in-place or returned as is: its origin stands
@@ -175,7 +177,7 @@ class Tagger:
         if out._base is not None and self.prov.lookup(out) is not None:
             return  # a view of a tagged tensor: looked up through its base
         if not inputs:  # a factory, integer operands: a floating result is born
-            if out.is_floating_point() or _inferred_integer(func, out):
+            if out.is_floating_point() or out.is_complex() or _inferred_integer(func, out):
                 self._new_tag(func, kind, (), out, False)
             return
         if out.dtype is not inputs[0].dtype:
@@ -218,8 +220,9 @@ class Tagger:
         return True
 
     def _dtype_from_other(self, o: torch.Tensor) -> bool:
-        """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it."""
-        inner, _user = caller_frames(4)
+        """`t.to(dtype=x.dtype)` that changed nothing: t keeps that dtype because x has it, a
+        decision made at this line."""
+        inner, user = caller_frames(4)
         name = _source_match(inner, _DTYPE_OF)
         if name is None or inner is None:
             return False
@@ -227,9 +230,18 @@ class Tagger:
         while f is not None and (f.f_code is not inner[0]):
             f = f.f_back
         other = f.f_locals.get(name) if f is not None else None
-        if not isinstance(other, torch.Tensor) or other.dtype != o.dtype:
+        if not isinstance(other, torch.Tensor) or other.dtype != o.dtype or other is o:
             return False
-        return self._share_origin(o, other)
+        parent = self.prov.lookup(other) or self._parameter_tag([other], other.dtype)
+        if parent is None:
+            return False
+        if inner != user:  # a library's `t_emb.to(dtype=sample.dtype)`: the user's `sample` decides
+            self.prov.set(o, parent)
+            return True
+        # the user's line chose x's dtype (`latents.to(embeds.dtype)`): a cast there, born of x's origin
+        made = made_name(inner, "Tensor.to")
+        self.prov.set(o, Tag("cast", o.dtype, "Tensor.to", made, self.stack.top, inner, user, (parent,)))
+        return True
 
     def tag_copy(self, src: Any, out: torch.Tensor) -> None:
         if isinstance(src, torch.Tensor) and src.dtype == out.dtype:
