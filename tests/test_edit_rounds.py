@@ -17,7 +17,7 @@ from cli_process import python  # type: ignore[import-not-found]
 from dtype_doctor.editing.fix_edits import apply_json, between, shown_path
 from dtype_doctor.patching.shown import not_a_cure
 from dtype_doctor.patching.verify import scratch_to_user
-from dtype_doctor.remedies.scope import made_unbound
+from dtype_doctor.remedies.scope import unbound_at
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
@@ -146,11 +146,11 @@ def test_a_global_reassigned_inside_a_function_is_never_pasted_there(tmp_path: P
         "def other(model):\n"
         "    return model\n"
     )
-    assert made_unbound("model = model.float()", str(path), 4) == {"model"}  # UnboundLocalError there
+    assert unbound_at(str(path), 4, "model = model.float()") == ("model", "step")  # UnboundLocalError
     # a parameter of the function, the module level, or a name the snippet binds before it reads it
-    assert made_unbound("model = model.float()", str(path), 7) == set()
-    assert made_unbound("model = model.float()", str(path), 2) == set()
-    assert made_unbound("for p in model.parameters():\n    p.data = p.data.float()", str(path), 4) == set()
+    assert unbound_at(str(path), 7, "model = model.float()") is None
+    assert unbound_at(str(path), 2, "model = model.float()") is None
+    assert unbound_at(str(path), 4, "for p in model.parameters():\n    p.data = p.data.float()") is None
 
 
 def test_edits_made_in_rounds_are_one_set_on_the_first_text() -> None:

@@ -164,7 +164,7 @@ def test_a_failure_after_a_promotion_is_fixed_at_the_promoting_attribute(tmp_pat
 
 
 def test_a_snippet_rebinding_a_global_inside_a_function_is_seen_to_fail(tmp_path: Path) -> None:
-    from dtype_doctor.remedies.places import unbound_at
+    from dtype_doctor.remedies.scope import unbound_at
 
     path = tmp_path / "wrap.py"
     path.write_text("def outer(fn):\n    def run(x):\n        return fn(x)\n    return run\n\nmodel = 1\n")

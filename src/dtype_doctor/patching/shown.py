@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..causes import root_origin
 from ..editing.paste import code_lines, parts, paste_span
 from ..editing.source import Edit, Source
-from ..remedies.scope import made_unbound, unresolved
+from ..remedies.scope import unbound_at, unresolved
 from ..report import Finding, Fix, Origin, Severity
 
 _PLACE = re.compile(r"([\w./\\-]+\.py):(\d+)")
@@ -133,7 +133,7 @@ def _part_edits(
         at = at or line
         if where is None or lowers(where, at, code) or not_a_cure(code):
             return []
-        if unresolved(code, where.path, at) or made_unbound(code, where.path, at):
+        if unresolved(code, where.path, at) or unbound_at(where.path, at, code):
             return []  # a NameError, an UnboundLocalError, or a result nothing reads
         try:
             start, end, text = paste_span(where.text, at, code)

@@ -171,46 +171,6 @@ def backward_line(path: str, after: int = 0) -> int | None:
     return (later or found or [None])[0]
 
 
-def _bound(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """The names local to a function (parameters, assignments, imports), and those it declares
-    global or nonlocal (assigning them there rebinds the outer name: no unbound read)."""
-    args = func.args
-    out = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a}
-    for node in ast.walk(func):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            out.add(node.id)
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            out.update(node.names)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            out.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return out
-
-
-def unbound_at(path: str, line: int, snippet: str) -> tuple[str, str] | None:
-    """(name, function) when `snippet` reads a name and assigns it (`model = model.float()`) and,
-    pasted at `line` inside a function that does not bind that name, would make it local there:
-    read before assignment (UnboundLocalError). None when it would not (or the source is unknown)."""
-    tree = tree_of(path)
-    try:
-        code = ast.parse(snippet)
-    except SyntaxError:
-        return None
-    if tree is None:
-        return None
-    funcs = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.lineno < line <= (n.end_lineno or 0)
-    ]
-    if not funcs:
-        return None
-    func = max(funcs, key=lambda n: n.lineno)
-    stored = {n.id for n in ast.walk(code) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    loaded = {n.id for n in ast.walk(code) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    unbound = sorted((stored & loaded) - _bound(func))
-    return (unbound[0], func.name) if unbound else None
-
-
 def assignment_of(path: str, target: str, before: int) -> tuple[int, str] | None:
     """(line, source text) of the statement that assigns `target` (`opt`, `self.optimizer`) and that
     the program ran before line `before`: the last one before it in the blocks around it, else the

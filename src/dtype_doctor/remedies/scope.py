@@ -241,20 +241,26 @@ def unresolved(snippet: str, path: str, line: int | None) -> list[str]:
     return out
 
 
-def made_unbound(snippet: str, path: str, line: int) -> set[str]:
-    """The names the snippet reads before it assigns them, where the function around `line` does
-    not bind them (`model = model.float()` inside a function that only sees a global `model`):
-    pasted there, each becomes the function's local, read before assignment (UnboundLocalError)."""
+def unbound_at(path: str, line: int, snippet: str) -> tuple[str, str] | None:
+    """(name, function) when the snippet reads a name before it assigns it (`model = model.float()`)
+    and, pasted at `line` inside a function that does not bind that name, would make it that
+    function's local, read before assignment (UnboundLocalError). None when it would not, or when
+    the source or the snippet cannot be read. A name the snippet binds first (`for p in ...`) is
+    its own."""
     names = snippet_names(snippet)
     tree = tree_of(path)
     if names is None or tree is None:
-        return set()
-    functions = [s for s in _enclosing_scopes(tree, line) if not isinstance(s, ast.ClassDef)]
-    if not functions:
-        return set()
-    inner = functions[-1]
-    bound = _parameters(inner) | local_names(inner)  # type: ignore[arg-type]
-    return set(names[0]) & local_names(ast.parse(snippet)) - bound
+        return None
+    funcs = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.lineno < line <= (n.end_lineno or 0)
+    ]
+    if not funcs:
+        return None
+    func = max(funcs, key=lambda n: n.lineno)
+    unbound = sorted(names[0] & local_names(ast.parse(snippet)) - _parameters(func) - local_names(func))
+    return (unbound[0], func.name) if unbound else None
 
 
 def phrase(problems: Iterable[str]) -> str:

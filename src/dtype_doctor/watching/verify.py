@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from ..remedies.places import unbound_at
+from ..remedies.scope import unbound_at
 from ..report import Finding, Fix
 from ..tensors import iter_tensors, map_tensors
 from ..tracing.casts import MODULE_CASTS
