@@ -8,6 +8,7 @@ copy and keeps the first candidates that pass, `write.py` applies the verified d
 from __future__ import annotations
 
 import textwrap
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +36,9 @@ __all__ = [
     "run_command",
     "search",
 ]
+
+
+ROUNDS_TIME_FACTOR = 2.0
 
 
 @dataclass
@@ -144,8 +148,12 @@ def _search_in_rounds(
     narrow, broad = only(causes, broad=False), only(causes, broad=True)
     rounds: list[Round] = []
     if narrow:
+        began = time.monotonic()
         first = one_round(narrow, originals, run, log, on_progress, deadline)
-        rounds = [first, *next_rounds(planner, report, first, run, log, on_progress, deadline)]
+        # later rounds take at most twice the first one's time (--diff/--write set no deadline)
+        later = time.monotonic() + ROUNDS_TIME_FACTOR * (time.monotonic() - began)
+        later = min(later, deadline) if deadline is not None else later
+        rounds = [first, *next_rounds(planner, report, first, run, log, on_progress, later)]
         if rounds[-1].result is not None and rounds[-1].result.passed:
             return rounds
     if broad:

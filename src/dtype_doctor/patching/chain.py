@@ -10,6 +10,7 @@ No torch import.
 from __future__ import annotations
 
 import difflib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -141,7 +142,7 @@ def next_rounds(
     with every earlier round's kept."""
     rounds = [first]
     before, before_files = report, {}
-    while len(rounds) < MAX_ROUNDS:
+    while len(rounds) < MAX_ROUNDS and (deadline is None or time.monotonic() < deadline):
         last = rounds[-1]
         if last.result is None or not further(planner, before, before_files, last.result, last.files):
             break
