@@ -98,6 +98,33 @@ print(recentre(cloud, [1.0, -2.0]).mean(0))
 """
 
 
+# a token-mixing layer of FFTs in a bfloat16 model: torch.fft has no bfloat16 kernel on this device
+SPECTRAL_MIXER = """\
+import torch
+from torch import nn
+
+
+class FourierMix(nn.Module):
+    def forward(self, h):
+        return torch.fft.fft(torch.fft.fft(h, dim=-1), dim=-2).real
+
+
+class Mixer(nn.Module):
+    def __init__(self, width=16):
+        super().__init__()
+        self.inp = nn.Linear(width, width)
+        self.mix = FourierMix()
+        self.out = nn.Linear(width, width)
+
+    def forward(self, x):
+        return self.out(self.mix(self.inp(x)))
+
+
+net = Mixer().to(torch.bfloat16)
+print(net(torch.randn(2, 8, 16, dtype=torch.bfloat16)).dtype)
+"""
+
+
 def _run(tmp_path: Path, name: str, text: str) -> tuple[dict, str]:
     script = tmp_path / name
     script.write_text(text)
@@ -160,3 +187,14 @@ def test_a_dtype_parameter_left_at_its_default_is_passed_where_it_is_called(tmp_
     )
     assert [(e["location"]["row"], e["content"]) for e in fix["edits"]] == [(12, ", dtype=points.dtype")]
     _executes(tmp_path, "offset.py", DEFAULTED, fix)
+
+
+def test_an_op_the_half_dtype_lacks_is_computed_in_float32_and_cast_back(tmp_path: Path) -> None:
+    report, _ = _run(tmp_path, "mixer.py", SPECTRAL_MIXER)
+    error = next(f for f in report["findings"] if f["severity"] == "error")
+    fix = error["fixes"][0]
+    assert fix["title"].startswith("Compute `torch.fft.fft` in float32 and cast the result back to `h.dtype`")
+    assert [(e["location"]["row"], e["content"]) for e in fix["edits"]] == [
+        (7, "(torch.fft.fft(torch.fft.fft(h.float(), dim=-1), dim=-2).real).to(h.dtype)")
+    ]
+    _executes(tmp_path, "mixer.py", SPECTRAL_MIXER, fix)  # the bfloat16 layer after it runs as before

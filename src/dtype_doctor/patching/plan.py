@@ -24,7 +24,7 @@ from ..editing.source import FACTORIES, Edit, Source, add_kwarg, call_name, cast
 from ..editing.user_files import is_user_file
 from ..report import Finding, Operand, Origin, Report
 from ..tracing.casts import INHERITING, RAISING_METHODS
-from . import autocast_edits, bindings, module_edits, shown, targets, undone
+from . import autocast_edits, bindings, islands, module_edits, shown, targets, undone
 from . import usage_edits as usage
 from .candidates import Candidate, Cause
 from .targets import LOW_NAMES
@@ -162,6 +162,7 @@ class Planner:
         yield from autocast_edits.off_regions(self, f)  # a region for another device: off here
         yield from autocast_edits.candidates(self, f)  # float32 where autocast chose the low dtype
         yield from autocast_edits.custom_fwd_inputs(self, f)  # a custom Function's inputs under autocast
+        yield from islands.unsupported(self, f)  # an op the half dtype does not support: float32 around it
         target = targets.target_dtype(f)
         if target is None:
             return
