@@ -8,6 +8,7 @@ import ast
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -53,19 +54,18 @@ def _package_markers(tree: ast.AST) -> list[int]:
     ]
 
 
+def _hits(check: Callable[[ast.AST], list[int]]) -> list[str]:
+    """`FILE:LINE` of every place outside tracing/ that `check` finds."""
+    return [f"{p.relative_to(SRC)}:{line}" for p in _modules() for line in check(ast.parse(p.read_text()))]
+
+
 def test_no_module_keeps_its_own_set_of_cast_names():
-    found = [
-        f"{p.relative_to(SRC)}:{line}" for p in _modules() for line in _cast_sets(ast.parse(p.read_text()))
-    ]
+    found = _hits(_cast_sets)
     assert not found, "cast names listed outside tracing/casts.py:\n" + "\n".join(found)
 
 
 def test_no_module_tests_for_site_packages_itself():
-    found = [
-        f"{p.relative_to(SRC)}:{line}"
-        for p in _modules()
-        for line in _package_markers(ast.parse(p.read_text()))
-    ]
+    found = _hits(_package_markers)
     assert not found, "library-file tests outside tracing/files.py:\n" + "\n".join(found)
 
 
@@ -82,11 +82,7 @@ def _in_place_tests(tree: ast.AST) -> list[int]:
 
 
 def test_no_module_tests_for_in_place_names_itself():
-    found = [
-        f"{p.relative_to(SRC)}:{line}"
-        for p in _modules()
-        for line in _in_place_tests(ast.parse(p.read_text()))
-    ]
+    found = _hits(_in_place_tests)
     assert not found, "in-place name tests outside tracing/inplace.py:\n" + "\n".join(found)
 
 
