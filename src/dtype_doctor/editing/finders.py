@@ -45,6 +45,12 @@ def keyword_attribute(call: ast.Call, keyword: str, attr: str) -> ast.expr | Non
     return None
 
 
+def device_partner(call: ast.Call) -> str:
+    """`x` of a `device=x.device` argument (a name or an attribute), else ""."""
+    partner = keyword_attribute(call, "device", "device")
+    return ast.unparse(partner) if isinstance(partner, (ast.Name, ast.Attribute)) else ""
+
+
 def assigned_value(src: Source, line: int, name: str | None) -> ast.expr | None:
     """The value of `name = VALUE` (or `name: T = VALUE`) on `line`."""
     stmt = src.statement_at(line)

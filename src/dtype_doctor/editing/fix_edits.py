@@ -47,10 +47,11 @@ def between(path: str, before: str, after: str) -> list[dict[str, Any]]:
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     starts = _line_starts(before) if old else [0]
     starts += [len(before)] * (len(old) + 1 - len(starts))
+    src = Source(path, before)
     out = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if tag != "equal":
-            out.append(to_json(Source(path, before), Edit(path, starts[i1], starts[i2], "".join(new[j1:j2]))))
+            out.append(to_json(src, Edit(path, starts[i1], starts[i2], "".join(new[j1:j2]))))
     return out
 
 

@@ -151,17 +151,15 @@ def _search_in_rounds(
         began = time.monotonic()
         first = one_round(narrow, originals, run, log, on_progress, deadline)
         # later rounds take at most twice the first one's time (--diff/--write set no deadline)
-        later = time.monotonic() + ROUNDS_TIME_FACTOR * (time.monotonic() - began)
-        later = min(later, deadline) if deadline is not None else later
-        rounds = [first, *next_rounds(planner, report, first, run, log, on_progress, later)]
+        until = time.monotonic() + ROUNDS_TIME_FACTOR * (time.monotonic() - began)
+        until = min(until, deadline) if deadline is not None else until
+        rounds = [first, *next_rounds(planner, report, first, run, log, on_progress, until)]
         if rounds[-1].result is not None and rounds[-1].result.passed:
             return rounds
     if broad:
         wide = one_round(broad, originals, run, log, on_progress, deadline)
-        if not rounds or (
-            wide.result is not None
-            and wide.result.score() > (rounds[-1].result.score() if rounds[-1].result else ())
-        ):
+        best = rounds[-1].result if rounds else None
+        if not rounds or (wide.result is not None and (best is None or wide.result.score() > best.score())):
             return [wide]
     return rounds
 

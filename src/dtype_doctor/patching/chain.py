@@ -19,6 +19,7 @@ from ..report import Report, Severity
 from .candidates import Cause, only
 from .plan import Candidate, Planner
 from .search import search
+from .shown import edit_line
 from .verify import Replay
 
 MAX_ROUNDS = 3
@@ -109,7 +110,7 @@ def _rows_written(before: str, after: str) -> set[int]:
 
 def _row(planner: Planner, edit: Edit) -> int | None:
     src = planner.sources.get(edit.path)
-    return src.text.count("\n", 0, edit.start) + 1 if src is not None else None
+    return edit_line(src, edit) if src is not None else None
 
 
 def one_round(

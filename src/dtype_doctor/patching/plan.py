@@ -247,7 +247,7 @@ class Planner:
         if origin.kind == "op" and (op in FACTORIES or op in INHERITING) and calls:
             # the tensor whose device the factory takes (`device=x.device`): its dtype first, which
             # follows the data when the model runs in another precision
-            partner = _device_partner(calls[0])
+            partner = find.device_partner(calls[0])
             if partner and len(calls) == 1:
                 edit = add_kwarg(src, calls[0], "dtype", f"{partner}.dtype")
                 if edit is not None:
@@ -434,12 +434,6 @@ def plan(report: Report, user_file: Callable[[str | None], bool] = is_user_file)
 # ---- helpers --------------------------------------------------------------------------------------
 def _held(o: Operand) -> bool:
     return o.origin is not None and o.origin.kind in ("parameter", "buffer")
-
-
-def _device_partner(call: ast.Call) -> str:
-    """`x` of a `device=x.device` argument (a name or an attribute), else ""."""
-    partner = find.keyword_attribute(call, "device", "device")
-    return ast.unparse(partner) if isinstance(partner, (ast.Name, ast.Attribute)) else ""
 
 
 def _weighs(f: Finding, module: str, dtype: str) -> bool:

@@ -209,27 +209,27 @@ def defaulted_parameter(planner: Planner, origin: Origin, dtype: str) -> Iterato
     if param is None or callee is None:
         return
     sites = [c for c in src.nodes(ast.Call) if _calls(c, callee) and not _passes(c, func, param)]
-    by_value: dict[str, list[Edit]] = {}  # the partner's dtype at each call, then the literal
+    by_partner: list[Edit] = []  # `dtype=t.dtype` where the call passes `device=t.device`
+    by_literal: list[Edit] = []
     for call in sites:
-        partner = find.keyword_attribute(call, "device", "device")
-        values = [f"{ast.unparse(partner)}.dtype"] if isinstance(partner, (ast.Name, ast.Attribute)) else []
-        for key, value in [
-            *(("of the tensor whose device it passes", v) for v in values),
-            (f"torch.{dtype}",) * 2,
-        ]:
-            edit = add_kwarg(src, call, param, value, beside_kwargs=True)
-            if edit is not None:
-                by_value.setdefault(key, []).append(edit)
+        partner = find.device_partner(call)
+        edit = add_kwarg(src, call, param, f"{partner}.dtype", beside_kwargs=True) if partner else None
+        by_partner += [edit] if edit is not None else []
+        edit = add_kwarg(src, call, param, f"torch.{dtype}", beside_kwargs=True)
+        by_literal += [edit] if edit is not None else []
     lines = ", ".join(str(c.lineno) for c in sites)
-    for key, edits in by_value.items():
-        what = f"`{param}={key}`" if key.startswith("torch.") else f"`{param}=` {key}"
-        yield Candidate(
-            f"pass {what} where `{callee}` is called ({src.path}:{lines}): it was left at its "
-            f"default, which made {f'`{origin.name}`' if origin.name else 'the tensor'} at line {origin.line} "
-            f"{origin.dtype}",
-            edits,
-            first=True,
-        )
+    made = f"`{origin.name}`" if origin.name else "the tensor"
+    for what, edits in (
+        (f"`{param}=` of the tensor whose device it passes", by_partner),
+        (f"`{param}=torch.{dtype}`", by_literal),
+    ):
+        if edits:
+            yield Candidate(
+                f"pass {what} where `{callee}` is called ({src.path}:{lines}): it was left at its "
+                f"default, which made {made} at line {origin.line} {origin.dtype}",
+                edits,
+                first=True,
+            )
 
 
 def _defaulted(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
