@@ -62,7 +62,7 @@ class Replay:
     error: float | None = None  # the same, as a number, when it was measured
     verdict: Verdict | None = None
     collected: Any = None  # what the caller's `collect` read from the scratch copy after the re-run
-    report: Report | None = None  # the re-run's own report, its places in the user's files (`user_places`)
+    report: Report | None = None  # the re-run's own report, its places in the user's files (`scratch_to_user`)
 
     def outcome(self) -> Outcome:
         """What the verifier judges: a crash fails with its exit code and last words, errors or

@@ -232,12 +232,11 @@ class Tagger:
         other = f.f_locals.get(name) if f is not None else None
         if not isinstance(other, torch.Tensor) or other.dtype != o.dtype or other is o:
             return False
+        if inner != user:  # a library's `t_emb.to(dtype=sample.dtype)`: the user's `sample` decides
+            return self._share_origin(o, other)
         parent = self.prov.lookup(other) or self._parameter_tag([other], other.dtype)
         if parent is None:
             return False
-        if inner != user:  # a library's `t_emb.to(dtype=sample.dtype)`: the user's `sample` decides
-            self.prov.set(o, parent)
-            return True
         # the user's line chose x's dtype (`latents.to(embeds.dtype)`): a cast there, born of x's origin
         made = made_name(inner, "Tensor.to")
         self.prov.set(o, Tag("cast", o.dtype, "Tensor.to", made, self.stack.top, inner, user, (parent,)))
